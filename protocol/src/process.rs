@@ -1,0 +1,219 @@
+//! `process/*` methods and notifications.
+
+use crate::base64_bytes::Base64Bytes;
+use crate::sandbox::{FileSystemSandboxContext, ManagedNetwork};
+use crate::PathUri;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum OutputStream {
+    Stdout,
+    Stderr,
+    Pty,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum EnvInherit {
+    Core,
+    All,
+    None,
+}
+
+/// Builds the child environment from the daemon's own, instead of taking `env` alone.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvPolicy {
+    pub inherit: EnvInherit,
+    pub ignore_default_excludes: bool,
+    pub exclude: Vec<String>,
+    pub set: BTreeMap<String, String>,
+    pub include_only: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StartParams {
+    /// Chosen by the client; unique within the session.
+    pub process_id: String,
+    pub argv: Vec<String>,
+    pub cwd: PathUri,
+    /// With no `envPolicy`, exactly the child's environment.
+    pub env: BTreeMap<String, String>,
+    pub tty: bool,
+    #[serde(default)]
+    pub pipe_stdin: bool,
+    /// Overrides argv[0] as the child sees it; the program is still `argv[0]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arg0: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_policy: Option<EnvPolicy>,
+    /// Initial terminal size for `tty: true` (default 24x80).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<TerminalSize>,
+    /// Permission intent to enforce; null runs unsandboxed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<FileSystemSandboxContext>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub enforce_managed_network: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub managed_network: Option<ManagedNetwork>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum SandboxType {
+    None,
+    MacosSeatbelt,
+    LinuxSeccomp,
+    WindowsRestrictedToken,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StartResult {
+    pub process_id: String,
+    pub sandbox_type: SandboxType,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadParams {
+    pub process_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_seq: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_bytes: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_ms: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OutputChunk {
+    pub seq: u64,
+    pub stream: OutputStream,
+    pub chunk: Base64Bytes,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadResult {
+    pub chunks: Vec<OutputChunk>,
+    pub next_seq: u64,
+    pub exited: bool,
+    pub exit_code: Option<i32>,
+    pub closed: bool,
+    pub failure: Option<String>,
+    #[serde(default)]
+    pub sandbox_denied: bool,
+    /// Seq of the oldest output chunk still retained (`nextSeq` when none is). Output with a
+    /// lower seq was evicted; it is never dropped silently.
+    #[serde(default)]
+    pub first_retained_seq: u64,
+    /// True when output chunks after `afterSeq` were evicted before this read.
+    #[serde(default)]
+    pub truncated: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WriteParams {
+    pub process_id: String,
+    pub chunk: Base64Bytes,
+    /// Deduplicates retries: a `writeId` already accepted for this process is not written again.
+    pub write_id: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum WriteStatus {
+    Accepted,
+    UnknownProcess,
+    StdinClosed,
+    Starting,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WriteResult {
+    pub status: WriteStatus,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ProcessSignal {
+    /// SIGINT
+    Interrupt,
+    /// SIGTERM
+    Terminate,
+    /// SIGKILL
+    Kill,
+    /// SIGHUP
+    Hangup,
+    /// SIGQUIT
+    Quit,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SignalParams {
+    pub process_id: String,
+    pub signal: ProcessSignal,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessIdParams {
+    pub process_id: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TerminateResult {
+    pub running: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TerminalSize {
+    pub rows: u16,
+    pub cols: u16,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResizeParams {
+    pub process_id: String,
+    pub rows: u16,
+    pub cols: u16,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OutputNotification {
+    pub process_id: String,
+    pub seq: u64,
+    pub stream: OutputStream,
+    pub chunk: Base64Bytes,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExitedNotification {
+    pub process_id: String,
+    pub seq: u64,
+    pub exit_code: i32,
+    #[serde(default)]
+    pub sandbox_denied: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClosedNotification {
+    pub process_id: String,
+    pub seq: u64,
+}

@@ -1,0 +1,115 @@
+//! Command-line flags (each also settable from the environment) and the resolved settings.
+
+use clap::Parser;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "exec-server",
+    version,
+    about = "Runs and controls processes and files for a remote orchestrator over JSON-RPC on a WebSocket",
+    after_help = "After binding, the WebSocket URL (ws://IP:PORT) is printed as one line on stdout; logs go to stderr."
+)]
+pub struct Args {
+    /// Where to serve: `ws://IP:PORT` (port 0 picks a free port) or `stdio://` (one connection on
+    /// stdin/stdout, newline-delimited JSON).
+    #[arg(long, env = "EXEC_SERVER_LISTEN", default_value = "ws://127.0.0.1:0")]
+    pub listen: String,
+
+    /// Require `Authorization: Bearer <TOKEN>` on WebSocket upgrades. `/readyz` stays open.
+    /// CODEX_EXEC_SERVER_CONNECTION_TOKEN is read too, for compatibility.
+    #[arg(long, env = "EXEC_SERVER_CONNECTION_TOKEN", hide_env_values = true)]
+    pub connection_token: Option<String>,
+
+    /// How long a session survives without a connection before its processes are killed.
+    #[arg(long, env = "EXEC_SERVER_SESSION_TTL", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub session_ttl: Duration,
+
+    /// How long an exited process stays readable after its output closed; then its id is free.
+    #[arg(long, env = "EXEC_SERVER_EXITED_RETENTION", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub exited_retention: Duration,
+
+    /// Output bytes retained per process for replay by `process/read`.
+    #[arg(long, env = "EXEC_SERVER_OUTPUT_RETENTION_BYTES", default_value_t = 4 * 1024 * 1024)]
+    pub output_retention_bytes: usize,
+
+    /// Output chunks retained per process (each replayed chunk costs a few JSON values).
+    #[arg(
+        long,
+        env = "EXEC_SERVER_OUTPUT_RETENTION_CHUNKS",
+        default_value_t = 50_000
+    )]
+    pub output_retention_chunks: usize,
+
+    /// Largest JSON-RPC message accepted; larger ones get a JSON-RPC error.
+    #[arg(long, env = "EXEC_SERVER_MAX_MESSAGE_BYTES", default_value_t = 64 * 1024 * 1024)]
+    pub max_message_bytes: usize,
+
+    /// Interval of WebSocket pings sent to detect dead connections.
+    #[arg(long, env = "EXEC_SERVER_PING_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub ping_interval: Duration,
+
+    /// Log format on stderr.
+    #[arg(
+        long,
+        env = "EXEC_SERVER_LOG_FORMAT",
+        value_enum,
+        default_value = "human"
+    )]
+    pub log_format: LogFormat,
+
+    /// Log filter, in `tracing` env-filter syntax (RUST_LOG is honoured too).
+    #[arg(long, env = "EXEC_SERVER_LOG", default_value = "info")]
+    pub log: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Human,
+    Json,
+}
+
+/// Settings the running daemon consults.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub connection_token: Option<String>,
+    pub session_ttl: Duration,
+    pub exited_retention: Duration,
+    pub output_retention_bytes: usize,
+    pub output_retention_chunks: usize,
+    pub max_message_bytes: usize,
+    pub ping_interval: Duration,
+}
+
+impl Args {
+    pub fn config(&self) -> anyhow::Result<Config> {
+        let token = self
+            .connection_token
+            .clone()
+            .or_else(|| std::env::var("CODEX_EXEC_SERVER_CONNECTION_TOKEN").ok());
+        if let Some(token) = &token {
+            anyhow::ensure!(!token.is_empty(), "the connection token must not be empty");
+            anyhow::ensure!(
+                axum::http::HeaderValue::from_str(&format!("Bearer {token}")).is_ok(),
+                "the connection token must be a valid HTTP header value"
+            );
+        }
+        anyhow::ensure!(
+            self.output_retention_bytes > 0,
+            "--output-retention-bytes must be positive"
+        );
+        anyhow::ensure!(
+            self.output_retention_chunks > 0,
+            "--output-retention-chunks must be positive"
+        );
+        Ok(Config {
+            connection_token: token,
+            session_ttl: self.session_ttl,
+            exited_retention: self.exited_retention,
+            output_retention_bytes: self.output_retention_bytes,
+            output_retention_chunks: self.output_retention_chunks,
+            max_message_bytes: self.max_message_bytes,
+            ping_interval: self.ping_interval,
+        })
+    }
+}

@@ -1,0 +1,33 @@
+use clap::Parser;
+use exec_server::config::{Args, LogFormat};
+use exec_server::transport;
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    init_logging(&args);
+    let result = args.config().and_then(|config| {
+        let listen = transport::ListenUrl::parse(&args.listen)?;
+        let runtime = tokio::runtime::Runtime::new()?;
+        runtime.block_on(transport::serve(listen, config))
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            tracing::error!("{err:#}");
+            eprintln!("exec-server: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(args: &Args) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&args.log));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match args.log_format {
+        LogFormat::Human => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}

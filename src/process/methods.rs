@@ -1,0 +1,162 @@
+//! The `process/*` methods.
+
+use super::spawn::{LaunchSpec, DEFAULT_SIZE};
+use super::{env, Lookup, ManagedProcess};
+use crate::rpc::dispatch::{decode, encode, RequestCtx};
+use crate::rpc::RpcError;
+use bytes::Bytes;
+use exec_server_protocol::base64_bytes::Base64Bytes;
+use exec_server_protocol::process::*;
+use exec_server_protocol::rpc::method;
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub async fn handle(
+    ctx: &RequestCtx,
+    name: &str,
+    params: Option<Value>,
+) -> Result<Value, RpcError> {
+    match name {
+        method::PROCESS_START => encode(start(ctx, decode(params)?)),
+        method::PROCESS_READ => encode(read(ctx, decode(params)?).await),
+        method::PROCESS_WRITE => encode(write(ctx, decode(params)?)),
+        method::PROCESS_SIGNAL => encode(signal(ctx, decode(params)?)),
+        method::PROCESS_TERMINATE => encode(terminate(ctx, decode(params)?)),
+        method::PROCESS_RESIZE => encode(resize(ctx, decode(params)?)),
+        method::PROCESS_CLOSE_STDIN => encode(close_stdin(ctx, decode(params)?)),
+        _ => Err(RpcError::method_not_found(name)),
+    }
+}
+
+fn start(ctx: &RequestCtx, params: StartParams) -> Result<StartResult, RpcError> {
+    let Some((program, args)) = params.argv.split_first() else {
+        return Err(RpcError::invalid_params("argv must not be empty"));
+    };
+    let cwd = params.cwd.to_path().map_err(|err| {
+        RpcError::invalid_params(format!(
+            "cwd URI `{}` is not valid on this exec-server host: {err}",
+            params.cwd
+        ))
+    })?;
+    // Until the sandbox enforces intent, a restricting request must never run unrestricted.
+    if params
+        .sandbox
+        .as_ref()
+        .is_some_and(|sandbox| sandbox.restricts())
+        || params.enforce_managed_network
+    {
+        return Err(RpcError::invalid_params(
+            "sandbox intent cannot be enforced on this executor",
+        ));
+    }
+    let env = env::child_env(params.env_policy.as_ref(), &params.env, std::env::vars());
+    let spec = LaunchSpec {
+        program: program.clone(),
+        args: args.to_vec(),
+        arg0: params.arg0,
+        cwd,
+        env,
+        tty: params.tty,
+        pipe_stdin: params.pipe_stdin,
+        size: params.size.unwrap_or(DEFAULT_SIZE),
+    };
+    ctx.session
+        .processes
+        .start(params.process_id.clone(), spec)?;
+    Ok(StartResult {
+        process_id: params.process_id,
+        sandbox_type: SandboxType::None,
+    })
+}
+
+fn require(ctx: &RequestCtx, id: &str) -> Result<Arc<ManagedProcess>, RpcError> {
+    match ctx.session.processes.lookup(id) {
+        Lookup::Ready(process) => Ok(process),
+        Lookup::Starting => Err(RpcError::invalid_request(format!(
+            "process id {id} is starting"
+        ))),
+        Lookup::Unknown => Err(RpcError::invalid_request(format!(
+            "unknown process id {id}"
+        ))),
+    }
+}
+
+async fn read(ctx: &RequestCtx, params: ReadParams) -> Result<ReadResult, RpcError> {
+    let process = require(ctx, &params.process_id)?;
+    let after_seq = params.after_seq.unwrap_or(0);
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(params.wait_ms.unwrap_or(0));
+    let mut changes = process.subscribe();
+    let mut attachment = ctx.session.attachment();
+    let snapshot = loop {
+        changes.borrow_and_update();
+        let snapshot = process.read(after_seq, params.max_bytes);
+        if snapshot.ready || tokio::time::Instant::now() >= deadline {
+            break snapshot;
+        }
+        tokio::select! {
+            _ = changes.changed() => {}
+            _ = attachment.changed() => ctx.ensure_attached()?,
+            _ = tokio::time::sleep_until(deadline) => {}
+        }
+    };
+    ctx.ensure_attached()?;
+    Ok(ReadResult {
+        chunks: snapshot
+            .chunks
+            .into_iter()
+            .map(|chunk| OutputChunk {
+                seq: chunk.seq,
+                stream: chunk.stream,
+                chunk: Base64Bytes(chunk.data.to_vec()),
+            })
+            .collect(),
+        next_seq: snapshot.next_seq,
+        exited: snapshot.exit_code.is_some(),
+        exit_code: snapshot.exit_code,
+        closed: snapshot.closed,
+        failure: None,
+        sandbox_denied: false,
+        first_retained_seq: snapshot.first_retained_seq,
+        truncated: snapshot.truncated,
+    })
+}
+
+fn write(ctx: &RequestCtx, params: WriteParams) -> Result<WriteResult, RpcError> {
+    if params.write_id.is_empty() {
+        return Err(RpcError::invalid_params("writeId must not be empty"));
+    }
+    let status = match ctx.session.processes.lookup(&params.process_id) {
+        Lookup::Unknown => WriteStatus::UnknownProcess,
+        Lookup::Starting => WriteStatus::Starting,
+        Lookup::Ready(process) => process.write(&params.write_id, Bytes::from(params.chunk.0))?,
+    };
+    Ok(WriteResult { status })
+}
+
+fn signal(ctx: &RequestCtx, params: SignalParams) -> Result<Value, RpcError> {
+    // Unknown, starting and exited processes are not an error, as in the reference.
+    if let Lookup::Ready(process) = ctx.session.processes.lookup(&params.process_id) {
+        process.signal(params.signal)?;
+    }
+    Ok(Value::Object(Default::default()))
+}
+
+fn terminate(ctx: &RequestCtx, params: ProcessIdParams) -> Result<TerminateResult, RpcError> {
+    Ok(TerminateResult {
+        running: ctx.session.processes.terminate(&params.process_id),
+    })
+}
+
+fn resize(ctx: &RequestCtx, params: ResizeParams) -> Result<Value, RpcError> {
+    require(ctx, &params.process_id)?.resize(TerminalSize {
+        rows: params.rows,
+        cols: params.cols,
+    })?;
+    Ok(Value::Object(Default::default()))
+}
+
+fn close_stdin(ctx: &RequestCtx, params: ProcessIdParams) -> Result<Value, RpcError> {
+    require(ctx, &params.process_id)?.close_stdin()?;
+    Ok(Value::Object(Default::default()))
+}

@@ -1,0 +1,121 @@
+//! Starting a child on pipes or on a PTY, always as the leader of its own process group so that
+//! signals and termination reach everything it starts.
+
+use exec_server_protocol::process::TerminalSize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+
+/// What to run, resolved to host terms.
+#[derive(Debug, Clone)]
+pub struct LaunchSpec {
+    pub program: String,
+    pub args: Vec<String>,
+    pub arg0: Option<String>,
+    pub cwd: PathBuf,
+    pub env: BTreeMap<String, String>,
+    pub tty: bool,
+    pub pipe_stdin: bool,
+    pub size: TerminalSize,
+}
+
+pub enum ChildIo {
+    Pipes {
+        stdin: Option<tokio::process::ChildStdin>,
+        stdout: tokio::process::ChildStdout,
+        stderr: tokio::process::ChildStderr,
+    },
+    Pty {
+        reader: pty_process::OwnedReadPty,
+        writer: pty_process::OwnedWritePty,
+        /// A duplicate of the master, for resizing.
+        master: std::os::fd::OwnedFd,
+    },
+}
+
+pub struct Spawned {
+    pub child: tokio::process::Child,
+    pub pid: i32,
+    pub io: ChildIo,
+}
+
+pub const DEFAULT_SIZE: TerminalSize = TerminalSize { rows: 24, cols: 80 };
+
+pub fn spawn(spec: &LaunchSpec) -> std::io::Result<Spawned> {
+    if spec.tty {
+        spawn_pty(spec)
+    } else {
+        spawn_pipes(spec)
+    }
+}
+
+fn spawn_pipes(spec: &LaunchSpec) -> std::io::Result<Spawned> {
+    let mut command = tokio::process::Command::new(&spec.program);
+    command
+        .args(&spec.args)
+        .current_dir(&spec.cwd)
+        .env_clear()
+        .envs(&spec.env)
+        .stdin(if spec.pipe_stdin {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    if let Some(arg0) = &spec.arg0 {
+        command.arg0(arg0);
+    }
+    let mut child = command.spawn()?;
+    let pid = child.id().expect("a just-spawned child has a pid") as i32;
+    let io = ChildIo::Pipes {
+        stdin: child.stdin.take(),
+        stdout: child.stdout.take().expect("stdout is piped"),
+        stderr: child.stderr.take().expect("stderr is piped"),
+    };
+    Ok(Spawned { child, pid, io })
+}
+
+fn spawn_pty(spec: &LaunchSpec) -> std::io::Result<Spawned> {
+    let (pty, pts) = pty_process::open().map_err(pty_error)?;
+    pty.resize(pty_process::Size::new(spec.size.rows, spec.size.cols))
+        .map_err(pty_error)?;
+    // pty-process makes the child a session leader (so pid == pgid) with the PTY as its
+    // controlling terminal.
+    let mut command = pty_process::Command::new(&spec.program)
+        .args(&spec.args)
+        .current_dir(&spec.cwd)
+        .env_clear()
+        .envs(&spec.env);
+    if let Some(arg0) = &spec.arg0 {
+        command = command.arg0(arg0);
+    }
+    let child = command.spawn(pts).map_err(pty_error)?;
+    let pid = child.id().expect("a just-spawned child has a pid") as i32;
+    let master = std::os::fd::AsFd::as_fd(&pty).try_clone_to_owned()?;
+    let (reader, writer) = pty.into_split();
+    Ok(Spawned {
+        child,
+        pid,
+        io: ChildIo::Pty {
+            reader,
+            writer,
+            master,
+        },
+    })
+}
+
+fn pty_error(err: pty_process::Error) -> std::io::Error {
+    match err {
+        pty_process::Error::Io(io) => io,
+        other => std::io::Error::other(other.to_string()),
+    }
+}
+
+pub fn exit_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt as _;
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}

@@ -1,0 +1,292 @@
+//! One client connection: the handshake in order, then every request on its own task, so a
+//! long-poll never delays the requests behind it.
+
+use super::dispatch::{dispatch, family, ConnectionShared, RequestCtx};
+use super::envelope::{self, Incoming};
+use super::outbound::Outbound;
+use super::RpcError;
+use crate::session::{Attachment, Registry, Session};
+use bytes::Bytes;
+use exec_server_protocol::rpc::method;
+use exec_server_protocol::session::{InitializeParams, InitializeResult};
+use futures::{Stream, StreamExt as _};
+use serde_json::Value;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tokio::task::JoinSet;
+
+/// Largest batch accepted.
+pub const MAX_BATCH: usize = 128;
+
+/// One message as the transport delivered it.
+pub enum Frame {
+    Message(Bytes),
+    /// A message over the size limit, already discarded by the transport.
+    Oversized,
+}
+
+static NEXT_CONNECTION_ID: AtomicU64 = AtomicU64::new(1);
+
+struct Connection {
+    shared: Arc<ConnectionShared>,
+    /// What a parse error names, e.g. `websocket JSON-RPC message from exec-server websocket
+    /// 127.0.0.1:5000` (the reference's wording).
+    parse_context: String,
+    max_message_bytes: usize,
+    session: Option<Arc<Session>>,
+    initialized: bool,
+    requests: JoinSet<()>,
+}
+
+/// Whether the loop goes on after a message.
+enum Flow {
+    Continue,
+    Close,
+}
+
+/// Serves one connection until its frames end or a protocol error closes it.
+pub async fn serve(
+    frames: impl Stream<Item = Frame>,
+    outbound: Outbound,
+    registry: Arc<Registry>,
+    parse_context: String,
+) {
+    let max_message_bytes = registry.config.max_message_bytes;
+    let shared = Arc::new(ConnectionShared {
+        id: NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed),
+        outbound,
+        registry,
+    });
+    let mut connection = Connection {
+        shared,
+        parse_context,
+        max_message_bytes,
+        session: None,
+        initialized: false,
+        requests: JoinSet::new(),
+    };
+    let mut frames = std::pin::pin!(frames);
+    loop {
+        tokio::select! {
+            frame = frames.next() => {
+                let Some(frame) = frame else { break };
+                if let Flow::Close = connection.handle_frame(frame).await {
+                    break;
+                }
+            }
+            Some(_) = connection.requests.join_next(), if !connection.requests.is_empty() => {}
+        }
+    }
+    connection.requests.abort_all();
+    if let Some(session) = &connection.session {
+        connection
+            .shared
+            .registry
+            .detach(session, connection.shared.id);
+    }
+}
+
+impl Connection {
+    async fn send(&self, value: Value) {
+        let _ = self.shared.outbound.send_value(&value).await;
+    }
+
+    async fn handle_frame(&mut self, frame: Frame) -> Flow {
+        let frame = match frame {
+            Frame::Message(bytes) if bytes.len() <= self.max_message_bytes => bytes,
+            _ => {
+                let message = format!(
+                    "JSON-RPC message exceeds the limit of {} bytes",
+                    self.max_message_bytes
+                );
+                self.send(envelope::error_without_request(RpcError::invalid_request(
+                    message,
+                )))
+                .await;
+                return Flow::Continue;
+            }
+        };
+        let value: Value = match serde_json::from_slice(&frame) {
+            Ok(value) => value,
+            Err(err) => {
+                let message = format!("failed to parse {}: {err}", self.parse_context);
+                self.send(envelope::error_without_request(RpcError::invalid_request(
+                    message,
+                )))
+                .await;
+                return Flow::Continue;
+            }
+        };
+        match value {
+            Value::Array(batch) => {
+                self.handle_batch(batch).await;
+                Flow::Continue
+            }
+            single => self.handle_message(envelope::classify(single)).await,
+        }
+    }
+
+    async fn handle_message(&mut self, message: Incoming) -> Flow {
+        match message {
+            Incoming::Request {
+                id,
+                method,
+                params,
+                strict,
+            } => {
+                if strict {
+                    self.shared.outbound.set_strict();
+                }
+                if method == method::INITIALIZE {
+                    let outcome = self.initialize(params);
+                    self.send(envelope::reply(id, outcome, strict)).await;
+                    return Flow::Continue;
+                }
+                let ctx = match self.request_ctx(&method) {
+                    Ok(ctx) => ctx,
+                    Err((error, flow)) => {
+                        self.send(envelope::reply(id, Err(error), strict)).await;
+                        return flow;
+                    }
+                };
+                self.requests.spawn(async move {
+                    let outcome = dispatch(&ctx, &method, params).await;
+                    let _ = ctx
+                        .connection
+                        .outbound
+                        .send_value(&envelope::reply(id, outcome, strict))
+                        .await;
+                });
+                Flow::Continue
+            }
+            Incoming::Notification { method, .. } if method == method::INITIALIZED => {
+                if self.session.is_none() {
+                    let error = RpcError::invalid_request(
+                        "received `initialized` notification before `initialize`",
+                    );
+                    self.send(envelope::error_without_request(error)).await;
+                    return Flow::Close;
+                }
+                self.initialized = true;
+                Flow::Continue
+            }
+            Incoming::Notification { method, .. } => {
+                // JSON-RPC never answers a notification; closing over one would punish typos.
+                tracing::debug!(method, "ignoring unknown notification");
+                Flow::Continue
+            }
+            Incoming::Reply => {
+                tracing::debug!("ignoring a reply: this daemon sends no requests");
+                Flow::Continue
+            }
+            Incoming::Invalid { id, error, strict } => {
+                self.send(envelope::reply(id, Err(error), strict)).await;
+                Flow::Continue
+            }
+        }
+    }
+
+    fn initialize(&mut self, params: Option<Value>) -> Result<Value, RpcError> {
+        if self.session.is_some() {
+            return Err(RpcError::invalid_request(
+                "initialize may only be sent once per connection",
+            ));
+        }
+        let params: InitializeParams = super::dispatch::decode(params)?;
+        let attachment = Attachment {
+            connection_id: self.shared.id,
+            outbound: self.shared.outbound.clone(),
+        };
+        let registry = &self.shared.registry;
+        let session = match &params.resume_session_id {
+            Some(id) => registry.resume(id, attachment)?,
+            None => registry.create(attachment),
+        };
+        tracing::info!(session = %session.id, client = %params.client_name, resumed = params.resume_session_id.is_some(), "session attached");
+        let result = InitializeResult {
+            session_id: session.id.clone(),
+            environment_info: None,
+        };
+        self.session = Some(session);
+        Ok(serde_json::to_value(result).expect("wire types always serialize"))
+    }
+
+    /// Checks the handshake for a request of `method`; on failure also says whether to close.
+    fn request_ctx(&self, method: &str) -> Result<RequestCtx, (RpcError, Flow)> {
+        let family = family(method);
+        let Some(session) = &self.session else {
+            let message = format!("client must call initialize before using {family} methods");
+            return Err((RpcError::invalid_request(message), Flow::Continue));
+        };
+        if !self.initialized {
+            let message = format!("client must send initialized before using {family} methods");
+            return Err((RpcError::invalid_request(message), Flow::Continue));
+        }
+        let ctx = RequestCtx {
+            connection: self.shared.clone(),
+            session: session.clone(),
+        };
+        ctx.ensure_attached()
+            .map_err(|error| (error, Flow::Close))?;
+        Ok(ctx)
+    }
+
+    async fn handle_batch(&mut self, batch: Vec<Value>) {
+        if batch.is_empty() {
+            let error = RpcError::invalid_request("JSON-RPC batch must not be empty");
+            return self.send(envelope::error_without_request(error)).await;
+        }
+        if batch.len() > MAX_BATCH {
+            let message = format!(
+                "JSON-RPC batch contains {} requests; maximum is {MAX_BATCH}",
+                batch.len()
+            );
+            return self
+                .send(envelope::error_without_request(RpcError::invalid_request(
+                    message,
+                )))
+                .await;
+        }
+        let mut replies: Vec<futures::future::BoxFuture<'static, Value>> = Vec::new();
+        for message in batch {
+            let immediate = |value: Value| -> futures::future::BoxFuture<'static, Value> {
+                Box::pin(std::future::ready(value))
+            };
+            match envelope::classify(message) {
+                Incoming::Request { id, method, .. } if method == method::INITIALIZE => {
+                    let error =
+                        RpcError::invalid_request("initialize cannot be sent in a JSON-RPC batch");
+                    replies.push(immediate(envelope::reply(id, Err(error), false)));
+                }
+                Incoming::Request {
+                    id,
+                    method,
+                    params,
+                    strict,
+                } => match self.request_ctx(&method) {
+                    Ok(ctx) => replies.push(Box::pin(async move {
+                        let outcome = dispatch(&ctx, &method, params).await;
+                        envelope::reply(id, outcome, strict)
+                    })),
+                    Err((error, _)) => {
+                        replies.push(immediate(envelope::reply(id, Err(error), strict)))
+                    }
+                },
+                Incoming::Notification { .. } | Incoming::Reply => {
+                    let error = RpcError::invalid_request(
+                        "notifications cannot be sent in a JSON-RPC batch",
+                    );
+                    replies.push(immediate(envelope::error_without_request(error)));
+                }
+                Incoming::Invalid { id, error, strict } => {
+                    replies.push(immediate(envelope::reply(id, Err(error), strict)));
+                }
+            }
+        }
+        let outbound = self.shared.outbound.clone();
+        self.requests.spawn(async move {
+            let replies = futures::future::join_all(replies).await;
+            let _ = outbound.send_value(&Value::Array(replies)).await;
+        });
+    }
+}

@@ -1,0 +1,67 @@
+//! Routes a request to the module that owns its method family.
+
+use super::outbound::Outbound;
+use super::RpcError;
+use crate::session::{Registry, Session};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+use std::sync::Arc;
+
+/// What every request handler may use: its connection and its session.
+pub struct RequestCtx {
+    pub connection: Arc<ConnectionShared>,
+    pub session: Arc<Session>,
+}
+
+/// The parts of a connection that outlive a single request.
+pub struct ConnectionShared {
+    pub id: u64,
+    pub outbound: Outbound,
+    pub registry: Arc<Registry>,
+}
+
+impl RequestCtx {
+    /// Fails once another connection has resumed this session.
+    pub fn ensure_attached(&self) -> Result<(), RpcError> {
+        if self.session.attached_connection() == Some(self.connection.id) {
+            Ok(())
+        } else {
+            Err(RpcError::invalid_request(
+                "session has been resumed by another connection",
+            ))
+        }
+    }
+}
+
+/// The family of a method is what precedes its first `/` (`process/start` → `process`).
+pub fn family(method: &str) -> &str {
+    method.split_once('/').map_or(method, |(family, _)| family)
+}
+
+pub async fn dispatch(
+    ctx: &RequestCtx,
+    method: &str,
+    params: Option<Value>,
+) -> Result<Value, RpcError> {
+    match family(method) {
+        "process" => crate::process::methods::handle(ctx, method, params).await,
+        _ => Err(RpcError::method_not_found(method)),
+    }
+}
+
+/// Decodes params; absent means null, and `{}` also serves methods that take none.
+pub fn decode<T: DeserializeOwned>(params: Option<Value>) -> Result<T, RpcError> {
+    let params = params.unwrap_or(Value::Null);
+    let is_empty_object = params.as_object().is_some_and(|o| o.is_empty());
+    match serde_json::from_value(params) {
+        Ok(value) => Ok(value),
+        Err(err) if is_empty_object => serde_json::from_value(Value::Null)
+            .map_err(|_| RpcError::invalid_params(err.to_string())),
+        Err(err) => Err(RpcError::invalid_params(err.to_string())),
+    }
+}
+
+pub fn encode<T: Serialize>(result: Result<T, RpcError>) -> Result<Value, RpcError> {
+    result.map(|value| serde_json::to_value(value).expect("wire types always serialize"))
+}

@@ -1,0 +1,10 @@
+//! The JSON-RPC layer: envelope parsing in both dialects, errors, the per-connection loop and
+//! method dispatch.
+
+pub mod connection;
+pub mod dispatch;
+pub mod envelope;
+pub mod error;
+pub mod outbound;
+
+pub use error::RpcError;

@@ -1,0 +1,73 @@
+//! The sending half of a connection: any task may push a reply or notification at any time.
+
+use serde::Serialize;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+/// Messages queued per connection before senders wait (backpressure from a slow client).
+const QUEUE_CAPACITY: usize = 256;
+
+#[derive(Clone, Debug)]
+pub struct Outbound {
+    tx: mpsc::Sender<String>,
+    /// Whether the client speaks strict JSON-RPC 2.0, so notifications carry `"jsonrpc"` too.
+    strict: Arc<AtomicBool>,
+}
+
+#[derive(Debug)]
+pub struct Closed;
+
+impl Outbound {
+    pub fn new() -> (Self, mpsc::Receiver<String>) {
+        let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
+        (
+            Self {
+                tx,
+                strict: Arc::new(AtomicBool::new(false)),
+            },
+            rx,
+        )
+    }
+
+    pub fn set_strict(&self) {
+        self.strict.store(true, Ordering::Relaxed);
+    }
+
+    pub async fn send(&self, text: String) -> Result<(), Closed> {
+        self.tx.send(text).await.map_err(|_| Closed)
+    }
+
+    pub async fn send_value(&self, value: &serde_json::Value) -> Result<(), Closed> {
+        self.send(value.to_string()).await
+    }
+
+    pub async fn notify<P: Serialize>(&self, method: &str, params: &P) -> Result<(), Closed> {
+        self.send(self.notification_text(method, params)).await
+    }
+
+    pub fn notification_text<P: Serialize>(&self, method: &str, params: &P) -> String {
+        #[derive(Serialize)]
+        struct Notification<'a, P> {
+            #[serde(skip_serializing_if = "Option::is_none")]
+            jsonrpc: Option<&'static str>,
+            method: &'a str,
+            params: &'a P,
+        }
+        let jsonrpc = self.strict.load(Ordering::Relaxed).then_some("2.0");
+        serde_json::to_string(&Notification {
+            jsonrpc,
+            method,
+            params,
+        })
+        .expect("wire types always serialize")
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+
+    pub fn same_connection(&self, other: &Outbound) -> bool {
+        self.tx.same_channel(&other.tx)
+    }
+}

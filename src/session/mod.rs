@@ -1,0 +1,48 @@
+//! Sessions: the unit that owns processes. A session outlives its connection; it is attached
+//! to at most one connection at a time and can be resumed by id from another.
+
+mod registry;
+
+pub use registry::Registry;
+
+use crate::config::Config;
+use crate::process::ProcessTable;
+use crate::rpc::outbound::Outbound;
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// The connection a session's notifications currently go to.
+#[derive(Clone, Debug)]
+pub struct Attachment {
+    pub connection_id: u64,
+    pub outbound: Outbound,
+}
+
+pub struct Session {
+    pub id: String,
+    pub processes: ProcessTable,
+    attachment: watch::Sender<Option<Attachment>>,
+}
+
+impl Session {
+    fn new(id: String, config: Arc<Config>, attachment: Attachment) -> Self {
+        let (sender, receiver) = watch::channel(Some(attachment));
+        Self {
+            id,
+            processes: ProcessTable::new(config, receiver),
+            attachment: sender,
+        }
+    }
+
+    pub fn attachment(&self) -> watch::Receiver<Option<Attachment>> {
+        self.attachment.subscribe()
+    }
+
+    pub fn attached_connection(&self) -> Option<u64> {
+        self.attachment.borrow().as_ref().map(|a| a.connection_id)
+    }
+
+    fn set_attachment(&self, attachment: Option<Attachment>) {
+        self.attachment.send_replace(attachment);
+    }
+}

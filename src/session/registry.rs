@@ -1,0 +1,138 @@
+//! All sessions of the daemon, with attach, detach, resume and time-to-live expiry.
+
+use super::{Attachment, Session};
+use crate::config::Config;
+use crate::rpc::RpcError;
+use exec_server_protocol::rpc::code;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long shutdown and expiry wait for killed processes to be reaped.
+const REAP_GRACE: Duration = Duration::from_secs(2);
+
+pub struct Registry {
+    sessions: Mutex<HashMap<String, Entry>>,
+    pub config: Arc<Config>,
+}
+
+struct Entry {
+    session: Arc<Session>,
+    /// When the session lost its connection; None while attached.
+    detached_at: Option<Instant>,
+    /// Counts detaches, so a stale expiry timer recognises that the session was resumed since.
+    detach_epoch: u64,
+}
+
+impl Registry {
+    pub fn new(config: Arc<Config>) -> Arc<Self> {
+        Arc::new(Self {
+            sessions: Mutex::new(HashMap::new()),
+            config,
+        })
+    }
+
+    pub fn create(&self, attachment: Attachment) -> Arc<Session> {
+        let id = uuid::Uuid::new_v4().to_string();
+        let session = Arc::new(Session::new(id.clone(), self.config.clone(), attachment));
+        let entry = Entry {
+            session: session.clone(),
+            detached_at: None,
+            detach_epoch: 0,
+        };
+        self.sessions.lock().unwrap().insert(id, entry);
+        session
+    }
+
+    pub fn resume(&self, id: &str, attachment: Attachment) -> Result<Arc<Session>, RpcError> {
+        let unknown = || RpcError::invalid_request(format!("unknown session id {id}"));
+        let mut sessions = self.sessions.lock().unwrap();
+        let entry = sessions.get_mut(id).ok_or_else(unknown)?;
+        match entry.detached_at {
+            None => Err(RpcError::new(
+                code::SESSION_ALREADY_ATTACHED,
+                format!("session {id} is already attached to another connection"),
+            )),
+            Some(since) if since.elapsed() >= self.config.session_ttl => {
+                let entry = sessions.remove(id).expect("looked up above");
+                drop(sessions);
+                entry.session.processes.kill_all();
+                Err(unknown())
+            }
+            Some(_) => {
+                entry.detached_at = None;
+                // Notifications move to the new connection before the initialize reply is sent.
+                entry.session.set_attachment(Some(attachment));
+                Ok(entry.session.clone())
+            }
+        }
+    }
+
+    /// Called when a connection ends. Only its own attachment is cleared: after a takeover the
+    /// session belongs to the new connection.
+    pub fn detach(self: &Arc<Self>, session: &Session, connection_id: u64) {
+        let epoch = {
+            let mut sessions = self.sessions.lock().unwrap();
+            let Some(entry) = sessions.get_mut(&session.id) else {
+                return;
+            };
+            if entry.session.attached_connection() != Some(connection_id) {
+                return;
+            }
+            entry.session.set_attachment(None);
+            entry.detached_at = Some(Instant::now());
+            entry.detach_epoch += 1;
+            entry.detach_epoch
+        };
+        let registry = Arc::downgrade(self);
+        let id = session.id.clone();
+        let ttl = self.config.session_ttl;
+        tokio::spawn(async move {
+            tokio::time::sleep(ttl).await;
+            if let Some(registry) = registry.upgrade() {
+                registry.expire(&id, epoch).await;
+            }
+        });
+    }
+
+    async fn expire(&self, id: &str, epoch: u64) {
+        let expired = {
+            let mut sessions = self.sessions.lock().unwrap();
+            match sessions.get(id) {
+                Some(entry) if entry.detached_at.is_some() && entry.detach_epoch == epoch => {
+                    sessions.remove(id)
+                }
+                _ => None,
+            }
+        };
+        if let Some(entry) = expired {
+            tracing::info!(session = id, "session expired; killing its processes");
+            reap(entry.session.processes.kill_all()).await;
+        }
+    }
+
+    /// Kills every process of every session and waits (briefly) until they are reaped.
+    pub async fn shutdown(&self) {
+        let sessions: Vec<_> = self
+            .sessions
+            .lock()
+            .unwrap()
+            .drain()
+            .map(|(_, e)| e.session)
+            .collect();
+        let processes = sessions
+            .iter()
+            .flat_map(|s| s.processes.kill_all())
+            .collect();
+        reap(processes).await;
+    }
+
+    pub fn session_count(&self) -> usize {
+        self.sessions.lock().unwrap().len()
+    }
+}
+
+async fn reap(processes: Vec<Arc<crate::process::ManagedProcess>>) {
+    let all = futures::future::join_all(processes.iter().map(|p| p.wait_closed()));
+    let _ = tokio::time::timeout(REAP_GRACE, all).await;
+}

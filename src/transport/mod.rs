@@ -1,0 +1,92 @@
+//! Where clients connect: a WebSocket listener (with `/readyz`) or a single stdio connection.
+
+mod stdio;
+mod ws;
+
+use crate::config::Config;
+use crate::session::Registry;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListenUrl {
+    WebSocket(SocketAddr),
+    Stdio,
+}
+
+impl ListenUrl {
+    pub fn parse(text: &str) -> anyhow::Result<Self> {
+        if text == "stdio" || text == "stdio://" {
+            return Ok(Self::Stdio);
+        }
+        match text.strip_prefix("ws://") {
+            Some(addr) => addr.parse().map(Self::WebSocket).map_err(|_| {
+                anyhow::anyhow!("invalid websocket --listen URL `{text}`; expected `ws://IP:PORT`")
+            }),
+            None => anyhow::bail!(
+                "unsupported --listen URL `{text}`; expected `ws://IP:PORT` or `stdio`"
+            ),
+        }
+    }
+}
+
+/// Serves until SIGTERM or SIGINT (or, on stdio, the end of input), then kills every managed
+/// process before returning.
+pub async fn serve(listen: ListenUrl, config: Config) -> anyhow::Result<()> {
+    let registry = Registry::new(Arc::new(config));
+    let outcome = tokio::select! {
+        outcome = async {
+            match listen {
+                ListenUrl::WebSocket(addr) => ws::serve(addr, registry.clone()).await,
+                ListenUrl::Stdio => stdio::serve(registry.clone()).await,
+            }
+        } => outcome,
+        signal = shutdown_signal() => {
+            tracing::info!("received {signal}; shutting down");
+            Ok(())
+        }
+    };
+    registry.shutdown().await;
+    outcome
+}
+
+async fn shutdown_signal() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_urls_parse_as_the_reference_does() {
+        assert_eq!(ListenUrl::parse("stdio").unwrap(), ListenUrl::Stdio);
+        assert_eq!(ListenUrl::parse("stdio://").unwrap(), ListenUrl::Stdio);
+        assert!(matches!(
+            ListenUrl::parse("ws://127.0.0.1:0").unwrap(),
+            ListenUrl::WebSocket(_)
+        ));
+        assert_eq!(
+            ListenUrl::parse("ws://localhost:1234")
+                .unwrap_err()
+                .to_string(),
+            "invalid websocket --listen URL `ws://localhost:1234`; expected `ws://IP:PORT`"
+        );
+        assert_eq!(
+            ListenUrl::parse("http://127.0.0.1:1")
+                .unwrap_err()
+                .to_string(),
+            "unsupported --listen URL `http://127.0.0.1:1`; expected `ws://IP:PORT` or `stdio`"
+        );
+    }
+}

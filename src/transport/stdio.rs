@@ -1,0 +1,51 @@
+//! One connection on stdin/stdout: one JSON value per line. Stdout carries only the protocol.
+
+use crate::rpc::connection::{self, Frame};
+use crate::rpc::outbound::Outbound;
+use crate::session::Registry;
+use futures::StreamExt as _;
+use std::sync::Arc;
+use tokio::io::AsyncWriteExt as _;
+use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, FramedRead};
+
+pub async fn serve(registry: Arc<Registry>) -> anyhow::Result<()> {
+    tracing::info!("exec-server listening on stdio");
+    let (outbound, mut queue) = Outbound::new();
+    let writer = tokio::spawn(async move {
+        let mut stdout = tokio::io::stdout();
+        while let Some(text) = queue.recv().await {
+            let written = async {
+                stdout.write_all(text.as_bytes()).await?;
+                stdout.write_all(b"\n").await?;
+                stdout.flush().await
+            };
+            if written.await.is_err() {
+                break;
+            }
+        }
+    });
+    let codec = AnyDelimiterCodec::new_with_max_length(
+        b"\n".to_vec(),
+        b"\n".to_vec(),
+        registry.config.max_message_bytes,
+    );
+    let lines = FramedRead::new(tokio::io::stdin(), codec)
+        .take_while(|line| std::future::ready(!matches!(line, Err(AnyDelimiterCodecError::Io(_)))))
+        .filter_map(|line| {
+            std::future::ready(match line {
+                Ok(line) if line.trim_ascii().is_empty() => None,
+                Ok(line) => Some(Frame::Message(line)),
+                // The codec skips the rest of an over-long line; the connection names the limit.
+                Err(_) => Some(Frame::Oversized),
+            })
+        });
+    connection::serve(
+        lines,
+        outbound,
+        registry,
+        "JSON-RPC message from stdio".into(),
+    )
+    .await;
+    let _ = writer.await;
+    Ok(())
+}

@@ -1,0 +1,353 @@
+//! Test harness: starts the real `exec-server` binary and speaks to it over a real WebSocket.
+#![allow(dead_code)]
+
+use base64::Engine as _;
+use futures::{SinkExt as _, StreamExt as _};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::io::{BufRead as _, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+use tokio_tungstenite::tungstenite::Message;
+
+pub const TIMEOUT: Duration = Duration::from_secs(20);
+
+pub struct Daemon {
+    child: Child,
+    pub url: String,
+}
+
+impl Daemon {
+    pub fn start() -> Self {
+        Self::start_with(&[], &[])
+    }
+
+    pub fn start_with(args: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_exec-server"));
+        command
+            .args(["--listen", "ws://127.0.0.1:0"])
+            .args(args)
+            .env_remove("EXEC_SERVER_CONNECTION_TOKEN")
+            .env_remove("CODEX_EXEC_SERVER_CONNECTION_TOKEN")
+            .env("EXEC_SERVER_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let mut child = command.spawn().expect("spawn exec-server");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .expect("read banner");
+        let url = line.trim().to_owned();
+        assert!(url.starts_with("ws://"), "unexpected banner {url:?}");
+        Self { child, url }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn http_url(&self, path: &str) -> String {
+        format!("http://{}{path}", &self.url["ws://".len()..])
+    }
+
+    pub fn send_signal(&self, signal: i32) {
+        unsafe { libc::kill(self.pid(), signal) };
+    }
+
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    pub async fn client(&self) -> Client {
+        Client::connect(&self.url).await
+    }
+
+    /// A connected client that finished the handshake.
+    pub async fn session(&self) -> (Client, String) {
+        let client = self.client().await;
+        let session = client.initialize(None).await.expect("initialize");
+        (client, session)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+type Pending = Arc<Mutex<HashMap<String, oneshot::Sender<Value>>>>;
+
+pub struct Client {
+    sink: tokio::sync::Mutex<
+        futures::stream::SplitSink<
+            tokio_tungstenite::WebSocketStream<
+                tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+            >,
+            Message,
+        >,
+    >,
+    pending: Pending,
+    notifications: tokio::sync::Mutex<mpsc::UnboundedReceiver<Value>>,
+    /// Messages that are neither replies to our requests nor notifications (e.g. id -1 errors).
+    unsolicited: tokio::sync::Mutex<mpsc::UnboundedReceiver<Value>>,
+    next_id: AtomicI64,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Client {
+    pub async fn connect(url: &str) -> Self {
+        let (ws, _) = tokio_tungstenite::connect_async(url)
+            .await
+            .expect("connect");
+        Self::from_stream(ws)
+    }
+
+    pub fn from_stream(
+        ws: tokio_tungstenite::WebSocketStream<
+            tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+        >,
+    ) -> Self {
+        let (sink, mut stream) = ws.split();
+        let pending: Pending = Arc::default();
+        let (notify_tx, notify_rx) = mpsc::unbounded_channel();
+        let (other_tx, other_rx) = mpsc::unbounded_channel();
+        let routes = pending.clone();
+        let reader = tokio::spawn(async move {
+            while let Some(Ok(message)) = stream.next().await {
+                let text = match message {
+                    Message::Text(text) => text.to_string(),
+                    Message::Binary(bytes) => String::from_utf8(bytes.to_vec()).unwrap(),
+                    _ => continue,
+                };
+                let value: Value = serde_json::from_str(&text).expect("server sent valid JSON");
+                if value.get("method").is_some() {
+                    let _ = notify_tx.send(value);
+                    continue;
+                }
+                let key = value.get("id").map(|id| id.to_string()).unwrap_or_default();
+                match routes.lock().unwrap().remove(&key) {
+                    Some(waiter) => {
+                        let _ = waiter.send(value);
+                    }
+                    None => {
+                        let _ = other_tx.send(value);
+                    }
+                }
+            }
+        });
+        Self {
+            sink: tokio::sync::Mutex::new(sink),
+            pending,
+            notifications: tokio::sync::Mutex::new(notify_rx),
+            unsolicited: tokio::sync::Mutex::new(other_rx),
+            next_id: AtomicI64::new(1),
+            reader,
+        }
+    }
+
+    pub async fn send_text(&self, text: impl Into<String>) {
+        self.sink
+            .lock()
+            .await
+            .send(Message::text(text.into()))
+            .await
+            .expect("send");
+    }
+
+    pub async fn send_message(&self, message: Message) {
+        self.sink.lock().await.send(message).await.expect("send");
+    }
+
+    /// Sends a raw request value (its `id` must be set) and waits for the reply envelope.
+    pub async fn raw_request(&self, request: Value) -> Value {
+        let key = request["id"].to_string();
+        let (tx, rx) = oneshot::channel();
+        self.pending.lock().unwrap().insert(key, tx);
+        self.send_text(request.to_string()).await;
+        tokio::time::timeout(TIMEOUT, rx)
+            .await
+            .expect("reply in time")
+            .expect("connection open")
+    }
+
+    /// A request in the Codex dialect; Ok(result) or Err(error object).
+    pub async fn request(&self, method: &str, params: Value) -> Result<Value, Value> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let reply = self
+            .raw_request(json!({"id": id, "method": method, "params": params}))
+            .await;
+        match reply.get("error") {
+            Some(error) => Err(error.clone()),
+            None => Ok(reply["result"].clone()),
+        }
+    }
+
+    pub async fn call(&self, method: &str, params: Value) -> Value {
+        self.request(method, params)
+            .await
+            .unwrap_or_else(|e| panic!("{method} failed: {e}"))
+    }
+
+    pub async fn notify(&self, method: &str, params: Value) {
+        self.send_text(json!({"method": method, "params": params}).to_string())
+            .await;
+    }
+
+    pub async fn initialize(&self, resume: Option<&str>) -> Result<String, Value> {
+        let mut params = json!({"clientName": "e2e"});
+        if let Some(id) = resume {
+            params["resumeSessionId"] = json!(id);
+        }
+        let result = self.request("initialize", params).await?;
+        self.notify("initialized", json!({})).await;
+        Ok(result["sessionId"].as_str().unwrap().to_owned())
+    }
+
+    pub async fn next_notification(&self) -> Value {
+        tokio::time::timeout(TIMEOUT, self.notifications.lock().await.recv())
+            .await
+            .expect("notification in time")
+            .expect("connection open")
+    }
+
+    pub async fn try_next_notification(&self, wait: Duration) -> Option<Value> {
+        tokio::time::timeout(wait, self.notifications.lock().await.recv())
+            .await
+            .ok()
+            .flatten()
+    }
+
+    pub async fn next_unsolicited(&self) -> Value {
+        tokio::time::timeout(TIMEOUT, self.unsolicited.lock().await.recv())
+            .await
+            .expect("message in time")
+            .expect("connection open")
+    }
+
+    /// Collects `process/*` notifications of one process until `process/closed`.
+    pub async fn events_until_closed(&self, process_id: &str) -> Vec<Value> {
+        let mut events = Vec::new();
+        loop {
+            let event = self.next_notification().await;
+            if event["params"]["processId"] != process_id {
+                continue;
+            }
+            let closed = event["method"] == "process/closed";
+            events.push(event);
+            if closed {
+                return events;
+            }
+        }
+    }
+
+    pub async fn close(self) {
+        let _ = self.sink.lock().await.close().await;
+        self.reader.abort();
+    }
+
+    /// Drops the TCP connection without a close handshake.
+    pub fn abort(self) {
+        self.reader.abort();
+    }
+
+    /// Waits until the server closes this connection.
+    pub async fn wait_closed(&mut self) {
+        tokio::time::timeout(TIMEOUT, &mut self.reader)
+            .await
+            .expect("server closed in time")
+            .ok();
+    }
+}
+
+pub fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+pub fn unb64(text: &Value) -> Vec<u8> {
+    base64::engine::general_purpose::STANDARD
+        .decode(text.as_str().unwrap())
+        .unwrap()
+}
+
+pub fn cwd_uri() -> String {
+    format!("file://{}", std::env::temp_dir().display())
+}
+
+pub fn start_params(id: &str, argv: &[&str]) -> Value {
+    json!({
+        "processId": id,
+        "argv": argv,
+        "cwd": cwd_uri(),
+        "env": {"PATH": "/usr/local/bin:/usr/bin:/bin"},
+        "tty": false,
+    })
+}
+
+/// Output bytes of all `process/output` notifications, in order.
+pub fn output_of(events: &[Value]) -> Vec<u8> {
+    events
+        .iter()
+        .filter(|e| e["method"] == "process/output")
+        .flat_map(|e| unb64(&e["params"]["chunk"]))
+        .collect()
+}
+
+/// Reads a process by long-polling until it is closed; returns (bytes, final read result).
+pub async fn read_all(client: &Client, id: &str) -> (Vec<u8>, Value) {
+    let mut after = 0;
+    let mut bytes = Vec::new();
+    loop {
+        let result = client
+            .call(
+                "process/read",
+                json!({"processId": id, "afterSeq": after, "waitMs": 5000}),
+            )
+            .await;
+        for chunk in result["chunks"].as_array().unwrap() {
+            bytes.extend(unb64(&chunk["chunk"]));
+        }
+        after = result["nextSeq"].as_u64().unwrap() - 1;
+        if result["closed"] == true {
+            return (bytes, result);
+        }
+    }
+}
+
+pub fn pid_alive(pid: i32) -> bool {
+    // A zombie still answers kill(0); look at the state too.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
+        Err(_) => false,
+    }
+}
+
+pub async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while !check() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
