@@ -4,7 +4,6 @@ mod common;
 
 use common::*;
 use serde_json::json;
-use std::time::Duration;
 
 #[tokio::test]
 async fn events_share_one_seq_counter_in_order() {
