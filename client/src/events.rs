@@ -1,0 +1,533 @@
+//! Per-process event delivery: every event reaches the user exactly once and in seq order,
+//! whether it came as a pushed notification or from a catch-up `process/read` after a
+//! reconnect. Missing seqs that nothing can fill are reported as [`ProcessEvent::Gap`].
+
+use exec_server_protocol::process::{
+    ClosedNotification, ExitedNotification, OutputNotification, OutputStream, ReadResult,
+};
+use exec_server_protocol::rpc::method;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use tokio::sync::mpsc;
+
+/// What happens to a process, in seq order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProcessEvent {
+    Output {
+        seq: u64,
+        stream: OutputStream,
+        data: Vec<u8>,
+    },
+    Exited {
+        seq: u64,
+        exit_code: i32,
+        sandbox_denied: bool,
+    },
+    /// The last event: the process exited and its output streams are at EOF.
+    Closed { seq: u64 },
+    /// An error, not the end: the events `from_seq..=to_seq` were evicted on the daemon before
+    /// this client could receive them. Later events still follow.
+    Gap { from_seq: u64, to_seq: u64 },
+    /// The last event: the session could not be resumed, so the process's fate is unknown.
+    Failed { message: String },
+}
+
+impl ProcessEvent {
+    /// True for the events after which nothing more is delivered.
+    pub fn is_final(&self) -> bool {
+        matches!(self, Self::Closed { .. } | Self::Failed { .. })
+    }
+}
+
+/// The seq bookkeeping of one process, free of I/O.
+#[derive(Debug, Default)]
+pub struct SeqLog {
+    /// Highest seq handed to the user.
+    last_seq: u64,
+    /// Events that arrived ahead of a hole, waiting for it to be filled.
+    ahead: BTreeMap<u64, ProcessEvent>,
+    exited: bool,
+    finished: bool,
+}
+
+impl SeqLog {
+    pub fn last_seq(&self) -> u64 {
+        self.last_seq
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    /// Whether events wait behind a hole that only a `process/read` can fill.
+    pub fn has_hole(&self) -> bool {
+        self.ahead
+            .keys()
+            .next()
+            .is_some_and(|&seq| seq > self.last_seq + 1)
+    }
+
+    /// A pushed event. Returns what can now be delivered, in order.
+    pub fn push(&mut self, seq: u64, event: ProcessEvent) -> Vec<ProcessEvent> {
+        if self.finished || seq <= self.last_seq {
+            return Vec::new();
+        }
+        self.ahead.insert(seq, event);
+        let mut out = Vec::new();
+        self.drain_contiguous(&mut out);
+        out
+    }
+
+    /// A catch-up read with `afterSeq` ≤ [`Self::last_seq`] and no `maxBytes`, so `nextSeq - 1`
+    /// is the newest event of the process. Everything up to it is delivered now: from the read,
+    /// from events that arrived meanwhile, inferred terminal events, or as a gap.
+    pub fn apply_read(&mut self, read: ReadResult) -> Vec<ProcessEvent> {
+        let mut out = Vec::new();
+        if self.finished {
+            return out;
+        }
+        for chunk in read.chunks {
+            if chunk.seq > self.last_seq {
+                self.ahead.entry(chunk.seq).or_insert(ProcessEvent::Output {
+                    seq: chunk.seq,
+                    stream: chunk.stream,
+                    data: chunk.chunk.0,
+                });
+            }
+        }
+        let target = read.next_seq.saturating_sub(1);
+        let known = |ahead: &BTreeMap<u64, ProcessEvent>, pred: fn(&ProcessEvent) -> bool| {
+            ahead.values().any(pred)
+        };
+        if read.closed
+            && target > self.last_seq
+            && !known(&self.ahead, |e| matches!(e, ProcessEvent::Closed { .. }))
+        {
+            self.ahead
+                .insert(target, ProcessEvent::Closed { seq: target });
+        }
+        let mut holes = self.holes_through(target);
+        if read.exited
+            && !self.exited
+            && !known(&self.ahead, |e| matches!(e, ProcessEvent::Exited { .. }))
+        {
+            let exit_seq = infer_exit_seq(&mut holes, read.first_retained_seq);
+            let event = ProcessEvent::Exited {
+                seq: exit_seq.unwrap_or(self.last_seq),
+                exit_code: read.exit_code.unwrap_or(-1),
+                sandbox_denied: read.sandbox_denied,
+            };
+            match exit_seq {
+                Some(seq) => {
+                    self.ahead.insert(seq, event);
+                }
+                // Its seq was lost in an earlier gap; it still must not be lost itself.
+                None => {
+                    self.exited = true;
+                    out.push(event);
+                }
+            }
+        }
+        for (from, to) in holes {
+            self.ahead.insert(
+                from,
+                ProcessEvent::Gap {
+                    from_seq: from,
+                    to_seq: to,
+                },
+            );
+        }
+        self.drain_contiguous(&mut out);
+        out
+    }
+
+    /// The seq ranges in (last_seq, target] for which no event is known.
+    fn holes_through(&self, target: u64) -> Vec<(u64, u64)> {
+        let mut holes = Vec::new();
+        let mut next = self.last_seq + 1;
+        if target < next {
+            return holes;
+        }
+        for &seq in self.ahead.range(next..=target).map(|(seq, _)| seq) {
+            if seq > next {
+                holes.push((next, seq - 1));
+            }
+            next = seq + 1;
+        }
+        if next <= target {
+            holes.push((next, target));
+        }
+        holes
+    }
+
+    fn drain_contiguous(&mut self, out: &mut Vec<ProcessEvent>) {
+        while let Some(entry) = self.ahead.first_entry() {
+            let seq = *entry.key();
+            let event = entry.get();
+            let end = match event {
+                ProcessEvent::Gap { to_seq, .. } => *to_seq,
+                _ => seq,
+            };
+            if seq != self.last_seq + 1 {
+                break;
+            }
+            let event = entry.remove();
+            self.last_seq = end;
+            self.exited |= matches!(event, ProcessEvent::Exited { .. });
+            let last = event.is_final();
+            out.push(event);
+            if last {
+                self.finish();
+                return;
+            }
+        }
+    }
+
+    /// Marks the process done; later events are ignored.
+    pub fn finish(&mut self) {
+        self.finished = true;
+        self.ahead.clear();
+    }
+}
+
+/// Picks the exited event's seq among the holes and removes it from them. Seqs at or after
+/// `first_retained` cannot be evicted output, so a hole there is a terminal event; otherwise a
+/// single one-seq hole is the only unambiguous choice.
+fn infer_exit_seq(holes: &mut Vec<(u64, u64)>, first_retained: u64) -> Option<u64> {
+    let total: u64 = holes.iter().map(|(from, to)| to - from + 1).sum();
+    let index = if first_retained > 0 {
+        holes
+            .iter()
+            .position(|&(_, to)| to >= first_retained)
+            .or_else(|| holes.len().checked_sub(1))?
+    } else if total == 1 {
+        0
+    } else {
+        holes.len().checked_sub(1)?
+    };
+    let (from, to) = holes[index];
+    let seq = if first_retained > 0 && to >= first_retained {
+        from.max(first_retained)
+    } else {
+        to
+    };
+    holes.remove(index);
+    if from < seq {
+        holes.insert(index, (from, seq - 1));
+    }
+    if seq < to {
+        let at = if from < seq { index + 1 } else { index };
+        holes.insert(at, (seq + 1, to));
+    }
+    Some(seq)
+}
+
+struct Route {
+    log: SeqLog,
+    events: mpsc::UnboundedSender<ProcessEvent>,
+    catching_up: bool,
+}
+
+/// All processes of a client, keyed by process id.
+pub struct Router {
+    routes: Mutex<HashMap<String, Route>>,
+    /// Process ids whose events wait behind a hole; a worker reads them to fill it.
+    holes: mpsc::UnboundedSender<String>,
+}
+
+impl Router {
+    pub fn new(holes: mpsc::UnboundedSender<String>) -> Self {
+        Self {
+            routes: Mutex::new(HashMap::new()),
+            holes,
+        }
+    }
+
+    /// Registers a process before it is started, so that no early notification is lost.
+    /// Returns None if the id is in use.
+    pub fn register(&self, id: &str) -> Option<mpsc::UnboundedReceiver<ProcessEvent>> {
+        let mut routes = self.routes.lock().unwrap();
+        if routes.contains_key(id) {
+            return None;
+        }
+        let (events, receiver) = mpsc::unbounded_channel();
+        routes.insert(
+            id.to_owned(),
+            Route {
+                log: SeqLog::default(),
+                events,
+                catching_up: false,
+            },
+        );
+        Some(receiver)
+    }
+
+    pub fn unregister(&self, id: &str) {
+        self.routes.lock().unwrap().remove(id);
+    }
+
+    pub fn notification(&self, method: &str, params: Option<&str>) {
+        let Some(params) = params else { return };
+        let (id, seq, event) = match method {
+            method::PROCESS_OUTPUT => match serde_json::from_str::<OutputNotification>(params) {
+                Ok(n) => (
+                    n.process_id,
+                    n.seq,
+                    ProcessEvent::Output {
+                        seq: n.seq,
+                        stream: n.stream,
+                        data: n.chunk.0,
+                    },
+                ),
+                Err(_) => return,
+            },
+            method::PROCESS_EXITED => match serde_json::from_str::<ExitedNotification>(params) {
+                Ok(n) => (
+                    n.process_id,
+                    n.seq,
+                    ProcessEvent::Exited {
+                        seq: n.seq,
+                        exit_code: n.exit_code,
+                        sandbox_denied: n.sandbox_denied,
+                    },
+                ),
+                Err(_) => return,
+            },
+            method::PROCESS_CLOSED => match serde_json::from_str::<ClosedNotification>(params) {
+                Ok(n) => (n.process_id, n.seq, ProcessEvent::Closed { seq: n.seq }),
+                Err(_) => return,
+            },
+            _ => return,
+        };
+        self.update(&id, |log| log.push(seq, event));
+    }
+
+    /// Applies a catch-up read; returns false if the process is unknown.
+    pub fn apply_read(&self, id: &str, read: ReadResult) -> bool {
+        self.update(id, |log| log.apply_read(read))
+    }
+
+    fn update(&self, id: &str, change: impl FnOnce(&mut SeqLog) -> Vec<ProcessEvent>) -> bool {
+        let mut routes = self.routes.lock().unwrap();
+        let Some(route) = routes.get_mut(id) else {
+            return false;
+        };
+        for event in change(&mut route.log) {
+            let _ = route.events.send(event);
+        }
+        if route.log.is_finished() {
+            routes.remove(id);
+        } else if route.log.has_hole() && !route.catching_up {
+            route.catching_up = true;
+            let _ = self.holes.send(id.to_owned());
+        }
+        true
+    }
+
+    /// Starts a catch-up of `id` unless one is running; returns its `afterSeq`.
+    pub fn begin_catch_up(&self, id: &str) -> Option<u64> {
+        let mut routes = self.routes.lock().unwrap();
+        let route = routes.get_mut(id)?;
+        route.catching_up = true;
+        Some(route.log.last_seq())
+    }
+
+    /// Ends a catch-up; returns true if events still wait behind a hole (read again).
+    pub fn end_catch_up(&self, id: &str) -> bool {
+        let mut routes = self.routes.lock().unwrap();
+        let Some(route) = routes.get_mut(id) else {
+            return false;
+        };
+        route.catching_up = route.log.has_hole();
+        route.catching_up
+    }
+
+    /// Ids of processes whose last event has not been delivered.
+    pub fn unfinished(&self) -> Vec<String> {
+        self.routes.lock().unwrap().keys().cloned().collect()
+    }
+
+    /// Fails every unfinished process (the session is gone).
+    pub fn fail_all(&self, message: &str) {
+        let mut routes = self.routes.lock().unwrap();
+        for (_, route) in routes.drain() {
+            let _ = route.events.send(ProcessEvent::Failed {
+                message: message.to_owned(),
+            });
+        }
+    }
+
+    /// Fails one process whose catch-up is impossible.
+    pub fn fail(&self, id: &str, message: &str) {
+        if let Some(route) = self.routes.lock().unwrap().remove(id) {
+            let _ = route.events.send(ProcessEvent::Failed {
+                message: message.to_owned(),
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use exec_server_protocol::base64_bytes::Base64Bytes;
+    use exec_server_protocol::process::OutputChunk;
+
+    fn out(seq: u64) -> ProcessEvent {
+        ProcessEvent::Output {
+            seq,
+            stream: OutputStream::Stdout,
+            data: vec![seq as u8],
+        }
+    }
+
+    fn read(chunks: &[u64], next_seq: u64) -> ReadResult {
+        ReadResult {
+            chunks: chunks
+                .iter()
+                .map(|&seq| OutputChunk {
+                    seq,
+                    stream: OutputStream::Stdout,
+                    chunk: Base64Bytes(vec![seq as u8]),
+                })
+                .collect(),
+            next_seq,
+            exited: false,
+            exit_code: None,
+            closed: false,
+            failure: None,
+            sandbox_denied: false,
+            first_retained_seq: chunks.first().copied().unwrap_or(next_seq),
+            truncated: false,
+        }
+    }
+
+    fn seqs(events: &[ProcessEvent]) -> Vec<String> {
+        events
+            .iter()
+            .map(|e| match e {
+                ProcessEvent::Output { seq, .. } => format!("o{seq}"),
+                ProcessEvent::Exited { seq, exit_code, .. } => format!("x{seq}:{exit_code}"),
+                ProcessEvent::Closed { seq } => format!("c{seq}"),
+                ProcessEvent::Gap { from_seq, to_seq } => format!("gap{from_seq}-{to_seq}"),
+                ProcessEvent::Failed { .. } => "failed".into(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn pushed_events_are_deduplicated_and_held_behind_a_hole() {
+        let mut log = SeqLog::default();
+        assert_eq!(seqs(&log.push(1, out(1))), ["o1"]);
+        assert!(log.push(1, out(1)).is_empty(), "a duplicate is dropped");
+        assert!(log.push(3, out(3)).is_empty(), "3 waits for 2");
+        assert!(log.has_hole());
+        assert_eq!(seqs(&log.push(2, out(2))), ["o2", "o3"]);
+        assert!(!log.has_hole());
+    }
+
+    #[test]
+    fn a_catch_up_read_fills_the_hole_and_merges_with_pushed_events() {
+        let mut log = SeqLog::default();
+        log.push(1, out(1));
+        // After a reconnect the new connection pushes 5 before the read answers.
+        assert!(log.push(5, out(5)).is_empty());
+        let delivered = log.apply_read(read(&[2, 3, 4, 5], 6));
+        assert_eq!(seqs(&delivered), ["o2", "o3", "o4", "o5"]);
+        assert_eq!(log.last_seq(), 5);
+        assert!(log.push(4, out(4)).is_empty());
+        assert_eq!(seqs(&log.push(6, out(6))), ["o6"]);
+    }
+
+    #[test]
+    fn exited_and_closed_are_inferred_from_the_read_state() {
+        let mut log = SeqLog::default();
+        log.push(1, out(1));
+        let mut result = read(&[2, 4], 6);
+        result.exited = true;
+        result.exit_code = Some(3);
+        result.closed = true;
+        result.first_retained_seq = 2;
+        // Output 4 came after the exit (a grandchild kept the pipe open).
+        assert_eq!(seqs(&log.apply_read(result)), ["o2", "x3:3", "o4", "c5"]);
+        assert!(log.is_finished());
+    }
+
+    #[test]
+    fn evicted_output_is_reported_as_a_gap_not_skipped() {
+        let mut log = SeqLog::default();
+        log.push(1, out(1));
+        let mut result = read(&[5, 6], 8);
+        result.exited = true;
+        result.exit_code = Some(0);
+        result.first_retained_seq = 5;
+        result.truncated = true;
+        assert_eq!(
+            seqs(&log.apply_read(result)),
+            ["gap2-4", "o5", "o6", "x7:0"]
+        );
+        assert!(!log.is_finished());
+        assert_eq!(seqs(&log.push(8, ProcessEvent::Closed { seq: 8 })), ["c8"]);
+    }
+
+    #[test]
+    fn a_truncated_read_is_no_gap_when_pushed_events_cover_it() {
+        // The new connection's notifications were evicted after delivery, before the read.
+        let mut log = SeqLog::default();
+        log.push(1, out(1));
+        log.push(2, out(2));
+        let mut result = read(&[], 3);
+        result.truncated = true;
+        result.first_retained_seq = 3;
+        assert!(log.apply_read(result).is_empty());
+        assert_eq!(log.last_seq(), 2);
+    }
+
+    #[test]
+    fn a_read_of_an_exited_process_on_a_server_without_retention_info() {
+        let mut log = SeqLog::default();
+        let mut result = read(&[1], 4);
+        result.exited = true;
+        result.exit_code = Some(1);
+        result.closed = true;
+        result.first_retained_seq = 0;
+        assert_eq!(seqs(&log.apply_read(result)), ["o1", "x2:1", "c3"]);
+    }
+
+    #[test]
+    fn exit_seq_inference_splits_holes() {
+        let mut holes = vec![(2, 4), (9, 12)];
+        assert_eq!(infer_exit_seq(&mut holes, 10), Some(10));
+        assert_eq!(holes, [(2, 4), (9, 9), (11, 12)]);
+        let mut holes = vec![(2, 4)];
+        assert_eq!(infer_exit_seq(&mut holes, 0), Some(4));
+        assert_eq!(holes, [(2, 3)]);
+        assert_eq!(infer_exit_seq(&mut Vec::new(), 5), None);
+    }
+
+    #[test]
+    fn router_reports_holes_once_until_caught_up() {
+        let (holes, mut hole_ids) = mpsc::unbounded_channel();
+        let router = Router::new(holes);
+        let mut events = router.register("p").unwrap();
+        assert!(router.register("p").is_none(), "ids are unique");
+        let note = |seq: u64| {
+            format!(r#"{{"processId":"p","seq":{seq},"stream":"stdout","chunk":"eA=="}}"#)
+        };
+        router.notification(method::PROCESS_OUTPUT, Some(&note(2)));
+        router.notification(method::PROCESS_OUTPUT, Some(&note(3)));
+        assert_eq!(hole_ids.try_recv().unwrap(), "p");
+        assert!(hole_ids.try_recv().is_err(), "one catch-up at a time");
+        assert_eq!(router.begin_catch_up("p"), Some(0));
+        router.apply_read("p", read(&[1, 2], 3));
+        assert!(!router.end_catch_up("p"));
+        let got: Vec<_> = std::iter::from_fn(|| events.try_recv().ok()).collect();
+        assert_eq!(seqs(&got), ["o1", "o2", "o3"]);
+        router.notification(method::PROCESS_CLOSED, Some(r#"{"processId":"p","seq":4}"#));
+        assert_eq!(events.try_recv().unwrap(), ProcessEvent::Closed { seq: 4 });
+        assert!(
+            router.unfinished().is_empty(),
+            "finished routes are dropped"
+        );
+    }
+}

@@ -1,0 +1,509 @@
+//! A client for exec-server.
+//!
+//! [`Client::connect`] opens a session. When the connection drops, the client reconnects and
+//! resumes the session by itself (retrying while the daemon still sees the old connection),
+//! then catches every unfinished process up with `process/read {afterSeq}`, so each
+//! [`ProcessEvent`] reaches the [`Process`] exactly once and in order. Writes keep their
+//! `writeId` across retries, so a write whose reply was lost is not applied twice. Output the
+//! daemon could no longer replay is reported as [`ProcessEvent::Gap`], never skipped silently.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), exec_server_client::Error> {
+//! use exec_server_client::{Client, ClientOptions, Command, ProcessEvent};
+//! let client = Client::connect(ClientOptions::new("ws://127.0.0.1:8080")).await?;
+//! let mut process = client.start(Command::new(["echo", "hi"]).cwd("/tmp")?).await?;
+//! while let Some(event) = process.next_event().await {
+//!     if let ProcessEvent::Output { data, .. } = event {
+//!         print!("{}", String::from_utf8_lossy(&data));
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
+
+mod connection;
+mod events;
+pub mod fs;
+pub mod http;
+mod process;
+
+pub use events::ProcessEvent;
+pub use exec_server_protocol as protocol;
+pub use process::{Command, Process, ProcessHandle};
+
+use connection::{CallError, Connection};
+use events::Router;
+use exec_server_protocol::process::ReadParams;
+use exec_server_protocol::rpc::{code, method, ErrorObject};
+use exec_server_protocol::session::{InitializeParams, InitializeResult};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+
+/// How long to keep trying to resume: inside the daemon's default 30 s session TTL.
+pub const DEFAULT_RECONNECT_DEADLINE: Duration = Duration::from_secs(25);
+
+/// The pause between resume attempts (as the codex client).
+pub const RECONNECT_INTERVAL: Duration = Duration::from_millis(100);
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    Connect(String),
+    /// The daemon answered with a JSON-RPC error.
+    #[error("{0}")]
+    Rpc(ErrorObject),
+    /// The connection dropped while a call that is not safe to repeat was in flight: it may or
+    /// may not have taken effect.
+    #[error("the connection dropped before `{0}` was answered")]
+    Disconnected(String),
+    /// The session could not be resumed; nothing more can be done with this client.
+    #[error("session lost: {0}")]
+    SessionLost(String),
+    #[error("unexpected reply to `{method}`: {message}")]
+    Protocol { method: String, message: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl Error {
+    /// The JSON-RPC error code, when the daemon answered with one.
+    pub fn code(&self) -> Option<i64> {
+        match self {
+            Self::Rpc(error) => Some(error.code),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    pub url: String,
+    /// Sent as `Authorization: Bearer <token>`.
+    pub token: Option<String>,
+    pub client_name: String,
+    /// Take over this detached session instead of creating one.
+    pub resume_session_id: Option<String>,
+    /// How long to keep resuming after a drop; None disables reconnecting.
+    pub reconnect_deadline: Option<Duration>,
+}
+
+impl ClientOptions {
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            token: None,
+            client_name: "exec-server-client".into(),
+            resume_session_id: None,
+            reconnect_deadline: Some(DEFAULT_RECONNECT_DEADLINE),
+        }
+    }
+
+    pub fn token(mut self, token: Option<String>) -> Self {
+        self.token = token;
+        self
+    }
+}
+
+/// Whether a call may be sent again after its connection dropped before the reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retry {
+    /// Repeating it has the same effect as sending it once.
+    Safe,
+    Never,
+}
+
+impl Retry {
+    /// The methods this client knows to be safe to repeat.
+    pub fn for_method(name: &str) -> Self {
+        const SAFE: &[&str] = &[
+            method::PROCESS_READ,
+            method::PROCESS_WRITE,
+            method::PROCESS_TERMINATE,
+            method::PROCESS_RESIZE,
+            method::PROCESS_CLOSE_STDIN,
+            fs::READ_FILE,
+            fs::WRITE_FILE,
+            fs::READ_DIRECTORY,
+            fs::GET_METADATA,
+            fs::CLOSE,
+            "fs/canonicalize",
+            "environment/info",
+            "environment/status",
+        ];
+        if SAFE.contains(&name) {
+            Self::Safe
+        } else {
+            Self::Never
+        }
+    }
+}
+
+/// A session on one daemon. Cheap to clone; all clones share the connection.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("session_id", &self.inner.session_id)
+            .finish_non_exhaustive()
+    }
+}
+
+enum State {
+    Connected(Arc<Connection>),
+    Reconnecting,
+    Failed(String),
+}
+
+struct Inner {
+    options: ClientOptions,
+    session_id: String,
+    environment_info: Option<Value>,
+    state: watch::Sender<State>,
+    router: Arc<Router>,
+    next_id: AtomicI64,
+    epochs: AtomicU64,
+    /// Counts completed recoveries (resume and catch-up of every process).
+    recoveries: watch::Sender<u64>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let State::Connected(connection) = &*self.state.borrow() {
+            connection.kill();
+        }
+    }
+}
+
+impl Client {
+    /// Connects, creates (or resumes) the session and completes the handshake.
+    pub async fn connect(options: ClientOptions) -> Result<Self, Error> {
+        let (holes, hole_ids) = mpsc::unbounded_channel();
+        let router = Arc::new(Router::new(holes));
+        let (connection, init) = match &options.resume_session_id {
+            Some(id) => resume(&options, id, 1, &router).await?,
+            None => {
+                let connection =
+                    Connection::open(&options.url, options.token.as_deref(), 1, router.clone())
+                        .await?;
+                let init = handshake(&connection, &options, None).await?;
+                (connection, init)
+            }
+        };
+        let inner = Arc::new(Inner {
+            session_id: init.session_id,
+            environment_info: init.environment_info,
+            options,
+            state: watch::channel(State::Connected(connection.clone())).0,
+            router,
+            next_id: AtomicI64::new(1_000),
+            epochs: AtomicU64::new(1),
+            recoveries: watch::channel(0).0,
+        });
+        tokio::spawn(supervise(Arc::downgrade(&inner), connection));
+        tokio::spawn(fill_holes(Arc::downgrade(&inner), hole_ids));
+        Ok(Self { inner })
+    }
+
+    pub fn session_id(&self) -> &str {
+        &self.inner.session_id
+    }
+
+    /// The `environmentInfo` of the initialize reply, when the daemon sent one.
+    pub fn environment_info(&self) -> Option<&Value> {
+        self.inner.environment_info.as_ref()
+    }
+
+    /// Any method; repeated after a reconnect only if [`Retry::for_method`] says it is safe.
+    pub async fn call(&self, method: &str, params: Value) -> Result<Value, Error> {
+        self.request(method, &params, Retry::for_method(method))
+            .await
+    }
+
+    /// A typed call: params serialized, the result deserialized.
+    pub async fn request<P: Serialize + ?Sized, R: DeserializeOwned>(
+        &self,
+        method: &str,
+        params: &P,
+        retry: Retry,
+    ) -> Result<R, Error> {
+        let raw = self.raw_request(method, params, retry).await?;
+        serde_json::from_str(raw.get()).map_err(|err| Error::Protocol {
+            method: method.into(),
+            message: err.to_string(),
+        })
+    }
+
+    async fn raw_request<P: Serialize + ?Sized>(
+        &self,
+        method: &str,
+        params: &P,
+        retry: Retry,
+    ) -> Result<Box<RawValue>, Error> {
+        let params =
+            serde_json::to_string(params).map_err(|err| Error::Invalid(err.to_string()))?;
+        let mut after_epoch = 0;
+        loop {
+            let connection = self.inner.connection_after(after_epoch).await?;
+            let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+            let text = envelope(id, method, &params);
+            match connection.request(id, text).await {
+                Ok(result) => return Ok(result),
+                Err(CallError::Rpc(error)) => return Err(Error::Rpc(error)),
+                Err(CallError::Disconnected { sent }) => {
+                    if sent && retry == Retry::Never {
+                        return Err(Error::Disconnected(method.into()));
+                    }
+                    after_epoch = connection.epoch;
+                }
+            }
+        }
+    }
+
+    /// Starts a process; its events are routed to the returned [`Process`].
+    pub async fn start(&self, command: Command) -> Result<Process, Error> {
+        process::start(self.clone(), command).await
+    }
+
+    /// Kills the socket without a close handshake, as a network failure would. The client
+    /// then reconnects and resumes by itself (unless reconnecting is disabled).
+    pub fn drop_connection(&self) {
+        if let State::Connected(connection) = &*self.inner.state.borrow() {
+            connection.kill();
+        }
+    }
+
+    /// How many recoveries (resume plus catch-up) completed; `wait_for` a higher value to
+    /// wait for the next one.
+    pub fn recoveries(&self) -> watch::Receiver<u64> {
+        self.inner.recoveries.subscribe()
+    }
+
+    /// Closes the connection cleanly. The session stays on the daemon until its TTL expires.
+    pub async fn close(self) {
+        let connection = match &*self.inner.state.borrow() {
+            State::Connected(connection) => Some(connection.clone()),
+            _ => None,
+        };
+        self.inner
+            .state
+            .send_replace(State::Failed("the client was closed".into()));
+        if let Some(connection) = connection {
+            connection.close();
+            let _ = tokio::time::timeout(Duration::from_secs(1), connection.dead()).await;
+            connection.kill();
+        }
+    }
+
+    fn router(&self) -> &Router {
+        &self.inner.router
+    }
+}
+
+impl Inner {
+    /// The live connection with an epoch above `after`, once there is one.
+    async fn connection_after(&self, after: u64) -> Result<Arc<Connection>, Error> {
+        let mut state = self.state.subscribe();
+        loop {
+            match &*state.borrow_and_update() {
+                State::Connected(connection)
+                    if connection.epoch > after && !connection.is_dead() =>
+                {
+                    return Ok(connection.clone())
+                }
+                State::Failed(message) => return Err(Error::SessionLost(message.clone())),
+                _ => {}
+            }
+            if state.changed().await.is_err() {
+                return Err(Error::SessionLost("the client was dropped".into()));
+            }
+        }
+    }
+}
+
+fn envelope(id: i64, method: &str, params: &str) -> String {
+    let method = serde_json::to_string(method).expect("strings serialize");
+    format!(r#"{{"id":{id},"method":{method},"params":{params}}}"#)
+}
+
+async fn handshake(
+    connection: &Connection,
+    options: &ClientOptions,
+    resume_session_id: Option<&str>,
+) -> Result<InitializeResult, Error> {
+    let params = InitializeParams {
+        client_name: options.client_name.clone(),
+        resume_session_id: resume_session_id.map(str::to_owned),
+    };
+    let params = serde_json::to_string(&params).expect("wire types serialize");
+    let result = match connection
+        .request(0, envelope(0, method::INITIALIZE, &params))
+        .await
+    {
+        Ok(result) => result,
+        Err(CallError::Rpc(error)) => return Err(Error::Rpc(error)),
+        Err(CallError::Disconnected { .. }) => {
+            return Err(Error::Connect(
+                "the connection dropped during initialize".into(),
+            ))
+        }
+    };
+    let init: InitializeResult =
+        serde_json::from_str(result.get()).map_err(|err| Error::Protocol {
+            method: method::INITIALIZE.into(),
+            message: err.to_string(),
+        })?;
+    connection.notify(format!(
+        r#"{{"method":"{}","params":{{}}}}"#,
+        method::INITIALIZED
+    ));
+    Ok(init)
+}
+
+/// Opens a connection and resumes `session_id`, retrying transport errors and "still attached"
+/// (-32010) every [`RECONNECT_INTERVAL`] until the deadline.
+async fn resume(
+    options: &ClientOptions,
+    session_id: &str,
+    epoch: u64,
+    router: &Arc<Router>,
+) -> Result<(Arc<Connection>, InitializeResult), Error> {
+    let deadline =
+        tokio::time::Instant::now() + options.reconnect_deadline.unwrap_or(Duration::ZERO);
+    loop {
+        let attempt = async {
+            let connection = Connection::open(
+                &options.url,
+                options.token.as_deref(),
+                epoch,
+                router.clone(),
+            )
+            .await?;
+            match handshake(&connection, options, Some(session_id)).await {
+                Ok(init) => Ok((connection, init)),
+                Err(err) => {
+                    connection.kill();
+                    Err(err)
+                }
+            }
+        };
+        let error = match attempt.await {
+            Ok(done) => return Ok(done),
+            Err(err) => err,
+        };
+        let retryable = match &error {
+            Error::Rpc(error) => error.code == code::SESSION_ALREADY_ATTACHED,
+            Error::Connect(_) => true,
+            _ => false,
+        };
+        if !retryable || tokio::time::Instant::now() + RECONNECT_INTERVAL > deadline {
+            return Err(error);
+        }
+        tokio::time::sleep(RECONNECT_INTERVAL).await;
+    }
+}
+
+/// Waits for each connection to die, then resumes the session on a new one and catches up
+/// every unfinished process. Gives up (failing every process) when resuming is impossible.
+async fn supervise(inner: Weak<Inner>, mut connection: Arc<Connection>) {
+    loop {
+        connection.dead().await;
+        let Some(strong) = inner.upgrade() else {
+            return;
+        };
+        if matches!(&*strong.state.borrow(), State::Failed(_)) {
+            return;
+        }
+        strong.state.send_replace(State::Reconnecting);
+        let outcome = match strong.options.reconnect_deadline {
+            None => Err(Error::Connect("the connection dropped".into())),
+            Some(_) => {
+                let epoch = strong.epochs.fetch_add(1, Ordering::Relaxed) + 1;
+                let (options, session_id, router) = (
+                    strong.options.clone(),
+                    strong.session_id.clone(),
+                    strong.router.clone(),
+                );
+                // Holding no strong reference while waiting lets a dropped client go away.
+                drop(strong);
+                resume(&options, &session_id, epoch, &router).await
+            }
+        };
+        let Some(strong) = inner.upgrade() else {
+            return;
+        };
+        match outcome {
+            Ok((next, _)) => {
+                connection = next;
+                strong
+                    .state
+                    .send_replace(State::Connected(connection.clone()));
+                let client = Client { inner: strong };
+                tokio::spawn(async move {
+                    let ids = client.router().unfinished();
+                    futures::future::join_all(ids.iter().map(|id| catch_up(&client, id))).await;
+                    client.inner.recoveries.send_modify(|n| *n += 1);
+                });
+            }
+            Err(err) => {
+                let message = format!("cannot resume session {}: {err}", strong.session_id);
+                strong.state.send_replace(State::Failed(message.clone()));
+                strong.router.fail_all(&message);
+                return;
+            }
+        }
+    }
+}
+
+/// Reads what `id` missed, until no events wait behind a hole.
+async fn catch_up(client: &Client, id: &str) {
+    loop {
+        let Some(after_seq) = client.router().begin_catch_up(id) else {
+            return;
+        };
+        let params = ReadParams {
+            process_id: id.to_owned(),
+            after_seq: Some(after_seq),
+            max_bytes: None,
+            wait_ms: Some(0),
+        };
+        match client
+            .request(method::PROCESS_READ, &params, Retry::Safe)
+            .await
+        {
+            Ok(read) => {
+                client.router().apply_read(id, read);
+            }
+            Err(Error::Rpc(error)) => {
+                // The daemon forgot it (e.g. retention passed while we were away).
+                client.router().fail(
+                    id,
+                    &format!("cannot catch up on process {id}: {}", error.message),
+                );
+                return;
+            }
+            // The session is gone: the supervisor fails every process.
+            Err(_) => return,
+        }
+        if !client.router().end_catch_up(id) {
+            return;
+        }
+    }
+}
+
+/// Catches up processes whose pushed events arrived with a hole outside a recovery.
+async fn fill_holes(inner: Weak<Inner>, mut ids: mpsc::UnboundedReceiver<String>) {
+    while let Some(id) = ids.recv().await {
+        let Some(inner) = inner.upgrade() else { return };
+        let client = Client { inner };
+        tokio::spawn(async move { catch_up(&client, &id).await });
+    }
+}

@@ -1,0 +1,310 @@
+//! Processes: start one with a [`Command`], then control it through its [`ProcessHandle`] and
+//! consume its events from the [`Process`].
+
+use crate::{Client, Error, ProcessEvent, Retry};
+use exec_server_protocol::base64_bytes::Base64Bytes;
+use exec_server_protocol::process::{
+    EnvPolicy, ProcessIdParams, ProcessSignal, ReadParams, ReadResult, ResizeParams, SandboxType,
+    SignalParams, StartParams, StartResult, TerminalSize, TerminateResult, WriteParams,
+    WriteResult, WriteStatus,
+};
+use exec_server_protocol::rpc::{code, method};
+use exec_server_protocol::PathUri;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// What to start: `process/start` params with defaults (a fresh UUID as process id, no env).
+#[derive(Clone, Debug)]
+pub struct Command {
+    params: StartParams,
+}
+
+impl Command {
+    pub fn new<I: IntoIterator<Item = S>, S: Into<String>>(argv: I) -> Self {
+        Self {
+            params: StartParams {
+                process_id: uuid::Uuid::new_v4().to_string(),
+                argv: argv.into_iter().map(Into::into).collect(),
+                cwd: PathUri::parse("file:///").expect("the root is a valid URI"),
+                env: BTreeMap::new(),
+                tty: false,
+                pipe_stdin: false,
+                arg0: None,
+                env_policy: None,
+                size: None,
+                sandbox: None,
+                enforce_managed_network: false,
+                managed_network: None,
+            },
+        }
+    }
+
+    /// The working directory: an absolute path or a `file:` URI, on the daemon's host.
+    pub fn cwd(mut self, dir: &str) -> Result<Self, Error> {
+        self.params.cwd = path_uri(dir)?;
+        Ok(self)
+    }
+
+    pub fn process_id(mut self, id: impl Into<String>) -> Self {
+        self.params.process_id = id.into();
+        self
+    }
+
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.params.env.insert(key.into(), value.into());
+        self
+    }
+
+    /// Build the environment from the daemon's own (see `envPolicy`), then apply [`Self::env`].
+    pub fn env_policy(mut self, policy: EnvPolicy) -> Self {
+        self.params.env_policy = Some(policy);
+        self
+    }
+
+    /// Run on a terminal of this size.
+    pub fn tty(mut self, size: TerminalSize) -> Self {
+        self.params.tty = true;
+        self.params.size = Some(size);
+        self
+    }
+
+    /// Keep stdin open for [`ProcessHandle::write`].
+    pub fn stdin(mut self) -> Self {
+        self.params.pipe_stdin = true;
+        self
+    }
+
+    /// Full control over the wire params.
+    pub fn params_mut(&mut self) -> &mut StartParams {
+        &mut self.params
+    }
+}
+
+/// Parses a daemon-side path given as an absolute path or a `file:` URI.
+pub fn path_uri(text: &str) -> Result<PathUri, Error> {
+    let parsed = if text.starts_with("file:") {
+        PathUri::parse(text)
+    } else {
+        PathUri::from_path(std::path::Path::new(text))
+    };
+    parsed.map_err(|err| Error::Invalid(format!("bad remote path `{text}`: {err}")))
+}
+
+/// Controls one process; cheap to clone, usable while another task consumes events.
+#[derive(Clone, Debug)]
+pub struct ProcessHandle {
+    client: Client,
+    id: String,
+}
+
+/// A started process: its handle plus its event stream.
+#[derive(Debug)]
+pub struct Process {
+    handle: ProcessHandle,
+    events: mpsc::UnboundedReceiver<ProcessEvent>,
+    sandbox_type: SandboxType,
+}
+
+pub(crate) async fn start(client: Client, command: Command) -> Result<Process, Error> {
+    let id = command.params.process_id.clone();
+    let events = client.router().register(&id).ok_or_else(|| {
+        Error::Invalid(format!("process {id} was already started by this client"))
+    })?;
+    let mut retried = false;
+    let result = loop {
+        // A start is repeated only after a reconnect, and then "already exists" means the
+        // lost attempt succeeded: this client registered the id, nobody else uses the session.
+        let outcome: Result<StartResult, Error> = client
+            .request(method::PROCESS_START, &command.params, Retry::Never)
+            .await;
+        match outcome {
+            Err(Error::Disconnected(_)) => retried = true,
+            Err(Error::Rpc(error))
+                if retried
+                    && error.code == code::INVALID_REQUEST
+                    && error.message == format!("process {id} already exists") =>
+            {
+                break Ok(StartResult {
+                    process_id: id.clone(),
+                    sandbox_type: SandboxType::None,
+                })
+            }
+            other => break other,
+        }
+    };
+    match result {
+        Ok(result) => Ok(Process {
+            handle: ProcessHandle { client, id },
+            events,
+            sandbox_type: result.sandbox_type,
+        }),
+        Err(err) => {
+            client.router().unregister(&id);
+            Err(err)
+        }
+    }
+}
+
+impl Process {
+    pub fn id(&self) -> &str {
+        &self.handle.id
+    }
+
+    pub fn handle(&self) -> ProcessHandle {
+        self.handle.clone()
+    }
+
+    pub fn sandbox_type(&self) -> SandboxType {
+        self.sandbox_type
+    }
+
+    /// The next event, or None after the last one ([`ProcessEvent::is_final`]).
+    pub async fn next_event(&mut self) -> Option<ProcessEvent> {
+        self.events.recv().await
+    }
+
+    /// Consumes events until the last one; returns stdout+stderr+pty bytes, the exit code
+    /// and the gaps or failure seen on the way.
+    pub async fn collect(&mut self) -> Collected {
+        let mut collected = Collected::default();
+        while let Some(event) = self.next_event().await {
+            match event {
+                ProcessEvent::Output { data, .. } => collected.output.extend(data),
+                ProcessEvent::Exited { exit_code, .. } => collected.exit_code = Some(exit_code),
+                ProcessEvent::Closed { .. } => {}
+                ProcessEvent::Gap { from_seq, to_seq } => collected.gaps.push((from_seq, to_seq)),
+                ProcessEvent::Failed { message } => collected.failure = Some(message),
+            }
+        }
+        collected
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Collected {
+    pub output: Vec<u8>,
+    pub exit_code: Option<i32>,
+    pub gaps: Vec<(u64, u64)>,
+    pub failure: Option<String>,
+}
+
+impl std::ops::Deref for Process {
+    type Target = ProcessHandle;
+
+    fn deref(&self) -> &ProcessHandle {
+        &self.handle
+    }
+}
+
+/// How long a write waits out "stdin queue is full" before giving up.
+const FULL_QUEUE_PATIENCE: Duration = Duration::from_secs(60);
+
+impl ProcessHandle {
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Queues `data` on the process's stdin. The `writeId` stays the same across retries (a
+    /// reconnect, a full stdin queue), so the bytes land exactly once.
+    pub async fn write(&self, data: &[u8]) -> Result<WriteStatus, Error> {
+        let params = WriteParams {
+            process_id: self.id.clone(),
+            chunk: Base64Bytes(data.to_vec()),
+            write_id: uuid::Uuid::new_v4().to_string(),
+        };
+        let deadline = tokio::time::Instant::now() + FULL_QUEUE_PATIENCE;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            let outcome: Result<WriteResult, Error> = self
+                .client
+                .request(method::PROCESS_WRITE, &params, Retry::Safe)
+                .await;
+            match outcome {
+                Err(Error::Rpc(error))
+                    if is_retryable(&error.data) && tokio::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(100));
+                }
+                other => return other.map(|result| result.status),
+            }
+        }
+    }
+
+    /// EOF on stdin (an EOF character on a terminal).
+    pub async fn close_stdin(&self) -> Result<(), Error> {
+        self.simple(method::PROCESS_CLOSE_STDIN).await
+    }
+
+    pub async fn signal(&self, signal: ProcessSignal) -> Result<(), Error> {
+        let params = SignalParams {
+            process_id: self.id.clone(),
+            signal,
+        };
+        self.client
+            .request::<_, Value>(method::PROCESS_SIGNAL, &params, Retry::Never)
+            .await
+            .map(drop)
+    }
+
+    /// Kills the process group; returns whether the process was still running.
+    pub async fn terminate(&self) -> Result<bool, Error> {
+        let result: TerminateResult = self
+            .client
+            .request(method::PROCESS_TERMINATE, &self.id_params(), Retry::Safe)
+            .await?;
+        Ok(result.running)
+    }
+
+    pub async fn resize(&self, size: TerminalSize) -> Result<(), Error> {
+        let params = ResizeParams {
+            process_id: self.id.clone(),
+            rows: size.rows,
+            cols: size.cols,
+        };
+        self.client
+            .request::<_, Value>(method::PROCESS_RESIZE, &params, Retry::Safe)
+            .await
+            .map(drop)
+    }
+
+    /// A raw `process/read` (pull instead of the pushed events).
+    pub async fn read(
+        &self,
+        after_seq: u64,
+        max_bytes: Option<usize>,
+        wait: Duration,
+    ) -> Result<ReadResult, Error> {
+        let params = ReadParams {
+            process_id: self.id.clone(),
+            after_seq: Some(after_seq),
+            max_bytes,
+            wait_ms: Some(wait.as_millis() as u64),
+        };
+        self.client
+            .request(method::PROCESS_READ, &params, Retry::Safe)
+            .await
+    }
+
+    fn id_params(&self) -> ProcessIdParams {
+        ProcessIdParams {
+            process_id: self.id.clone(),
+        }
+    }
+
+    async fn simple(&self, name: &str) -> Result<(), Error> {
+        self.client
+            .request::<_, Value>(name, &self.id_params(), Retry::for_method(name))
+            .await
+            .map(drop)
+    }
+}
+
+fn is_retryable(data: &Option<Value>) -> bool {
+    data.as_ref()
+        .and_then(|data| data.get("retryable"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+}
