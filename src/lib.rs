@@ -3,6 +3,7 @@
 //! Layers, outside in: `transport` (WebSocket, stdio) → `rpc` (envelope, connection loop,
 //! dispatch) → `session` (registry, attachment) → `process` (managed children).
 
+pub mod cli;
 pub mod config;
 pub mod process;
 pub mod rpc;

@@ -1,10 +1,17 @@
 use clap::Parser;
-use exec_server::config::{Args, LogFormat};
+use exec_server::config::{Args, Cli, LogFormat};
 use exec_server::transport;
 
 fn main() -> std::process::ExitCode {
-    let args = Args::parse();
-    init_logging(&args);
+    let cli = Cli::parse();
+    match cli.command {
+        None => serve(&cli.serve),
+        Some(command) => exec_server::cli::main(command),
+    }
+}
+
+fn serve(args: &Args) -> std::process::ExitCode {
+    init_logging(args);
     let result = args.config().and_then(|config| {
         let listen = transport::ListenUrl::parse(&args.listen)?;
         let runtime = tokio::runtime::Runtime::new()?;

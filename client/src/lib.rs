@@ -28,7 +28,7 @@ mod process;
 
 pub use events::ProcessEvent;
 pub use exec_server_protocol as protocol;
-pub use process::{Command, Process, ProcessHandle};
+pub use process::{path_uri, Collected, Command, Process, ProcessHandle};
 
 use connection::{CallError, Connection};
 use events::Router;

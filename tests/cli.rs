@@ -1,0 +1,160 @@
+//! The human CLI (`exec-server run`, `exec-server fs`) against a real daemon.
+
+mod common;
+
+use common::Daemon;
+use std::io::Write as _;
+use std::process::{Command, Output, Stdio};
+
+fn cli(daemon: &Daemon, args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_exec-server"))
+        .args(args)
+        .env("EXEC_SERVER_URL", &daemon.url)
+        .env_remove("EXEC_SERVER_TOKEN")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let stdin = stdin.to_vec();
+    let feeder = std::thread::spawn(move || {
+        let _ = input.write_all(&stdin);
+    });
+    let output = child.wait_with_output().unwrap();
+    feeder.join().unwrap();
+    output
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn run_streams_output_and_exits_with_the_remote_code() {
+    let daemon = Daemon::start();
+    let output = cli(
+        &daemon,
+        &["run", "--", "sh", "-c", "echo hi; echo oops >&2; exit 3"],
+        b"",
+    );
+    assert_eq!(output.status.code(), Some(3));
+    assert_eq!(text(&output.stdout), "hi\n");
+    assert_eq!(text(&output.stderr), "oops\n");
+}
+
+#[test]
+fn run_forwards_stdin_env_and_cwd() {
+    let daemon = Daemon::start();
+    let output = cli(
+        &daemon,
+        &[
+            "run",
+            "--cwd",
+            "/tmp",
+            "--env",
+            "GREETING=hello",
+            "--",
+            "sh",
+            "-c",
+            r#"read a; read b; echo "$b $a $GREETING $(pwd)""#,
+        ],
+        b"first\nsecond\n",
+    );
+    assert_eq!(
+        text(&output.stdout),
+        "second first hello /tmp\n",
+        "{output:?}"
+    );
+    assert_eq!(output.status.code(), Some(0));
+}
+
+#[test]
+fn run_streams_megabytes_both_ways() {
+    let daemon = Daemon::start();
+    let input: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let output = cli(&daemon, &["run", "--", "cat"], &input);
+    assert_eq!(output.status.code(), Some(0));
+    assert!(
+        output.stdout == input,
+        "cat must return the input byte for byte"
+    );
+}
+
+#[test]
+fn run_with_tty_gets_a_terminal() {
+    let daemon = Daemon::start();
+    let output = cli(
+        &daemon,
+        &[
+            "run",
+            "--tty",
+            "--",
+            "sh",
+            "-c",
+            "test -t 0 && echo on-a-tty",
+        ],
+        b"",
+    );
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert!(text(&output.stdout).contains("on-a-tty"), "{output:?}");
+}
+
+#[test]
+fn run_reports_an_unreachable_daemon() {
+    let output = Command::new(env!("CARGO_BIN_EXE_exec-server"))
+        .args(["run", "--url", "ws://127.0.0.1:1", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(255));
+    assert!(
+        text(&output.stderr).contains("cannot connect"),
+        "{output:?}"
+    );
+}
+
+#[test]
+fn fs_put_get_and_ls_round_trip_a_multi_megabyte_file() {
+    let daemon = Daemon::start();
+    let local = tempfile::tempdir().unwrap();
+    let remote = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..5_000_000u32).map(|i| (i * 31 % 253) as u8).collect();
+    let source = local.path().join("source.bin");
+    std::fs::write(&source, &data).unwrap();
+    let remote_file = remote.path().join("big.bin");
+    let remote_uri = format!("file://{}", remote_file.display());
+
+    let put = cli(
+        &daemon,
+        &["fs", "put", source.to_str().unwrap(), &remote_uri],
+        b"",
+    );
+    assert!(put.status.success(), "{put:?}");
+    assert!(std::fs::read(&remote_file).unwrap() == data);
+
+    std::fs::create_dir(remote.path().join("sub")).unwrap();
+    let ls = cli(&daemon, &["fs", "ls", remote.path().to_str().unwrap()], b"");
+    assert!(ls.status.success(), "{ls:?}");
+    assert_eq!(text(&ls.stdout), "big.bin\nsub/\n");
+
+    let copy = local.path().join("copy.bin");
+    let get = cli(
+        &daemon,
+        &[
+            "fs",
+            "get",
+            remote_file.to_str().unwrap(),
+            copy.to_str().unwrap(),
+        ],
+        b"",
+    );
+    assert!(get.status.success(), "{get:?}");
+    assert!(
+        std::fs::read(&copy).unwrap() == data,
+        "get returns the same bytes"
+    );
+
+    let missing = cli(&daemon, &["fs", "get", "/nonexistent/x", "-"], b"");
+    assert_eq!(missing.status.code(), Some(255));
+    assert!(!missing.stderr.is_empty());
+}
