@@ -47,11 +47,16 @@ async fn hostile_params_get_errors_and_the_daemon_survives() {
     for method in METHODS {
         for params in hostile_params() {
             id += 1;
-            let reply = client.raw_request(json!({"id": id, "method": method, "params": params})).await;
+            let reply = client
+                .raw_request(json!({"id": id, "method": method, "params": params}))
+                .await;
             assert_eq!(reply["id"], id);
             if let Some(error) = reply.get("error") {
                 let code = error["code"].as_i64().unwrap();
-                assert!([-32600, -32601, -32602, -32603, -32010].contains(&code), "{method} {params}: {reply}");
+                assert!(
+                    [-32600, -32601, -32602, -32603, -32010].contains(&code),
+                    "{method} {params}: {reply}"
+                );
                 assert!(!error["message"].as_str().unwrap().is_empty());
             }
         }
@@ -60,14 +65,28 @@ async fn hostile_params_get_errors_and_the_daemon_survives() {
     let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
     client.send_text(deep).await;
     assert_eq!(client.next_unsolicited().await["id"], -1);
-    client.send_message(Message::binary(vec![0xff, 0xfe, b'{'])).await;
+    client
+        .send_message(Message::binary(vec![0xff, 0xfe, b'{']))
+        .await;
     assert_eq!(client.next_unsolicited().await["error"]["code"], -32600);
-    for odd in [r#"{"id":1}"#, r#"{"id":1.5,"method":"process/read"}"#, r#"{"method":null}"#, "42", r#""text""#] {
+    for odd in [
+        r#"{"id":1}"#,
+        r#"{"id":1.5,"method":"process/read"}"#,
+        r#"{"method":null}"#,
+        "42",
+        r#""text""#,
+    ] {
         client.send_text(odd).await;
-        assert_eq!(client.next_unsolicited().await["error"]["code"], -32600, "{odd}");
+        assert_eq!(
+            client.next_unsolicited().await["error"]["code"],
+            -32600,
+            "{odd}"
+        );
     }
     // Still serving, with no process started by any of the above.
-    client.call("process/start", start_params("alive", &["true"])).await;
+    client
+        .call("process/start", start_params("alive", &["true"]))
+        .await;
     client.events_until_closed("alive").await;
     assert_eq!(children_of(daemon.pid()).len(), 0, "no child left behind");
 }
@@ -78,7 +97,9 @@ async fn finished_processes_leave_no_zombies() {
     let (client, _) = daemon.session().await;
     for i in 0..20 {
         let id = format!("z{i}");
-        client.call("process/start", start_params(&id, &["sh", "-c", "exit 3"])).await;
+        client
+            .call("process/start", start_params(&id, &["sh", "-c", "exit 3"]))
+            .await;
     }
     for i in 0..20 {
         client.events_until_closed(&format!("z{i}")).await;
@@ -87,7 +108,10 @@ async fn finished_processes_leave_no_zombies() {
     tty["tty"] = json!(true);
     client.call("process/start", tty).await;
     client.events_until_closed("pty").await;
-    eventually("every child is reaped", || children_of(daemon.pid()).is_empty()).await;
+    eventually("every child is reaped", || {
+        children_of(daemon.pid()).is_empty()
+    })
+    .await;
 }
 
 /// Pids whose parent is `pid`, zombies included.
@@ -98,7 +122,14 @@ fn children_of(pid: i32) -> Vec<i32> {
         .filter(|child| {
             std::fs::read_to_string(format!("/proc/{child}/stat"))
                 .ok()
-                .and_then(|stat| stat.rsplit(')').next()?.split_whitespace().nth(1)?.parse::<i32>().ok())
+                .and_then(|stat| {
+                    stat.rsplit(')')
+                        .next()?
+                        .split_whitespace()
+                        .nth(1)?
+                        .parse::<i32>()
+                        .ok()
+                })
                 == Some(pid)
         })
         .collect()
