@@ -5,6 +5,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod memory;
 pub mod process;
 pub mod rpc;
 pub mod session;

@@ -22,8 +22,13 @@ use std::sync::{Arc, Mutex, Weak};
 use tokio::io::AsyncReadExt as _;
 use tokio::sync::watch;
 
-/// Bytes read from a child per system call.
+/// Bytes read from a child per system call, at most.
 const READ_BUFFER_BYTES: usize = 64 * 1024;
+
+/// A read goes into the rest of the current buffer while at least this much is left. Chunks
+/// share their buffer, so this packs small chunks together instead of each pinning a whole
+/// fresh buffer for as long as it is retained.
+const MIN_READ_BYTES: usize = 16 * 1024;
 
 /// How long the exit waits for the pipes to drain, so `exited` follows the output before it.
 const EXIT_DRAIN_GRACE: std::time::Duration = std::time::Duration::from_millis(50);
@@ -250,6 +255,7 @@ impl TableInner {
             let mut slots = table.slots.lock().unwrap();
             if matches!(slots.get(&process.id), Some(Slot::Ready(p)) if Arc::ptr_eq(p, &process)) {
                 slots.remove(&process.id);
+                crate::memory::release_soon();
             }
         });
     }
@@ -267,7 +273,9 @@ async fn read_output(
 ) {
     let mut buffer = BytesMut::with_capacity(READ_BUFFER_BYTES);
     loop {
-        buffer.reserve(READ_BUFFER_BYTES);
+        if buffer.capacity() - buffer.len() < MIN_READ_BYTES {
+            buffer.reserve(READ_BUFFER_BYTES);
+        }
         // A PTY master reports EIO once the terminal's last writer closes: that is its EOF.
         match reader.read_buf(&mut buffer).await {
             Ok(0) | Err(_) => break,

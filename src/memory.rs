@@ -1,0 +1,35 @@
+//! Hands freed memory back to the OS after sessions go away. glibc keeps freed heap pages
+//! for reuse, so without this a daemon that once served many sessions stays at its peak RSS.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// Frees are coalesced: one trim at most this long after a burst starts.
+const COALESCE: Duration = Duration::from_millis(500);
+
+/// Asks for a trim soon; cheap to call often. Must be called inside the tokio runtime.
+pub fn release_soon() {
+    static WAKE: OnceLock<&'static Notify> = OnceLock::new();
+    let wake = WAKE.get_or_init(|| {
+        let wake: &'static Notify = Box::leak(Box::new(Notify::new()));
+        tokio::spawn(async move {
+            loop {
+                wake.notified().await;
+                tokio::time::sleep(COALESCE).await;
+                trim();
+            }
+        });
+        wake
+    });
+    wake.notify_one();
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn trim() {
+    // SAFETY: malloc_trim only walks the allocator's own free lists.
+    unsafe { libc::malloc_trim(0) };
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn trim() {}
