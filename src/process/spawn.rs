@@ -3,7 +3,7 @@
 
 use exec_server_protocol::process::TerminalSize;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 /// What to run, resolved to host terms.
@@ -50,7 +50,11 @@ pub fn spawn(spec: &LaunchSpec) -> std::io::Result<Spawned> {
 }
 
 fn spawn_pipes(spec: &LaunchSpec) -> std::io::Result<Spawned> {
-    let mut command = tokio::process::Command::new(&spec.program);
+    // With a resolved path std spawns with posix_spawn (vfork) instead of fork+exec, which
+    // copies the daemon's page tables: a bare name with a changed PATH forces the fork.
+    let program = resolve_program(&spec.program, &spec.env, &spec.cwd);
+    let mut command = tokio::process::Command::new(&program);
+    command.arg0(spec.arg0.as_deref().unwrap_or(&spec.program));
     command
         .args(&spec.args)
         .current_dir(&spec.cwd)
@@ -64,9 +68,6 @@ fn spawn_pipes(spec: &LaunchSpec) -> std::io::Result<Spawned> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    if let Some(arg0) = &spec.arg0 {
-        command.arg0(arg0);
-    }
     let mut child = command.spawn()?;
     let pid = child.id().expect("a just-spawned child has a pid") as i32;
     let io = ChildIo::Pipes {
@@ -106,6 +107,23 @@ fn spawn_pty(spec: &LaunchSpec) -> std::io::Result<Spawned> {
     })
 }
 
+/// Where `execvp` would find `program` with the child's PATH: the first regular, executable
+/// file. Names with a slash, no PATH, or no match are returned as they are, so the spawn
+/// reports the error it always did.
+fn resolve_program(program: &str, env: &BTreeMap<String, String>, cwd: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    let Some(path) = env.get("PATH").filter(|_| !program.contains('/')) else {
+        return PathBuf::from(program);
+    };
+    path.split(':')
+        .map(|dir| cwd.join(dir).join(program))
+        .find(|candidate| {
+            std::fs::metadata(candidate)
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+        .unwrap_or_else(|| PathBuf::from(program))
+}
+
 fn pty_error(err: pty_process::Error) -> std::io::Error {
     match err {
         pty_process::Error::Io(io) => io,
@@ -118,4 +136,24 @@ pub fn exit_code(status: std::process::ExitStatus) -> i32 {
     status
         .code()
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn programs_resolve_like_execvp_with_the_child_path() {
+        let env = |path: &str| BTreeMap::from([("PATH".to_owned(), path.to_owned())]);
+        let root = Path::new("/");
+        assert_eq!(
+            resolve_program("sh", &env("/nonexistent:/bin:/usr/bin"), root),
+            Path::new("/bin/sh")
+        );
+        // An empty PATH entry is the working directory, as for execvp.
+        assert_eq!(resolve_program("sh", &env(":/usr/bin"), Path::new("/bin")), Path::new("/bin/sh"));
+        assert_eq!(resolve_program("./x", &env("/bin"), root), Path::new("./x"));
+        assert_eq!(resolve_program("no-such-program", &env("/bin"), root), Path::new("no-such-program"));
+        assert_eq!(resolve_program("sh", &BTreeMap::new(), root), Path::new("sh"));
+    }
 }

@@ -33,6 +33,10 @@ pub async fn serve(addr: SocketAddr, registry: Arc<Registry>) -> anyhow::Result<
         .route("/readyz", get(|| async { StatusCode::OK }))
         .route("/", any(upgrade))
         .with_state(registry);
+    // Without TCP_NODELAY a small reply waits for the client's delayed ACK (~40 ms).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
+        let _ = stream.set_nodelay(true);
+    });
     axum::serve(
         listener,
         app.into_make_service_with_connect_info::<SocketAddr>(),

@@ -1,0 +1,669 @@
+//! exec-server benchmark: each figure beside its local or OpenSSH baseline, measured in the
+//! same run. `--quick` is a smaller run (under a minute); the full run also writes
+//! docs/benchmarks.md. The last line printed is one JSON object with every figure.
+//!
+//! Usage: `cargo run --release -p exec-server-bench -- [--quick] [--daemon PATH]`
+
+mod ssh;
+
+use anyhow::{bail, Context as _};
+use exec_server_client::protocol::process::OutputStream;
+use exec_server_client::{path_uri, Client, ClientOptions, Command, ProcessEvent};
+use serde_json::{json, Map, Value};
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+struct Size {
+    exec_runs: usize,
+    ssh_runs: usize,
+    ssh_master_runs: usize,
+    stream_bytes: u64,
+    stream_runs: usize,
+    file_bytes: u64,
+    sessions: usize,
+    retained: usize,
+    resume_runs: usize,
+}
+
+const QUICK: Size = Size {
+    exec_runs: 300,
+    ssh_runs: 5,
+    ssh_master_runs: 20,
+    stream_bytes: 256 << 20,
+    stream_runs: 3,
+    file_bytes: 256 << 20,
+    sessions: 200,
+    retained: 1_000,
+    resume_runs: 20,
+};
+
+const FULL: Size = Size {
+    exec_runs: 2_000,
+    ssh_runs: 30,
+    ssh_master_runs: 200,
+    stream_bytes: 1 << 30,
+    stream_runs: 5,
+    file_bytes: 1 << 30,
+    sessions: 1_000,
+    retained: 10_000,
+    resume_runs: 100,
+};
+
+const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+fn main() -> anyhow::Result<()> {
+    let mut quick = false;
+    let mut daemon = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--quick" => quick = true,
+            "--daemon" => daemon = Some(PathBuf::from(args.next().context("--daemon PATH")?)),
+            other => bail!("unknown argument `{other}`; usage: [--quick] [--daemon PATH]"),
+        }
+    }
+    let size = if quick { &QUICK } else { &FULL };
+    let binary = daemon_binary(daemon)?;
+    let runtime = tokio::runtime::Runtime::new()?;
+    let results = runtime.block_on(run(size, &binary))?;
+    let table = report(&results);
+    println!("{table}");
+    if !quick {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/benchmarks.md");
+        std::fs::write(&path, markdown(&table, &results))?;
+        eprintln!("bench: wrote {}", path.display());
+    }
+    println!("{}", Value::Object(results));
+    Ok(())
+}
+
+/// The daemon next to this executable, built first when run through cargo.
+fn daemon_binary(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    if let Some(path) = explicit {
+        return Ok(path);
+    }
+    let exe = std::env::current_exe()?;
+    let dir = exe.parent().context("executable has no directory")?;
+    if let Some(cargo) = std::env::var_os("CARGO") {
+        let mut build = std::process::Command::new(cargo);
+        build
+            .args(["build", "--bin", "exec-server"])
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+        if !cfg!(debug_assertions) {
+            build.arg("--release");
+        }
+        anyhow::ensure!(build.status()?.success(), "building exec-server failed");
+    }
+    let path = dir.join("exec-server");
+    anyhow::ensure!(
+        path.exists(),
+        "{} not found: run `cargo build --release --bin exec-server` first, or pass --daemon",
+        path.display()
+    );
+    Ok(path)
+}
+
+struct Daemon {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Daemon {
+    fn start(binary: &Path, args: &[&str]) -> anyhow::Result<Self> {
+        let mut child = std::process::Command::new(binary)
+            .args(["--listen", "ws://127.0.0.1:0", "--log", "warn"])
+            .args(args)
+            .env_remove("EXEC_SERVER_CONNECTION_TOKEN")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line)?;
+        Ok(Self {
+            child,
+            url: line.trim().to_owned(),
+        })
+    }
+
+    fn rss_kib(&self) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(f64::NAN)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Median and 99th percentile.
+fn stats(samples: &mut [f64]) -> (f64, f64) {
+    samples.sort_by(|a, b| a.total_cmp(b));
+    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+    (at(0.5), at(0.99))
+}
+
+fn micros(elapsed: Duration) -> f64 {
+    elapsed.as_secs_f64() * 1e6
+}
+
+fn mb_per_s(bytes: u64, elapsed: Duration) -> f64 {
+    bytes as f64 / 1e6 / elapsed.as_secs_f64()
+}
+
+fn command(argv: &[&str]) -> Command {
+    Command::new(argv.iter().copied())
+        .cwd("/")
+        .expect("/ is a valid path")
+        .env("PATH", PATH)
+}
+
+/// Waits for the last event; returns the output byte count.
+async fn finish(process: &mut exec_server_client::Process) -> anyhow::Result<u64> {
+    let mut bytes = 0;
+    while let Some(event) = process.next_event().await {
+        match event {
+            ProcessEvent::Output { data, .. } => bytes += data.len() as u64,
+            ProcessEvent::Gap { .. } | ProcessEvent::Failed { .. } => bail!("{event:?}"),
+            _ => {}
+        }
+    }
+    Ok(bytes)
+}
+
+async fn exec_rtt(client: &Client, runs: usize, sandbox: Option<&Value>) -> anyhow::Result<Vec<f64>> {
+    let mut samples = Vec::with_capacity(runs);
+    for run in 0..runs + runs / 10 {
+        let mut cmd = command(&["true"]);
+        if let Some(sandbox) = sandbox {
+            cmd.params_mut().sandbox = Some(serde_json::from_value(sandbox.clone())?);
+        }
+        let started = Instant::now();
+        let mut process = client.start(cmd).await?;
+        finish(&mut process).await?;
+        // The first tenth warms up.
+        if run >= runs / 10 {
+            samples.push(micros(started.elapsed()));
+        }
+    }
+    Ok(samples)
+}
+
+fn local_rtt(runs: usize) -> anyhow::Result<Vec<f64>> {
+    (0..runs)
+        .map(|_| {
+            let started = Instant::now();
+            let output = std::process::Command::new("true")
+                .stdin(Stdio::null())
+                .output()?;
+            anyhow::ensure!(output.status.success());
+            Ok(micros(started.elapsed()))
+        })
+        .collect()
+}
+
+fn command_rtt(runs: usize, mut make: impl FnMut() -> std::process::Command) -> anyhow::Result<Vec<f64>> {
+    (0..runs)
+        .map(|_| {
+            let started = Instant::now();
+            let status = make().stdout(Stdio::null()).status()?;
+            anyhow::ensure!(status.success(), "command failed");
+            Ok(micros(started.elapsed()))
+        })
+        .collect()
+}
+
+/// MB/s of a command's stdout read to the end through a pipe.
+fn pipe_rate(mut command: std::process::Command, expected: u64) -> anyhow::Result<f64> {
+    let started = Instant::now();
+    let mut child = command.stdout(Stdio::piped()).spawn()?;
+    let mut stdout = child.stdout.take().unwrap();
+    let mut buffer = vec![0u8; 1 << 16];
+    let mut total = 0u64;
+    loop {
+        let n = stdout.read(&mut buffer)?;
+        if n == 0 {
+            break;
+        }
+        total += n as u64;
+    }
+    child.wait()?;
+    let elapsed = started.elapsed();
+    anyhow::ensure!(total == expected, "read {total} bytes, expected {expected}");
+    Ok(mb_per_s(total, elapsed))
+}
+
+fn median_of(mut runs: impl FnMut() -> anyhow::Result<f64>, count: usize) -> anyhow::Result<f64> {
+    let mut samples = (0..count).map(|_| runs()).collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(stats(&mut samples).0)
+}
+
+struct Results(Map<String, Value>);
+
+impl Results {
+    fn put(&mut self, key: &str, value: Option<f64>) {
+        let value = value
+            .filter(|v| v.is_finite())
+            .map(|v| json!((v * 100.0).round() / 100.0))
+            .unwrap_or(Value::Null);
+        self.0.insert(key.into(), value);
+    }
+
+    fn note(&mut self, key: &str, text: impl Into<String>) {
+        self.0.insert(key.into(), Value::String(text.into()));
+    }
+
+    fn get(&self, key: &str) -> Option<f64> {
+        self.0.get(key).and_then(Value::as_f64)
+    }
+
+    /// `a / b` under `key`, when both were measured.
+    fn ratio(&mut self, key: &str, a: &str, b: &str) {
+        let ratio = self.get(a).zip(self.get(b)).map(|(a, b)| a / b);
+        self.put(key, ratio);
+    }
+}
+
+async fn run(size: &Size, binary: &Path) -> anyhow::Result<Map<String, Value>> {
+    let mut r = Results(Map::new());
+    let daemon = Daemon::start(binary, &[])?;
+    let client = Client::connect(ClientOptions::new(daemon.url.clone())).await?;
+    let sshd = match ssh::Sshd::start() {
+        Ok(sshd) => Some(sshd),
+        Err(why) => {
+            eprintln!("bench: skipping the ssh baselines: {why}");
+            r.note("ssh_skipped", why);
+            None
+        }
+    };
+
+    eprintln!("bench: exec round trips");
+    let (exec, exec_p99) = stats(&mut exec_rtt(&client, size.exec_runs, None).await?);
+    r.put("exec_rtt_us", Some(exec));
+    r.put("exec_rtt_p99_us", Some(exec_p99));
+    let (spawn, spawn_p99) = stats(&mut local_rtt(size.exec_runs)?);
+    r.put("spawn_rtt_us", Some(spawn));
+    r.put("spawn_rtt_p99_us", Some(spawn_p99));
+    if let Some(sshd) = &sshd {
+        let (ssh, ssh_p99) = stats(&mut command_rtt(size.ssh_runs, || sshd.command("true", false))?);
+        r.put("ssh_rtt_us", Some(ssh));
+        r.put("ssh_rtt_p99_us", Some(ssh_p99));
+        command_rtt(1, || sshd.command("true", true))?;
+        let (cm, cm_p99) =
+            stats(&mut command_rtt(size.ssh_master_runs, || sshd.command("true", true))?);
+        r.put("ssh_cm_rtt_us", Some(cm));
+        r.put("ssh_cm_rtt_p99_us", Some(cm_p99));
+    } else {
+        r.put("ssh_rtt_us", None);
+        r.put("ssh_cm_rtt_us", None);
+    }
+    r.ratio("exec_vs_spawn", "exec_rtt_us", "spawn_rtt_us");
+    r.ratio("ssh_vs_exec", "ssh_rtt_us", "exec_rtt_us");
+    r.ratio("ssh_cm_vs_exec", "ssh_cm_rtt_us", "exec_rtt_us");
+
+    eprintln!("bench: sandboxed exec round trips");
+    let sandbox = json!({"permissions": {"type": "managed", "file_system": {"type": "restricted",
+        "entries": [{"path": {"type": "special", "value": {"kind": "root"}}, "access": "read"}]},
+        "network": "restricted"}});
+    match exec_rtt(&client, size.exec_runs / 3, Some(&sandbox)).await {
+        Ok(mut samples) => {
+            let (median, p99) = stats(&mut samples);
+            r.put("sandbox_rtt_us", Some(median));
+            r.put("sandbox_rtt_p99_us", Some(p99));
+        }
+        Err(err) => {
+            eprintln!("bench: no sandboxed exec: {err}");
+            r.put("sandbox_rtt_us", None);
+            r.note("sandbox_skipped", err.to_string());
+        }
+    }
+    r.ratio("sandbox_vs_spawn", "sandbox_rtt_us", "spawn_rtt_us");
+
+    eprintln!("bench: output streaming");
+    let head = format!("head -c {} /dev/zero", size.stream_bytes);
+    let mut stream = Vec::new();
+    for _ in 0..size.stream_runs {
+        let started = Instant::now();
+        let mut process = client.start(command(&["sh", "-c", &head])).await?;
+        let bytes = finish(&mut process).await?;
+        anyhow::ensure!(bytes == size.stream_bytes, "streamed {bytes} bytes");
+        stream.push(mb_per_s(bytes, started.elapsed()));
+    }
+    r.put("stream_mb_s", Some(stats(&mut stream).0));
+    let local = || {
+        let mut command = std::process::Command::new("sh");
+        command.args(["-c", &head]);
+        pipe_rate(command, size.stream_bytes)
+    };
+    r.put("pipe_mb_s", Some(median_of(local, size.stream_runs)?));
+    if let Some(sshd) = &sshd {
+        let over_ssh = || pipe_rate(sshd.command(&head, true), size.stream_bytes);
+        r.put("ssh_stream_mb_s", Some(median_of(over_ssh, size.stream_runs)?));
+    }
+    r.ratio("stream_vs_pipe", "stream_mb_s", "pipe_mb_s");
+    r.ratio("stream_vs_ssh", "stream_mb_s", "ssh_stream_mb_s");
+
+    eprintln!("bench: file streaming");
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("big.bin");
+    write_file(&file, size.file_bytes)?;
+    let cat = format!("cat {} | cat > /dev/null", file.display());
+    let cat_runs = || {
+        let started = Instant::now();
+        let status = std::process::Command::new("sh").args(["-c", &cat]).status()?;
+        anyhow::ensure!(status.success());
+        Ok(mb_per_s(size.file_bytes, started.elapsed()))
+    };
+    r.put("cat_mb_s", Some(median_of(cat_runs, size.stream_runs)?));
+    match read_blocks(&client, &file, size).await {
+        Ok(rate) => r.put("readblock_mb_s", Some(rate)),
+        Err(err) => {
+            eprintln!("bench: no fs/readBlock: {err}");
+            r.put("readblock_mb_s", None);
+            r.note("readblock_skipped", err.to_string());
+        }
+    }
+    if let Some(sshd) = &sshd {
+        let command = format!("cat {}", file.display());
+        let over_ssh = || pipe_rate(sshd.command(&command, true), size.file_bytes);
+        r.put("ssh_file_mb_s", Some(median_of(over_ssh, size.stream_runs)?));
+    }
+    drop(dir);
+    r.ratio("readblock_vs_cat", "readblock_mb_s", "cat_mb_s");
+    r.ratio("readblock_vs_ssh", "readblock_mb_s", "ssh_file_mb_s");
+
+    eprintln!("bench: resume after a dropped connection");
+    let (resume, resume_p99) = stats(&mut resume_times(&client, size.resume_runs).await?);
+    r.put("resume_ms", Some(resume));
+    r.put("resume_p99_ms", Some(resume_p99));
+    client.close().await;
+    drop(daemon);
+
+    eprintln!("bench: memory at scale");
+    scale(binary, size, &mut r).await?;
+    Ok(r.0)
+}
+
+fn write_file(path: &Path, bytes: u64) -> anyhow::Result<()> {
+    let block: Vec<u8> = (0..1 << 20).map(|i| (i % 251) as u8).collect();
+    let mut file = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for _ in 0..bytes >> 20 {
+        file.write_all(&block)?;
+    }
+    file.flush()?;
+    Ok(())
+}
+
+async fn read_blocks(client: &Client, file: &Path, size: &Size) -> anyhow::Result<f64> {
+    let uri = path_uri(file.to_str().context("path is not UTF-8")?)?;
+    let mut rates = Vec::new();
+    for _ in 0..size.stream_runs {
+        let started = Instant::now();
+        let reader = client.open(&uri).await?;
+        let total = reader.read_all(|_| Ok(())).await?;
+        let elapsed = started.elapsed();
+        reader.close().await?;
+        anyhow::ensure!(total == size.file_bytes, "read {total} bytes");
+        rates.push(mb_per_s(total, elapsed));
+    }
+    Ok(stats(&mut rates).0)
+}
+
+/// Drops the connection while a process streams numbered lines; each sample is the time from
+/// the drop to the end of the recovery (resumed and caught up). The lines must stay complete.
+async fn resume_times(client: &Client, runs: usize) -> anyhow::Result<Vec<f64>> {
+    let script = "i=0; while :; do i=$((i+1)); echo $i; sleep 0.001; done";
+    let mut process = client.start(command(&["sh", "-c", script])).await?;
+    let handle = process.handle();
+    let checker = tokio::spawn(async move {
+        let mut text = Vec::new();
+        while let Some(event) = process.next_event().await {
+            match event {
+                ProcessEvent::Output { data, stream: OutputStream::Stdout, .. } => text.extend(data),
+                ProcessEvent::Gap { .. } | ProcessEvent::Failed { .. } => bail!("{event:?}"),
+                _ => {}
+            }
+        }
+        let text = String::from_utf8(text)?;
+        for (expected, line) in (1u64..).zip(text.lines()) {
+            anyhow::ensure!(line == expected.to_string(), "line {expected} is `{line}`");
+        }
+        Ok(())
+    });
+    let mut recoveries = client.recoveries();
+    let mut samples = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let before = *recoveries.borrow_and_update();
+        let started = Instant::now();
+        client.drop_connection();
+        recoveries.wait_for(|n| *n > before).await?;
+        samples.push(started.elapsed().as_secs_f64() * 1e3);
+    }
+    handle.terminate().await?;
+    checker.await??;
+    Ok(samples)
+}
+
+/// Idle RSS, then many sessions, each then with a live process, then many retained exited
+/// processes, all on a fresh daemon.
+async fn scale(binary: &Path, size: &Size, r: &mut Results) -> anyhow::Result<()> {
+    let daemon = Daemon::start(binary, &["--exited-retention", "1h", "--session-ttl", "1h"])?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let idle = daemon.rss_kib();
+    r.put("idle_rss_mib", Some(idle / 1024.0));
+    let mut clients = Vec::with_capacity(size.sessions);
+    for _ in 0..size.sessions {
+        clients.push(Client::connect(ClientOptions::new(daemon.url.clone())).await?);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let with_sessions = daemon.rss_kib();
+    r.put(
+        "rss_per_idle_session_kib",
+        Some((with_sessions - idle) / size.sessions as f64),
+    );
+    let mut sleepers = Vec::with_capacity(size.sessions);
+    for client in &clients {
+        sleepers.push(client.start(command(&["sleep", "3600"])).await?);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let loaded = daemon.rss_kib();
+    r.put("sessions", Some(size.sessions as f64));
+    r.put("rss_loaded_mib", Some(loaded / 1024.0));
+    r.put(
+        "rss_per_live_session_kib",
+        Some((loaded - idle) / size.sessions as f64),
+    );
+    let before = daemon.rss_kib();
+    let client = &clients[0];
+    let mut done = 0;
+    while done < size.retained {
+        let batch = (size.retained - done).min(16);
+        let starts = (0..batch).map(|_| async {
+            let mut process = client.start(command(&["true"])).await?;
+            finish(&mut process).await
+        });
+        for outcome in futures_join(starts).await {
+            outcome?;
+        }
+        done += batch;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let retained = daemon.rss_kib();
+    r.put("retained_processes", Some(size.retained as f64));
+    r.put("rss_retained_mib", Some(retained / 1024.0));
+    r.put(
+        "rss_per_retained_process_kib",
+        Some((retained - before) / size.retained as f64),
+    );
+    for sleeper in &sleepers {
+        sleeper.terminate().await?;
+    }
+    Ok(())
+}
+
+async fn futures_join<F: std::future::Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output> {
+    let handles: Vec<_> = futures.collect();
+    let mut outputs = Vec::with_capacity(handles.len());
+    let mut pinned: Vec<_> = handles.into_iter().map(Box::pin).collect();
+    for future in pinned.iter_mut() {
+        outputs.push(future.await);
+    }
+    outputs
+}
+
+struct Row {
+    what: &'static str,
+    ours: &'static str,
+    baselines: &'static [(&'static str, &'static str)],
+    target: &'static str,
+    met: fn(&Results) -> Option<bool>,
+}
+
+const ROWS: &[Row] = &[
+    Row {
+        what: "exec round trip of `true`, µs (median)",
+        ours: "exec_rtt_us",
+        baselines: &[("local spawn", "spawn_rtt_us"), ("ssh", "ssh_rtt_us"), ("ssh ControlMaster", "ssh_cm_rtt_us")],
+        target: "≤ 1.5× spawn, ≥ 50× faster than ssh",
+        met: |r| Some(r.get("exec_vs_spawn")? <= 1.5 && r.get("ssh_vs_exec")? >= 50.0),
+    },
+    Row {
+        what: "sandboxed exec round trip, µs",
+        ours: "sandbox_rtt_us",
+        baselines: &[("local spawn", "spawn_rtt_us")],
+        target: "≤ 3× spawn",
+        met: |r| Some(r.get("sandbox_vs_spawn")? <= 3.0),
+    },
+    Row {
+        what: "output streaming, MB/s",
+        ours: "stream_mb_s",
+        baselines: &[("local pipe", "pipe_mb_s"), ("ssh", "ssh_stream_mb_s")],
+        target: "≥ 25% of pipe, ≥ 2× ssh",
+        met: |r| Some(r.get("stream_vs_pipe")? >= 0.25 && r.get("stream_vs_ssh")? >= 2.0),
+    },
+    Row {
+        what: "file streaming (fs/readBlock), MB/s",
+        ours: "readblock_mb_s",
+        baselines: &[("cat | cat", "cat_mb_s"), ("ssh cat", "ssh_file_mb_s")],
+        target: "≥ 25% of cat, ≥ 2× ssh",
+        met: |r| Some(r.get("readblock_vs_cat")? >= 0.25 && r.get("readblock_vs_ssh")? >= 2.0),
+    },
+    Row {
+        what: "idle RSS, MiB",
+        ours: "idle_rss_mib",
+        baselines: &[],
+        target: "≤ 15 MiB",
+        met: |r| Some(r.get("idle_rss_mib")? <= 15.0),
+    },
+    Row {
+        what: "RSS per idle session, KiB",
+        ours: "rss_per_idle_session_kib",
+        baselines: &[],
+        target: "≤ 64 KiB",
+        met: |r| Some(r.get("rss_per_idle_session_kib")? <= 64.0),
+    },
+    Row {
+        what: "RSS per session with a live `sleep`, KiB",
+        ours: "rss_per_live_session_kib",
+        baselines: &[],
+        target: "",
+        met: |_| None,
+    },
+    Row {
+        what: "RSS with every session holding a live process, MiB",
+        ours: "rss_loaded_mib",
+        baselines: &[],
+        target: "",
+        met: |_| None,
+    },
+    Row {
+        what: "RSS per retained exited process, KiB",
+        ours: "rss_per_retained_process_kib",
+        baselines: &[],
+        target: "",
+        met: |_| None,
+    },
+    Row {
+        what: "resume to caught-up output, ms (median)",
+        ours: "resume_ms",
+        baselines: &[],
+        target: "≤ 5 ms",
+        met: |r| Some(r.get("resume_ms")? <= 5.0),
+    },
+];
+
+fn show(value: Option<f64>) -> String {
+    value.map_or("n/a".into(), |v| format!("{v}"))
+}
+
+/// A Markdown table of every row.
+fn report(results: &Map<String, Value>) -> String {
+    let r = Results(results.clone());
+    let mut out = String::from(
+        "| measure | exec-server | baselines | target | met |\n|---|---|---|---|---|\n",
+    );
+    for row in ROWS {
+        let baselines: Vec<String> = row
+            .baselines
+            .iter()
+            .map(|(name, key)| format!("{name}: {}", show(r.get(key))))
+            .collect();
+        let met = match (row.met)(&r) {
+            Some(true) => "yes",
+            Some(false) => "**no**",
+            None if row.target.is_empty() => "",
+            None => "n/a",
+        };
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {met} |\n",
+            row.what,
+            show(r.get(row.ours)),
+            baselines.join("; "),
+            row.target
+        ));
+    }
+    out
+}
+
+fn markdown(table: &str, results: &Map<String, Value>) -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("model name").map(|m| m.trim_start_matches([' ', '\t', ':']).to_owned()))
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let memory = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| m.lines().next().map(|l| l.split_whitespace().nth(1).unwrap_or("0").to_owned()))
+        .and_then(|kib| kib.parse::<f64>().ok())
+        .map_or("unknown".into(), |kib| format!("{:.0} GiB", kib / 1024.0 / 1024.0));
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let kernel = kernel.trim();
+    format!(
+        "# Benchmarks\n\n\
+         Measured by `exec-server-bench` (bench/), every figure beside its baseline from the same run,\n\
+         on loopback: the daemon and the client share the machine. Round trips are medians (p99 in\n\
+         the JSON); rates are medians of whole transfers, MB = 10^6 bytes.\n\n\
+         {table}\n\
+         ## Machine\n\n{cpu}, {cores} cores, {memory}, Linux {kernel}\n\n\
+         ## How to rerun\n\n\
+         ```sh\ncargo run --release -p exec-server-bench            # full run, rewrites this file\n\
+         cargo run --release -p exec-server-bench -- --quick # < 1 min, prints the JSON only\n```\n\n\
+         The bench builds and starts the release daemon itself, and a throwaway sshd on a loopback\n\
+         port with throwaway keys (installing openssh-server with apt-get when it is missing).\n\n\
+         ## All figures\n\n```json\n{}\n```\n",
+        serde_json::to_string_pretty(results).unwrap_or_default()
+    )
+}
