@@ -129,14 +129,23 @@ mod tests {
     fn shell_prefers_an_existing_shell_var_then_bash_then_sh() {
         let all = |_: &Path| true;
         let shell = detect_shell(Some("/usr/bin/zsh".into()), all);
-        assert_eq!((shell.name.as_str(), shell.path.as_str()), ("zsh", "/usr/bin/zsh"));
+        assert_eq!(
+            (shell.name.as_str(), shell.path.as_str()),
+            ("zsh", "/usr/bin/zsh")
+        );
         let only_bash = |path: &Path| path == Path::new("/bin/bash");
-        assert_eq!(detect_shell(Some("/usr/bin/zsh".into()), only_bash).name, "bash");
+        assert_eq!(
+            detect_shell(Some("/usr/bin/zsh".into()), only_bash).name,
+            "bash"
+        );
         assert_eq!(detect_shell(None, only_bash).path, "/bin/bash");
         assert_eq!(detect_shell(Some("zsh".into()), all).path, "/bin/bash");
         let none = |_: &Path| false;
         let shell = detect_shell(Some("/usr/bin/zsh".into()), none);
-        assert_eq!((shell.name.as_str(), shell.path.as_str()), ("sh", "/bin/sh"));
+        assert_eq!(
+            (shell.name.as_str(), shell.path.as_str()),
+            ("sh", "/bin/sh")
+        );
     }
 
     #[test]
@@ -152,5 +161,4 @@ mod tests {
         );
         assert_eq!(resolve("tmp".into(), None), None);
     }
-
 }

@@ -107,8 +107,7 @@ mod tests {
     #[test]
     fn environment_capabilities_accept_legacy_response_without_environment_config_read() {
         let capabilities: EnvironmentCapabilities =
-            serde_json::from_value(json!({"networkProxyLaunch": true, "futureBit": true}))
-                .unwrap();
+            serde_json::from_value(json!({"networkProxyLaunch": true, "futureBit": true})).unwrap();
         assert!(capabilities.network_proxy_launch);
         assert!(!capabilities.environment_config_read);
     }

@@ -8,8 +8,8 @@ use super::describe;
 use crate::rpc::RpcError;
 use exec_server_protocol::http::RedirectPolicy;
 use reqwest::redirect::Policy;
-use url::{Host, Url};
 use std::sync::OnceLock;
+use url::{Host, Url};
 
 /// `[direct][stop]`, each built on first use.
 static CLIENTS: [[OnceLock<Result<reqwest::Client, String>>; 2]; 2] =

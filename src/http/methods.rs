@@ -24,21 +24,28 @@ async fn http_request(
     ctx: &RequestCtx,
     params: HttpRequestParams,
 ) -> Result<HttpRequestResult, RpcError> {
-    let request = request::build(&params, |var| std::env::var(var).ok())?;
-    let reservation = params
-        .stream_response
-        .then(|| ctx.connection.http.reserve(&params.request_id))
+    let (policy, stream_id) = (
+        params.redirect_policy,
+        params.stream_response.then(|| params.request_id.clone()),
+    );
+    let request = request::build(params, |var| std::env::var(var).ok())?;
+    let reservation = stream_id
+        .map(|id| ctx.connection.http.reserve(&id))
         .transpose()?;
-    let response = client::send(request, params.redirect_policy).await?;
+    let response = client::send(request, policy).await?;
     let status = response.status().as_u16();
     let headers = response_headers(response.headers());
     let body = match reservation {
-        None => response.bytes().await.map_err(|err| {
-            RpcError::internal(format!(
-                "failed to read http/request response body: {}",
-                describe(&err)
-            ))
-        })?,
+        None => response
+            .bytes()
+            .await
+            .map_err(|err| {
+                RpcError::internal(format!(
+                    "failed to read http/request response body: {}",
+                    describe(&err)
+                ))
+            })?
+            .into(),
         Some(reservation) => {
             // The reply (status and headers) must reach the client before the first delta.
             let stream = body::stream(
@@ -50,13 +57,13 @@ async fn http_request(
             ctx.after_reply(move || {
                 tokio::spawn(stream);
             });
-            Default::default()
+            Vec::new()
         }
     };
     Ok(HttpRequestResult {
         status,
         headers,
-        body_base64: Base64Bytes(body.to_vec()),
+        body_base64: Base64Bytes(body),
     })
 }
 

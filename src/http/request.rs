@@ -7,9 +7,10 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, Url};
 use std::time::Duration;
 
-/// Builds the request; `env` reads the daemon's environment for `valueEnvVar` headers.
+/// Builds the request (taking the body without a copy); `env` reads the daemon's environment
+/// for `valueEnvVar` headers.
 pub fn build(
-    params: &HttpRequestParams,
+    params: HttpRequestParams,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<reqwest::Request, RpcError> {
     let method = Method::from_bytes(params.method.as_bytes()).map_err(|err| {
@@ -31,10 +32,7 @@ pub fn build(
     }
     let mut request = reqwest::Request::new(method, url);
     *request.headers_mut() = headers;
-    *request.body_mut() = params
-        .body_base64
-        .as_ref()
-        .map(|body| body.0.clone().into());
+    *request.body_mut() = params.body_base64.map(|body| body.0.into());
     *request.timeout_mut() = params.timeout_ms.map(Duration::from_millis);
     Ok(request)
 }
@@ -73,12 +71,15 @@ mod tests {
 
     fn params(extra: serde_json::Value) -> HttpRequestParams {
         let mut value = json!({"method": "GET", "url": "http://127.0.0.1/", "requestId": "r"});
-        value.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        value
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
         serde_json::from_value(value).unwrap()
     }
 
     fn error(extra: serde_json::Value) -> String {
-        let err = build(&params(extra), |_| None).unwrap_err();
+        let err = build(params(extra), |_| None).unwrap_err();
         assert_eq!(err.code, -32602);
         err.message
     }
@@ -122,7 +123,7 @@ mod tests {
             "timeoutMs": 50,
             "bodyBase64": "aGk="
         }));
-        let request = build(&params, |var| (var == "TOKEN").then(|| "s3cret".to_owned())).unwrap();
+        let request = build(params, |var| (var == "TOKEN").then(|| "s3cret".to_owned())).unwrap();
         let tags: Vec<_> = request.headers().get_all("x-tag").iter().collect();
         assert_eq!(tags, ["a", "b"]);
         let auth = &request.headers()["authorization"];

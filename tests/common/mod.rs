@@ -1,6 +1,8 @@
 //! Test harness: starts the real `exec-server` binary and speaks to it over a real WebSocket.
 #![allow(dead_code)]
 
+pub mod http_server;
+
 use base64::Engine as _;
 use futures::{SinkExt as _, StreamExt as _};
 use serde_json::{json, Value};
