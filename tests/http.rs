@@ -457,3 +457,22 @@ async fn no_delta_arrives_for_a_buffered_request() {
         .await
         .is_none());
 }
+
+#[tokio::test]
+async fn https_runs_the_tls_handshake() {
+    // The test server speaks plain HTTP, so the rustls handshake itself must fail, cleanly.
+    let server = HttpServer::start().await;
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let url = server.url("/hello").replacen("http://", "https://", 1);
+    let error = client
+        .request("http/request", get(&url, "tls"))
+        .await
+        .unwrap_err();
+    assert_eq!(error["code"], -32603);
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("http/request failed: ") && message.contains("InvalidContentType"),
+        "a TLS error, from rustls: {message}"
+    );
+}
