@@ -5,12 +5,14 @@
 //!    with `error.data.sandboxDenied`.
 //! 2. Death by SIGSYS: the seccomp kill action fired.
 //! 3. Denial messages (`Permission denied`, `Operation not permitted`, `Read-only file system`,
-//!    `Invalid cross-device link`) naming a path the policy does not let the process write:
+//!    `Invalid cross-device link`, `Device or resource busy`) naming a path the policy does not let the process write:
 //!    outside every write root, inside a protected or read-only carve-out, or in a deny area.
 //!    A path inside a writable root is not a sandbox denial (a mode-000 file there fails the
 //!    same way unsandboxed). An `Operation not permitted` or `Read-only file system` naming no
 //!    path counts too: with no capabilities and seccomp in place, that is what the sandbox
-//!    produces, while plain `Permission denied` without a path is not attributable.
+//!    produces, while plain `Permission denied` without a path is not attributable. `File
+//!    exists` and `Is a directory` count for a protected name (what creating it reports when a
+//!    placeholder holds it).
 //! 4. With network restricted: network failure messages ("Network is unreachable", "Could not
 //!    resolve host", "Temporary failure in name resolution", ...) and curl's exit codes 6/7 and
 //!    wget's 4.
@@ -31,10 +33,16 @@ const FS_DENIALS: &[&str] = &[
     "operation not permitted",
     "read-only file system",
     "invalid cross-device link",
+    // Renaming or removing a protected mount point.
+    "device or resource busy",
 ];
 
 /// Messages that mean the sandbox without naming a path.
 const PATHLESS_DENIALS: &[&str] = &["operation not permitted", "read-only file system"];
+
+/// How creating a protected name fails when a placeholder holds it; they count only for such
+/// names.
+const PLACEHOLDER_MESSAGES: &[&str] = &["file exists", "is a directory"];
 
 const NETWORK_DENIALS: &[&str] = &[
     "network is unreachable",
@@ -125,6 +133,11 @@ impl DenialContext {
         if self.network_restricted && NETWORK_DENIALS.iter().any(|p| lower.contains(p)) {
             return true;
         }
+        if PLACEHOLDER_MESSAGES.iter().any(|p| lower.contains(p)) {
+            return candidate_paths(line)
+                .iter()
+                .any(|path| self.is_carve_out(path));
+        }
         let Some(pattern) = FS_DENIALS.iter().find(|p| lower.contains(**p)) else {
             return false;
         };
@@ -141,6 +154,22 @@ impl DenialContext {
         };
         let path = resolve(&self.cwd, Path::new(path));
         effective(rules, &path) != Some(FsAccess::Write)
+    }
+
+    /// A read-only path inside a write root: a protected name (maybe a placeholder, which is
+    /// why creating it reports "File exists").
+    fn is_carve_out(&self, path: &str) -> bool {
+        let Some(rules) = &self.rules else {
+            return false;
+        };
+        let path = resolve(&self.cwd, Path::new(path));
+        rules.iter().any(|rule| {
+            rule.path == path
+                && rule.access == FsAccess::Read
+                && path
+                    .parent()
+                    .is_some_and(|parent| effective(rules, parent) == Some(FsAccess::Write))
+        })
     }
 
     fn network_exit_code(&self, code: i32) -> bool {
@@ -187,9 +216,11 @@ fn candidate_paths(line: &str) -> Vec<String> {
         let names_the_failure = trimmed.ends_with(':')
             && bare.contains(['.', '/'])
             && words.get(index + 1).is_some_and(|next| {
+                let next = next.to_lowercase();
                 FS_DENIALS
                     .iter()
-                    .any(|p| p.starts_with(&next.to_lowercase()))
+                    .chain(PLACEHOLDER_MESSAGES)
+                    .any(|p| p.starts_with(&next))
             });
         if looks_absolute || names_the_failure {
             found.push(bare.to_owned());
@@ -288,6 +319,14 @@ mod tests {
             1
         ));
         assert!(denied("socket: Operation not permitted\n", 1));
+        assert!(denied(
+            "mkdir: cannot create directory '.git': File exists\n",
+            1
+        ));
+        assert!(!denied(
+            "mkdir: cannot create directory 'src': File exists\n",
+            1
+        ));
         assert!(denied("curl: (6) Could not resolve host: example.com\n", 6));
         assert!(denied("OSError: [Errno 101] Network is unreachable\n", 1));
     }
