@@ -453,3 +453,23 @@ async fn setuid_binaries_give_no_privileges() {
         "{outcome:?}"
     );
 }
+
+/// A background process outliving the leader keeps its namespace, so the placeholder stays
+/// (and keeps protecting) until that process is gone too.
+#[tokio::test]
+async fn placeholders_stay_while_a_background_process_still_runs() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    let sandbox = workspace_write(&d.ws, "enabled");
+    let script = "(sleep 1; mkdir .codex/x; echo $? > result) >/dev/null 2>&1 &";
+    assert_ok(&sh(&client, "bg", &d.ws, &sandbox, script).await);
+    assert!(
+        d.ws(".codex").is_dir(),
+        "removed while still mounted: {:?}",
+        d.ws_names()
+    );
+    eventually("the background probe", || d.ws("result").exists()).await;
+    eventually("placeholders removed", || d.ws_names() == ["result"]).await;
+    assert_ne!(std::fs::read_to_string(d.ws("result")).unwrap().trim(), "0");
+}

@@ -70,6 +70,12 @@ pub fn protect(rules: &mut Vec<Rule>) -> Result<Leases, RpcError> {
                         path.display()
                     )))
                 }
+                // Another sandbox's placeholder (or one a killed daemon left): share it.
+                Ok(meta) if meta.is_dir() && is_marked(&path) => {
+                    if leases.acquire(&path)? {
+                        added.push(path);
+                    }
+                }
                 Ok(meta) => {
                     if *name == ".git" && meta.is_file() {
                         added.extend(gitdirs(root, &path));
