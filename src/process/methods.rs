@@ -40,7 +40,7 @@ async fn start(ctx: &RequestCtx, params: StartParams) -> Result<StartResult, Rpc
             params.cwd
         ))
     })?;
-    let prepared = sandbox::prepare(&params, &cwd, program)?;
+    let prepared = sandbox::prepare_start(&params, &cwd)?;
     let env = env::child_env(params.env_policy.as_ref(), &params.env, std::env::vars());
     let spec = LaunchSpec {
         program: program.clone(),

@@ -68,6 +68,11 @@ fn daemon_binary() -> Option<Protected> {
 }
 
 impl Guard {
+    /// The daemon binary's canonical path, if it could be determined.
+    pub fn binary(&self) -> Option<&Path> {
+        self.protected.first().map(|item| item.path.as_path())
+    }
+
     /// Err(reason) when a write grant on the canonical directory or file `root` would expose
     /// the daemon's state.
     pub fn check_write_root(&self, root: &Path) -> Result<(), String> {

@@ -18,11 +18,11 @@ mod policy;
 mod protected;
 mod seccomp;
 
-use crate::process::spawn::LaunchSpec;
+use crate::process::spawn::{self, ChildIo, LaunchSpec, DEFAULT_SIZE};
 use crate::rpc::RpcError;
 use denial::DenialContext;
 use exec_server_protocol::process::StartParams;
-use exec_server_protocol::sandbox::{FsAccess, NetworkAccess};
+use exec_server_protocol::sandbox::{FileSystemSandboxContext, FsAccess, NetworkAccess};
 use plan::{Failure, FsPlan, Plan, EXEC_STAGE};
 use std::io::Write as _;
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
@@ -43,20 +43,30 @@ pub struct Prepared {
     leases: protected::Leases,
 }
 
-/// Resolves `params.sandbox` for a launch in `cwd`. Ok(None): run unsandboxed.
-pub fn prepare(
-    params: &StartParams,
-    cwd: &Path,
-    program: &str,
-) -> Result<Option<Prepared>, RpcError> {
+/// Resolves `params.sandbox` for a `process/start` in `cwd`. Ok(None): run unsandboxed.
+pub fn prepare_start(params: &StartParams, cwd: &Path) -> Result<Option<Prepared>, RpcError> {
     if params.enforce_managed_network || params.managed_network.is_some() {
         return Err(RpcError::invalid_params(
             "managed network (loopback proxy ports) is not implemented by this executor; \
              refusing to run without it",
         ));
     }
-    let Some(sandbox) = &params.sandbox else {
-        return Ok(None);
+    match &params.sandbox {
+        None => Ok(None),
+        Some(sandbox) => prepare(sandbox, cwd, &params.argv, params.arg0.as_deref()),
+    }
+}
+
+/// Resolves `sandbox` for running `argv` (argv[0] shown as `arg0`) in `cwd`. Ok(None): the
+/// intent needs no enforcement.
+pub fn prepare(
+    sandbox: &FileSystemSandboxContext,
+    cwd: &Path,
+    argv: &[String],
+    arg0: Option<&str>,
+) -> Result<Option<Prepared>, RpcError> {
+    let Some(program) = argv.first() else {
+        return Err(RpcError::invalid_params("argv must not be empty"));
     };
     let Some(policy) = policy::resolve(sandbox, cwd)? else {
         return Ok(None);
@@ -79,11 +89,11 @@ pub fn prepare(
         }
     };
     let network_restricted = policy.network == NetworkAccess::Restricted;
-    let mut argv = vec![params.arg0.clone().unwrap_or_else(|| program.to_owned())];
-    argv.extend(params.argv.iter().skip(1).cloned());
+    let mut shown = vec![arg0.unwrap_or(program).to_owned()];
+    shown.extend(argv.iter().skip(1).cloned());
     let plan = Plan {
         program: program.to_owned(),
-        argv,
+        argv: shown,
         cwd: cwd.to_path_buf(),
         network_restricted,
         fs: fs.as_ref().map(|rules| FsPlan {
@@ -95,7 +105,7 @@ pub fn prepare(
         rules: fs,
         network_restricted,
         cwd: cwd.to_path_buf(),
-        program: program.to_owned(),
+        program: program.clone(),
     });
     Ok(Some(Prepared {
         plan,
@@ -124,6 +134,95 @@ fn grants(rules: &[policy::Rule]) -> Vec<landlock::Grant> {
     );
     grants
 }
+
+/// The output of [`run_self`].
+#[derive(Debug)]
+pub struct SelfOutput {
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub exit_code: i32,
+}
+
+/// Runs the daemon's own binary with `args` under `sandbox`, as a process started in `cwd`
+/// would be confined, with `stdin` as its input; for sandboxed `fs/*` operations
+/// (`args = ["__fs-op"]`, one JSON request on stdin, the JSON result on stdout), so the kernel
+/// enforces the intent on the operation itself. The binary gets read+execute for this run
+/// only. An intent that needs no enforcement runs the binary unsandboxed.
+pub async fn run_self(
+    sandbox: &FileSystemSandboxContext,
+    cwd: &Path,
+    args: &[&str],
+    stdin: Vec<u8>,
+) -> Result<SelfOutput, RpcError> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut argv = vec![SELF_EXE.to_owned()];
+    argv.extend(args.iter().map(|arg| arg.to_string()));
+    let mut spec = LaunchSpec {
+        program: SELF_EXE.into(),
+        args: argv[1..].to_vec(),
+        arg0: Some("exec-server".into()),
+        cwd: cwd.to_path_buf(),
+        env: Default::default(),
+        tty: false,
+        pipe_stdin: true,
+        size: DEFAULT_SIZE,
+        helper_fds: None,
+    };
+    let launch = match prepare(sandbox, cwd, &argv, Some("exec-server"))? {
+        None => None,
+        Some(mut prepared) => {
+            if let (Some(fs), Some(binary)) = (&mut prepared.plan.fs, guard::init().binary()) {
+                fs.grants.push(landlock::Grant {
+                    path: binary.to_path_buf(),
+                    write: false,
+                });
+            }
+            Some(prepared.launch(&mut spec)?)
+        }
+    };
+    let spawned = spawn::spawn(&spec).map_err(|err| {
+        RpcError::internal(format!("failed to start the sandboxed helper: {err}"))
+    })?;
+    let mut child = spawned.child;
+    if let Some(launch) = launch {
+        if let Err(err) = launch.confirm().await {
+            let _ = child.kill().await;
+            return Err(err);
+        }
+    }
+    let ChildIo::Pipes {
+        stdin: Some(mut input),
+        mut stdout,
+        mut stderr,
+    } = spawned.io
+    else {
+        unreachable!("spawned on pipes with stdin");
+    };
+    let feed = async move {
+        let _ = input.write_all(&stdin).await;
+    };
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let (_, out_read, err_read) = tokio::join!(
+        feed,
+        stdout.read_to_end(&mut out),
+        stderr.read_to_end(&mut err)
+    );
+    out_read
+        .and(err_read)
+        .map_err(|e| RpcError::internal(format!("reading the sandboxed helper: {e}")))?;
+    let status = child
+        .wait()
+        .await
+        .map_err(|e| RpcError::internal(format!("waiting for the sandboxed helper: {e}")))?;
+    Ok(SelfOutput {
+        stdout: out,
+        stderr: err,
+        exit_code: spawn::exit_code(status).0,
+    })
+}
+
+/// The daemon's own image, even if its file was replaced since it started.
+const SELF_EXE: &str = "/proc/self/exe";
 
 /// A sandboxed launch in progress: the pipes to the helper.
 pub struct Launch {
@@ -175,7 +274,7 @@ impl Prepared {
         std::fs::File::from(policy_writer)
             .write_all(&text)
             .map_err(|e| RpcError::internal(format!("cannot pass the sandbox policy: {e}")))?;
-        spec.program = "/proc/self/exe".into();
+        spec.program = SELF_EXE.into();
         spec.args = vec![
             helper::HELPER_ARG.into(),
             policy.as_raw_fd().to_string(),
