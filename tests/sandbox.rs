@@ -520,3 +520,29 @@ async fn the_classifier_ignores_failures_the_sandbox_did_not_cause() {
     assert_eq!(exited["params"]["sandboxDenied"], true, "{events:?}");
     assert!(!Path::new("/etc/exec-server-test").exists());
 }
+
+/// The helper runs with an empty environment: loader variables meant for the program cannot
+/// act on it (a library planted in a writable workspace would otherwise run before the
+/// sandbox). The program still gets them.
+#[tokio::test]
+async fn the_client_environment_reaches_the_program_only() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    let mut request = params(
+        "env",
+        &["sh", "-c", "echo \"var=$MY_VAR\""],
+        &d.ws,
+        workspace_write(&d.ws, "enabled"),
+    );
+    request["env"]["LD_PRELOAD"] = json!("/nonexistent-exec-server-preload.so");
+    request["env"]["MY_VAR"] = json!("kept");
+    let outcome = run(&client, request).await;
+    assert_ok(&outcome);
+    assert!(outcome.output.contains("var=kept"), "{outcome:?}");
+    assert_eq!(
+        outcome.output.matches("cannot be preloaded").count(),
+        1,
+        "{outcome:?}"
+    );
+}

@@ -201,6 +201,28 @@ async fn device_nodes_cannot_be_made_even_inside_the_root() {
     assert!(d.ws_names().is_empty(), "{:?}", d.ws_names());
 }
 
+/// Landlock's IoctlDev right comes with write grants only: a device granted for reading
+/// cannot be driven by ioctl (TCGETS gets EACCES instead of the usual ENOTTY).
+#[tokio::test]
+async fn device_ioctls_need_a_write_grant() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    let sandbox = workspace_write(&d.ws, "enabled");
+    let probe = "import fcntl, os, termios\nfor dev in ['/dev/urandom', '/dev/null']:\n    fd = os.open(dev, os.O_RDONLY)\n    try:\n        fcntl.ioctl(fd, termios.TCGETS, bytes(64)); print(dev, 'OK')\n    except OSError as e: print(dev, e.strerror)";
+    let outcome = py(&client, "ioctl", &d.ws, &sandbox, probe).await;
+    assert!(
+        outcome.output.contains("/dev/urandom Permission denied"),
+        "{outcome:?}"
+    );
+    assert!(
+        outcome
+            .output
+            .contains("/dev/null Inappropriate ioctl for device"),
+        "{outcome:?}"
+    );
+}
+
 #[tokio::test]
 async fn reopening_fds_and_proc_paths_do_not_bypass_the_rules() {
     let daemon = Daemon::start();

@@ -220,3 +220,29 @@ print('int80', fn())
     assert_eq!(x32.code, 128 + libc::SIGSYS as i64, "{x32:?}");
     assert!(x32.denied, "{x32:?}");
 }
+
+/// Abstract Unix sockets are not files: Landlock's scope (network on) and the network
+/// namespace (network off) keep the sandbox from reaching a listener outside.
+#[tokio::test]
+async fn abstract_unix_sockets_outside_are_unreachable() {
+    use std::os::linux::net::SocketAddrExt as _;
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    let name = format!("exec-server-test-{}", std::process::id());
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let body = format!(
+        "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\nattempt('abstract', lambda: s.connect('\\0{name}'))"
+    );
+    for (network, expect) in [
+        ("enabled", "abstract ERR EPERM"),
+        ("restricted", "abstract ERR ECONNREFUSED"),
+    ] {
+        let sandbox = workspace_write(&d.ws, network);
+        let outcome = py(&client, network, &d.ws, &sandbox, &probe(&body)).await;
+        assert!(outcome.output.contains(expect), "{network}: {outcome:?}");
+    }
+    assert!(listener.accept().is_err(), "the listener saw a connection");
+}

@@ -6,7 +6,8 @@
 //! session (the daemon already made it a session leader at spawn, so `killpg` works from the
 //! first instant; it checks), namespaces (mount when the file system is restricted, network
 //! when network is restricted), the mount view, cwd, Landlock, capabilities and securebits,
-//! no_new_privs, close-on-exec for every fd above 2, seccomp, and `execvp`. A failure at any
+//! no_new_privs, close-on-exec for every fd above 2, seccomp, the program's environment (the
+//! helper itself runs with an empty one), and `execvp`. A failure at any
 //! step is written as one JSON [`Failure`] to the status pipe, which is close-on-exec, so a
 //! successful exec writes nothing and the daemon sees EOF.
 
@@ -125,6 +126,16 @@ fn run(policy_fd: RawFd) -> Result<Never, Failure> {
     }
     let filters = seccomp::filters(plan.network_restricted).map_err(fail("seccomp"))?;
     seccomp::apply(&filters).map_err(fail("seccomp"))?;
+
+    // Only now, with everything in place, the program's environment (execvp searches its PATH).
+    for (key, value) in &plan.env {
+        if key.is_empty() || key.contains(['=', '\0']) || value.contains('\0') {
+            return Err(fail("policy")(format!(
+                "invalid environment variable `{key}`"
+            )));
+        }
+        std::env::set_var(key, value);
+    }
 
     let err = nix::unistd::execvp(&program, &argv).unwrap_err();
     let errno = err as i32;

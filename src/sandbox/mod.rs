@@ -95,6 +95,7 @@ pub fn prepare(
         program: program.to_owned(),
         argv: shown,
         cwd: cwd.to_path_buf(),
+        env: Default::default(),
         network_restricted,
         fs: fs.as_ref().map(|rules| FsPlan {
             mounts: mounts::plan(rules),
@@ -253,7 +254,8 @@ impl Sandboxed {
 
 impl Prepared {
     /// Rewrites `spec` to run the helper, which receives the real program on the policy pipe.
-    pub fn launch(self, spec: &mut LaunchSpec) -> Result<Launch, RpcError> {
+    pub fn launch(mut self, spec: &mut LaunchSpec) -> Result<Launch, RpcError> {
+        self.plan.env = std::mem::take(&mut spec.env);
         let text = serde_json::to_vec(&self.plan).map_err(|e| RpcError::internal(e.to_string()))?;
         if text.len() > MAX_PLAN_BYTES {
             return Err(RpcError::invalid_params(format!(

@@ -4,6 +4,7 @@
 use super::landlock::Grant;
 use super::mounts::MountOp;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -14,6 +15,10 @@ pub struct Plan {
     /// The full argv, argv[0] being the `arg0` override when there is one.
     pub argv: Vec<String>,
     pub cwd: PathBuf,
+    /// The program's environment. The helper itself starts with an empty one, so nothing the
+    /// client sets (LD_PRELOAD, LD_LIBRARY_PATH into a workspace a sandboxed process could have
+    /// written) can act on it before the sandbox is in place.
+    pub env: BTreeMap<String, String>,
     pub network_restricted: bool,
     /// None: the file system is not restricted.
     pub fs: Option<FsPlan>,
