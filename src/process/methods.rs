@@ -40,7 +40,15 @@ async fn start(ctx: &RequestCtx, params: StartParams) -> Result<StartResult, Rpc
             params.cwd
         ))
     })?;
-    let prepared = sandbox::prepare_start(&params, &cwd)?;
+    // Resolution walks the file system (globs, the hard-link search): off the async workers.
+    let prepared = if params.sandbox.is_some() {
+        let (params, cwd) = (params.clone(), cwd.clone());
+        tokio::task::spawn_blocking(move || sandbox::prepare_start(&params, &cwd))
+            .await
+            .map_err(|err| RpcError::internal(err.to_string()))??
+    } else {
+        sandbox::prepare_start(&params, &cwd)?
+    };
     let env = env::child_env(params.env_policy.as_ref(), &params.env, std::env::vars());
     let spec = LaunchSpec {
         program: program.clone(),

@@ -142,54 +142,103 @@ fn has_subdirectories(dir: &Path) -> bool {
     })
 }
 
-/// Matches one path component against one pattern component.
+/// Matches one path component against one pattern component, in O(pattern × name) time
+/// (the classic last-star backtracking; `*` is the only token that matches a run).
 pub fn component_matches(pattern: &str, name: &str) -> bool {
-    let pattern: Vec<char> = pattern.chars().collect();
+    let tokens = tokenize(pattern);
     let name: Vec<char> = name.chars().collect();
-    matches_from(&pattern, &name)
+    let (mut t, mut n) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while n < name.len() {
+        match tokens.get(t) {
+            Some(Token::Star) => {
+                star = Some((t, n));
+                t += 1;
+            }
+            Some(token) if token.matches(name[n]) => {
+                t += 1;
+                n += 1;
+            }
+            _ => match star {
+                // Let the last star swallow one more character and retry from there.
+                Some((star_t, star_n)) => {
+                    star = Some((star_t, star_n + 1));
+                    t = star_t + 1;
+                    n = star_n + 1;
+                }
+                None => return false,
+            },
+        }
+    }
+    tokens[t..].iter().all(|token| matches!(token, Token::Star))
 }
 
-fn matches_from(pattern: &[char], name: &[char]) -> bool {
-    match pattern.first() {
-        None => name.is_empty(),
-        Some('*') => (0..=name.len()).any(|skip| matches_from(&pattern[1..], &name[skip..])),
-        Some('?') => !name.is_empty() && matches_from(&pattern[1..], &name[1..]),
-        Some('[') => match (class_matches(&pattern[1..], name.first().copied()), name) {
-            (Some((true, used)), [_, rest @ ..]) => matches_from(&pattern[1 + used..], rest),
-            (Some(_), _) => false,
-            // An unterminated class is a literal `[`.
-            (None, [first, rest @ ..]) => *first == '[' && matches_from(&pattern[1..], rest),
-            (None, []) => false,
-        },
-        Some('\\') if pattern.len() > 1 => {
-            name.first() == Some(&pattern[1]) && matches_from(&pattern[2..], &name[1..])
+enum Token {
+    Star,
+    Any,
+    Literal(char),
+    /// Ranges (a single char is `(c, c)`) and whether the class is negated.
+    Class(Vec<(char, char)>, bool),
+}
+
+impl Token {
+    fn matches(&self, c: char) -> bool {
+        match self {
+            Token::Star => true,
+            Token::Any => true,
+            Token::Literal(literal) => *literal == c,
+            Token::Class(ranges, negated) => {
+                ranges.iter().any(|(low, high)| *low <= c && c <= *high) != *negated
+            }
         }
-        Some(literal) => name.first() == Some(literal) && matches_from(&pattern[1..], &name[1..]),
     }
 }
 
-/// For a class body (after `[`): whether `c` is in it and how many pattern chars it used
-/// (including the closing `]`); None when the class is not terminated.
-fn class_matches(body: &[char], c: Option<char>) -> Option<(bool, usize)> {
+fn tokenize(pattern: &str) -> Vec<Token> {
+    let chars: Vec<char> = pattern.chars().collect();
+    let mut tokens = Vec::new();
+    let mut index = 0;
+    while index < chars.len() {
+        let token = match chars[index] {
+            '*' => Token::Star,
+            '?' => Token::Any,
+            '\\' if index + 1 < chars.len() => {
+                index += 1;
+                Token::Literal(chars[index])
+            }
+            '[' => match class(&chars[index + 1..]) {
+                Some((token, used)) => {
+                    index += used;
+                    token
+                }
+                // An unterminated class is a literal `[`.
+                None => Token::Literal('['),
+            },
+            literal => Token::Literal(literal),
+        };
+        tokens.push(token);
+        index += 1;
+    }
+    tokens
+}
+
+/// Parses a class body (after `[`); returns the token and the chars used including `]`.
+fn class(body: &[char]) -> Option<(Token, usize)> {
     let negated = matches!(body.first(), Some('!' | '^'));
     let mut index = usize::from(negated);
-    let mut found = false;
+    let mut ranges = Vec::new();
     let mut first = true;
     while index < body.len() {
         let current = body[index];
         if current == ']' && !first {
-            return Some((c.is_some() && found != negated, index + 1));
+            return Some((Token::Class(ranges, negated), index + 1));
         }
         first = false;
         if index + 2 < body.len() && body[index + 1] == '-' && body[index + 2] != ']' {
-            if c.is_some_and(|c| current <= c && c <= body[index + 2]) {
-                found = true;
-            }
+            ranges.push((current, body[index + 2]));
             index += 3;
         } else {
-            if c == Some(current) {
-                found = true;
-            }
+            ranges.push((current, current));
             index += 1;
         }
     }
@@ -212,6 +261,11 @@ mod tests {
         assert!(component_matches("\\*", "*"));
         assert!(!component_matches("\\*", "x"));
         assert!(component_matches("[x", "[x"));
+        assert!(component_matches("a*b*c", "aXXbYYc"));
+        assert!(!component_matches("a*b*c", "aXXbYY"));
+        // No exponential backtracking.
+        let name = "a".repeat(200);
+        assert!(!component_matches(&format!("{}b", "*a".repeat(30)), &name));
     }
 
     #[test]
