@@ -4,11 +4,12 @@
 //! system is restricted, and both scopes in every sandboxed mode. Read grants get
 //! Execute|ReadFile|ReadDir; write grants get everything except MakeChar and MakeBlock (no
 //! device nodes even where writing is allowed). The ruleset is created with
-//! `HardRequirement`, every grant path is opened by the helper itself (a path that cannot be
-//! opened fails the launch instead of being skipped), and anything but `FullyEnforced` fails.
+//! `HardRequirement`, every grant path is opened by the helper itself, without following
+//! symbolic links (a path that cannot be opened fails the launch instead of being skipped), and
+//! anything but `FullyEnforced` fails.
 
 use landlock::{
-    Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr,
     RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 use serde::{Deserialize, Serialize};
@@ -95,9 +96,10 @@ pub fn restrict(grants: Option<&[Grant]>) -> Result<(), String> {
         .create()
         .map_err(|e| e.to_string())?;
     for grant in grants.unwrap_or_default() {
-        let fd = PathFd::new(&grant.path)
+        let fd = super::mounts::open_nofollow(&grant.path)
             .map_err(|e| format!("opening `{}`: {e}", grant.path.display()))?;
-        let meta = std::fs::metadata(&grant.path)
+        let meta = std::fs::File::from(fd.try_clone().map_err(|e| e.to_string())?)
+            .metadata()
             .map_err(|e| format!("inspecting `{}`: {e}", grant.path.display()))?;
         let mut access: BitFlags<AccessFs> = if grant.write { write } else { read };
         if !meta.is_dir() {

@@ -126,7 +126,8 @@ pub fn apply(ops: &[MountOp]) -> Result<(), String> {
     for (op, host_ro) in ops.iter().zip(host_read_only) {
         sources.push(match op {
             MountOp::Bind { path, writable } => {
-                let tree = open_tree(path)
+                let tree = open_nofollow(path)
+                    .and_then(|fd| open_tree_at(&fd, Path::new(""), libc::AT_RECURSIVE as u32))
                     .map_err(|err| format!("cloning `{}`: {err}", path.display()))?;
                 let (set, clear) = if *writable && !host_ro {
                     (0, libc::MOUNT_ATTR_RDONLY)
@@ -190,7 +191,7 @@ fn mask(
         mnt
     } else {
         make_file(&mnt, Path::new("masked"), 0o000)?;
-        open_tree_at(&mnt, Path::new("masked"))?
+        open_tree_at(&mnt, Path::new("masked"), 0)?
     };
     set_attr(
         tree.as_raw_fd(),
@@ -264,26 +265,54 @@ fn set_attr(
     check(rc).map(drop)
 }
 
-fn open_tree(path: &Path) -> std::io::Result<OwnedFd> {
-    let path = cpath(path)?;
-    tree_fd(libc::AT_FDCWD, &path, libc::AT_RECURSIVE as libc::c_uint)
-}
-
-fn open_tree_at(dir: &OwnedFd, path: &Path) -> std::io::Result<OwnedFd> {
-    let path = cpath(path)?;
-    tree_fd(dir.as_raw_fd(), &path, 0)
-}
-
-fn tree_fd(dirfd: RawFd, path: &CString, extra: libc::c_uint) -> std::io::Result<OwnedFd> {
-    let flags = libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC | extra;
-    // SAFETY: valid fd and path.
-    let fd = check(unsafe { libc::syscall(libc::SYS_open_tree, dirfd, path.as_ptr(), flags) })?;
+/// An O_PATH fd for `path`, refusing symbolic links in every component: the daemon checked
+/// canonical paths, and a process that swapped one for a link since then (a background process
+/// of an earlier sandbox can write there) must not redirect a mount or a grant.
+pub fn open_nofollow(path: &Path) -> std::io::Result<OwnedFd> {
+    let c_path = cpath(path)?;
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
+    how.resolve = libc::RESOLVE_NO_SYMLINKS;
+    // SAFETY: valid path and a properly sized open_how.
+    let fd = check(unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            c_path.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    })
+    .map_err(|err| match err.raw_os_error() {
+        Some(libc::ELOOP) => std::io::Error::other(format!(
+            "`{}` now contains a symbolic link; refusing to follow it",
+            path.display()
+        )),
+        _ => err,
+    })?;
     // SAFETY: the kernel returned a new fd we now own.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
+/// Clones the mount tree at `path` below `dir` (`""`: `dir` itself).
+fn open_tree_at(dir: &OwnedFd, path: &Path, extra: libc::c_uint) -> std::io::Result<OwnedFd> {
+    let path = cpath(path)?;
+    let mut flags = libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC | extra;
+    if path.as_bytes().is_empty() {
+        flags |= libc::AT_EMPTY_PATH as libc::c_uint;
+    }
+    // SAFETY: valid fd and path.
+    let fd = check(unsafe {
+        libc::syscall(libc::SYS_open_tree, dir.as_raw_fd(), path.as_ptr(), flags)
+    })?;
+    // SAFETY: the kernel returned a new fd we now own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Mounts `tree` on `target`, resolved now (through what is already attached) and without
+/// following symbolic links.
 fn attach(tree: &OwnedFd, target: &Path) -> std::io::Result<()> {
-    let target = cpath(target)?;
+    let target = open_nofollow(target)?;
     let empty = CString::default();
     // SAFETY: valid fds and paths.
     let rc = unsafe {
@@ -291,9 +320,9 @@ fn attach(tree: &OwnedFd, target: &Path) -> std::io::Result<()> {
             libc::SYS_move_mount,
             tree.as_raw_fd(),
             empty.as_ptr(),
-            libc::AT_FDCWD,
-            target.as_ptr(),
-            libc::MOVE_MOUNT_F_EMPTY_PATH,
+            target.as_raw_fd(),
+            empty.as_ptr(),
+            libc::MOVE_MOUNT_F_EMPTY_PATH | libc::MOVE_MOUNT_T_EMPTY_PATH,
         )
     };
     check(rc).map(drop)
@@ -380,6 +409,17 @@ mod tests {
             path: path.into(),
             access,
         }
+    }
+
+    #[test]
+    fn paths_are_opened_without_following_links() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("real")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("real"), dir.path().join("link")).unwrap();
+        open_nofollow(&dir.path().join("real")).unwrap();
+        let err = open_nofollow(&dir.path().join("link/x")).unwrap_err();
+        assert!(err.to_string().contains("symbolic link"), "{err}");
+        assert!(open_nofollow(&dir.path().join("link")).is_err());
     }
 
     #[test]
