@@ -148,7 +148,9 @@ pub struct SelfOutput {
 /// would be confined, with `stdin` as its input; for sandboxed `fs/*` operations
 /// (`args = ["__fs-op"]`, one JSON request on stdin, the JSON result on stdout), so the kernel
 /// enforces the intent on the operation itself. The binary gets read+execute for this run
-/// only. An intent that needs no enforcement runs the binary unsandboxed.
+/// only; the platform libraries it loads must be readable under the intent (`minimal` or
+/// `root`), or the run fails like any program the sandbox cannot execute (-32603,
+/// `data.sandboxDenied`). An intent that needs no enforcement runs the binary unsandboxed.
 pub async fn run_self(
     sandbox: &FileSystemSandboxContext,
     cwd: &Path,
@@ -156,10 +158,11 @@ pub async fn run_self(
     stdin: Vec<u8>,
 ) -> Result<SelfOutput, RpcError> {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let mut argv = vec![SELF_EXE.to_owned()];
+    let (binary, grant) = self_binary();
+    let mut argv = vec![binary.display().to_string()];
     argv.extend(args.iter().map(|arg| arg.to_string()));
     let mut spec = LaunchSpec {
-        program: SELF_EXE.into(),
+        program: argv[0].clone(),
         args: argv[1..].to_vec(),
         arg0: Some("exec-server".into()),
         cwd: cwd.to_path_buf(),
@@ -172,11 +175,8 @@ pub async fn run_self(
     let launch = match prepare(sandbox, cwd, &argv, Some("exec-server"))? {
         None => None,
         Some(mut prepared) => {
-            if let (Some(fs), Some(binary)) = (&mut prepared.plan.fs, guard::init().binary()) {
-                fs.grants.push(landlock::Grant {
-                    path: binary.to_path_buf(),
-                    write: false,
-                });
+            if let (Some(fs), Some(path)) = (&mut prepared.plan.fs, grant) {
+                fs.grants.push(landlock::Grant { path, write: false });
             }
             Some(prepared.launch(&mut spec)?)
         }
@@ -224,6 +224,25 @@ pub async fn run_self(
 
 /// The daemon's own image, even if its file was replaced since it started.
 const SELF_EXE: &str = "/proc/self/exe";
+
+static SELF_BINARY: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// Sets the binary used as the helper and by [`run_self`], for a program that links this crate
+/// but is not the daemon (a test). The daemon never calls it: it uses its own image.
+pub fn set_self_binary(path: std::path::PathBuf) {
+    let _ = SELF_BINARY.set(path);
+}
+
+/// What to execute as "self", and the canonical file a sandbox must grant to execute it.
+fn self_binary() -> (std::path::PathBuf, Option<std::path::PathBuf>) {
+    match SELF_BINARY.get() {
+        Some(path) => (path.clone(), std::fs::canonicalize(path).ok()),
+        None => (
+            SELF_EXE.into(),
+            guard::init().binary().map(Path::to_path_buf),
+        ),
+    }
+}
 
 /// A sandboxed launch in progress: the pipes to the helper.
 pub struct Launch {
@@ -276,7 +295,7 @@ impl Prepared {
         std::fs::File::from(policy_writer)
             .write_all(&text)
             .map_err(|e| RpcError::internal(format!("cannot pass the sandbox policy: {e}")))?;
-        spec.program = SELF_EXE.into();
+        spec.program = self_binary().0.display().to_string();
         spec.args = vec![
             helper::HELPER_ARG.into(),
             policy.as_raw_fd().to_string(),
