@@ -1,12 +1,17 @@
 //! exec-server: runs and controls processes and files for a remote orchestrator over JSON-RPC.
 //!
 //! Layers, outside in: `transport` (WebSocket, stdio) → `rpc` (envelope, connection loop,
-//! dispatch) → `session` (registry, attachment) → `process` (managed children).
+//! dispatch) → `session` (registry, attachment) → `process` (managed children), with
+//! `sandbox` enforcing permission intent on launches. Beside them: `environment` (host facts,
+//! capabilities) and `http` (requests made on the client's behalf).
 
 pub mod cli;
 pub mod config;
+pub mod environment;
+pub mod http;
 pub mod memory;
 pub mod process;
 pub mod rpc;
+pub mod sandbox;
 pub mod session;
 pub mod transport;

@@ -5,7 +5,8 @@
 //! block starts with its own `initialize`) a fresh initialized session. `> ` lines are sent;
 //! `< ` lines are expected: one with an `id` matches the reply with that id, an array the next
 //! batch reply, one with a `method` the next notification of that method. The string "..." matches any value, and an
-//! object holding the key "..." may carry extra keys. `$TMP` names a fresh temporary directory.
+//! object holding the key "..." may carry extra keys. `$TMP` names a fresh temporary directory,
+//! `$HTTP` the base URL of a local test server (tests/common/http_server.rs).
 
 mod common;
 
@@ -76,12 +77,15 @@ fn matches(expected: &Value, actual: &Value) -> bool {
     }
 }
 
-async fn run(example: &Example) {
+async fn run(example: &Example, http: &str) {
     eprintln!("docs/protocol.md example at line {}", example.line);
     let daemon = Daemon::start();
     let client = daemon.client().await;
     let tmp = tempfile::tempdir().unwrap();
-    let substitute = |text: &str| text.replace("$TMP", tmp.path().to_str().unwrap());
+    let substitute = |text: &str| {
+        text.replace("$TMP", tmp.path().to_str().unwrap())
+            .replace("$HTTP", http)
+    };
     let starts_with_initialize =
         matches!(example.steps.first(), Some(Step::Send(s)) if s.contains("\"initialize\""));
     if !starts_with_initialize {
@@ -140,8 +144,9 @@ async fn every_documented_example_holds() {
         examples.len() >= 10,
         "docs/protocol.md should carry examples"
     );
+    let server = common::http_server::HttpServer::start().await;
     for example in &examples {
-        run(example).await;
+        run(example, &server.base).await;
     }
 }
 

@@ -180,7 +180,11 @@ async fn finish(process: &mut exec_server_client::Process) -> anyhow::Result<u64
     Ok(bytes)
 }
 
-async fn exec_rtt(client: &Client, runs: usize, sandbox: Option<&Value>) -> anyhow::Result<Vec<f64>> {
+async fn exec_rtt(
+    client: &Client,
+    runs: usize,
+    sandbox: Option<&Value>,
+) -> anyhow::Result<Vec<f64>> {
     let mut samples = Vec::with_capacity(runs);
     for run in 0..runs + runs / 10 {
         let mut cmd = command(&["true"]);
@@ -211,7 +215,10 @@ fn local_rtt(runs: usize) -> anyhow::Result<Vec<f64>> {
         .collect()
 }
 
-fn command_rtt(runs: usize, mut make: impl FnMut() -> std::process::Command) -> anyhow::Result<Vec<f64>> {
+fn command_rtt(
+    runs: usize,
+    mut make: impl FnMut() -> std::process::Command,
+) -> anyhow::Result<Vec<f64>> {
     (0..runs)
         .map(|_| {
             let started = Instant::now();
@@ -243,7 +250,9 @@ fn pipe_rate(mut command: std::process::Command, expected: u64) -> anyhow::Resul
 }
 
 fn median_of(mut runs: impl FnMut() -> anyhow::Result<f64>, count: usize) -> anyhow::Result<f64> {
-    let mut samples = (0..count).map(|_| runs()).collect::<anyhow::Result<Vec<_>>>()?;
+    let mut samples = (0..count)
+        .map(|_| runs())
+        .collect::<anyhow::Result<Vec<_>>>()?;
     Ok(stats(&mut samples).0)
 }
 
@@ -294,12 +303,15 @@ async fn run(size: &Size, binary: &Path) -> anyhow::Result<Map<String, Value>> {
     r.put("spawn_rtt_us", Some(spawn));
     r.put("spawn_rtt_p99_us", Some(spawn_p99));
     if let Some(sshd) = &sshd {
-        let (ssh, ssh_p99) = stats(&mut command_rtt(size.ssh_runs, || sshd.command("true", false))?);
+        let (ssh, ssh_p99) = stats(&mut command_rtt(size.ssh_runs, || {
+            sshd.command("true", false)
+        })?);
         r.put("ssh_rtt_us", Some(ssh));
         r.put("ssh_rtt_p99_us", Some(ssh_p99));
         command_rtt(1, || sshd.command("true", true))?;
-        let (cm, cm_p99) =
-            stats(&mut command_rtt(size.ssh_master_runs, || sshd.command("true", true))?);
+        let (cm, cm_p99) = stats(&mut command_rtt(size.ssh_master_runs, || {
+            sshd.command("true", true)
+        })?);
         r.put("ssh_cm_rtt_us", Some(cm));
         r.put("ssh_cm_rtt_p99_us", Some(cm_p99));
     } else {
@@ -347,7 +359,10 @@ async fn run(size: &Size, binary: &Path) -> anyhow::Result<Map<String, Value>> {
     r.put("pipe_mb_s", Some(median_of(local, size.stream_runs)?));
     if let Some(sshd) = &sshd {
         let over_ssh = || pipe_rate(sshd.command(&head, true), size.stream_bytes);
-        r.put("ssh_stream_mb_s", Some(median_of(over_ssh, size.stream_runs)?));
+        r.put(
+            "ssh_stream_mb_s",
+            Some(median_of(over_ssh, size.stream_runs)?),
+        );
     }
     r.ratio("stream_vs_pipe", "stream_mb_s", "pipe_mb_s");
     r.ratio("stream_vs_ssh", "stream_mb_s", "ssh_stream_mb_s");
@@ -359,7 +374,9 @@ async fn run(size: &Size, binary: &Path) -> anyhow::Result<Map<String, Value>> {
     let cat = format!("cat {} | cat > /dev/null", file.display());
     let cat_runs = || {
         let started = Instant::now();
-        let status = std::process::Command::new("sh").args(["-c", &cat]).status()?;
+        let status = std::process::Command::new("sh")
+            .args(["-c", &cat])
+            .status()?;
         anyhow::ensure!(status.success());
         Ok(mb_per_s(size.file_bytes, started.elapsed()))
     };
@@ -375,7 +392,10 @@ async fn run(size: &Size, binary: &Path) -> anyhow::Result<Map<String, Value>> {
     if let Some(sshd) = &sshd {
         let command = format!("cat {}", file.display());
         let over_ssh = || pipe_rate(sshd.command(&command, true), size.file_bytes);
-        r.put("ssh_file_mb_s", Some(median_of(over_ssh, size.stream_runs)?));
+        r.put(
+            "ssh_file_mb_s",
+            Some(median_of(over_ssh, size.stream_runs)?),
+        );
     }
     drop(dir);
     r.ratio("readblock_vs_cat", "readblock_mb_s", "cat_mb_s");
@@ -428,7 +448,11 @@ async fn resume_times(client: &Client, runs: usize) -> anyhow::Result<Vec<f64>> 
         let mut text = Vec::new();
         while let Some(event) = process.next_event().await {
             match event {
-                ProcessEvent::Output { data, stream: OutputStream::Stdout, .. } => text.extend(data),
+                ProcessEvent::Output {
+                    data,
+                    stream: OutputStream::Stdout,
+                    ..
+                } => text.extend(data),
                 ProcessEvent::Gap { .. } | ProcessEvent::Failed { .. } => bail!("{event:?}"),
                 _ => {}
             }
@@ -533,7 +557,11 @@ const ROWS: &[Row] = &[
     Row {
         what: "exec round trip of `true`, µs (median)",
         ours: "exec_rtt_us",
-        baselines: &[("local spawn", "spawn_rtt_us"), ("ssh", "ssh_rtt_us"), ("ssh ControlMaster", "ssh_cm_rtt_us")],
+        baselines: &[
+            ("local spawn", "spawn_rtt_us"),
+            ("ssh", "ssh_rtt_us"),
+            ("ssh ControlMaster", "ssh_cm_rtt_us"),
+        ],
         target: "≤ 1.5× spawn, ≥ 50× faster than ssh",
         met: |r| Some(r.get("exec_vs_spawn")? <= 1.5 && r.get("ssh_vs_exec")? >= 50.0),
     },
@@ -639,16 +667,24 @@ fn markdown(table: &str, results: &Map<String, Value>) -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|info| {
-            info.lines()
-                .find_map(|l| l.strip_prefix("model name").map(|m| m.trim_start_matches([' ', '\t', ':']).to_owned()))
+            info.lines().find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|m| m.trim_start_matches([' ', '\t', ':']).to_owned())
+            })
         })
         .unwrap_or_else(|| "unknown".into());
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let memory = std::fs::read_to_string("/proc/meminfo")
         .ok()
-        .and_then(|m| m.lines().next().map(|l| l.split_whitespace().nth(1).unwrap_or("0").to_owned()))
+        .and_then(|m| {
+            m.lines()
+                .next()
+                .map(|l| l.split_whitespace().nth(1).unwrap_or("0").to_owned())
+        })
         .and_then(|kib| kib.parse::<f64>().ok())
-        .map_or("unknown".into(), |kib| format!("{:.0} GiB", kib / 1024.0 / 1024.0));
+        .map_or("unknown".into(), |kib| {
+            format!("{:.0} GiB", kib / 1024.0 / 1024.0)
+        });
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let kernel = kernel.trim();
     format!(

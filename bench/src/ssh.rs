@@ -109,7 +109,10 @@ impl Sshd {
 impl Drop for Sshd {
     fn drop(&mut self) {
         let _ = Command::new("ssh")
-            .args(["-o", &format!("ControlPath={}", self.control_path().display())])
+            .args([
+                "-o",
+                &format!("ControlPath={}", self.control_path().display()),
+            ])
             .args(["-O", "exit", "127.0.0.1"])
             .stderr(Stdio::null())
             .status();

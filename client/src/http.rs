@@ -2,69 +2,55 @@
 
 use crate::{Client, Error, Retry};
 use exec_server_protocol::base64_bytes::Base64Bytes;
-use serde::{Deserialize, Serialize};
+pub use exec_server_protocol::http::{
+    HttpHeader, HttpRequestHeader, HttpRequestParams, HttpRequestResult, RedirectPolicy,
+};
 
 pub const REQUEST: &str = "http/request";
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Header {
-    pub name: String,
-    pub value: String,
-}
-
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct HttpRequest {
-    pub method: String,
-    pub url: String,
-    pub headers: Vec<Header>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub body_base64: Option<Base64Bytes>,
-    /// A total deadline; None waits as long as the daemon does.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub timeout_ms: Option<u64>,
-    pub request_id: String,
-    pub stream_response: bool,
-}
-
-impl HttpRequest {
-    pub fn new(method: impl Into<String>, url: impl Into<String>) -> Self {
-        Self {
-            method: method.into(),
-            url: url.into(),
-            headers: Vec::new(),
-            body_base64: None,
-            timeout_ms: None,
-            request_id: uuid::Uuid::new_v4().to_string(),
-            stream_response: false,
-        }
-    }
-
-    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
-        self.headers.push(Header {
-            name: name.into(),
-            value: value.into(),
-        });
-        self
-    }
-
-    pub fn body(mut self, body: Vec<u8>) -> Self {
-        self.body_base64 = Some(Base64Bytes(body));
-        self
+/// A buffered request to `url` with a fresh request id.
+pub fn request(method: impl Into<String>, url: impl Into<String>) -> HttpRequestParams {
+    HttpRequestParams {
+        method: method.into(),
+        url: url.into(),
+        headers: Vec::new(),
+        body_base64: None,
+        timeout_ms: None,
+        redirect_policy: RedirectPolicy::Follow,
+        request_id: uuid::Uuid::new_v4().to_string(),
+        stream_response: false,
     }
 }
 
-#[derive(Clone, Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct HttpResponse {
-    pub status: u16,
-    pub headers: Vec<Header>,
-    pub body_base64: Base64Bytes,
+/// Adds a header to a request built with [`request`].
+pub fn with_header(
+    mut params: HttpRequestParams,
+    name: impl Into<String>,
+    value: impl Into<String>,
+) -> HttpRequestParams {
+    params.headers.push(HttpRequestHeader {
+        name: name.into(),
+        value: value.into(),
+        value_env_var: None,
+    });
+    params
+}
+
+/// Sets the body of a request built with [`request`].
+pub fn with_body(mut params: HttpRequestParams, body: Vec<u8>) -> HttpRequestParams {
+    params.body_base64 = Some(Base64Bytes(body));
+    params
 }
 
 impl Client {
-    /// Not repeated after a dropped connection: the request may not be idempotent.
-    pub async fn http_request(&self, request: &HttpRequest) -> Result<HttpResponse, Error> {
-        self.request(REQUEST, request, Retry::Never).await
+    /// A buffered request (`streamResponse` is forced off). Not repeated after a dropped
+    /// connection: the request may not be idempotent.
+    pub async fn http_request(
+        &self,
+        params: &HttpRequestParams,
+    ) -> Result<HttpRequestResult, Error> {
+        let mut params = params.clone();
+        params.stream_response = false;
+        self.request(REQUEST, &params, Retry::Never).await
     }
 }

@@ -32,6 +32,7 @@ pub use process::{path_uri, Collected, Command, Process, ProcessHandle};
 
 use connection::{CallError, Connection};
 use events::Router;
+use exec_server_protocol::environment::EnvironmentInfo;
 use exec_server_protocol::process::ReadParams;
 use exec_server_protocol::rpc::{code, method, ErrorObject};
 use exec_server_protocol::session::{InitializeParams, InitializeResult};
@@ -166,7 +167,7 @@ enum State {
 struct Inner {
     options: ClientOptions,
     session_id: String,
-    environment_info: Option<Value>,
+    environment_info: Option<EnvironmentInfo>,
     state: watch::Sender<State>,
     router: Arc<Router>,
     next_id: AtomicI64,
@@ -217,9 +218,15 @@ impl Client {
         &self.inner.session_id
     }
 
-    /// The `environmentInfo` of the initialize reply, when the daemon sent one.
-    pub fn environment_info(&self) -> Option<&Value> {
-        self.inner.environment_info.as_ref()
+    /// The daemon's environment: from the initialize reply, or asked for when it had none.
+    pub async fn environment_info(&self) -> Result<EnvironmentInfo, Error> {
+        match &self.inner.environment_info {
+            Some(info) => Ok(info.clone()),
+            None => {
+                self.request("environment/info", &Value::Null, Retry::Safe)
+                    .await
+            }
+        }
     }
 
     /// Any method; repeated after a reconnect only if [`Retry::for_method`] says it is safe.

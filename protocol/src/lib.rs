@@ -5,6 +5,8 @@
 //! Schema for every message.
 
 pub mod base64_bytes;
+pub mod environment;
+pub mod http;
 pub mod path_uri;
 pub mod process;
 pub mod rpc;

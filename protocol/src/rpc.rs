@@ -86,4 +86,8 @@ pub mod method {
     pub const PROCESS_OUTPUT: &str = "process/output";
     pub const PROCESS_EXITED: &str = "process/exited";
     pub const PROCESS_CLOSED: &str = "process/closed";
+    pub const ENVIRONMENT_INFO: &str = "environment/info";
+    pub const ENVIRONMENT_STATUS: &str = "environment/status";
+    pub const HTTP_REQUEST: &str = "http/request";
+    pub const HTTP_REQUEST_BODY_DELTA: &str = "http/request/bodyDelta";
 }

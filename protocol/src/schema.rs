@@ -1,6 +1,6 @@
 //! JSON Schema for every wire message, keyed by method and direction.
 
-use crate::{process, rpc, session};
+use crate::{environment, http, process, rpc, session};
 use schemars::{schema_for, Schema};
 
 /// `(name, schema)` for each message: `<method>.params`, `<method>.result`, notifications'
@@ -41,6 +41,20 @@ pub fn all() -> Vec<(&'static str, Schema)> {
         (
             "process/closed.params",
             schema_for!(process::ClosedNotification),
+        ),
+        (
+            "environment/info.result",
+            schema_for!(environment::EnvironmentInfo),
+        ),
+        (
+            "environment/status.result",
+            schema_for!(environment::EnvironmentStatus),
+        ),
+        ("http/request.params", schema_for!(http::HttpRequestParams)),
+        ("http/request.result", schema_for!(http::HttpRequestResult)),
+        (
+            "http/request/bodyDelta.params",
+            schema_for!(http::HttpBodyDelta),
         ),
     ]
 }

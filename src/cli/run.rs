@@ -5,7 +5,6 @@ use exec_server_client::protocol::process::{
     EnvInherit, EnvPolicy, OutputStream, ProcessSignal, TerminalSize,
 };
 use exec_server_client::{Client, Command, ProcessEvent, ProcessHandle};
-use serde_json::Value;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -82,15 +81,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
 
 /// The daemon's working directory, from its environment info; `/` if it reports none.
 async fn remote_cwd(client: &Client) -> String {
-    let info = match client.environment_info() {
-        Some(info) => Some(info.clone()),
-        None => client.call("environment/info", Value::Null).await.ok(),
-    };
-    info.as_ref()
-        .and_then(|info| info.get("cwd"))
-        .and_then(Value::as_str)
-        .unwrap_or("/")
-        .to_owned()
+    let info = client.environment_info().await.ok();
+    info.and_then(|info| info.cwd)
+        .map_or_else(|| "/".to_owned(), |cwd| cwd.as_str().to_owned())
 }
 
 async fn print_events(process: &mut exec_server_client::Process) -> anyhow::Result<u8> {
