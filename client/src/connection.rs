@@ -1,12 +1,14 @@
 //! One WebSocket connection: a writer task, a reader task that routes replies to their callers
 //! and notifications to the [`Router`](crate::events::Router), and a way to kill it abruptly.
 
-use crate::events::Router;
+use crate::events::{Notification, Router};
 use crate::Error;
 use exec_server_protocol::rpc::ErrorObject;
 use futures::{SinkExt as _, StreamExt as _};
+use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
+use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -115,37 +117,16 @@ impl Connection {
     }
 
     fn route(&self, text: &str, router: &Router) {
-        #[derive(Deserialize)]
-        struct Envelope<'a> {
-            #[serde(default)]
-            id: Option<i64>,
-            #[serde(default, borrow)]
-            method: Option<std::borrow::Cow<'a, str>>,
-            #[serde(default, borrow)]
-            params: Option<&'a RawValue>,
-            #[serde(default)]
-            result: Option<Box<RawValue>>,
-            #[serde(default)]
-            error: Option<ErrorObject>,
-        }
-        let Ok(envelope) = serde_json::from_str::<Envelope>(text) else {
+        let Ok(message) = serde_json::from_str::<Incoming>(text) else {
             // Not for us to fix: a daemon speaking a different protocol, or a batch reply.
             return;
         };
-        if let Some(method) = envelope.method {
-            router.notification(&method, envelope.params.map(RawValue::get));
-            return;
-        }
-        let (Some(id), reply) = (envelope.id, envelope.result.ok_or(envelope.error)) else {
-            return;
+        let reply = match message {
+            Incoming::Notification(notification) => return router.notification(notification),
+            Incoming::Other => return,
+            Incoming::Reply { id, reply } => (id, reply),
         };
-        let reply = reply.map_err(|error| {
-            error.unwrap_or_else(|| ErrorObject {
-                code: exec_server_protocol::rpc::code::INTERNAL_ERROR,
-                message: "reply has neither result nor error".into(),
-                data: None,
-            })
-        });
+        let (id, reply) = reply;
         let waiter = self
             .pending
             .lock()
@@ -200,5 +181,75 @@ impl Connection {
     pub async fn dead(&self) {
         let mut dead = self.dead.subscribe();
         let _ = dead.wait_for(|dead| *dead).await;
+    }
+}
+
+/// One message from the daemon, decoded in a single pass: when `method` precedes `params` (as
+/// daemons write it), a process notification's params go straight into their typed form
+/// instead of being scanned once as raw JSON and then again. Output chunks are most of the
+/// traffic, so this halves the JSON work of streaming.
+enum Incoming {
+    Notification(Notification),
+    Reply { id: i64, reply: Reply },
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Incoming {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(IncomingVisitor)
+    }
+}
+
+struct IncomingVisitor;
+
+impl<'de> Visitor<'de> for IncomingVisitor {
+    type Value = Incoming;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON-RPC message")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Incoming, A::Error> {
+        let mut method: Option<String> = None;
+        let mut typed: Option<Notification> = None;
+        let mut raw_params: Option<Box<RawValue>> = None;
+        let mut id: Option<Value> = None;
+        let mut result: Option<Box<RawValue>> = None;
+        let mut error: Option<ErrorObject> = None;
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            match key.as_ref() {
+                "method" => method = Some(map.next_value()?),
+                "params" => match method.as_deref().and_then(Notification::kind) {
+                    Some(kind) => typed = Some(kind.decode_from(&mut map)?),
+                    None => raw_params = Some(map.next_value()?),
+                },
+                "id" => id = Some(map.next_value()?),
+                "result" => result = Some(map.next_value()?),
+                "error" => error = Some(map.next_value()?),
+                _ => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        if let Some(method) = method {
+            let notification = typed.or_else(|| {
+                let kind = Notification::kind(&method)?;
+                kind.decode(raw_params.as_deref()?.get()).ok()
+            });
+            return Ok(notification.map_or(Incoming::Other, Incoming::Notification));
+        }
+        let Some(id) = id.as_ref().and_then(Value::as_i64) else {
+            return Ok(Incoming::Other);
+        };
+        let reply = match (result, error) {
+            (Some(result), _) => Ok(result),
+            (None, Some(error)) => Err(error),
+            (None, None) => Err(ErrorObject {
+                code: exec_server_protocol::rpc::code::INTERNAL_ERROR,
+                message: "reply has neither result nor error".into(),
+                data: None,
+            }),
+        };
+        Ok(Incoming::Reply { id, reply })
     }
 }

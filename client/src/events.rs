@@ -222,6 +222,53 @@ fn infer_exit_seq(holes: &mut Vec<(u64, u64)>, first_retained: u64) -> Option<u6
     Some(seq)
 }
 
+/// The notifications routed to processes.
+pub enum Notification {
+    Output(OutputNotification),
+    Exited(ExitedNotification),
+    Closed(ClosedNotification),
+}
+
+#[derive(Clone, Copy)]
+pub enum NotificationKind {
+    Output,
+    Exited,
+    Closed,
+}
+
+impl Notification {
+    pub fn kind(method: &str) -> Option<NotificationKind> {
+        match method {
+            method::PROCESS_OUTPUT => Some(NotificationKind::Output),
+            method::PROCESS_EXITED => Some(NotificationKind::Exited),
+            method::PROCESS_CLOSED => Some(NotificationKind::Closed),
+            _ => None,
+        }
+    }
+}
+
+impl NotificationKind {
+    /// Decodes the params of a message whose method was already read.
+    pub fn decode_from<'de, A: serde::de::MapAccess<'de>>(
+        self,
+        map: &mut A,
+    ) -> Result<Notification, A::Error> {
+        Ok(match self {
+            Self::Output => Notification::Output(map.next_value()?),
+            Self::Exited => Notification::Exited(map.next_value()?),
+            Self::Closed => Notification::Closed(map.next_value()?),
+        })
+    }
+
+    pub fn decode(self, params: &str) -> serde_json::Result<Notification> {
+        Ok(match self {
+            Self::Output => Notification::Output(serde_json::from_str(params)?),
+            Self::Exited => Notification::Exited(serde_json::from_str(params)?),
+            Self::Closed => Notification::Closed(serde_json::from_str(params)?),
+        })
+    }
+}
+
 struct Route {
     log: SeqLog,
     events: mpsc::UnboundedSender<ProcessEvent>,
@@ -266,38 +313,27 @@ impl Router {
         self.routes.lock().unwrap().remove(id);
     }
 
-    pub fn notification(&self, method: &str, params: Option<&str>) {
-        let Some(params) = params else { return };
-        let (id, seq, event) = match method {
-            method::PROCESS_OUTPUT => match serde_json::from_str::<OutputNotification>(params) {
-                Ok(n) => (
-                    n.process_id,
-                    n.seq,
-                    ProcessEvent::Output {
-                        seq: n.seq,
-                        stream: n.stream,
-                        data: n.chunk.0,
-                    },
-                ),
-                Err(_) => return,
-            },
-            method::PROCESS_EXITED => match serde_json::from_str::<ExitedNotification>(params) {
-                Ok(n) => (
-                    n.process_id,
-                    n.seq,
-                    ProcessEvent::Exited {
-                        seq: n.seq,
-                        exit_code: n.exit_code,
-                        sandbox_denied: n.sandbox_denied,
-                    },
-                ),
-                Err(_) => return,
-            },
-            method::PROCESS_CLOSED => match serde_json::from_str::<ClosedNotification>(params) {
-                Ok(n) => (n.process_id, n.seq, ProcessEvent::Closed { seq: n.seq }),
-                Err(_) => return,
-            },
-            _ => return,
+    pub fn notification(&self, notification: Notification) {
+        let (id, seq, event) = match notification {
+            Notification::Output(n) => (
+                n.process_id,
+                n.seq,
+                ProcessEvent::Output {
+                    seq: n.seq,
+                    stream: n.stream,
+                    data: n.chunk.0,
+                },
+            ),
+            Notification::Exited(n) => (
+                n.process_id,
+                n.seq,
+                ProcessEvent::Exited {
+                    seq: n.seq,
+                    exit_code: n.exit_code,
+                    sandbox_denied: n.sandbox_denied,
+                },
+            ),
+            Notification::Closed(n) => (n.process_id, n.seq, ProcessEvent::Closed { seq: n.seq }),
         };
         self.update(&id, |log| log.push(seq, event));
     }
@@ -512,10 +548,12 @@ mod tests {
         let mut events = router.register("p").unwrap();
         assert!(router.register("p").is_none(), "ids are unique");
         let note = |seq: u64| {
-            format!(r#"{{"processId":"p","seq":{seq},"stream":"stdout","chunk":"eA=="}}"#)
+            let params =
+                format!(r#"{{"processId":"p","seq":{seq},"stream":"stdout","chunk":"eA=="}}"#);
+            NotificationKind::Output.decode(&params).unwrap()
         };
-        router.notification(method::PROCESS_OUTPUT, Some(&note(2)));
-        router.notification(method::PROCESS_OUTPUT, Some(&note(3)));
+        router.notification(note(2));
+        router.notification(note(3));
         assert_eq!(hole_ids.try_recv().unwrap(), "p");
         assert!(hole_ids.try_recv().is_err(), "one catch-up at a time");
         assert_eq!(router.begin_catch_up("p"), Some(0));
@@ -523,7 +561,8 @@ mod tests {
         assert!(!router.end_catch_up("p"));
         let got: Vec<_> = std::iter::from_fn(|| events.try_recv().ok()).collect();
         assert_eq!(seqs(&got), ["o1", "o2", "o3"]);
-        router.notification(method::PROCESS_CLOSED, Some(r#"{"processId":"p","seq":4}"#));
+        let closed = NotificationKind::Closed.decode(r#"{"processId":"p","seq":4}"#);
+        router.notification(closed.unwrap());
         assert_eq!(events.try_recv().unwrap(), ProcessEvent::Closed { seq: 4 });
         assert!(
             router.unfinished().is_empty(),

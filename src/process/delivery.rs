@@ -1,12 +1,14 @@
 //! Pushes a process's events to whichever connection its session is attached to, in seq order.
 //! While detached nothing is sent; the client catches up with `process/read` after resuming.
 
-use super::output::Event;
+use super::output::{Chunk, Event};
 use super::ManagedProcess;
+use crate::rpc::outbound::{push_json_string, Outbound};
 use crate::session::Attachment;
 use exec_server_protocol::base64_bytes::Base64Bytes;
-use exec_server_protocol::process::{ClosedNotification, ExitedNotification, OutputNotification};
+use exec_server_protocol::process::{ClosedNotification, ExitedNotification};
 use exec_server_protocol::rpc::method;
+use std::fmt::Write as _;
 use std::sync::Arc;
 use tokio::sync::watch;
 
@@ -62,18 +64,9 @@ async fn send_pending(
 }
 
 fn notification_text(process: &ManagedProcess, current: &Attachment, event: &Event) -> String {
-    let process_id = process.id.clone();
     let outbound = &current.outbound;
     match event {
-        Event::Output(chunk) => outbound.notification_text(
-            method::PROCESS_OUTPUT,
-            &OutputNotification {
-                process_id,
-                seq: chunk.seq,
-                stream: chunk.stream,
-                chunk: Base64Bytes(chunk.data.to_vec()),
-            },
-        ),
+        Event::Output(chunk) => output_text(outbound, &process.id, chunk),
         Event::Exited {
             seq,
             code,
@@ -81,7 +74,7 @@ fn notification_text(process: &ManagedProcess, current: &Attachment, event: &Eve
         } => outbound.notification_text(
             method::PROCESS_EXITED,
             &ExitedNotification {
-                process_id,
+                process_id: process.id.clone(),
                 seq: *seq,
                 exit_code: *code,
                 sandbox_denied: *sandbox_denied,
@@ -90,9 +83,57 @@ fn notification_text(process: &ManagedProcess, current: &Attachment, event: &Eve
         Event::Closed { seq } => outbound.notification_text(
             method::PROCESS_CLOSED,
             &ClosedNotification {
-                process_id,
+                process_id: process.id.clone(),
                 seq: *seq,
             },
         ),
+    }
+}
+
+/// `process/output` encoded by hand: the chunk is base64-encoded straight into the message,
+/// without copying it into a `Vec` first or escaping-scanning the encoded text.
+fn output_text(outbound: &Outbound, process_id: &str, chunk: &Chunk) -> String {
+    let capacity = chunk.data.len().div_ceil(3) * 4 + process_id.len() + 96;
+    outbound.notification_text_with(method::PROCESS_OUTPUT, capacity, |text| {
+        text.push_str(r#"{"processId":"#);
+        push_json_string(text, process_id);
+        let stream = serde_json::to_string(&chunk.stream).expect("enums serialize");
+        let _ = write!(text, r#","seq":{},"stream":{stream},"chunk":""#, chunk.seq);
+        Base64Bytes::encode_into(&chunk.data, text);
+        text.push_str("\"}");
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use exec_server_protocol::process::{OutputNotification, OutputStream};
+
+    #[test]
+    fn hand_encoded_output_matches_the_wire_type() {
+        let (outbound, _queue) = Outbound::new();
+        let chunk = Chunk {
+            seq: 7,
+            stream: OutputStream::Stderr,
+            data: Bytes::from_static(b"\x00\xffhi\n"),
+        };
+        let expected = outbound.notification_text(
+            method::PROCESS_OUTPUT,
+            &OutputNotification {
+                process_id: "p \"1\"".into(),
+                seq: 7,
+                stream: OutputStream::Stderr,
+                chunk: Base64Bytes(chunk.data.to_vec()),
+            },
+        );
+        let parse = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap();
+        assert_eq!(
+            parse(&output_text(&outbound, "p \"1\"", &chunk)),
+            parse(&expected)
+        );
+        outbound.set_strict();
+        let strict = parse(&output_text(&outbound, "p", &chunk));
+        assert_eq!(strict["jsonrpc"], "2.0");
     }
 }

@@ -24,12 +24,12 @@ use std::sync::{Arc, Mutex, Weak};
 use tokio::io::AsyncReadExt as _;
 use tokio::sync::watch;
 
-/// Bytes read from a child per system call, at most.
-const READ_BUFFER_BYTES: usize = 64 * 1024;
+/// Bytes read from a child per system call, at most: a full output pipe.
+const READ_BUFFER_BYTES: usize = spawn::OUTPUT_PIPE_BYTES;
 
 /// A read goes into the rest of the current buffer while at least this much is left. Chunks
 /// share their buffer, so this packs small chunks together instead of each pinning a whole
-/// fresh buffer for as long as it is retained.
+/// fresh buffer for as long as it is retained. Also the size of a first buffer.
 const MIN_READ_BYTES: usize = 16 * 1024;
 
 /// How long the exit waits for the pipes to drain, so `exited` follows the output before it.
@@ -302,15 +302,22 @@ async fn read_output(
     stream: OutputStream,
     mut reader: Box<dyn ChildOutput>,
 ) {
-    let mut buffer = BytesMut::with_capacity(READ_BUFFER_BYTES);
+    // Buffers start small and double while reads fill them, so a quiet child costs little
+    // and a streaming one is read a full pipe at a time.
+    let mut block = MIN_READ_BYTES;
+    let mut buffer = BytesMut::new();
     loop {
         if buffer.capacity() - buffer.len() < MIN_READ_BYTES {
-            buffer.reserve(READ_BUFFER_BYTES);
+            buffer = BytesMut::with_capacity(block);
         }
+        let spare = buffer.capacity() - buffer.len();
         // A PTY master reports EIO once the terminal's last writer closes: that is its EOF.
         match reader.read_buf(&mut buffer).await {
             Ok(0) | Err(_) => break,
-            Ok(_) => {
+            Ok(read) => {
+                if read == spare {
+                    block = (block * 2).min(READ_BUFFER_BYTES);
+                }
                 process
                     .push_output(stream, buffer.split().freeze(), &table)
                     .await

@@ -3,7 +3,7 @@
 
 use exec_server_protocol::process::TerminalSize;
 use std::collections::BTreeMap;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
@@ -42,6 +42,9 @@ pub struct Spawned {
     pub pid: i32,
     pub io: ChildIo,
 }
+
+/// The capacity asked for the stdout and stderr pipes (Linux default: 64 KiB).
+pub const OUTPUT_PIPE_BYTES: usize = 256 * 1024;
 
 pub const DEFAULT_SIZE: TerminalSize = TerminalSize { rows: 24, cols: 80 };
 
@@ -89,6 +92,18 @@ fn spawn_pipes(spec: &LaunchSpec) -> std::io::Result<Spawned> {
     }
     let mut child = command.spawn()?;
     let pid = child.id().expect("a just-spawned child has a pid") as i32;
+    for fd in [
+        child.stdout.as_ref().map(AsRawFd::as_raw_fd),
+        child.stderr.as_ref().map(AsRawFd::as_raw_fd),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        // Fewer, larger reads for chatty children; on failure (a per-user limit) the pipe
+        // simply keeps its default size.
+        // SAFETY: fcntl on a pipe fd we own.
+        unsafe { libc::fcntl(fd, libc::F_SETPIPE_SZ, OUTPUT_PIPE_BYTES as libc::c_int) };
+    }
     let io = ChildIo::Pipes {
         stdin: child.stdin.take(),
         stdout: child.stdout.take().expect("stdout is piped"),

@@ -46,6 +46,27 @@ impl Outbound {
         self.send(self.notification_text(method, params)).await
     }
 
+    /// A notification whose params JSON `write_params` appends to the text, for hot paths that
+    /// encode params by hand; `capacity` should cover the whole message.
+    pub fn notification_text_with(
+        &self,
+        method: &str,
+        capacity: usize,
+        write_params: impl FnOnce(&mut String),
+    ) -> String {
+        let mut text = String::with_capacity(capacity + method.len() + 48);
+        text.push('{');
+        if self.strict.load(Ordering::Relaxed) {
+            text.push_str(r#""jsonrpc":"2.0","#);
+        }
+        text.push_str(r#""method":"#);
+        push_json_string(&mut text, method);
+        text.push_str(r#","params":"#);
+        write_params(&mut text);
+        text.push('}');
+        text
+    }
+
     pub fn notification_text<P: Serialize>(&self, method: &str, params: &P) -> String {
         #[derive(Serialize)]
         struct Notification<'a, P> {
@@ -70,4 +91,9 @@ impl Outbound {
     pub fn same_connection(&self, other: &Outbound) -> bool {
         self.tx.same_channel(&other.tx)
     }
+}
+
+/// Appends `value` as a JSON string.
+pub fn push_json_string(text: &mut String, value: &str) {
+    text.push_str(&serde_json::to_string(value).expect("strings serialize"));
 }

@@ -20,6 +20,9 @@ use subtle::ConstantTimeEq as _;
 const PROTOCOL_ERROR: u16 = 1002;
 const MESSAGE_TOO_BIG: u16 = 1009;
 
+/// Initial WebSocket read buffer per connection.
+const READ_BUFFER_BYTES: usize = 8 * 1024;
+
 pub async fn serve(addr: SocketAddr, registry: Arc<Registry>) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
@@ -72,7 +75,10 @@ async fn upgrade(
     // Messages up to twice the JSON-RPC limit arrive and get a JSON-RPC error naming the
     // limit; beyond that the WebSocket layer closes with 1009 (message too big).
     let hard_limit = registry.config.max_message_bytes.saturating_mul(2);
-    ws.max_message_size(hard_limit)
+    // tungstenite zero-fills its whole read buffer on the first read: the 128 KiB default
+    // would be resident for every idle connection. Larger messages grow it as needed.
+    ws.read_buffer_size(READ_BUFFER_BYTES)
+        .max_message_size(hard_limit)
         .max_frame_size(hard_limit)
         .on_upgrade(move |socket| run(socket, registry, peer))
 }
