@@ -253,3 +253,41 @@ impl<'de> Visitor<'de> for IncomingVisitor {
         Ok(Incoming::Reply { id, reply })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Incoming {
+        serde_json::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn messages_decode_in_any_member_order() {
+        let output = r#"{"method":"process/output","params":{"processId":"p","seq":1,"stream":"stdout","chunk":"aGk="}}"#;
+        let Incoming::Notification(Notification::Output(n)) = parse(output) else {
+            panic!("not an output notification");
+        };
+        assert_eq!((n.process_id.as_str(), n.seq, n.chunk.0), ("p", 1, b"hi".to_vec()));
+        let reordered = r#"{"params":{"processId":"p","seq":2},"jsonrpc":"2.0","method":"process/closed"}"#;
+        assert!(matches!(
+            parse(reordered),
+            Incoming::Notification(Notification::Closed(n)) if n.seq == 2
+        ));
+        assert!(matches!(
+            parse(r#"{"method":"http/request/bodyDelta","params":{}}"#),
+            Incoming::Other
+        ));
+        let Incoming::Reply { id: 7, reply: Ok(result) } = parse(r#"{"id":7,"result":{"a":1}}"#)
+        else {
+            panic!("not a reply");
+        };
+        assert_eq!(result.get(), r#"{"a":1}"#);
+        let error = r#"{"error":{"code":-32600,"message":"no"},"id":8}"#;
+        assert!(matches!(
+            parse(error),
+            Incoming::Reply { id: 8, reply: Err(e) } if e.code == -32600
+        ));
+        assert!(matches!(parse(r#"{"id":-1,"error":{"code":1,"message":"x"}}"#), Incoming::Reply { .. }));
+    }
+}
