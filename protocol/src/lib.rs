@@ -5,6 +5,7 @@
 //! Schema for every message.
 
 pub mod base64_bytes;
+pub mod fs;
 pub mod path_uri;
 pub mod process;
 pub mod rpc;

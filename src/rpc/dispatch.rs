@@ -19,6 +19,8 @@ pub struct ConnectionShared {
     pub id: u64,
     pub outbound: Outbound,
     pub registry: Arc<Registry>,
+    /// Open `fs/open` handles and `fs/watch` watches of this connection.
+    pub fs: crate::fs::ConnectionFs,
 }
 
 impl RequestCtx {
@@ -46,6 +48,7 @@ pub async fn dispatch(
 ) -> Result<Value, RpcError> {
     match family(method) {
         "process" => crate::process::methods::handle(ctx, method, params).await,
+        "fs" => crate::fs::methods::handle(ctx, method, params).await,
         _ => Err(RpcError::method_not_found(method)),
     }
 }
