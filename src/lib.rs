@@ -1,11 +1,14 @@
 //! exec-server: runs and controls processes and files for a remote orchestrator over JSON-RPC.
 //!
 //! Layers, outside in: `transport` (WebSocket, stdio) → `rpc` (envelope, connection loop,
-//! dispatch) → `session` (registry, attachment) → `process` (managed children), and `fs`
-//! (files, streams and watches, per connection).
+//! dispatch) → `session` (registry, attachment) → `process` (managed children). Beside them:
+//! `environment` (host facts, capabilities), `fs` (files, streams and watches, per connection)
+//! and `http` (requests made on the client's behalf).
 
 pub mod config;
+pub mod environment;
 pub mod fs;
+pub mod http;
 pub mod process;
 pub mod rpc;
 pub mod session;

@@ -5,7 +5,9 @@
 //! Schema for every message.
 
 pub mod base64_bytes;
+pub mod environment;
 pub mod fs;
+pub mod http;
 pub mod path_uri;
 pub mod process;
 pub mod rpc;

@@ -61,6 +61,11 @@ impl PathUri {
             url.set_host(None).map_err(PathUriError::Parse)?;
         }
         let uri = Self(url);
+        // The wire form must parse back to itself; the url crate does not guarantee that for
+        // every odd spelling (found by fuzzing: a host followed by an empty path segment).
+        if Url::parse(uri.0.as_str()).ok().as_ref() != Some(&uri.0) {
+            return Err(uri.not_on_host());
+        }
         if !uri.is_fallback() && uri.decoded_segments().any(|s| s.contains(&0)) {
             return Err(uri.not_on_host());
         }
@@ -273,6 +278,14 @@ mod tests {
         ] {
             let uri = PathUri::parse(text).unwrap();
             assert!(uri.to_path().is_err(), "{text} must not convert");
+        }
+    }
+
+    #[test]
+    fn only_self_reparsing_spellings_are_accepted() {
+        let odd = "\0\0file://l=ffylh//e://l=f/:x";
+        if let Ok(uri) = PathUri::parse(odd) {
+            assert_eq!(PathUri::parse(uri.as_str()).unwrap(), uri);
         }
     }
 

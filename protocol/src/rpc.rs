@@ -103,4 +103,8 @@ pub mod method {
     pub const FS_WATCH: &str = "fs/watch";
     pub const FS_UNWATCH: &str = "fs/unwatch";
     pub const FS_CHANGED: &str = "fs/changed";
+    pub const ENVIRONMENT_INFO: &str = "environment/info";
+    pub const ENVIRONMENT_STATUS: &str = "environment/status";
+    pub const HTTP_REQUEST: &str = "http/request";
+    pub const HTTP_REQUEST_BODY_DELTA: &str = "http/request/bodyDelta";
 }

@@ -1,6 +1,6 @@
 //! JSON Schema for every wire message, keyed by method and direction.
 
-use crate::{fs, process, rpc, session};
+use crate::{environment, fs, http, process, rpc, session};
 use schemars::{schema_for, Schema};
 
 /// `(name, schema)` for each message: `<method>.params`, `<method>.result`, notifications'
@@ -84,5 +84,19 @@ pub fn all() -> Vec<(&'static str, Schema)> {
         ("fs/unwatch.params", schema_for!(fs::UnwatchParams)),
         ("fs/unwatch.result", schema_for!(fs::EmptyResult)),
         ("fs/changed.params", schema_for!(fs::ChangedNotification)),
+        (
+            "environment/info.result",
+            schema_for!(environment::EnvironmentInfo),
+        ),
+        (
+            "environment/status.result",
+            schema_for!(environment::EnvironmentStatus),
+        ),
+        ("http/request.params", schema_for!(http::HttpRequestParams)),
+        ("http/request.result", schema_for!(http::HttpRequestResult)),
+        (
+            "http/request/bodyDelta.params",
+            schema_for!(http::HttpBodyDelta),
+        ),
     ]
 }

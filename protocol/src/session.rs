@@ -1,5 +1,6 @@
 //! The handshake: `initialize` creates or resumes a session, `initialized` completes it.
 
+use crate::environment::EnvironmentInfo;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -18,5 +19,5 @@ pub struct InitializeResult {
     pub session_id: String,
     /// The same object `environment/info` returns, to save a round trip.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub environment_info: Option<serde_json::Value>,
+    pub environment_info: Option<EnvironmentInfo>,
 }

@@ -57,6 +57,7 @@ pub async fn serve(
         outbound,
         registry,
         fs: Default::default(),
+        http: Default::default(),
     });
     let mut connection = Connection {
         shared,
@@ -157,6 +158,7 @@ impl Connection {
                         .outbound
                         .send_value(&envelope::reply(id, outcome, strict))
                         .await;
+                    ctx.replied();
                 });
                 Flow::Continue
             }
@@ -206,7 +208,7 @@ impl Connection {
         tracing::info!(session = %session.id, client = %params.client_name, resumed = params.resume_session_id.is_some(), "session attached");
         let result = InitializeResult {
             session_id: session.id.clone(),
-            environment_info: None,
+            environment_info: Some(crate::environment::info()),
         };
         self.session = Some(session);
         Ok(serde_json::to_value(result).expect("wire types always serialize"))
@@ -223,10 +225,7 @@ impl Connection {
             let message = format!("client must send initialized before using {family} methods");
             return Err((RpcError::invalid_request(message), Flow::Continue));
         }
-        let ctx = RequestCtx {
-            connection: self.shared.clone(),
-            session: session.clone(),
-        };
+        let ctx = RequestCtx::new(self.shared.clone(), session.clone());
         ctx.ensure_attached()
             .map_err(|error| (error, Flow::Close))?;
         Ok(ctx)
@@ -248,10 +247,13 @@ impl Connection {
                 )))
                 .await;
         }
-        let mut replies: Vec<futures::future::BoxFuture<'static, Value>> = Vec::new();
+        // Each reply comes with its request's context, whose after-reply hooks run once the
+        // whole batch reply is queued.
+        type Reply = (Value, Option<RequestCtx>);
+        let mut replies: Vec<futures::future::BoxFuture<'static, Reply>> = Vec::new();
         for message in batch {
-            let immediate = |value: Value| -> futures::future::BoxFuture<'static, Value> {
-                Box::pin(std::future::ready(value))
+            let immediate = |value: Value| -> futures::future::BoxFuture<'static, Reply> {
+                Box::pin(std::future::ready((value, None)))
             };
             match envelope::classify(message) {
                 Incoming::Request { id, method, .. } if method == method::INITIALIZE => {
@@ -267,7 +269,7 @@ impl Connection {
                 } => match self.request_ctx(&method) {
                     Ok(ctx) => replies.push(Box::pin(async move {
                         let outcome = dispatch(&ctx, &method, params).await;
-                        envelope::reply(id, outcome, strict)
+                        (envelope::reply(id, outcome, strict), Some(ctx))
                     })),
                     Err((error, _)) => {
                         replies.push(immediate(envelope::reply(id, Err(error), strict)))
@@ -286,8 +288,10 @@ impl Connection {
         }
         let outbound = self.shared.outbound.clone();
         self.requests.spawn(async move {
-            let replies = futures::future::join_all(replies).await;
+            let (replies, contexts): (Vec<Value>, Vec<Option<RequestCtx>>) =
+                futures::future::join_all(replies).await.into_iter().unzip();
             let _ = outbound.send_value(&Value::Array(replies)).await;
+            contexts.into_iter().flatten().for_each(RequestCtx::replied);
         });
     }
 }

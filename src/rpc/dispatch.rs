@@ -6,12 +6,13 @@ use crate::session::{Registry, Session};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// What every request handler may use: its connection and its session.
 pub struct RequestCtx {
     pub connection: Arc<ConnectionShared>,
     pub session: Arc<Session>,
+    after_reply: Mutex<Vec<Box<dyn FnOnce() + Send>>>,
 }
 
 /// The parts of a connection that outlive a single request.
@@ -21,9 +22,32 @@ pub struct ConnectionShared {
     pub registry: Arc<Registry>,
     /// Open `fs/open` handles and `fs/watch` watches of this connection.
     pub fs: crate::fs::ConnectionFs,
+    /// Streamed `http/request` bodies; dropping it (the connection ended) stops them.
+    pub http: crate::http::HttpStreams,
 }
 
 impl RequestCtx {
+    pub fn new(connection: Arc<ConnectionShared>, session: Arc<Session>) -> Self {
+        Self {
+            connection,
+            session,
+            after_reply: Mutex::default(),
+        }
+    }
+
+    /// Runs `hook` once this request's reply is queued on the connection, whatever the
+    /// outcome, so anything the hook sends follows the reply.
+    pub fn after_reply(&self, hook: impl FnOnce() + Send + 'static) {
+        self.after_reply.lock().unwrap().push(Box::new(hook));
+    }
+
+    /// Called by the connection right after it queued the reply.
+    pub(super) fn replied(self) {
+        for hook in self.after_reply.into_inner().unwrap() {
+            hook();
+        }
+    }
+
     /// Fails once another connection has resumed this session.
     pub fn ensure_attached(&self) -> Result<(), RpcError> {
         if self.session.attached_connection() == Some(self.connection.id) {
@@ -49,6 +73,8 @@ pub async fn dispatch(
     match family(method) {
         "process" => crate::process::methods::handle(ctx, method, params).await,
         "fs" => crate::fs::methods::handle(ctx, method, params).await,
+        "environment" => crate::environment::handle(ctx, method, params).await,
+        "http" => crate::http::methods::handle(ctx, method, params).await,
         _ => Err(RpcError::method_not_found(method)),
     }
 }

@@ -4,7 +4,7 @@
 use crate::rpc::connection::{self, Frame};
 use crate::rpc::outbound::Outbound;
 use crate::session::Registry;
-use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{ConnectInfo, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -13,8 +13,12 @@ use axum::Router;
 use futures::{SinkExt as _, StreamExt as _};
 use std::io::Write as _;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
 use subtle::ConstantTimeEq as _;
+
+const PROTOCOL_ERROR: u16 = 1002;
+const MESSAGE_TOO_BIG: u16 = 1009;
 
 pub async fn serve(addr: SocketAddr, registry: Arc<Registry>) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
@@ -73,6 +77,9 @@ async fn run(socket: WebSocket, registry: Arc<Registry>, peer: SocketAddr) {
     let (mut sink, stream) = socket.split();
     let (outbound, mut queue) = Outbound::new();
     let ping_interval = registry.config.ping_interval;
+    // Set by the reading side when the peer broke the protocol; sent in our Close frame.
+    let close_code = Arc::new(AtomicU16::new(0));
+    let writer_close_code = close_code.clone();
     let writer = tokio::spawn(async move {
         let mut ping =
             tokio::time::interval_at(tokio::time::Instant::now() + ping_interval, ping_interval);
@@ -88,10 +95,29 @@ async fn run(socket: WebSocket, registry: Arc<Registry>, peer: SocketAddr) {
                 return;
             }
         }
-        let _ = sink.send(Message::Close(None)).await;
+        let frame = match writer_close_code.load(Ordering::Relaxed) {
+            0 => None,
+            code => Some(CloseFrame {
+                code,
+                reason: "".into(),
+            }),
+        };
+        let _ = sink.send(Message::Close(frame)).await;
     });
     let frames = stream
-        .take_while(|message| {
+        .take_while(move |message| {
+            if let Err(err) = message {
+                // tungstenite reports an over-long message as a capacity error.
+                let too_big = err.to_string().contains("Space limit exceeded");
+                close_code.store(
+                    if too_big {
+                        MESSAGE_TOO_BIG
+                    } else {
+                        PROTOCOL_ERROR
+                    },
+                    Ordering::Relaxed,
+                );
+            }
             std::future::ready(matches!(message, Ok(m) if !matches!(m, Message::Close(_))))
         })
         .filter_map(|message| {

@@ -1,6 +1,8 @@
 //! Test harness: starts the real `exec-server` binary and speaks to it over a real WebSocket.
 #![allow(dead_code)]
 
+pub mod http_server;
+
 use base64::Engine as _;
 use futures::{SinkExt as _, StreamExt as _};
 use serde_json::{json, Value};
@@ -105,6 +107,8 @@ pub struct Client {
     notifications: tokio::sync::Mutex<mpsc::UnboundedReceiver<Value>>,
     /// Messages that are neither replies to our requests nor notifications (e.g. id -1 errors).
     unsolicited: tokio::sync::Mutex<mpsc::UnboundedReceiver<Value>>,
+    /// Notifications of other processes set aside by `events_until_closed`.
+    set_aside: Mutex<std::collections::VecDeque<Value>>,
     next_id: AtomicI64,
     reader: tokio::task::JoinHandle<()>,
 }
@@ -155,6 +159,7 @@ impl Client {
             pending,
             notifications: tokio::sync::Mutex::new(notify_rx),
             unsolicited: tokio::sync::Mutex::new(other_rx),
+            set_aside: Mutex::default(),
             next_id: AtomicI64::new(1),
             reader,
         }
@@ -240,13 +245,30 @@ impl Client {
     }
 
     /// Collects `process/*` notifications of one process until `process/closed`.
+    /// Collects `process/*` notifications of one process until `process/closed`. Those of
+    /// other processes are kept for later calls, so processes can be awaited in any order.
     pub async fn events_until_closed(&self, process_id: &str) -> Vec<Value> {
         let mut events = Vec::new();
         loop {
-            let event = self.next_notification().await;
-            if event["params"]["processId"] != process_id {
-                continue;
-            }
+            let mine = |e: &Value| e["params"]["processId"] == process_id;
+            let kept = {
+                let mut set_aside = self.set_aside.lock().unwrap();
+                set_aside
+                    .iter()
+                    .position(mine)
+                    .and_then(|at| set_aside.remove(at))
+            };
+            let event = match kept {
+                Some(event) => event,
+                None => {
+                    let event = self.next_notification().await;
+                    if !mine(&event) {
+                        self.set_aside.lock().unwrap().push_back(event);
+                        continue;
+                    }
+                    event
+                }
+            };
             let closed = event["method"] == "process/closed";
             events.push(event);
             if closed {

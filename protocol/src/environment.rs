@@ -1,0 +1,141 @@
+//! `environment/info` and `environment/status`: what the executor host looks like and whether
+//! it is ready.
+
+use crate::PathUri;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The shell commands should use on this host.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ShellInfo {
+    /// e.g. `bash`, `zsh`, `sh`.
+    pub name: String,
+    /// A native path or a bare command name (not a PathUri).
+    pub path: String,
+}
+
+/// Optional features, one bit each. Clients gate newer methods and fields on these, so a bit is
+/// true only when the daemon really implements the feature. Every bit defaults to false, so a
+/// peer that does not know a bit reads as not having it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct EnvironmentCapabilities {
+    /// `process/start` can launch a child behind a managed network proxy.
+    pub network_proxy_launch: bool,
+    /// Sandbox capabilities can be discovered before launching.
+    pub capability_discovery_sandbox: bool,
+    /// Executor environment configuration can be read remotely.
+    pub environment_config_read: bool,
+    /// `http/request` headers accept `valueEnvVar` (value read from the executor's environment).
+    pub http_header_env_vars: bool,
+    /// File streaming honours a sandbox context.
+    pub sandboxed_file_streaming: bool,
+    /// Version 2 of shell snapshots.
+    pub shell_snapshot_v2: bool,
+    /// `process/resize` changes a tty child's terminal size (this daemon's addition).
+    pub process_resize: bool,
+    /// `process/closeStdin` closes a piped child's stdin (this daemon's addition).
+    pub process_close_stdin: bool,
+    /// `process/signal` accepts `terminate`, `kill`, `hangup` and `quit` besides `interrupt`
+    /// (this daemon's addition).
+    pub process_signals: bool,
+    /// `process/read` reports `firstRetainedSeq` and `truncated` (this daemon's addition).
+    pub output_retention_indicator: bool,
+}
+
+fn legacy_executor_version() -> String {
+    "0.0.0".to_owned()
+}
+
+/// The `environment/info` result, also carried by `initialize` as `environmentInfo`. Only
+/// `shell` is required, so the legacy `{shell}` answer still decodes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvironmentInfo {
+    pub shell: ShellInfo,
+    /// The daemon's crate version.
+    #[serde(default = "legacy_executor_version")]
+    pub executor_version: String,
+    /// The daemon's own working directory; null when it has none.
+    #[serde(default)]
+    pub cwd: Option<PathUri>,
+    /// What `~` expands to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_home_dir: Option<PathUri>,
+    /// `std::env::consts::OS`, e.g. `linux`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform_os: Option<String>,
+    /// From `TMPDIR` (a relative value resolved against `cwd`), de-duplicated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temporary_directories: Option<Vec<PathUri>>,
+    /// The platform's temporary directory (`TMPDIR`, else `/tmp`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temp_dir: Option<PathUri>,
+    #[serde(default)]
+    pub capabilities: EnvironmentCapabilities,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum EnvironmentReadiness {
+    Ready,
+}
+
+/// The `environment/status` result: a liveness probe of an initialized connection.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvironmentStatus {
+    pub status: EnvironmentReadiness,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn environment_info_accepts_legacy_response_without_cwd() {
+        let info: EnvironmentInfo =
+            serde_json::from_value(json!({"shell": {"name": "bash", "path": "/bin/bash"}}))
+                .unwrap();
+        assert_eq!(info.executor_version, "0.0.0");
+        assert_eq!(info.cwd, None);
+        assert_eq!(info.capabilities, EnvironmentCapabilities::default());
+    }
+
+    #[test]
+    fn environment_capabilities_accept_legacy_response_without_environment_config_read() {
+        let capabilities: EnvironmentCapabilities =
+            serde_json::from_value(json!({"networkProxyLaunch": true, "futureBit": true})).unwrap();
+        assert!(capabilities.network_proxy_launch);
+        assert!(!capabilities.environment_config_read);
+    }
+
+    #[test]
+    fn environment_info_preserves_executor_metadata() {
+        let wire = json!({
+            "shell": {"name": "zsh", "path": "/bin/zsh"},
+            "executorVersion": "1.2.3",
+            "cwd": "file:///work",
+            "userHomeDir": "file:///home/remote",
+            "platformOs": "linux",
+            "temporaryDirectories": ["file:///tmp/a", "file:///var/tmp"],
+            "tempDir": "file:///tmp/a",
+            "capabilities": {
+                "networkProxyLaunch": false,
+                "capabilityDiscoverySandbox": false,
+                "environmentConfigRead": false,
+                "httpHeaderEnvVars": true,
+                "sandboxedFileStreaming": false,
+                "shellSnapshotV2": false,
+                "processResize": true,
+                "processCloseStdin": true,
+                "processSignals": true,
+                "outputRetentionIndicator": true
+            }
+        });
+        let info: EnvironmentInfo = serde_json::from_value(wire.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&info).unwrap(), wire);
+    }
+}

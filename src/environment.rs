@@ -1,0 +1,164 @@
+//! `environment/info` (what this host looks like, and which optional features the daemon has)
+//! and `environment/status` (a liveness probe).
+
+use crate::rpc::dispatch::{decode, encode, RequestCtx};
+use crate::rpc::RpcError;
+use exec_server_protocol::environment::*;
+use exec_server_protocol::rpc::method;
+use exec_server_protocol::PathUri;
+use serde_json::Value;
+use std::ffi::OsString;
+use std::path::{Component, Path, PathBuf};
+
+pub async fn handle(
+    _ctx: &RequestCtx,
+    name: &str,
+    params: Option<Value>,
+) -> Result<Value, RpcError> {
+    match name {
+        method::ENVIRONMENT_INFO => {
+            decode::<()>(params)?;
+            encode(Ok(info()))
+        }
+        method::ENVIRONMENT_STATUS => {
+            decode::<()>(params)?;
+            encode(Ok(EnvironmentStatus {
+                status: EnvironmentReadiness::Ready,
+            }))
+        }
+        _ => Err(RpcError::method_not_found(name)),
+    }
+}
+
+/// The optional features this daemon really implements. Listed in full, without
+/// `..Default::default()`, so adding a bit to the protocol forces a decision here.
+pub fn capabilities() -> EnvironmentCapabilities {
+    EnvironmentCapabilities {
+        network_proxy_launch: false,
+        capability_discovery_sandbox: false,
+        environment_config_read: false,
+        http_header_env_vars: true,
+        sandboxed_file_streaming: false,
+        shell_snapshot_v2: false,
+        process_resize: true,
+        process_close_stdin: true,
+        process_signals: true,
+        output_retention_indicator: true,
+    }
+}
+
+/// Computed on each call: it is cheap, and reflects the daemon's environment as it is.
+pub fn info() -> EnvironmentInfo {
+    let cwd = std::env::current_dir().ok();
+    let uri = |path: PathBuf| PathUri::from_path(&path).ok();
+    EnvironmentInfo {
+        shell: detect_shell(std::env::var_os("SHELL"), |path| path.is_file()),
+        executor_version: env!("CARGO_PKG_VERSION").to_owned(),
+        cwd: cwd.clone().and_then(uri),
+        user_home_dir: home_dir().and_then(uri),
+        platform_os: Some(std::env::consts::OS.to_owned()),
+        // Unix has one variable, so there is nothing to de-duplicate (Windows merges TEMP and
+        // TMP).
+        temporary_directories: Some(
+            std::env::var_os("TMPDIR")
+                .filter(|value| !value.is_empty())
+                .and_then(|value| resolve(PathBuf::from(value), cwd.as_deref()))
+                .and_then(uri)
+                .into_iter()
+                .collect(),
+        ),
+        temp_dir: resolve(std::env::temp_dir(), cwd.as_deref()).and_then(uri),
+        capabilities: capabilities(),
+    }
+}
+
+/// `$SHELL` if it names an existing file, else `/bin/bash`, else `/bin/sh`.
+fn detect_shell(shell_var: Option<OsString>, exists: impl Fn(&Path) -> bool) -> ShellInfo {
+    let path = shell_var
+        .map(PathBuf::from)
+        .filter(|path| path.is_absolute() && exists(path))
+        .or_else(|| Some(PathBuf::from("/bin/bash")).filter(|path| exists(path)))
+        .unwrap_or_else(|| PathBuf::from("/bin/sh"));
+    ShellInfo {
+        name: path
+            .file_name()
+            .map(|name| name.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        path: path.to_string_lossy().into_owned(),
+    }
+}
+
+/// `$HOME`, or the passwd entry when it is unset or not absolute.
+fn home_dir() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|home| home.is_absolute())
+        .or_else(|| {
+            nix::unistd::User::from_uid(nix::unistd::getuid())
+                .ok()
+                .flatten()
+                .map(|user| user.dir)
+        })
+}
+
+/// An absolute, lexically normalized form of `path`, relative ones taken from `cwd`.
+fn resolve(path: PathBuf, cwd: Option<&Path>) -> Option<PathBuf> {
+    let joined = if path.is_absolute() {
+        path
+    } else {
+        cwd?.join(path)
+    };
+    let mut normalized = PathBuf::new();
+    for component in joined.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                normalized.pop();
+            }
+            other => normalized.push(other),
+        }
+    }
+    Some(normalized)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_prefers_an_existing_shell_var_then_bash_then_sh() {
+        let all = |_: &Path| true;
+        let shell = detect_shell(Some("/usr/bin/zsh".into()), all);
+        assert_eq!(
+            (shell.name.as_str(), shell.path.as_str()),
+            ("zsh", "/usr/bin/zsh")
+        );
+        let only_bash = |path: &Path| path == Path::new("/bin/bash");
+        assert_eq!(
+            detect_shell(Some("/usr/bin/zsh".into()), only_bash).name,
+            "bash"
+        );
+        assert_eq!(detect_shell(None, only_bash).path, "/bin/bash");
+        assert_eq!(detect_shell(Some("zsh".into()), all).path, "/bin/bash");
+        let none = |_: &Path| false;
+        let shell = detect_shell(Some("/usr/bin/zsh".into()), none);
+        assert_eq!(
+            (shell.name.as_str(), shell.path.as_str()),
+            ("sh", "/bin/sh")
+        );
+    }
+
+    #[test]
+    fn local_environment_info_resolves_relative_temporary_directory() {
+        let cwd = Path::new("/work/project");
+        assert_eq!(
+            resolve("tmp/../scratch/./t".into(), Some(cwd)),
+            Some(PathBuf::from("/work/project/scratch/t"))
+        );
+        assert_eq!(
+            resolve("/var/tmp".into(), None),
+            Some(PathBuf::from("/var/tmp"))
+        );
+        assert_eq!(resolve("tmp".into(), None), None);
+    }
+}

@@ -1,0 +1,135 @@
+//! Turns `http/request` params into a `reqwest::Request`, with the reference's validation
+//! errors (all -32602).
+
+use crate::rpc::RpcError;
+use exec_server_protocol::http::{HttpRequestHeader, HttpRequestParams};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::{Method, Url};
+use std::time::Duration;
+
+/// Builds the request (taking the body without a copy); `env` reads the daemon's environment
+/// for `valueEnvVar` headers.
+pub fn build(
+    params: HttpRequestParams,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<reqwest::Request, RpcError> {
+    let method = Method::from_bytes(params.method.as_bytes()).map_err(|err| {
+        RpcError::invalid_params(format!("http/request method is invalid: {err}"))
+    })?;
+    let url = Url::parse(&params.url)
+        .map_err(|err| RpcError::invalid_params(format!("http/request url is invalid: {err}")))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(RpcError::invalid_params(format!(
+            "http/request only supports http and https URLs, got {}",
+            url.scheme()
+        )));
+    }
+    let mut headers = HeaderMap::new();
+    for header in &params.headers {
+        let (name, value) = header_pair(header, &env)?;
+        // `append` keeps repeats; `insert` would keep only the last one.
+        headers.append(name, value);
+    }
+    let mut request = reqwest::Request::new(method, url);
+    *request.headers_mut() = headers;
+    *request.body_mut() = params.body_base64.map(|body| body.0.into());
+    *request.timeout_mut() = params.timeout_ms.map(Duration::from_millis);
+    Ok(request)
+}
+
+fn header_pair(
+    header: &HttpRequestHeader,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<(HeaderName, HeaderValue), RpcError> {
+    let name = HeaderName::from_bytes(header.name.as_bytes()).map_err(|err| {
+        RpcError::invalid_params(format!("http/request header name is invalid: {err}"))
+    })?;
+    let mut value = header.value.clone();
+    if let Some(var) = &header.value_env_var {
+        let Some(from_env) = env(var) else {
+            return Err(RpcError::invalid_params(format!(
+                "http/request header {name} reads valueEnvVar `{var}`, which is not set on the executor"
+            )));
+        };
+        value.push_str(&from_env);
+    }
+    let mut value = HeaderValue::from_str(&value).map_err(|err| {
+        RpcError::invalid_params(format!(
+            "http/request header value is invalid for {name}: {err}"
+        ))
+    })?;
+    // Keeps a value taken from the executor's environment (typically a secret) out of
+    // debug output.
+    value.set_sensitive(header.value_env_var.is_some());
+    Ok((name, value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn params(extra: serde_json::Value) -> HttpRequestParams {
+        let mut value = json!({"method": "GET", "url": "http://127.0.0.1/", "requestId": "r"});
+        value
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn error(extra: serde_json::Value) -> String {
+        let err = build(params(extra), |_| None).unwrap_err();
+        assert_eq!(err.code, -32602);
+        err.message
+    }
+
+    #[test]
+    fn validation_errors_use_the_reference_texts() {
+        assert_eq!(
+            error(json!({"method": "GE T"})),
+            "http/request method is invalid: invalid HTTP method"
+        );
+        assert_eq!(
+            error(json!({"url": "not a url"})),
+            "http/request url is invalid: relative URL without a base"
+        );
+        assert_eq!(
+            error(json!({"url": "ftp://127.0.0.1/"})),
+            "http/request only supports http and https URLs, got ftp"
+        );
+        assert_eq!(
+            error(json!({"headers": [{"name": "bad name", "value": "v"}]})),
+            "http/request header name is invalid: invalid HTTP header name"
+        );
+        assert_eq!(
+            error(json!({"headers": [{"name": "x-a", "value": "line\nbreak"}]})),
+            "http/request header value is invalid for x-a: failed to parse header value"
+        );
+        assert_eq!(
+            error(json!({"headers": [{"name": "authorization", "value": "Bearer ", "valueEnvVar": "NO_SUCH_VAR"}]})),
+            "http/request header authorization reads valueEnvVar `NO_SUCH_VAR`, which is not set on the executor"
+        );
+    }
+
+    #[test]
+    fn headers_keep_repeats_and_env_values_are_prefixed() {
+        let params = params(json!({
+            "headers": [
+                {"name": "X-Tag", "value": "a"},
+                {"name": "x-tag", "value": "b"},
+                {"name": "Authorization", "value": "Bearer ", "valueEnvVar": "TOKEN"}
+            ],
+            "timeoutMs": 50,
+            "bodyBase64": "aGk="
+        }));
+        let request = build(params, |var| (var == "TOKEN").then(|| "s3cret".to_owned())).unwrap();
+        let tags: Vec<_> = request.headers().get_all("x-tag").iter().collect();
+        assert_eq!(tags, ["a", "b"]);
+        let auth = &request.headers()["authorization"];
+        assert_eq!(auth, "Bearer s3cret");
+        assert!(auth.is_sensitive());
+        assert_eq!(request.timeout(), Some(&Duration::from_millis(50)));
+        assert_eq!(request.body().and_then(|b| b.as_bytes()), Some(&b"hi"[..]));
+    }
+}

@@ -1,0 +1,334 @@
+//! Sessions outlive connections: detach, resume, takeover, TTL expiry, isolation.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use std::time::Duration;
+
+/// Resumes `session` on a new connection, retrying while the daemon has not yet noticed that
+/// the old connection is gone (-32010), as the codex client does.
+async fn resume(daemon: &Daemon, session: &str) -> Client {
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let client = daemon.client().await;
+        match client.initialize(Some(session)).await {
+            Ok(resumed) => {
+                assert_eq!(resumed, session);
+                return client;
+            }
+            Err(error) if error["code"] == -32010 && tokio::time::Instant::now() < deadline => {
+                client.close().await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(error) => panic!("resume failed: {error}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn resume_after_disconnect_replays_output_made_while_detached() {
+    let daemon = Daemon::start();
+    let (first, session) = daemon.session().await;
+    first
+        .call(
+            "process/start",
+            start_params(
+                "p",
+                &[
+                    "sh",
+                    "-c",
+                    "echo before; sleep 0.5; echo during; exec sleep 30",
+                ],
+            ),
+        )
+        .await;
+    let before = first.next_notification().await;
+    assert_eq!(unb64(&before["params"]["chunk"]), b"before\n");
+    first.abort();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+
+    let second = resume(&daemon, &session).await;
+    let caught_up = second
+        .call("process/read", json!({"processId": "p", "afterSeq": 1}))
+        .await;
+    assert_eq!(
+        unb64(&caught_up["chunks"][0]["chunk"]),
+        b"during\n",
+        "output made while detached is retained"
+    );
+    assert_eq!(caught_up["chunks"][0]["seq"], 2);
+    assert_eq!(caught_up["truncated"], false);
+    second
+        .call("process/terminate", json!({"processId": "p"}))
+        .await;
+    let events = second.events_until_closed("p").await;
+    assert!(events.iter().any(|e| e["method"] == "process/exited"));
+}
+
+#[tokio::test]
+async fn notifications_follow_the_session_to_the_new_connection() {
+    let daemon = Daemon::start();
+    let (first, session) = daemon.session().await;
+    let mut params = start_params("cat", &["cat"]);
+    params["pipeStdin"] = json!(true);
+    first.call("process/start", params).await;
+    first.close().await;
+    let second = resume(&daemon, &session).await;
+    second
+        .call(
+            "process/write",
+            json!({"processId": "cat", "chunk": b64(b"ping"), "writeId": "1"}),
+        )
+        .await;
+    let output = second.next_notification().await;
+    assert_eq!(output["method"], "process/output");
+    assert_eq!(unb64(&output["params"]["chunk"]), b"ping");
+    second
+        .call("process/terminate", json!({"processId": "cat"}))
+        .await;
+}
+
+#[tokio::test]
+async fn a_write_retried_after_reconnect_lands_once() {
+    let daemon = Daemon::start();
+    let (first, session) = daemon.session().await;
+    let mut params = start_params("cat", &["cat"]);
+    params["pipeStdin"] = json!(true);
+    first.call("process/start", params).await;
+    // The reply to this write is "lost" with the connection; the client retries it.
+    first
+        .call(
+            "process/write",
+            json!({"processId": "cat", "chunk": b64(b"once"), "writeId": "w-1"}),
+        )
+        .await;
+    first.abort();
+    let second = resume(&daemon, &session).await;
+    let retried = second
+        .call(
+            "process/write",
+            json!({"processId": "cat", "chunk": b64(b"once"), "writeId": "w-1"}),
+        )
+        .await;
+    assert_eq!(retried, json!({"status": "accepted"}));
+    second
+        .call("process/closeStdin", json!({"processId": "cat"}))
+        .await;
+    let (bytes, _) = read_all(&second, "cat").await;
+    assert_eq!(bytes, b"once");
+}
+
+#[tokio::test]
+async fn resuming_an_attached_session_is_refused_with_32010() {
+    let daemon = Daemon::start();
+    let (_first, session) = daemon.session().await;
+    let second = daemon.client().await;
+    let error = second.initialize(Some(&session)).await.unwrap_err();
+    assert_eq!(error["code"], -32010);
+    assert_eq!(
+        error["message"],
+        format!("session {session} is already attached to another connection")
+    );
+    // The failed attempt does not use up the connection's initialize.
+    let fresh = second.initialize(None).await.unwrap();
+    assert_ne!(fresh, session);
+}
+
+#[tokio::test]
+async fn unknown_and_expired_sessions_are_refused() {
+    let daemon = Daemon::start_with(&["--session-ttl", "300ms"], &[]);
+    let client = daemon.client().await;
+    let error = client
+        .initialize(Some("no-such-session"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error,
+        json!({"code": -32600, "message": "unknown session id no-such-session"})
+    );
+
+    let (first, session) = daemon.session().await;
+    first
+        .call(
+            "process/start",
+            start_params("s", &["sh", "-c", "echo $$; exec sleep 60"]),
+        )
+        .await;
+    let pid: i32 = String::from_utf8(unb64(&first.next_notification().await["params"]["chunk"]))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(pid_alive(pid));
+    first.close().await;
+    eventually("the expired session's process is killed", || {
+        !pid_alive(pid)
+    })
+    .await;
+    let late = daemon.client().await;
+    let error = late.initialize(Some(&session)).await.unwrap_err();
+    assert_eq!(error["message"], format!("unknown session id {session}"));
+}
+
+#[tokio::test]
+async fn resume_is_not_delayed_by_a_long_poll_of_the_old_connection() {
+    let daemon = Daemon::start();
+    let (first, session) = daemon.session().await;
+    first
+        .call("process/start", start_params("slow", &["sleep", "30"]))
+        .await;
+    first.send_text(json!({"id": 99, "method": "process/read", "params": {"processId": "slow", "waitMs": 5000}}).to_string()).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    first.abort();
+    let started = std::time::Instant::now();
+    let second = resume(&daemon, &session).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "resume took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        second
+            .call("process/terminate", json!({"processId": "slow"}))
+            .await,
+        json!({"running": true})
+    );
+}
+
+#[tokio::test]
+async fn sessions_cannot_see_each_other() {
+    let daemon = Daemon::start();
+    let (alice, _) = daemon.session().await;
+    let (mallory, _) = daemon.session().await;
+    alice
+        .call("process/start", start_params("secret", &["sleep", "30"]))
+        .await;
+    let read = mallory
+        .request("process/read", json!({"processId": "secret"}))
+        .await
+        .unwrap_err();
+    assert_eq!(read["message"], "unknown process id secret");
+    assert_eq!(
+        mallory
+            .call("process/terminate", json!({"processId": "secret"}))
+            .await,
+        json!({"running": false})
+    );
+    assert_eq!(
+        mallory
+            .call(
+                "process/write",
+                json!({"processId": "secret", "chunk": "", "writeId": "1"})
+            )
+            .await,
+        json!({"status": "unknownProcess"})
+    );
+    // The same id is free in another session.
+    mallory
+        .call("process/start", start_params("secret", &["true"]))
+        .await;
+    assert_eq!(
+        alice
+            .call("process/read", json!({"processId": "secret"}))
+            .await["exited"],
+        false
+    );
+    alice
+        .call("process/terminate", json!({"processId": "secret"}))
+        .await;
+}
+
+#[tokio::test]
+async fn detached_eviction_is_reported_not_silent() {
+    let daemon = Daemon::start_with(&["--output-retention-bytes", "1000"], &[]);
+    let (first, session) = daemon.session().await;
+    // 20 chunks of 200 bytes while nobody is attached: the oldest must be evicted.
+    let script =
+        "sleep 0.3; for i in $(seq 1 20); do head -c 200 /dev/zero | tr '\\0' a; sleep 0.01; done";
+    first
+        .call(
+            "process/start",
+            start_params("chatty", &["sh", "-c", script]),
+        )
+        .await;
+    first.abort();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let second = resume(&daemon, &session).await;
+    let (_, last) = read_all(&second, "chatty").await;
+    assert_eq!(last["exitCode"], 0, "the detached child was never stalled");
+    let read = second
+        .call(
+            "process/read",
+            json!({"processId": "chatty", "afterSeq": 0}),
+        )
+        .await;
+    assert_eq!(read["truncated"], true);
+    let first_retained = read["firstRetainedSeq"].as_u64().unwrap();
+    assert!(first_retained > 1);
+    assert_eq!(read["chunks"][0]["seq"].as_u64().unwrap(), first_retained);
+    let retained: usize = read["chunks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| unb64(&c["chunk"]).len())
+        .sum();
+    assert!(
+        retained <= 1000 + 200,
+        "retention stays bounded: {retained}"
+    );
+    let fresh = second
+        .call(
+            "process/read",
+            json!({"processId": "chatty", "afterSeq": first_retained - 1}),
+        )
+        .await;
+    assert_eq!(fresh["truncated"], false);
+}
+
+#[tokio::test]
+async fn a_slow_attached_client_loses_nothing() {
+    use futures::StreamExt as _;
+    use tokio_tungstenite::tungstenite::Message;
+    let daemon = Daemon::start_with(&["--output-retention-bytes", "65536"], &[]);
+    let (mut ws, _) = tokio_tungstenite::connect_async(&daemon.url).await.unwrap();
+    use futures::SinkExt as _;
+    ws.send(Message::text(
+        json!({"id": 1, "method": "initialize", "params": {"clientName": "slow"}}).to_string(),
+    ))
+    .await
+    .unwrap();
+    ws.send(Message::text(json!({"method": "initialized"}).to_string()))
+        .await
+        .unwrap();
+    let total = 16 * 1024 * 1024;
+    let start = start_params("flood", &["head", "-c", &total.to_string(), "/dev/zero"]);
+    ws.send(Message::text(
+        json!({"id": 2, "method": "process/start", "params": start}).to_string(),
+    ))
+    .await
+    .unwrap();
+    // Do not read for a while: the daemon must hold the child back, not drop its output.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (mut received, mut next_seq) = (0usize, 1u64);
+    while let Some(Ok(message)) = ws.next().await {
+        let Message::Text(text) = message else {
+            continue;
+        };
+        let value: serde_json::Value = serde_json::from_str(text.as_str()).unwrap();
+        if value.get("method").is_none() {
+            continue;
+        }
+        assert_eq!(
+            value["params"]["seq"], next_seq,
+            "no gap in the notification stream"
+        );
+        next_seq += 1;
+        match value["method"].as_str().unwrap() {
+            "process/output" => received += unb64(&value["params"]["chunk"]).len(),
+            "process/closed" => break,
+            _ => {}
+        }
+    }
+    assert_eq!(received, total);
+}
