@@ -188,6 +188,39 @@ async fn open_fails_fast_on_a_fifo() {
 }
 
 #[tokio::test]
+async fn open_refuses_a_symlink_when_not_following() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let dir = scratch_dir();
+    std::fs::write(dir.path().join("target"), b"t").unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink("target", &link).unwrap();
+    for mode in ["read", "write", "append", "replace"] {
+        let error = client
+            .request(
+                "fs/open",
+                json!({"path": file_uri(&link), "mode": mode, "followSymlinks": false}),
+            )
+            .await
+            .unwrap_err();
+        assert_error(
+            &error,
+            -32600,
+            &format!(
+                "path `{}` is a symbolic link and followSymlinks is false",
+                link.display()
+            ),
+        );
+    }
+    assert_eq!(std::fs::read(dir.path().join("target")).unwrap(), b"t");
+    let followed = client
+        .call("fs/open", json!({"handleId": "f", "path": file_uri(&link)}))
+        .await;
+    assert_eq!(followed["handleId"], "f");
+    assert_eq!(read_block(&client, "f", 0, 4).await.0, b"t");
+}
+
+#[tokio::test]
 async fn the_128_handle_limit_is_per_connection_and_close_releases_it() {
     let daemon = Daemon::start();
     let (client, _) = daemon.session().await;
@@ -223,6 +256,10 @@ async fn the_128_handle_limit_is_per_connection_and_close_releases_it() {
         open_fds(daemon.pid()) <= before - 128
     })
     .await;
+    let (third, _) = daemon.session().await;
+    for index in 0..128 {
+        open(&third, &format!("h{index}"), &path).await.unwrap();
+    }
 }
 
 #[tokio::test]
