@@ -1,9 +1,10 @@
 //! exec-server: runs and controls processes and files for a remote orchestrator over JSON-RPC.
 //!
 //! Layers, outside in: `transport` (WebSocket, stdio) → `rpc` (envelope, connection loop,
-//! dispatch) → `session` (registry, attachment) → `process` (managed children). Beside them:
-//! `environment` (host facts, capabilities), `fs` (files, streams and watches, per connection)
-//! and `http` (requests made on the client's behalf).
+//! dispatch) → `session` (registry, attachment) → `process` (managed children), with
+//! `sandbox` enforcing permission intent on launches. Beside them: `environment` (host facts,
+//! capabilities), `fs` (files, streams and watches, per connection) and `http` (requests made on
+//! the client's behalf).
 
 pub mod config;
 pub mod environment;
@@ -11,5 +12,6 @@ pub mod fs;
 pub mod http;
 pub mod process;
 pub mod rpc;
+pub mod sandbox;
 pub mod session;
 pub mod transport;

@@ -3,6 +3,11 @@ use exec_server::config::{Args, LogFormat};
 use exec_server::transport;
 
 fn main() -> std::process::ExitCode {
+    // First, before flags and before any runtime or thread: the sandbox helper must start as a
+    // fresh single-threaded process.
+    exec_server::sandbox::helper::main_if_helper();
+    // Record the daemon's own binary before anything could replace it.
+    exec_server::sandbox::guard::init();
     let args = Args::parse();
     init_logging(&args);
     let result = args.config().and_then(|config| {

@@ -931,6 +931,11 @@ async fn restricting_sandbox_intent_fails_closed_and_unrestricted_runs() {
         json!({"type": "disabled"}),
         json!({"type": "external", "network": "enabled"}),
         json!({"type": "managed", "file_system": {"type": "unrestricted"}, "network": "enabled"}),
+        // File operations open no sockets: a network restriction alone does not apply.
+        json!({"type": "managed", "file_system": {"type": "unrestricted"}, "network": "restricted"}),
+        json!({"type": "managed", "file_system": {"type": "restricted", "entries": [
+            {"path": {"type": "special", "value": {"kind": "root"}}, "access": "write"}
+        ]}, "network": "restricted"}),
     ] {
         let sandbox = json!({"permissions": permissions, "windowsSandboxLevel": "disabled"});
         fs.call(

@@ -135,24 +135,33 @@ pub struct ManagedNetwork {
 }
 
 impl FileSystemSandboxContext {
-    /// Whether the intent restricts anything this daemon must enforce (as the reference's
-    /// `should_run_in_sandbox`: a restricted file system that does not grant write on `/`, or a
-    /// managed profile with network off).
+    /// Whether the intent restricts anything this daemon must enforce: a managed profile with
+    /// network off, or a restricted file system that is not plain full-disk write. Full-disk
+    /// write means a `root` write entry with no entry that narrows it (a `read` or `deny`
+    /// elsewhere still restricts, so such a profile is never run unsandboxed). When this is
+    /// false the request runs unsandboxed, as in the reference's `should_run_in_sandbox`.
     pub fn restricts(&self) -> bool {
         match &self.permissions {
             PermissionProfile::Disabled | PermissionProfile::External { .. } => false,
             PermissionProfile::Managed {
                 file_system,
                 network,
-            } => {
-                let fs_restricted = match file_system {
-                    FileSystemPermissions::Unrestricted => false,
-                    FileSystemPermissions::Restricted { entries, .. } => !entries.iter().any(|entry| {
-                        entry.access == FsAccess::Write
-                            && matches!(&entry.path, FsPath::Special { value } if value.kind == SpecialKind::Root && value.subpath.is_none())
-                    }),
-                };
-                fs_restricted || *network == NetworkAccess::Restricted
+            } => file_system.restricts() || *network == NetworkAccess::Restricted,
+        }
+    }
+}
+
+impl FileSystemPermissions {
+    /// False for `unrestricted` and for a plain full-disk write grant.
+    pub fn restricts(&self) -> bool {
+        match self {
+            FileSystemPermissions::Unrestricted => false,
+            FileSystemPermissions::Restricted { entries, .. } => {
+                let root_write = entries.iter().any(|entry| {
+                    entry.access == FsAccess::Write
+                        && matches!(&entry.path, FsPath::Special { value } if value.kind == SpecialKind::Root && value.subpath.is_none())
+                });
+                !root_write || entries.iter().any(|entry| entry.access != FsAccess::Write)
             }
         }
     }

@@ -6,17 +6,23 @@
 
 use crate::rpc::RpcError;
 use exec_server_protocol::fs::*;
-use exec_server_protocol::sandbox::FileSystemSandboxContext;
+use exec_server_protocol::sandbox::{FileSystemSandboxContext, PermissionProfile};
 
-/// Ok when the call may run directly in the daemon: no sandbox, or one that restricts nothing
-/// (disabled, external, unrestricted).
+/// Ok when the call may run directly in the daemon: no sandbox, or one whose file-system
+/// policy restricts nothing (disabled, external, unrestricted or plain full-disk write). As in
+/// the reference's `should_run_in_sandbox` for fs calls, the network setting does not matter:
+/// a file operation opens no sockets.
 pub fn ensure_direct(sandbox: Option<&FileSystemSandboxContext>) -> Result<(), RpcError> {
-    match sandbox {
-        Some(sandbox) if sandbox.restricts() => Err(RpcError::invalid_params(
+    let restricted = match sandbox.map(|sandbox| &sandbox.permissions) {
+        Some(PermissionProfile::Managed { file_system, .. }) => file_system.restricts(),
+        _ => false,
+    };
+    if restricted {
+        return Err(RpcError::invalid_params(
             "sandboxed filesystem operations are not supported by this executor yet",
-        )),
-        _ => Ok(()),
+        ));
     }
+    Ok(())
 }
 
 /// Params that carry a `sandbox`.

@@ -74,13 +74,17 @@ fn notification_text(process: &ManagedProcess, current: &Attachment, event: &Eve
                 chunk: Base64Bytes(chunk.data.to_vec()),
             },
         ),
-        Event::Exited { seq, code } => outbound.notification_text(
+        Event::Exited {
+            seq,
+            code,
+            sandbox_denied,
+        } => outbound.notification_text(
             method::PROCESS_EXITED,
             &ExitedNotification {
                 process_id,
                 seq: *seq,
                 exit_code: *code,
-                sandbox_denied: false,
+                sandbox_denied: *sandbox_denied,
             },
         ),
         Event::Closed { seq } => outbound.notification_text(

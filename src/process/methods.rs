@@ -4,6 +4,7 @@ use super::spawn::{LaunchSpec, DEFAULT_SIZE};
 use super::{env, Lookup, ManagedProcess};
 use crate::rpc::dispatch::{decode, encode, RequestCtx};
 use crate::rpc::RpcError;
+use crate::sandbox;
 use bytes::Bytes;
 use exec_server_protocol::base64_bytes::Base64Bytes;
 use exec_server_protocol::process::*;
@@ -18,7 +19,7 @@ pub async fn handle(
     params: Option<Value>,
 ) -> Result<Value, RpcError> {
     match name {
-        method::PROCESS_START => encode(start(ctx, decode(params)?)),
+        method::PROCESS_START => encode(start(ctx, decode(params)?).await),
         method::PROCESS_READ => encode(read(ctx, decode(params)?).await),
         method::PROCESS_WRITE => encode(write(ctx, decode(params)?)),
         method::PROCESS_SIGNAL => encode(signal(ctx, decode(params)?)),
@@ -29,7 +30,7 @@ pub async fn handle(
     }
 }
 
-fn start(ctx: &RequestCtx, params: StartParams) -> Result<StartResult, RpcError> {
+async fn start(ctx: &RequestCtx, params: StartParams) -> Result<StartResult, RpcError> {
     let Some((program, args)) = params.argv.split_first() else {
         return Err(RpcError::invalid_params("argv must not be empty"));
     };
@@ -39,17 +40,15 @@ fn start(ctx: &RequestCtx, params: StartParams) -> Result<StartResult, RpcError>
             params.cwd
         ))
     })?;
-    // Until the sandbox enforces intent, a restricting request must never run unrestricted.
-    if params
-        .sandbox
-        .as_ref()
-        .is_some_and(|sandbox| sandbox.restricts())
-        || params.enforce_managed_network
-    {
-        return Err(RpcError::invalid_params(
-            "sandbox intent cannot be enforced on this executor",
-        ));
-    }
+    // Resolution walks the file system (globs, the hard-link search): off the async workers.
+    let prepared = if params.sandbox.is_some() {
+        let (params, cwd) = (params.clone(), cwd.clone());
+        tokio::task::spawn_blocking(move || sandbox::prepare_start(&params, &cwd))
+            .await
+            .map_err(|err| RpcError::internal(err.to_string()))??
+    } else {
+        sandbox::prepare_start(&params, &cwd)?
+    };
     let env = env::child_env(params.env_policy.as_ref(), &params.env, std::env::vars());
     let spec = LaunchSpec {
         program: program.clone(),
@@ -60,13 +59,20 @@ fn start(ctx: &RequestCtx, params: StartParams) -> Result<StartResult, RpcError>
         tty: params.tty,
         pipe_stdin: params.pipe_stdin,
         size: params.size.unwrap_or(DEFAULT_SIZE),
+        helper_fds: None,
+    };
+    let mut spec = spec;
+    let (launch, sandbox_type) = match prepared {
+        None => (None, SandboxType::None),
+        Some(prepared) => (Some(prepared.launch(&mut spec)?), SandboxType::LinuxSeccomp),
     };
     ctx.session
         .processes
-        .start(params.process_id.clone(), spec)?;
+        .start(params.process_id.clone(), spec, launch)
+        .await?;
     Ok(StartResult {
         process_id: params.process_id,
-        sandbox_type: SandboxType::None,
+        sandbox_type,
     })
 }
 
@@ -116,7 +122,7 @@ async fn read(ctx: &RequestCtx, params: ReadParams) -> Result<ReadResult, RpcErr
         exit_code: snapshot.exit_code,
         closed: snapshot.closed,
         failure: None,
-        sandbox_denied: false,
+        sandbox_denied: snapshot.sandbox_denied,
         first_retained_seq: snapshot.first_retained_seq,
         truncated: snapshot.truncated,
     })

@@ -9,6 +9,8 @@ mod stdin;
 
 use crate::config::Config;
 use crate::rpc::RpcError;
+use crate::sandbox::denial::Scanner;
+use crate::sandbox::{Launch, Sandboxed};
 use crate::session::Attachment;
 use bytes::{Bytes, BytesMut};
 use exec_server_protocol::process::{OutputStream, ProcessSignal, TerminalSize, WriteStatus};
@@ -62,11 +64,15 @@ pub struct ManagedProcess {
     drained: watch::Sender<()>,
     stdin: stdin::Stdin,
     pty_size: Option<stdin::PtyResizer>,
+    /// Released (placeholders removed) once the process has exited.
+    sandbox: Mutex<Option<Sandboxed>>,
 }
 
 struct ProcessState {
     log: OutputLog,
     open_streams: u8,
+    /// Present for sandboxed processes: decides `sandboxDenied` at exit.
+    denial: Option<Scanner>,
 }
 
 impl ProcessTable {
@@ -89,8 +95,14 @@ impl ProcessTable {
         }
     }
 
-    /// Reserves `id`, launches the child and starts its reader, waiter and delivery tasks.
-    pub fn start(&self, id: String, spec: LaunchSpec) -> Result<(), RpcError> {
+    /// Reserves `id`, launches the child and starts its reader, waiter and delivery tasks. With
+    /// a sandbox `launch`, the child is the helper and the start waits for its verdict.
+    pub async fn start(
+        &self,
+        id: String,
+        spec: LaunchSpec,
+        launch: Option<Launch>,
+    ) -> Result<(), RpcError> {
         let token = self.inner.next_token.fetch_add(1, Ordering::Relaxed);
         {
             let mut slots = self.inner.slots.lock().unwrap();
@@ -111,6 +123,23 @@ impl ProcessTable {
                 )));
             }
         };
+        let sandbox = match launch {
+            None => None,
+            Some(launch) => match launch.confirm().await {
+                Ok(sandboxed) => Some(sandboxed),
+                Err(err) => {
+                    // Nothing ran; make sure the helper is gone before the id is free again.
+                    let _ = nix::sys::signal::killpg(Pid::from_raw(spawned.pid), Signal::SIGKILL);
+                    let mut child = spawned.child;
+                    let _ = child.wait().await;
+                    self.inner.slots.lock().unwrap().remove(&id);
+                    return Err(err);
+                }
+            },
+        };
+        let denial = sandbox
+            .as_ref()
+            .map(|sandboxed| Scanner::new(sandboxed.context.clone()));
         let config = &self.inner.config;
         let (streams, stdin, pty_size): (Vec<(OutputStream, Box<dyn ChildOutput>)>, _, _) =
             match spawned.io {
@@ -149,11 +178,13 @@ impl ProcessTable {
                     config.output_retention_chunks,
                 ),
                 open_streams: streams.len() as u8,
+                denial,
             }),
             changed: watch::channel(()).0,
             drained: watch::channel(()).0,
             stdin,
             pty_size,
+            sandbox: Mutex::new(sandbox),
         });
         {
             let mut slots = self.inner.slots.lock().unwrap();
@@ -290,10 +321,15 @@ async fn wait_for_exit(
     process: Arc<ManagedProcess>,
     mut child: tokio::process::Child,
 ) {
-    let code = match child.wait().await {
+    let (code, signal) = match child.wait().await {
         Ok(status) => spawn::exit_code(status),
-        Err(_) => -1,
+        Err(_) => (-1, None),
     };
+    // Placeholders go before `exited` is visible, so a client never sees them left over.
+    let sandbox = process.sandbox.lock().unwrap().take();
+    if let Some(mut sandbox) = sandbox.filter(Sandboxed::has_placeholders) {
+        let _ = tokio::task::spawn_blocking(move || sandbox.release()).await;
+    }
     let mut changes = process.changed.subscribe();
     let _ = tokio::time::timeout(EXIT_DRAIN_GRACE, async {
         while process.state.lock().unwrap().open_streams > 0 {
@@ -305,7 +341,11 @@ async fn wait_for_exit(
     .await;
     let closed = {
         let mut state = process.state.lock().unwrap();
-        state.log.record_exit(code);
+        let denied = state
+            .denial
+            .as_mut()
+            .is_some_and(|scanner| scanner.verdict(code, signal));
+        state.log.record_exit(code, denied);
         if state.open_streams == 0 {
             state.log.record_closed();
         }
@@ -328,6 +368,9 @@ impl ManagedProcess {
         let mut attachment = attachment;
         let mut must_wait = {
             let mut state = self.state.lock().unwrap();
+            if let Some(scanner) = &mut state.denial {
+                scanner.feed(stream, &data);
+            }
             state.log.push(stream, data);
             state.log.evict(attachment.borrow_and_update().is_some())
         };

@@ -19,8 +19,14 @@ pub struct Chunk {
 #[derive(Clone, Debug)]
 pub enum Event {
     Output(Chunk),
-    Exited { seq: u64, code: i32 },
-    Closed { seq: u64 },
+    Exited {
+        seq: u64,
+        code: i32,
+        sandbox_denied: bool,
+    },
+    Closed {
+        seq: u64,
+    },
 }
 
 impl Event {
@@ -43,7 +49,8 @@ pub struct OutputLog {
     delivered_seq: u64,
     /// Highest seq of an evicted chunk (0: nothing evicted).
     evicted_through: u64,
-    exit: Option<(u64, i32)>,
+    /// (seq, code, sandbox denied)
+    exit: Option<(u64, i32, bool)>,
     closed_seq: Option<u64>,
 }
 
@@ -53,6 +60,7 @@ pub struct ReadSnapshot {
     pub chunks: Vec<Chunk>,
     pub next_seq: u64,
     pub exit_code: Option<i32>,
+    pub sandbox_denied: bool,
     pub closed: bool,
     pub first_retained_seq: u64,
     pub truncated: bool,
@@ -108,10 +116,10 @@ impl OutputLog {
             && (self.retained_bytes > self.max_bytes || self.chunks.len() > self.max_chunks)
     }
 
-    pub fn record_exit(&mut self, code: i32) {
+    pub fn record_exit(&mut self, code: i32, sandbox_denied: bool) {
         if self.exit.is_none() {
             let seq = self.take_seq();
-            self.exit = Some((seq, code));
+            self.exit = Some((seq, code, sandbox_denied));
         }
     }
 
@@ -123,7 +131,7 @@ impl OutputLog {
     }
 
     pub fn exit_code(&self) -> Option<i32> {
-        self.exit.map(|(_, code)| code)
+        self.exit.map(|(_, code, _)| code)
     }
 
     pub fn is_closed(&self) -> bool {
@@ -166,6 +174,7 @@ impl OutputLog {
             chunks,
             next_seq,
             exit_code: self.exit_code(),
+            sandbox_denied: self.exit.is_some_and(|(_, _, denied)| denied),
             closed: self.closed_seq.is_some(),
             first_retained_seq: self.first_retained_seq(),
             truncated: self.evicted_through > after_seq,
@@ -180,8 +189,12 @@ impl OutputLog {
             .take(limit)
             .map(|chunk| Event::Output(chunk.clone()))
             .collect();
-        if let Some((seq, code)) = self.exit.filter(|(seq, _)| *seq > after) {
-            events.push(Event::Exited { seq, code });
+        if let Some((seq, code, sandbox_denied)) = self.exit.filter(|(seq, ..)| *seq > after) {
+            events.push(Event::Exited {
+                seq,
+                code,
+                sandbox_denied,
+            });
         }
         if let Some(seq) = self.closed_seq.filter(|seq| *seq > after) {
             events.push(Event::Closed { seq });
@@ -209,7 +222,7 @@ mod tests {
         let mut log = OutputLog::new(1024, 10);
         log.push(OutputStream::Stdout, data(1));
         log.push(OutputStream::Stderr, data(1));
-        log.record_exit(7);
+        log.record_exit(7, false);
         log.record_closed();
         let snapshot = log.read(0, None);
         assert_eq!(

@@ -3,6 +3,7 @@
 
 use exec_server_protocol::process::TerminalSize;
 use std::collections::BTreeMap;
+use std::os::fd::RawFd;
 use std::path::PathBuf;
 use std::process::Stdio;
 
@@ -17,6 +18,9 @@ pub struct LaunchSpec {
     pub tty: bool,
     pub pipe_stdin: bool,
     pub size: TerminalSize,
+    /// Set for the sandbox helper: the policy and status pipe ends it inherits. The helper is
+    /// made a session leader at spawn (not later), so `killpg` reaches it from the start.
+    pub helper_fds: Option<[RawFd; 2]>,
 }
 
 pub enum ChildIo {
@@ -62,8 +66,23 @@ fn spawn_pipes(spec: &LaunchSpec) -> std::io::Result<Spawned> {
             Stdio::null()
         })
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
+        .stderr(Stdio::piped());
+    match spec.helper_fds {
+        None => {
+            command.process_group(0);
+        }
+        Some(fds) => {
+            // SAFETY: setsid and fcntl are async-signal-safe and touch no memory.
+            unsafe {
+                command.pre_exec(move || {
+                    if libc::setsid() < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    inherit(fds)
+                });
+            }
+        }
+    }
     if let Some(arg0) = &spec.arg0 {
         command.arg0(arg0);
     }
@@ -91,6 +110,10 @@ fn spawn_pty(spec: &LaunchSpec) -> std::io::Result<Spawned> {
     if let Some(arg0) = &spec.arg0 {
         command = command.arg0(arg0);
     }
+    if let Some(fds) = spec.helper_fds {
+        // SAFETY: fcntl is async-signal-safe and touches no memory.
+        command = unsafe { command.pre_exec(move || inherit(fds)) };
+    }
     let child = command.spawn(pts).map_err(pty_error)?;
     let pid = child.id().expect("a just-spawned child has a pid") as i32;
     let master = std::os::fd::AsFd::as_fd(&pty).try_clone_to_owned()?;
@@ -106,6 +129,17 @@ fn spawn_pty(spec: &LaunchSpec) -> std::io::Result<Spawned> {
     })
 }
 
+/// Clears close-on-exec on the helper's pipe ends (in the child, between fork and exec).
+fn inherit(fds: [RawFd; 2]) -> std::io::Result<()> {
+    for fd in fds {
+        // SAFETY: plain fcntl on an fd the parent keeps open across the spawn.
+        if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 fn pty_error(err: pty_process::Error) -> std::io::Error {
     match err {
         pty_process::Error::Io(io) => io,
@@ -113,9 +147,13 @@ fn pty_error(err: pty_process::Error) -> std::io::Error {
     }
 }
 
-pub fn exit_code(status: std::process::ExitStatus) -> i32 {
+/// The exit code as the protocol reports it (128 + signal for a killed process), and the
+/// signal, if one killed it.
+pub fn exit_code(status: std::process::ExitStatus) -> (i32, Option<i32>) {
     use std::os::unix::process::ExitStatusExt as _;
-    status
-        .code()
-        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+    let signal = status.signal();
+    (
+        status.code().unwrap_or_else(|| 128 + signal.unwrap_or(0)),
+        signal,
+    )
 }

@@ -1,0 +1,369 @@
+//! `sandboxDenied`: was a sandboxed process's failure caused by the sandbox?
+//!
+//! Tiers, most certain first:
+//! 1. A setup failure reported by the helper (see `Launch::confirm`): the launch itself fails,
+//!    with `error.data.sandboxDenied`.
+//! 2. Death by SIGSYS: the seccomp kill action fired.
+//! 3. Denial messages (`Permission denied`, `Operation not permitted`, `Read-only file system`,
+//!    `Invalid cross-device link`, `Device or resource busy`) naming a path the policy does not let the process write:
+//!    outside every write root, inside a protected or read-only carve-out, or in a deny area.
+//!    A path inside a writable root is not a sandbox denial (a mode-000 file there fails the
+//!    same way unsandboxed). An `Operation not permitted` or `Read-only file system` naming no
+//!    path counts too: with no capabilities and seccomp in place, that is what the sandbox
+//!    produces, while plain `Permission denied` without a path is not attributable. `File
+//!    exists` and `Is a directory` count for a protected name (what creating it reports when a
+//!    placeholder holds it).
+//! 4. With network restricted: network failure messages ("Network is unreachable", "Could not
+//!    resolve host", "Temporary failure in name resolution", ...) and curl's exit codes 6/7 and
+//!    wget's 4.
+//!
+//! A process that exits 0 was not denied, and neither is any unsandboxed process. Output is
+//! scanned as it arrives, line by line, so the verdict does not depend on output retention.
+
+use super::policy::{effective, Rule};
+use exec_server_protocol::process::OutputStream;
+use exec_server_protocol::sandbox::FsAccess;
+use std::path::{Component, Path, PathBuf};
+
+/// Longest line scanned; the rest of a longer line is ignored.
+const MAX_LINE: usize = 4096;
+
+const FS_DENIALS: &[&str] = &[
+    "permission denied",
+    "operation not permitted",
+    "read-only file system",
+    "invalid cross-device link",
+    // Renaming or removing a protected mount point.
+    "device or resource busy",
+];
+
+/// Messages that mean the sandbox without naming a path.
+const PATHLESS_DENIALS: &[&str] = &["operation not permitted", "read-only file system"];
+
+/// How creating a protected name fails when a placeholder holds it; they count only for such
+/// names.
+const PLACEHOLDER_MESSAGES: &[&str] = &["file exists", "is a directory"];
+
+const NETWORK_DENIALS: &[&str] = &[
+    "network is unreachable",
+    "could not resolve host",
+    "couldn't resolve host",
+    "temporary failure in name resolution",
+    "name or service not known",
+    "no address associated with hostname",
+    "couldn't connect to server",
+    "failed to connect to",
+    "unable to resolve host address",
+];
+
+/// What the classifier knows about one sandboxed launch.
+#[derive(Debug)]
+pub struct DenialContext {
+    /// None: the file system is not restricted.
+    pub rules: Option<Vec<Rule>>,
+    pub network_restricted: bool,
+    pub cwd: PathBuf,
+    pub program: String,
+}
+
+#[derive(Debug)]
+pub struct Scanner {
+    context: std::sync::Arc<DenialContext>,
+    /// Unterminated line per stream (stdout, stderr, pty).
+    partial: [Vec<u8>; 3],
+    evidence: bool,
+}
+
+impl Scanner {
+    pub fn new(context: std::sync::Arc<DenialContext>) -> Self {
+        Self {
+            context,
+            partial: Default::default(),
+            evidence: false,
+        }
+    }
+
+    pub fn feed(&mut self, stream: OutputStream, data: &[u8]) {
+        let index = match stream {
+            OutputStream::Stdout => 0,
+            OutputStream::Stderr => 1,
+            OutputStream::Pty => 2,
+        };
+        let mut rest = data;
+        while let Some(newline) = rest.iter().position(|&b| b == b'\n') {
+            self.push(index, &rest[..newline]);
+            let line = std::mem::take(&mut self.partial[index]);
+            self.line(&line);
+            rest = &rest[newline + 1..];
+        }
+        self.push(index, rest);
+    }
+
+    fn push(&mut self, index: usize, bytes: &[u8]) {
+        let room = MAX_LINE.saturating_sub(self.partial[index].len());
+        self.partial[index].extend_from_slice(&bytes[..bytes.len().min(room)]);
+    }
+
+    fn line(&mut self, line: &[u8]) {
+        if !self.evidence {
+            self.evidence = self.context.explains(&String::from_utf8_lossy(line));
+        }
+    }
+
+    /// The verdict at exit. `signal`: the signal that killed the process, if one did.
+    pub fn verdict(&mut self, code: i32, signal: Option<i32>) -> bool {
+        for index in 0..self.partial.len() {
+            let line = std::mem::take(&mut self.partial[index]);
+            self.line(&line);
+        }
+        if signal == Some(libc::SIGSYS) {
+            return true;
+        }
+        if code == 0 {
+            return false;
+        }
+        self.evidence || self.context.network_exit_code(code)
+    }
+}
+
+impl DenialContext {
+    /// Whether one output line reports a denial this policy explains.
+    pub fn explains(&self, line: &str) -> bool {
+        let lower = line.to_lowercase();
+        if self.network_restricted && NETWORK_DENIALS.iter().any(|p| lower.contains(p)) {
+            return true;
+        }
+        if PLACEHOLDER_MESSAGES.iter().any(|p| lower.contains(p)) {
+            return candidate_paths(line)
+                .iter()
+                .any(|path| self.is_carve_out(path));
+        }
+        let Some(pattern) = FS_DENIALS.iter().find(|p| lower.contains(**p)) else {
+            return false;
+        };
+        let paths = candidate_paths(line);
+        if paths.is_empty() {
+            return PATHLESS_DENIALS.contains(pattern);
+        }
+        paths.iter().any(|path| self.blocks_writing(path))
+    }
+
+    fn blocks_writing(&self, path: &str) -> bool {
+        let Some(rules) = &self.rules else {
+            return false;
+        };
+        let path = resolve(&self.cwd, Path::new(path));
+        effective(rules, &path) != Some(FsAccess::Write)
+    }
+
+    /// A read-only path inside a write root: a protected name (maybe a placeholder, which is
+    /// why creating it reports "File exists").
+    fn is_carve_out(&self, path: &str) -> bool {
+        let Some(rules) = &self.rules else {
+            return false;
+        };
+        let path = resolve(&self.cwd, Path::new(path));
+        rules.iter().any(|rule| {
+            rule.path == path
+                && rule.access == FsAccess::Read
+                && path
+                    .parent()
+                    .is_some_and(|parent| effective(rules, parent) == Some(FsAccess::Write))
+        })
+    }
+
+    fn network_exit_code(&self, code: i32) -> bool {
+        if !self.network_restricted {
+            return false;
+        }
+        let name = Path::new(&self.program)
+            .file_name()
+            .and_then(|name| name.to_str())
+            .unwrap_or_default();
+        matches!((name, code), ("curl", 6 | 7) | ("wget", 4))
+    }
+}
+
+/// Quoted strings and absolute-looking words of a line, plus the word right before a
+/// `: <message>` (how `sh` names the file it could not create).
+fn candidate_paths(line: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let quotes = [
+        ('\'', '\''),
+        ('"', '"'),
+        ('‘', '’'),
+        ('`', '\''),
+        ('“', '”'),
+    ];
+    for (open, close) in quotes {
+        let mut rest = line;
+        while let Some(start) = rest.find(open) {
+            let after = &rest[start + open.len_utf8()..];
+            let Some(end) = after.find(close) else { break };
+            let inner = &after[..end];
+            if !inner.is_empty() && !inner.contains(char::is_whitespace) || inner.starts_with('/') {
+                found.push(inner.to_owned());
+            }
+            rest = &after[end + close.len_utf8()..];
+        }
+    }
+    let words: Vec<&str> = line.split_whitespace().collect();
+    for (index, word) in words.iter().enumerate() {
+        let trimmed = word.trim_matches(|c: char| "'\"‘’“”`,;()[]".contains(c));
+        let bare = trimmed.trim_end_matches(':');
+        let looks_absolute =
+            bare.starts_with('/') || bare.starts_with("./") || bare.starts_with("../");
+        let names_the_failure = trimmed.ends_with(':')
+            && bare.contains(['.', '/'])
+            && words.get(index + 1).is_some_and(|next| {
+                let next = next.to_lowercase();
+                FS_DENIALS
+                    .iter()
+                    .chain(PLACEHOLDER_MESSAGES)
+                    .any(|p| p.starts_with(&next))
+            });
+        if looks_absolute || names_the_failure {
+            found.push(bare.to_owned());
+        }
+    }
+    found.retain(|path| !path.starts_with("[errno"));
+    found
+}
+
+/// An absolute, lexically normalized path; the longest existing prefix is canonicalized so
+/// symbolic links in the reported path do not hide where it really is.
+fn resolve(cwd: &Path, path: &Path) -> PathBuf {
+    let joined = cwd.join(path);
+    let mut normal = PathBuf::new();
+    for component in joined.components() {
+        match component {
+            Component::ParentDir => {
+                normal.pop();
+            }
+            Component::CurDir => {}
+            other => normal.push(other),
+        }
+    }
+    let mut existing = normal.clone();
+    let mut tail = Vec::new();
+    while !existing.exists() {
+        match (
+            existing.file_name().map(|n| n.to_owned()),
+            existing.parent(),
+        ) {
+            (Some(name), Some(parent)) => {
+                tail.push(name);
+                existing = parent.to_path_buf();
+            }
+            _ => return normal,
+        }
+    }
+    let mut resolved = std::fs::canonicalize(&existing).unwrap_or(existing);
+    resolved.extend(tail.iter().rev());
+    resolved
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn context(network_restricted: bool) -> Arc<DenialContext> {
+        Arc::new(DenialContext {
+            rules: Some(vec![
+                Rule {
+                    path: "/".into(),
+                    access: FsAccess::Read,
+                },
+                Rule {
+                    path: "/ws".into(),
+                    access: FsAccess::Write,
+                },
+                Rule {
+                    path: "/ws/.git".into(),
+                    access: FsAccess::Read,
+                },
+            ]),
+            network_restricted,
+            cwd: "/ws".into(),
+            program: "sh".into(),
+        })
+    }
+
+    fn denied(lines: &str, code: i32) -> bool {
+        let mut scanner = Scanner::new(context(true));
+        scanner.feed(OutputStream::Stderr, lines.as_bytes());
+        scanner.verdict(code, None)
+    }
+
+    #[test]
+    fn denials_outside_write_roots_count() {
+        assert!(denied(
+            "sh: 1: cannot create /etc/x: Permission denied\n",
+            2
+        ));
+        assert!(denied(
+            "touch: cannot touch '/etc/x': Read-only file system",
+            1
+        ));
+        assert!(denied(
+            "mkdir: cannot create directory ‘/ws/.git/x’: Read-only file system\n",
+            1
+        ));
+        assert!(denied(
+            "PermissionError: [Errno 13] Permission denied: '/outside/f'\n",
+            1
+        ));
+        assert!(denied(
+            "ln: failed to create hard link '/ws/x' => '/etc/passwd': Invalid cross-device link\n",
+            1
+        ));
+        assert!(denied("socket: Operation not permitted\n", 1));
+        assert!(denied(
+            "mkdir: cannot create directory '.git': File exists\n",
+            1
+        ));
+        assert!(!denied(
+            "mkdir: cannot create directory 'src': File exists\n",
+            1
+        ));
+        assert!(denied("curl: (6) Could not resolve host: example.com\n", 6));
+        assert!(denied("OSError: [Errno 101] Network is unreachable\n", 1));
+    }
+
+    #[test]
+    fn unrelated_failures_do_not_count() {
+        assert!(!denied("", 1));
+        assert!(!denied(
+            "ls: cannot access '/nonexistent': No such file or directory\n",
+            2
+        ));
+        assert!(!denied("sandbox\n", 1));
+        assert!(!denied("cat: /ws/secret: Permission denied\n", 1));
+        assert!(!denied(
+            "sh: 1: cannot create out.txt: Permission denied\n",
+            2
+        ));
+        assert!(
+            !denied("permission denied\n", 1),
+            "no path: not attributable"
+        );
+        assert!(!denied(
+            "touch: cannot touch '/etc/x': Read-only file system",
+            0
+        ));
+        let mut scanner = Scanner::new(context(false));
+        scanner.feed(OutputStream::Stdout, b"curl: (7) Failed to connect to x\n");
+        assert!(!scanner.verdict(7, None), "network is not restricted");
+    }
+
+    #[test]
+    fn sigsys_and_split_lines() {
+        let mut scanner = Scanner::new(context(false));
+        assert!(scanner.verdict(159, Some(libc::SIGSYS)));
+        let mut scanner = Scanner::new(context(false));
+        scanner.feed(OutputStream::Stderr, b"touch: cannot touch '/e");
+        scanner.feed(OutputStream::Stderr, b"tc/x': Permission denied");
+        assert!(scanner.verdict(1, None));
+    }
+}

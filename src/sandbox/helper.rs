@@ -1,0 +1,253 @@
+//! The sandbox helper: `exec-server __sandbox-exec <policy-fd> <status-fd>`.
+//!
+//! The daemon re-executes its own binary with this hidden first argument; `main` dispatches to
+//! [`main_if_helper`] before parsing flags and before any runtime exists, so the helper is a
+//! fresh single-threaded process. It reads the [`Plan`] from the policy pipe, then, in order:
+//! session (the daemon already made it a session leader at spawn, so `killpg` works from the
+//! first instant; it checks), namespaces (mount when the file system is restricted, network
+//! when network is restricted), the mount view, cwd, Landlock, capabilities and securebits,
+//! no_new_privs, close-on-exec for every fd above 2, seccomp, the program's environment (the
+//! helper itself runs with an empty one), and `execvp`. A failure at any
+//! step is written as one JSON [`Failure`] to the status pipe, which is close-on-exec, so a
+//! successful exec writes nothing and the daemon sees EOF.
+
+use super::plan::{Failure, Plan, EXEC_STAGE};
+use super::{landlock, mounts, seccomp};
+use std::ffi::{CString, OsString};
+use std::io::{Read as _, Write as _};
+use std::os::fd::{FromRawFd as _, RawFd};
+use std::os::unix::ffi::OsStrExt as _;
+
+pub const HELPER_ARG: &str = "__sandbox-exec";
+
+/// Runs the helper and never returns when this process was started as one.
+pub fn main_if_helper() {
+    let mut args = std::env::args_os().skip(1);
+    if args.next().as_deref() != Some(std::ffi::OsStr::new(HELPER_ARG)) {
+        return;
+    }
+    let fd = |arg: Option<OsString>| -> Option<RawFd> { arg?.to_str()?.parse().ok() };
+    let (Some(policy_fd), Some(status_fd)) = (fd(args.next()), fd(args.next())) else {
+        eprintln!("exec-server {HELPER_ARG}: usage: {HELPER_ARG} <policy-fd> <status-fd>");
+        std::process::exit(125);
+    };
+    let failure = match run(policy_fd) {
+        Ok(never) => match never {},
+        Err(failure) => failure,
+    };
+    // SAFETY: the daemon passed this fd for us alone.
+    let mut status = unsafe { std::fs::File::from_raw_fd(status_fd) };
+    let _ = status.write_all(&serde_json::to_vec(&failure).unwrap_or_default());
+    eprintln!(
+        "exec-server sandbox: {}: {}",
+        failure.stage, failure.message
+    );
+    std::process::exit(if failure.stage == EXEC_STAGE {
+        if failure.errno == Some(libc::ENOENT) {
+            127
+        } else {
+            126
+        }
+    } else {
+        125
+    });
+}
+
+fn fail(stage: &str) -> impl Fn(String) -> Failure + '_ {
+    move |message| Failure {
+        stage: stage.into(),
+        message,
+        errno: None,
+        denied: false,
+    }
+}
+
+fn os_fail(stage: &str) -> impl Fn(std::io::Error) -> Failure + '_ {
+    move |err| Failure {
+        stage: stage.into(),
+        message: err.to_string(),
+        errno: err.raw_os_error(),
+        denied: false,
+    }
+}
+
+enum Never {}
+
+fn run(policy_fd: RawFd) -> Result<Never, Failure> {
+    let mut text = Vec::new();
+    // SAFETY: the daemon passed this fd for us alone; it is closed when the File drops.
+    unsafe { std::fs::File::from_raw_fd(policy_fd) }
+        .read_to_end(&mut text)
+        .map_err(os_fail("policy"))?;
+    let plan: Plan = serde_json::from_slice(&text).map_err(|e| fail("policy")(e.to_string()))?;
+    let argv: Vec<CString> = plan
+        .argv
+        .iter()
+        .map(|arg| CString::new(arg.as_bytes()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| fail("policy")(e.to_string()))?;
+    let program =
+        CString::new(plan.program.as_bytes()).map_err(|e| fail("policy")(e.to_string()))?;
+
+    // SAFETY: plain syscalls without pointers.
+    if unsafe { libc::getsid(0) != libc::getpid() } && unsafe { libc::setsid() } < 0 {
+        return Err(os_fail("session")(std::io::Error::last_os_error()));
+    }
+
+    let mut flags = 0;
+    if plan.fs.is_some() {
+        flags |= libc::CLONE_NEWNS;
+    }
+    if plan.network_restricted {
+        flags |= libc::CLONE_NEWNET;
+    }
+    // SAFETY: plain syscall; the process is single-threaded.
+    if flags != 0 && unsafe { libc::unshare(flags) } < 0 {
+        return Err(os_fail("namespaces")(std::io::Error::last_os_error()));
+    }
+    let mut grants = None;
+    if let Some(fs) = &plan.fs {
+        mounts::apply(&fs.mounts).map_err(fail("mounts"))?;
+        let mut list = fs.grants.clone();
+        list.extend(own_terminal());
+        grants = Some(list);
+    }
+    // The old cwd may sit on a mount that the view has since covered.
+    std::env::set_current_dir(&plan.cwd).map_err(os_fail("cwd"))?;
+    landlock::restrict(grants.as_deref()).map_err(fail("landlock"))?;
+    drop_capabilities().map_err(os_fail("capabilities"))?;
+    // SAFETY: plain prctl.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return Err(os_fail("no_new_privs")(std::io::Error::last_os_error()));
+    }
+    // SAFETY: plain syscall; only marks fds close-on-exec (the status pipe stays open to exec).
+    if unsafe { libc::close_range(3, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC as i32) } != 0 {
+        return Err(os_fail("fds")(std::io::Error::last_os_error()));
+    }
+    let filters = seccomp::filters(plan.network_restricted).map_err(fail("seccomp"))?;
+    seccomp::apply(&filters).map_err(fail("seccomp"))?;
+
+    // Only now, with everything in place, the program's environment (execvp searches its PATH).
+    for (key, value) in &plan.env {
+        if key.is_empty() || key.contains(['=', '\0']) || value.contains('\0') {
+            return Err(fail("policy")(format!(
+                "invalid environment variable `{key}`"
+            )));
+        }
+        std::env::set_var(key, value);
+    }
+
+    let err = nix::unistd::execvp(&program, &argv).unwrap_err();
+    let errno = err as i32;
+    Err(Failure {
+        stage: EXEC_STAGE.into(),
+        message: format!(
+            "cannot execute `{}`: {}",
+            plan.program,
+            std::io::Error::from_raw_os_error(errno)
+        ),
+        errno: Some(errno),
+        denied: matches!(errno, libc::EACCES | libc::EPERM) && executable_by_mode(&plan.program),
+    })
+}
+
+/// Whether the program, looked up on PATH, is executable by its mode bits: then an EACCES from
+/// exec came from the sandbox (`access(2)` is not subject to Landlock).
+fn executable_by_mode(program: &str) -> bool {
+    let candidates: Vec<std::path::PathBuf> = if program.contains('/') {
+        vec![program.into()]
+    } else {
+        std::env::var_os("PATH")
+            .map(|path| {
+                std::env::split_paths(&path)
+                    .map(|dir| dir.join(program))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    candidates.iter().any(|path| {
+        CString::new(path.as_os_str().as_bytes())
+            // SAFETY: valid NUL-terminated path.
+            .is_ok_and(|c| unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0)
+    })
+}
+
+/// The PTY the process runs on (tty mode), which programs reopen as /dev/pts/N.
+fn own_terminal() -> Option<landlock::Grant> {
+    let path = std::fs::read_link("/proc/self/fd/0").ok()?;
+    path.starts_with("/dev/pts/")
+        .then_some(landlock::Grant { path, write: true })
+}
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: i32,
+}
+
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const CAP_VERSION_3: u32 = 0x2008_0522;
+
+/// Drops every capability for good: securebits locked (so exec as uid 0 grants nothing back),
+/// bounding and ambient sets emptied, then effective/permitted/inheritable cleared, and checked.
+fn drop_capabilities() -> std::io::Result<()> {
+    let last_os = || Err(std::io::Error::last_os_error());
+    let bits = libc::SECBIT_NOROOT
+        | libc::SECBIT_NOROOT_LOCKED
+        | libc::SECBIT_NO_SETUID_FIXUP
+        | libc::SECBIT_NO_SETUID_FIXUP_LOCKED
+        | libc::SECBIT_KEEP_CAPS_LOCKED
+        | libc::SECBIT_NO_CAP_AMBIENT_RAISE
+        | libc::SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
+    // SAFETY: plain prctl calls.
+    unsafe {
+        if libc::prctl(libc::PR_SET_SECUREBITS, bits as libc::c_ulong, 0, 0, 0) != 0 {
+            return last_os();
+        }
+        for cap in 0..64 {
+            if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 {
+                if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
+                    break; // past the kernel's last capability
+                }
+                return last_os();
+            }
+        }
+        if libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        ) != 0
+        {
+            return last_os();
+        }
+    }
+    let mut header = CapHeader {
+        version: CAP_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [CapData::default(); 2];
+    // SAFETY: a v3 header with room for two data structs.
+    if unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) } != 0 {
+        return last_os();
+    }
+    // SAFETY: as above.
+    if unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) } != 0 {
+        return last_os();
+    }
+    if data
+        .iter()
+        .any(|d| d.effective != 0 || d.permitted != 0 || d.inheritable != 0)
+    {
+        return Err(std::io::Error::other("capabilities were retained"));
+    }
+    Ok(())
+}

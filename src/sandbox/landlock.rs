@@ -1,0 +1,123 @@
+//! Landlock: the file-system allow-list and the signal / abstract-socket scopes.
+//!
+//! Handled: every file-system right of the running ABI (at least [`MIN_ABI`]) when the file
+//! system is restricted, and both scopes in every sandboxed mode. Read grants get
+//! Execute|ReadFile|ReadDir; write grants get everything except MakeChar and MakeBlock (no
+//! device nodes even where writing is allowed). The ruleset is created with
+//! `HardRequirement`, every grant path is opened by the helper itself, without following
+//! symbolic links (a path that cannot be opened fails the launch instead of being skipped), and
+//! anything but `FullyEnforced` fails.
+
+use landlock::{
+    Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+};
+use serde::{Deserialize, Serialize};
+use std::os::unix::fs::FileTypeExt as _;
+use std::path::PathBuf;
+
+/// Scopes (ABI 6) keep a sandboxed root process from signalling the daemon; truncation (3) and
+/// device ioctls (5) come with it.
+pub const MIN_ABI: i32 = 6;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    pub path: PathBuf,
+    pub write: bool,
+}
+
+/// Device files always usable as in any Unix process (written: /dev/null and friends).
+pub const DEVICES: &[(&str, bool)] = &[
+    ("/dev/null", true),
+    ("/dev/zero", true),
+    ("/dev/full", true),
+    ("/dev/tty", true),
+    ("/dev/random", false),
+    ("/dev/urandom", false),
+];
+
+/// The kernel's Landlock ABI version (0 or negative: unavailable).
+pub fn kernel_abi() -> i32 {
+    // SAFETY: the documented version query: NULL attributes, size 0.
+    let version = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            1u32, // LANDLOCK_CREATE_RULESET_VERSION
+        )
+    };
+    i32::try_from(version).unwrap_or(0)
+}
+
+/// Why the kernel cannot enforce the intent, if it cannot.
+pub fn unsupported() -> Option<String> {
+    let abi = kernel_abi();
+    (abi < MIN_ABI).then(|| {
+        format!(
+            "sandbox intent cannot be enforced on this executor: Landlock ABI {MIN_ABI} or newer \
+             is required, the kernel offers {}",
+            if abi > 0 {
+                abi.to_string()
+            } else {
+                "none".into()
+            }
+        )
+    })
+}
+
+fn crate_abi(version: i32) -> ABI {
+    match version {
+        ..=6 => ABI::V6,
+        7 => ABI::V7,
+        8 => ABI::V8,
+        9 => ABI::V9,
+        _ => ABI::V10,
+    }
+}
+
+/// Restricts the calling (single) thread. `grants`: None when the file system is unrestricted.
+pub fn restrict(grants: Option<&[Grant]>) -> Result<(), String> {
+    let version = kernel_abi();
+    if version < MIN_ABI {
+        return Err(unsupported().unwrap_or_default());
+    }
+    let abi = crate_abi(version);
+    let all = AccessFs::from_all(abi);
+    let write = all & !(AccessFs::MakeChar | AccessFs::MakeBlock);
+    let read = AccessFs::from_read(abi);
+    let mut ruleset = Ruleset::default().set_compatibility(CompatLevel::HardRequirement);
+    if grants.is_some() {
+        ruleset = ruleset.handle_access(all).map_err(|e| e.to_string())?;
+    }
+    let mut created = ruleset
+        .scope(Scope::from_all(ABI::V6))
+        .map_err(|e| e.to_string())?
+        .create()
+        .map_err(|e| e.to_string())?;
+    for grant in grants.unwrap_or_default() {
+        let fd = super::mounts::open_nofollow(&grant.path)
+            .map_err(|e| format!("opening `{}`: {e}", grant.path.display()))?;
+        let meta = std::fs::File::from(fd.try_clone().map_err(|e| e.to_string())?)
+            .metadata()
+            .map_err(|e| format!("inspecting `{}`: {e}", grant.path.display()))?;
+        let mut access: BitFlags<AccessFs> = if grant.write { write } else { read };
+        if !meta.is_dir() {
+            access &= AccessFs::from_file(abi);
+            if meta.file_type().is_char_device() || meta.file_type().is_block_device() {
+                access &= !AccessFs::Execute;
+            }
+        }
+        created = created
+            .add_rule(PathBeneath::new(fd, access))
+            .map_err(|e| format!("granting `{}`: {e}", grant.path.display()))?;
+    }
+    let status = created.restrict_self().map_err(|e| e.to_string())?;
+    if status.ruleset != RulesetStatus::FullyEnforced {
+        return Err(format!(
+            "Landlock is not fully enforced ({:?}); refusing to run",
+            status.ruleset
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,397 @@
+//! Enforcement of the portable permission intent (`process/start.sandbox`) with the kernel's
+//! own mechanisms: mount and network namespaces, Landlock, capabilities, seccomp.
+//!
+//! The daemon resolves the intent ([`policy`]), protects its own state ([`guard`]) and the
+//! workspace metadata ([`protected`]), and turns the result into a [`plan::Plan`]. The launch
+//! then runs the daemon's own binary as a helper ([`helper`]), which applies the plan to itself
+//! and executes the real program. Everything that cannot be enforced fails the request
+//! (-32602) before anything runs. [`denial`] classifies exits as sandbox denials.
+
+pub mod denial;
+mod glob;
+pub mod guard;
+pub mod helper;
+mod landlock;
+mod mounts;
+pub mod plan;
+mod policy;
+mod protected;
+mod seccomp;
+
+use crate::process::spawn::{self, ChildIo, LaunchSpec, DEFAULT_SIZE};
+use crate::rpc::RpcError;
+use denial::DenialContext;
+use exec_server_protocol::process::StartParams;
+use exec_server_protocol::sandbox::{FileSystemSandboxContext, FsAccess, NetworkAccess};
+use plan::{Failure, FsPlan, Plan, EXEC_STAGE};
+use std::io::Write as _;
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a launch waits for the helper to exec the program or report a failure.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The largest plan the policy pipe carries (it is written whole before the spawn).
+const MAX_PLAN_BYTES: usize = 1 << 20;
+
+/// A resolved intent, ready to wrap a launch.
+pub struct Prepared {
+    plan: Plan,
+    context: Arc<DenialContext>,
+    leases: protected::Leases,
+}
+
+/// Resolves `params.sandbox` for a `process/start` in `cwd`. Ok(None): run unsandboxed.
+pub fn prepare_start(params: &StartParams, cwd: &Path) -> Result<Option<Prepared>, RpcError> {
+    if params.enforce_managed_network || params.managed_network.is_some() {
+        return Err(RpcError::invalid_params(
+            "managed network (loopback proxy ports) is not implemented by this executor; \
+             refusing to run without it",
+        ));
+    }
+    match &params.sandbox {
+        None => Ok(None),
+        Some(sandbox) => prepare(sandbox, cwd, &params.argv, params.arg0.as_deref()),
+    }
+}
+
+/// Resolves `sandbox` for running `argv` (argv[0] shown as `arg0`) in `cwd`. Ok(None): the
+/// intent needs no enforcement.
+pub fn prepare(
+    sandbox: &FileSystemSandboxContext,
+    cwd: &Path,
+    argv: &[String],
+    arg0: Option<&str>,
+) -> Result<Option<Prepared>, RpcError> {
+    let Some(program) = argv.first() else {
+        return Err(RpcError::invalid_params("argv must not be empty"));
+    };
+    let Some(policy) = policy::resolve(sandbox, cwd)? else {
+        return Ok(None);
+    };
+    if let Some(reason) = landlock::unsupported() {
+        return Err(RpcError::invalid_params(reason));
+    }
+    let mut leases = protected::Leases::default();
+    let fs = match policy.rules {
+        None => None,
+        Some(mut rules) => {
+            let guard = guard::init();
+            for rule in rules.iter().filter(|rule| rule.access == FsAccess::Write) {
+                guard
+                    .check_write_root(&rule.path)
+                    .map_err(RpcError::invalid_params)?;
+            }
+            leases = protected::protect(&mut rules)?;
+            Some(rules)
+        }
+    };
+    let network_restricted = policy.network == NetworkAccess::Restricted;
+    let mut shown = vec![arg0.unwrap_or(program).to_owned()];
+    shown.extend(argv.iter().skip(1).cloned());
+    let plan = Plan {
+        program: program.to_owned(),
+        argv: shown,
+        cwd: cwd.to_path_buf(),
+        env: Default::default(),
+        network_restricted,
+        fs: fs.as_ref().map(|rules| FsPlan {
+            mounts: mounts::plan(rules),
+            grants: grants(rules),
+        }),
+    };
+    let context = Arc::new(DenialContext {
+        rules: fs,
+        network_restricted,
+        cwd: cwd.to_path_buf(),
+        program: program.clone(),
+    });
+    Ok(Some(Prepared {
+        plan,
+        context,
+        leases,
+    }))
+}
+
+fn grants(rules: &[policy::Rule]) -> Vec<landlock::Grant> {
+    let mut grants: Vec<landlock::Grant> = rules
+        .iter()
+        .filter(|rule| rule.access != FsAccess::Deny)
+        .map(|rule| landlock::Grant {
+            path: rule.path.clone(),
+            write: rule.access == FsAccess::Write,
+        })
+        .collect();
+    grants.extend(
+        landlock::DEVICES
+            .iter()
+            .filter(|(path, _)| Path::new(path).exists())
+            .map(|(path, write)| landlock::Grant {
+                path: path.into(),
+                write: *write,
+            }),
+    );
+    grants
+}
+
+/// The output of [`run_self`].
+#[derive(Debug)]
+pub struct SelfOutput {
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub exit_code: i32,
+}
+
+/// Runs the daemon's own binary with `args` under `sandbox`, as a process started in `cwd`
+/// would be confined, with `stdin` as its input; for sandboxed `fs/*` operations
+/// (`args = ["__fs-op"]`, one JSON request on stdin, the JSON result on stdout), so the kernel
+/// enforces the intent on the operation itself. The binary gets read+execute for this run
+/// only; the platform libraries it loads must be readable under the intent (`minimal` or
+/// `root`), or the run fails like any program the sandbox cannot execute (-32603,
+/// `data.sandboxDenied`). An intent that needs no enforcement runs the binary unsandboxed.
+pub async fn run_self(
+    sandbox: &FileSystemSandboxContext,
+    cwd: &Path,
+    args: &[&str],
+    stdin: Vec<u8>,
+) -> Result<SelfOutput, RpcError> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let (binary, grant) = self_binary();
+    let mut argv = vec![binary.display().to_string()];
+    argv.extend(args.iter().map(|arg| arg.to_string()));
+    let mut spec = LaunchSpec {
+        program: argv[0].clone(),
+        args: argv[1..].to_vec(),
+        arg0: Some("exec-server".into()),
+        cwd: cwd.to_path_buf(),
+        env: Default::default(),
+        tty: false,
+        pipe_stdin: true,
+        size: DEFAULT_SIZE,
+        helper_fds: None,
+    };
+    let launch = match prepare(sandbox, cwd, &argv, Some("exec-server"))? {
+        None => None,
+        Some(mut prepared) => {
+            if let (Some(fs), Some(path)) = (&mut prepared.plan.fs, grant) {
+                fs.grants.push(landlock::Grant { path, write: false });
+            }
+            Some(prepared.launch(&mut spec)?)
+        }
+    };
+    let spawned = spawn::spawn(&spec).map_err(|err| {
+        RpcError::internal(format!("failed to start the sandboxed helper: {err}"))
+    })?;
+    let mut child = spawned.child;
+    if let Some(launch) = launch {
+        if let Err(err) = launch.confirm().await {
+            let _ = child.kill().await;
+            return Err(err);
+        }
+    }
+    let ChildIo::Pipes {
+        stdin: Some(mut input),
+        mut stdout,
+        mut stderr,
+    } = spawned.io
+    else {
+        unreachable!("spawned on pipes with stdin");
+    };
+    let feed = async move {
+        let _ = input.write_all(&stdin).await;
+    };
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let (_, out_read, err_read) = tokio::join!(
+        feed,
+        stdout.read_to_end(&mut out),
+        stderr.read_to_end(&mut err)
+    );
+    out_read
+        .and(err_read)
+        .map_err(|e| RpcError::internal(format!("reading the sandboxed helper: {e}")))?;
+    let status = child
+        .wait()
+        .await
+        .map_err(|e| RpcError::internal(format!("waiting for the sandboxed helper: {e}")))?;
+    Ok(SelfOutput {
+        stdout: out,
+        stderr: err,
+        exit_code: spawn::exit_code(status).0,
+    })
+}
+
+/// The daemon's own image, even if its file was replaced since it started.
+const SELF_EXE: &str = "/proc/self/exe";
+
+static SELF_BINARY: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// Sets the binary used as the helper and by [`run_self`], for a program that links this crate
+/// but is not the daemon (a test). The daemon never calls it: it uses its own image.
+pub fn set_self_binary(path: std::path::PathBuf) {
+    let _ = SELF_BINARY.set(path);
+}
+
+/// What to execute as "self", and the canonical file a sandbox must grant to execute it.
+fn self_binary() -> (std::path::PathBuf, Option<std::path::PathBuf>) {
+    match SELF_BINARY.get() {
+        Some(path) => (path.clone(), std::fs::canonicalize(path).ok()),
+        None => (
+            SELF_EXE.into(),
+            guard::init().binary().map(Path::to_path_buf),
+        ),
+    }
+}
+
+/// A sandboxed launch in progress: the pipes to the helper.
+pub struct Launch {
+    policy: OwnedFd,
+    status_writer: OwnedFd,
+    status_reader: OwnedFd,
+    program: String,
+    sandboxed: Sandboxed,
+}
+
+/// What a running sandboxed process keeps: the classifier's context and its placeholders.
+#[derive(Debug)]
+pub struct Sandboxed {
+    pub context: Arc<DenialContext>,
+    leases: protected::Leases,
+}
+
+impl Sandboxed {
+    /// Removes this launch's placeholders (when no other sandbox uses them); call after exit.
+    pub fn release(&mut self) {
+        self.leases = protected::Leases::default();
+    }
+
+    pub fn has_placeholders(&self) -> bool {
+        !self.leases.is_empty()
+    }
+}
+
+impl Prepared {
+    /// Rewrites `spec` to run the helper, which receives the real program on the policy pipe.
+    pub fn launch(mut self, spec: &mut LaunchSpec) -> Result<Launch, RpcError> {
+        self.plan.env = std::mem::take(&mut spec.env);
+        let text = serde_json::to_vec(&self.plan).map_err(|e| RpcError::internal(e.to_string()))?;
+        if text.len() > MAX_PLAN_BYTES {
+            return Err(RpcError::invalid_params(format!(
+                "sandbox policy is too large ({} bytes; at most {MAX_PLAN_BYTES})",
+                text.len()
+            )));
+        }
+        let (policy, policy_writer) = pipe()?;
+        let (status_reader, status_writer) = pipe()?;
+        // SAFETY: plain fcntl on an fd we own; the pipe must hold the whole plan.
+        unsafe {
+            libc::fcntl(
+                policy_writer.as_raw_fd(),
+                libc::F_SETPIPE_SZ,
+                text.len() as libc::c_int,
+            )
+        };
+        std::fs::File::from(policy_writer)
+            .write_all(&text)
+            .map_err(|e| RpcError::internal(format!("cannot pass the sandbox policy: {e}")))?;
+        spec.program = self_binary().0.display().to_string();
+        spec.args = vec![
+            helper::HELPER_ARG.into(),
+            policy.as_raw_fd().to_string(),
+            status_writer.as_raw_fd().to_string(),
+        ];
+        spec.arg0 = Some("exec-server".into());
+        spec.helper_fds = Some([policy.as_raw_fd(), status_writer.as_raw_fd()]);
+        Ok(Launch {
+            policy,
+            status_writer,
+            status_reader,
+            program: self.plan.program,
+            sandboxed: Sandboxed {
+                context: self.context,
+                leases: self.leases,
+            },
+        })
+    }
+}
+
+impl Launch {
+    /// After the spawn: waits until the helper executed the program (EOF on the status pipe)
+    /// or reports why it could not. Err: nothing ran; the caller reaps the helper.
+    pub async fn confirm(self) -> Result<Sandboxed, RpcError> {
+        let Launch {
+            policy,
+            status_writer,
+            status_reader,
+            program,
+            sandboxed,
+        } = self;
+        drop((policy, status_writer));
+        let read = tokio::task::spawn_blocking(move || {
+            let mut text = Vec::new();
+            std::io::Read::read_to_end(&mut std::fs::File::from(status_reader), &mut text)
+                .map(|_| text)
+        });
+        let text = match tokio::time::timeout(SETUP_TIMEOUT, read).await {
+            Ok(Ok(Ok(text))) => text,
+            Ok(Ok(Err(err))) => {
+                return Err(RpcError::internal(format!(
+                    "cannot read the sandbox helper's status: {err}"
+                )))
+            }
+            Ok(Err(err)) => return Err(RpcError::internal(err.to_string())),
+            Err(_) => {
+                return Err(RpcError::internal(
+                    "the sandbox helper did not start the program in time",
+                ))
+            }
+        };
+        if text.is_empty() {
+            return Ok(sandboxed);
+        }
+        let failure: Failure = serde_json::from_slice(&text).map_err(|err| {
+            RpcError::internal(format!("the sandbox helper sent a malformed status: {err}"))
+        })?;
+        let data = serde_json::json!({
+            "sandboxDenied": failure.denied,
+            "stage": failure.stage,
+        });
+        Err(if failure.stage == EXEC_STAGE {
+            let os = failure
+                .errno
+                .map(|errno| std::io::Error::from_raw_os_error(errno).to_string())
+                .unwrap_or(failure.message);
+            RpcError::internal(format!("failed to start `{program}`: {os}")).with_data(data)
+        } else {
+            RpcError::invalid_params(format!(
+                "sandbox intent cannot be enforced on this executor: {}: {}",
+                failure.stage, failure.message
+            ))
+            .with_data(data)
+        })
+    }
+}
+
+/// A close-on-exec pipe with both ends above the standard descriptors (so the spawn's own
+/// redirections of 0-2 can never clobber them).
+fn pipe() -> Result<(OwnedFd, OwnedFd), RpcError> {
+    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| RpcError::internal(format!("cannot create a pipe: {e}")))?;
+    Ok((above_stdio(read)?, above_stdio(write)?))
+}
+
+fn above_stdio(fd: OwnedFd) -> Result<OwnedFd, RpcError> {
+    if fd.as_raw_fd() > 2 {
+        return Ok(fd);
+    }
+    // SAFETY: duplicating an fd we own into a new one we then own.
+    let dup: RawFd = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
+    if dup < 0 {
+        return Err(RpcError::internal(
+            std::io::Error::last_os_error().to_string(),
+        ));
+    }
+    // SAFETY: the new fd is ours.
+    Ok(unsafe { OwnedFd::from_raw_fd(dup) })
+}

@@ -1,0 +1,457 @@
+//! The sandbox's file-system view, built in a private mount namespace before Landlock.
+//!
+//! Landlock only adds access, so carve-outs need mounts. The helper makes every mount
+//! read-only (so metadata changes outside write roots, which Landlock does not control,
+//! fail with EROFS), then, from the shallowest path to the deepest:
+//! * `Bind { writable: true }`: a write root gets a writable bind of itself (its submounts
+//!   stay read-only; a root that is read-only on the host stays read-only);
+//! * `Bind { writable: false }`: a read rule inside a write root (protected subpaths) gets a
+//!   read-only bind of itself; a grant inside a masked path is revealed the same way;
+//! * `Mask`: a deny rule inside a readable or writable area is covered by an empty,
+//!   read-only tmpfs directory with mode 000 (mode 111 with bare mount points when grants
+//!   inside it must stay reachable), or by an empty mode-000 file. With capabilities dropped,
+//!   the process gets EACCES there.
+//!
+//! Bind sources are cloned (`open_tree`) from the read-only host view before anything is
+//! attached, so a grant under a mask still reaches the real directory.
+
+use super::policy::{effective, Rule};
+use exec_server_protocol::sandbox::FsAccess;
+use serde::{Deserialize, Serialize};
+use std::ffi::CString;
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt as _;
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "camelCase")]
+pub enum MountOp {
+    Bind {
+        path: PathBuf,
+        writable: bool,
+    },
+    /// `keep`: paths below `path` that later binds mount onto.
+    Mask {
+        path: PathBuf,
+        keep: Vec<PathBuf>,
+    },
+}
+
+/// The mount operations that carve the rules out of a read-only view, in application order.
+pub fn plan(rules: &[Rule]) -> Vec<MountOp> {
+    let mut sorted: Vec<&Rule> = rules.iter().collect();
+    sorted.sort_by_key(|rule| (rule.path.components().count(), rule.path.clone()));
+    let mut ops = Vec::new();
+    for rule in sorted {
+        let parent = rule.path.parent().and_then(|parent| {
+            let ancestors: Vec<Rule> = rules
+                .iter()
+                .filter(|other| other.path != rule.path)
+                .cloned()
+                .collect();
+            effective(&ancestors, parent)
+        });
+        let op = match (rule.access, parent) {
+            (FsAccess::Write, Some(FsAccess::Write)) => None,
+            (FsAccess::Write, _) => Some(MountOp::Bind {
+                path: rule.path.clone(),
+                writable: true,
+            }),
+            (FsAccess::Read, Some(FsAccess::Write | FsAccess::Deny)) => Some(MountOp::Bind {
+                path: rule.path.clone(),
+                writable: false,
+            }),
+            (FsAccess::Deny, Some(FsAccess::Read | FsAccess::Write)) => Some(MountOp::Mask {
+                path: rule.path.clone(),
+                keep: Vec::new(),
+            }),
+            _ => None,
+        };
+        ops.extend(op);
+    }
+    // A bind under a mask needs a mount point in it: the nearest mask above, with no other
+    // mount operation in between, provides one.
+    let targets: Vec<(usize, PathBuf)> = ops
+        .iter()
+        .enumerate()
+        .filter_map(|(index, op)| match op {
+            MountOp::Bind { path, .. } => Some((index, path.clone())),
+            MountOp::Mask { .. } => None,
+        })
+        .collect();
+    for (bind_index, bind_path) in targets {
+        let nearest = ops[..bind_index]
+            .iter()
+            .enumerate()
+            .rev()
+            .find(|(_, op)| bind_path.starts_with(op_path(op)));
+        if let Some((index, _)) = nearest {
+            if let MountOp::Mask { keep, .. } = &mut ops[index] {
+                keep.push(bind_path);
+            }
+        }
+    }
+    ops
+}
+
+fn op_path(op: &MountOp) -> &Path {
+    match op {
+        MountOp::Bind { path, .. } | MountOp::Mask { path, .. } => path,
+    }
+}
+
+/// Builds the view; the caller has unshared the mount namespace.
+pub fn apply(ops: &[MountOp]) -> Result<(), String> {
+    // Nothing done here may reach the host's mount table.
+    sys_mount_private().map_err(|err| format!("making mounts private: {err}"))?;
+    let host_read_only: Vec<bool> = ops
+        .iter()
+        .map(|op| match op {
+            MountOp::Bind {
+                path,
+                writable: true,
+            } => is_read_only(path),
+            _ => false,
+        })
+        .collect();
+    set_attr(
+        libc::AT_FDCWD,
+        Path::new("/"),
+        true,
+        libc::MOUNT_ATTR_RDONLY,
+        0,
+    )
+    .map_err(|err| format!("making the view read-only: {err}"))?;
+    let mut sources: Vec<Option<OwnedFd>> = Vec::with_capacity(ops.len());
+    for (op, host_ro) in ops.iter().zip(host_read_only) {
+        sources.push(match op {
+            MountOp::Bind { path, writable } => {
+                let tree = open_nofollow(path)
+                    .and_then(|fd| open_tree_at(&fd, Path::new(""), libc::AT_RECURSIVE as u32))
+                    .map_err(|err| format!("cloning `{}`: {err}", path.display()))?;
+                let (set, clear) = if *writable && !host_ro {
+                    (0, libc::MOUNT_ATTR_RDONLY)
+                } else {
+                    (libc::MOUNT_ATTR_RDONLY, 0)
+                };
+                // Writable: only the top mount; read-only: everything below too.
+                set_attr(tree.as_raw_fd(), Path::new(""), !*writable, set, clear)
+                    .map_err(|err| format!("setting access on `{}`: {err}", path.display()))?;
+                Some(tree)
+            }
+            MountOp::Mask { .. } => None,
+        });
+    }
+    let mut kinds = std::collections::HashMap::new();
+    for op in ops {
+        if let MountOp::Mask { path, keep } = op {
+            for path in keep.iter().chain(std::iter::once(path)) {
+                let meta = std::fs::metadata(path)
+                    .map_err(|err| format!("inspecting `{}`: {err}", path.display()))?;
+                kinds.insert(path.clone(), meta.is_dir());
+            }
+        }
+    }
+    for (op, source) in ops.iter().zip(sources) {
+        match (op, source) {
+            (MountOp::Bind { path, .. }, Some(tree)) => attach(&tree, path)
+                .map_err(|err| format!("mounting `{}`: {err}", path.display()))?,
+            (MountOp::Mask { path, keep }, _) => mask(path, keep, &kinds)
+                .map_err(|err| format!("masking `{}`: {err}", path.display()))?,
+            (MountOp::Bind { .. }, None) => unreachable!("every bind has a source"),
+        }
+    }
+    Ok(())
+}
+
+fn mask(
+    path: &Path,
+    keep: &[PathBuf],
+    kinds: &std::collections::HashMap<PathBuf, bool>,
+) -> std::io::Result<()> {
+    let is_dir = kinds.get(path).copied().unwrap_or(true);
+    let mode = if keep.is_empty() { "0" } else { "111" };
+    let fs = fsopen_tmpfs(if is_dir { mode } else { "755" })?;
+    let mnt = fsmount(&fs)?;
+    let tree = if is_dir {
+        for kept in keep {
+            let relative = kept.strip_prefix(path).expect("kept paths are inside");
+            let mut current = PathBuf::new();
+            let components: Vec<_> = relative.components().collect();
+            for (index, component) in components.iter().enumerate() {
+                current.push(component);
+                let last = index + 1 == components.len();
+                if last && !kinds.get(kept).copied().unwrap_or(true) {
+                    make_file(&mnt, &current, 0o000)?;
+                } else {
+                    make_dir(&mnt, &current, 0o111)?;
+                }
+            }
+        }
+        mnt
+    } else {
+        make_file(&mnt, Path::new("masked"), 0o000)?;
+        open_tree_at(&mnt, Path::new("masked"), 0)?
+    };
+    set_attr(
+        tree.as_raw_fd(),
+        Path::new(""),
+        true,
+        libc::MOUNT_ATTR_RDONLY,
+        0,
+    )?;
+    attach(&tree, path)
+}
+
+fn cpath(path: &Path) -> std::io::Result<CString> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+fn check(rc: libc::c_long) -> std::io::Result<libc::c_long> {
+    if rc < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+fn sys_mount_private() -> std::io::Result<()> {
+    let root = cpath(Path::new("/"))?;
+    // SAFETY: valid strings; NULL source, type and data are allowed for a propagation change.
+    let rc = unsafe {
+        libc::mount(
+            std::ptr::null(),
+            root.as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        )
+    };
+    check(rc.into()).map(drop)
+}
+
+fn is_read_only(path: &Path) -> bool {
+    nix::sys::statvfs::statvfs(path)
+        .is_ok_and(|stat| stat.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY))
+}
+
+fn set_attr(
+    dirfd: RawFd,
+    path: &Path,
+    recursive: bool,
+    set: u64,
+    clear: u64,
+) -> std::io::Result<()> {
+    let path = cpath(path)?;
+    let mut attr: libc::mount_attr = unsafe { std::mem::zeroed() };
+    attr.attr_set = set;
+    attr.attr_clr = clear;
+    let mut flags = if recursive { libc::AT_RECURSIVE } else { 0 };
+    if path.as_bytes().is_empty() {
+        flags |= libc::AT_EMPTY_PATH;
+    }
+    // SAFETY: valid fd/path and a properly sized mount_attr.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            dirfd,
+            path.as_ptr(),
+            flags as libc::c_uint,
+            &attr as *const libc::mount_attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        )
+    };
+    check(rc).map(drop)
+}
+
+/// An O_PATH fd for `path`, refusing symbolic links in every component: the daemon checked
+/// canonical paths, and a process that swapped one for a link since then (a background process
+/// of an earlier sandbox can write there) must not redirect a mount or a grant.
+pub fn open_nofollow(path: &Path) -> std::io::Result<OwnedFd> {
+    let c_path = cpath(path)?;
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
+    how.resolve = libc::RESOLVE_NO_SYMLINKS;
+    // SAFETY: valid path and a properly sized open_how.
+    let fd = check(unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            c_path.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    })
+    .map_err(|err| match err.raw_os_error() {
+        Some(libc::ELOOP) => std::io::Error::other(format!(
+            "`{}` now contains a symbolic link; refusing to follow it",
+            path.display()
+        )),
+        _ => err,
+    })?;
+    // SAFETY: the kernel returned a new fd we now own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Clones the mount tree at `path` below `dir` (`""`: `dir` itself).
+fn open_tree_at(dir: &OwnedFd, path: &Path, extra: libc::c_uint) -> std::io::Result<OwnedFd> {
+    let path = cpath(path)?;
+    let mut flags = libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC | extra;
+    if path.as_bytes().is_empty() {
+        flags |= libc::AT_EMPTY_PATH as libc::c_uint;
+    }
+    // SAFETY: valid fd and path.
+    let fd = check(unsafe {
+        libc::syscall(libc::SYS_open_tree, dir.as_raw_fd(), path.as_ptr(), flags)
+    })?;
+    // SAFETY: the kernel returned a new fd we now own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Mounts `tree` on `target`, resolved now (through what is already attached) and without
+/// following symbolic links.
+fn attach(tree: &OwnedFd, target: &Path) -> std::io::Result<()> {
+    let target = open_nofollow(target)?;
+    let empty = CString::default();
+    // SAFETY: valid fds and paths.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            target.as_raw_fd(),
+            empty.as_ptr(),
+            libc::MOVE_MOUNT_F_EMPTY_PATH | libc::MOVE_MOUNT_T_EMPTY_PATH,
+        )
+    };
+    check(rc).map(drop)
+}
+
+fn fsopen_tmpfs(mode: &str) -> std::io::Result<OwnedFd> {
+    let name = CString::new("tmpfs").expect("no NUL");
+    // SAFETY: valid string.
+    let fd =
+        check(unsafe { libc::syscall(libc::SYS_fsopen, name.as_ptr(), libc::FSOPEN_CLOEXEC) })?;
+    // SAFETY: new fd we own.
+    let fs = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+    let key = CString::new("mode").expect("no NUL");
+    let value = CString::new(mode).expect("no NUL");
+    for (cmd, key, value) in [
+        (libc::FSCONFIG_SET_STRING, key.as_ptr(), value.as_ptr()),
+        (
+            libc::FSCONFIG_CMD_CREATE,
+            std::ptr::null(),
+            std::ptr::null(),
+        ),
+    ] {
+        // SAFETY: valid fd and strings (or NULL where the command takes none).
+        check(unsafe { libc::syscall(libc::SYS_fsconfig, fs.as_raw_fd(), cmd, key, value, 0) })?;
+    }
+    Ok(fs)
+}
+
+fn fsmount(fs: &OwnedFd) -> std::io::Result<OwnedFd> {
+    // SAFETY: valid fd.
+    let fd = check(unsafe {
+        libc::syscall(
+            libc::SYS_fsmount,
+            fs.as_raw_fd(),
+            libc::FSMOUNT_CLOEXEC,
+            libc::MOUNT_ATTR_NODEV | libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NOEXEC,
+        )
+    })?;
+    // SAFETY: new fd we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+fn make_dir(dir: &OwnedFd, path: &Path, mode: libc::mode_t) -> std::io::Result<()> {
+    let path = cpath(path)?;
+    // SAFETY: valid fd and path.
+    match check(unsafe { libc::mkdirat(dir.as_raw_fd(), path.as_ptr(), mode) }.into()) {
+        Err(err) if err.raw_os_error() == Some(libc::EEXIST) => Ok(()),
+        other => other.map(drop),
+    }
+    .and_then(|()| chmod_at(dir, &path, mode))
+}
+
+fn make_file(dir: &OwnedFd, path: &Path, mode: libc::mode_t) -> std::io::Result<()> {
+    let path = cpath(path)?;
+    // SAFETY: valid fd and path.
+    let fd = check(
+        unsafe {
+            libc::openat(
+                dir.as_raw_fd(),
+                path.as_ptr(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_CLOEXEC,
+                mode,
+            )
+        }
+        .into(),
+    )?;
+    // SAFETY: new fd we own; closing it at once.
+    drop(unsafe { OwnedFd::from_raw_fd(fd as RawFd) });
+    chmod_at(dir, &path, mode)
+}
+
+/// The umask must not widen or narrow the mask's modes.
+fn chmod_at(dir: &OwnedFd, path: &CString, mode: libc::mode_t) -> std::io::Result<()> {
+    // SAFETY: valid fd and path.
+    check(unsafe { libc::fchmodat(dir.as_raw_fd(), path.as_ptr(), mode, 0) }.into()).map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(path: &str, access: FsAccess) -> Rule {
+        Rule {
+            path: path.into(),
+            access,
+        }
+    }
+
+    #[test]
+    fn paths_are_opened_without_following_links() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("real")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("real"), dir.path().join("link")).unwrap();
+        open_nofollow(&dir.path().join("real")).unwrap();
+        let err = open_nofollow(&dir.path().join("link/x")).unwrap_err();
+        assert!(err.to_string().contains("symbolic link"), "{err}");
+        assert!(open_nofollow(&dir.path().join("link")).is_err());
+    }
+
+    #[test]
+    fn plans_binds_and_masks_from_shallow_to_deep() {
+        let rules = vec![
+            rule("/", FsAccess::Read),
+            rule("/w", FsAccess::Write),
+            rule("/w/.git", FsAccess::Read),
+            rule("/w/sub", FsAccess::Write),
+            rule("/home", FsAccess::Deny),
+            rule("/home/u/p", FsAccess::Read),
+            rule("/other", FsAccess::Deny),
+        ];
+        let bind = |path: &str, writable| MountOp::Bind {
+            path: path.into(),
+            writable,
+        };
+        assert_eq!(
+            plan(&rules),
+            [
+                MountOp::Mask {
+                    path: "/home".into(),
+                    keep: vec!["/home/u/p".into()]
+                },
+                MountOp::Mask {
+                    path: "/other".into(),
+                    keep: vec![]
+                },
+                bind("/w", true),
+                bind("/w/.git", false),
+                bind("/home/u/p", false),
+            ]
+        );
+    }
+}

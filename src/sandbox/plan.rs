@@ -1,0 +1,48 @@
+//! What the daemon hands the helper over the policy pipe: everything already resolved, so the
+//! helper only applies it.
+
+use super::landlock::Grant;
+use super::mounts::MountOp;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Plan {
+    /// Looked up on the child's PATH, as an unsandboxed spawn would.
+    pub program: String,
+    /// The full argv, argv[0] being the `arg0` override when there is one.
+    pub argv: Vec<String>,
+    pub cwd: PathBuf,
+    /// The program's environment. The helper itself starts with an empty one, so nothing the
+    /// client sets (LD_PRELOAD, LD_LIBRARY_PATH into a workspace a sandboxed process could have
+    /// written) can act on it before the sandbox is in place.
+    pub env: BTreeMap<String, String>,
+    pub network_restricted: bool,
+    /// None: the file system is not restricted.
+    pub fs: Option<FsPlan>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FsPlan {
+    pub mounts: Vec<MountOp>,
+    pub grants: Vec<Grant>,
+}
+
+/// A setup failure, as the helper reports it on the status pipe (one JSON object, then EOF).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Failure {
+    pub stage: String,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub errno: Option<i32>,
+    /// The failure was the sandbox refusing something (exec of a program it cannot read).
+    #[serde(default)]
+    pub denied: bool,
+}
+
+/// The stage at which the program itself could not be executed.
+pub const EXEC_STAGE: &str = "exec";

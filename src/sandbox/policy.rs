@@ -1,0 +1,452 @@
+//! Decoding and materialization of the permission intent into canonical host rules.
+//!
+//! Every entry becomes zero or more [`Rule`]s on canonical paths (no symbolic link, no `.` or
+//! `..`, resolved by the kernel with `realpath`):
+//! * `path`: the URI's host path.
+//! * `special` `root`: `/`; `minimal`: [`MINIMAL`]; `project_roots` (alias
+//!   `current_working_directory`): each workspace root, joined with `subpath`; `tmpdir`:
+//!   `temporaryDirectories`, else the daemon's `TMPDIR` (none: treated as a missing path);
+//!   `slash_tmp`: `/tmp`. A `subpath` must be relative without `..`. Unknown kinds fail.
+//! * `glob_pattern`: the existing matches (see `glob.rs`), per workspace root when relative.
+//!
+//! A path that does not exist is left out only with `missing_path_behavior: skip` (the members
+//! of `minimal` are always optional); otherwise the request fails. A symbolic link is resolved
+//! and the rule applies to its target, which is then checked like any path: a `project_roots`
+//! or relative-glob path must still lie inside its workspace root after resolution, and write
+//! targets go through the daemon-state guard. Among rules on the same path, deny beats write
+//! and write beats read; otherwise the deepest rule covering a path decides.
+
+use super::glob;
+use crate::rpc::RpcError;
+use exec_server_protocol::sandbox::{
+    FileSystemEntry, FileSystemPermissions, FileSystemSandboxContext, FsAccess, FsPath,
+    MissingPathBehavior, NetworkAccess, PermissionProfile, SpecialKind,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+
+/// The platform read set of `minimal`: what dynamically linked programs, shells and common
+/// interpreters need to start, and nothing user-specific.
+pub const MINIMAL: &[&str] = &[
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/alternatives",
+    "/etc/localtime",
+    "/etc/nsswitch.conf",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/hosts",
+    "/etc/host.conf",
+    "/etc/gai.conf",
+    "/etc/resolv.conf",
+    "/etc/ssl",
+    "/etc/ca-certificates",
+    "/etc/terminfo",
+    "/proc",
+    "/sys/devices/system/cpu",
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+];
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rule {
+    pub path: PathBuf,
+    pub access: FsAccess,
+}
+
+/// The intent bound to this host.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Policy {
+    /// Canonical rules; None when the file system is not restricted.
+    pub rules: Option<Vec<Rule>>,
+    pub network: NetworkAccess,
+}
+
+/// None when the intent needs no enforcement (disabled, external, or unrestricted with network
+/// on); the process then runs unsandboxed.
+pub fn resolve(
+    sandbox: &FileSystemSandboxContext,
+    request_cwd: &Path,
+) -> Result<Option<Policy>, RpcError> {
+    let (file_system, network) = match &sandbox.permissions {
+        PermissionProfile::Disabled | PermissionProfile::External { .. } => return Ok(None),
+        PermissionProfile::Managed {
+            file_system,
+            network,
+        } => (file_system, *network),
+    };
+    if !file_system.restricts() {
+        return Ok((network == NetworkAccess::Restricted).then_some(Policy {
+            rules: None,
+            network,
+        }));
+    }
+    let FileSystemPermissions::Restricted {
+        entries,
+        glob_scan_max_depth,
+    } = file_system
+    else {
+        unreachable!("an unrestricted file system does not restrict");
+    };
+    let context = Context::new(sandbox, request_cwd)?;
+    let depth = glob_scan_max_depth
+        .unwrap_or(glob::DEFAULT_MAX_DEPTH)
+        .max(1);
+    let mut merged: BTreeMap<PathBuf, FsAccess> = BTreeMap::new();
+    for entry in entries {
+        for path in context.materialize(entry, depth)? {
+            let access = merged.entry(path).or_insert(entry.access);
+            *access = strongest(*access, entry.access);
+        }
+    }
+    Ok(Some(Policy {
+        rules: Some(
+            merged
+                .into_iter()
+                .map(|(path, access)| Rule { path, access })
+                .collect(),
+        ),
+        network,
+    }))
+}
+
+fn strongest(a: FsAccess, b: FsAccess) -> FsAccess {
+    let rank = |access| match access {
+        FsAccess::Read => 0,
+        FsAccess::Write => 1,
+        FsAccess::Deny => 2,
+    };
+    if rank(a) >= rank(b) {
+        a
+    } else {
+        b
+    }
+}
+
+/// The access the deepest rule covering `path` gives (None: no rule covers it).
+pub fn effective(rules: &[Rule], path: &Path) -> Option<FsAccess> {
+    rules
+        .iter()
+        .filter(|rule| path.starts_with(&rule.path))
+        .max_by_key(|rule| rule.path.components().count())
+        .map(|rule| rule.access)
+}
+
+struct Context {
+    workspace_roots: Vec<PathBuf>,
+    temporary_directories: Vec<PathBuf>,
+}
+
+/// A host path to resolve, and the directory it must stay inside after resolution.
+struct Candidate {
+    path: PathBuf,
+    anchor: Option<PathBuf>,
+}
+
+impl Context {
+    fn new(sandbox: &FileSystemSandboxContext, request_cwd: &Path) -> Result<Self, RpcError> {
+        let policy_cwd = match &sandbox.cwd {
+            Some(uri) => host_path(uri, "sandbox cwd")?,
+            None => request_cwd.to_path_buf(),
+        };
+        let roots = if sandbox.workspace_roots.is_empty() {
+            vec![policy_cwd]
+        } else {
+            sandbox
+                .workspace_roots
+                .iter()
+                .map(|uri| host_path(uri, "workspace root"))
+                .collect::<Result<_, _>>()?
+        };
+        let workspace_roots = roots
+            .iter()
+            .map(|root| {
+                std::fs::canonicalize(root).map_err(|err| {
+                    RpcError::invalid_params(format!(
+                        "sandbox workspace root `{}` cannot be resolved: {err}",
+                        root.display()
+                    ))
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        let temporary_directories = if sandbox.temporary_directories.is_empty() {
+            std::env::var_os("TMPDIR")
+                .filter(|dir| Path::new(dir).is_absolute())
+                .map(PathBuf::from)
+                .into_iter()
+                .collect()
+        } else {
+            sandbox
+                .temporary_directories
+                .iter()
+                .map(|uri| host_path(uri, "temporary directory"))
+                .collect::<Result<_, _>>()?
+        };
+        Ok(Self {
+            workspace_roots,
+            temporary_directories,
+        })
+    }
+
+    fn materialize(&self, entry: &FileSystemEntry, depth: u32) -> Result<Vec<PathBuf>, RpcError> {
+        let skip_missing = entry.missing_path_behavior == Some(MissingPathBehavior::Skip);
+        let (candidates, optional) = match &entry.path {
+            FsPath::Path { path } => (vec![plain(host_path(path, "sandbox path")?)], false),
+            FsPath::GlobPattern { pattern } => return self.expand_glob(pattern, depth),
+            FsPath::Special { value } => {
+                let subpath = value.subpath.as_deref().map(checked_subpath).transpose()?;
+                let join = |base: &Path| match &subpath {
+                    Some(sub) => base.join(sub),
+                    None => base.to_path_buf(),
+                };
+                match value.kind {
+                    SpecialKind::Root => (vec![plain(join(Path::new("/")))], false),
+                    SpecialKind::Minimal => (
+                        MINIMAL
+                            .iter()
+                            .map(|path| plain(join(Path::new(path))))
+                            .collect(),
+                        true,
+                    ),
+                    SpecialKind::ProjectRoots => (
+                        self.workspace_roots
+                            .iter()
+                            .map(|root| Candidate {
+                                path: join(root),
+                                anchor: Some(root.clone()),
+                            })
+                            .collect(),
+                        false,
+                    ),
+                    SpecialKind::Tmpdir => {
+                        if self.temporary_directories.is_empty() && !skip_missing {
+                            return Err(RpcError::invalid_params(
+                                "sandbox entry `tmpdir` has no temporary directory (no \
+                                 temporaryDirectories and no TMPDIR)",
+                            ));
+                        }
+                        (
+                            self.temporary_directories
+                                .iter()
+                                .map(|dir| plain(join(dir)))
+                                .collect(),
+                            false,
+                        )
+                    }
+                    SpecialKind::SlashTmp => (vec![plain(join(Path::new("/tmp")))], false),
+                    SpecialKind::Unknown => {
+                        return Err(RpcError::invalid_params(
+                            "sandbox entry has a special path kind this executor does not \
+                             support; refusing to run with a partial policy",
+                        ))
+                    }
+                }
+            }
+        };
+        let mut paths = Vec::new();
+        for candidate in candidates {
+            if let Some(path) = resolve_candidate(&candidate, skip_missing || optional)? {
+                paths.push(path);
+            }
+        }
+        Ok(paths)
+    }
+
+    fn expand_glob(&self, pattern: &str, depth: u32) -> Result<Vec<PathBuf>, RpcError> {
+        let bases: Vec<Option<&PathBuf>> = if Path::new(pattern).is_absolute() {
+            vec![None]
+        } else {
+            self.workspace_roots.iter().map(Some).collect()
+        };
+        let mut paths = Vec::new();
+        for base in bases {
+            let matches = glob::expand(pattern, base.map_or(Path::new("/"), |b| b), depth)
+                .map_err(|err| RpcError::invalid_params(format!("sandbox entry: {err}")))?;
+            for path in matches {
+                let candidate = Candidate {
+                    path,
+                    anchor: base.cloned(),
+                };
+                // A match vanishing between the scan and the resolution is simply not there.
+                if let Some(path) = resolve_candidate(&candidate, true)? {
+                    paths.push(path);
+                }
+            }
+        }
+        Ok(paths)
+    }
+}
+
+fn plain(path: PathBuf) -> Candidate {
+    Candidate { path, anchor: None }
+}
+
+fn host_path(uri: &exec_server_protocol::PathUri, what: &str) -> Result<PathBuf, RpcError> {
+    let path = uri.to_path().map_err(|err| {
+        RpcError::invalid_params(format!(
+            "invalid sandbox permission path URI: {what}: {err}"
+        ))
+    })?;
+    if path.components().any(|c| c == Component::ParentDir) {
+        return Err(RpcError::invalid_params(format!(
+            "{what} `{}` must not contain `..`",
+            path.display()
+        )));
+    }
+    Ok(path)
+}
+
+fn checked_subpath(subpath: &str) -> Result<PathBuf, RpcError> {
+    let path = Path::new(subpath);
+    if path.is_absolute()
+        || path
+            .components()
+            .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+    {
+        return Err(RpcError::invalid_params(format!(
+            "sandbox subpath `{subpath}` must be relative and must not contain `..`"
+        )));
+    }
+    Ok(path.to_path_buf())
+}
+
+/// Canonicalizes a candidate; Ok(None) when it is missing and may be skipped.
+fn resolve_candidate(
+    candidate: &Candidate,
+    skip_missing: bool,
+) -> Result<Option<PathBuf>, RpcError> {
+    let raw = &candidate.path;
+    let canonical = match std::fs::canonicalize(raw) {
+        Ok(path) => path,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound && skip_missing => return Ok(None),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            return Err(RpcError::invalid_params(format!(
+                "sandbox path `{}` does not exist (set missing_path_behavior to `skip` to allow \
+                 that)",
+                raw.display()
+            )))
+        }
+        Err(err) => {
+            return Err(RpcError::invalid_params(format!(
+                "sandbox path `{}` cannot be resolved: {err}",
+                raw.display()
+            )))
+        }
+    };
+    if let Some(anchor) = &candidate.anchor {
+        if !canonical.starts_with(anchor) {
+            return Err(RpcError::invalid_params(format!(
+                "sandbox path `{}` resolves to `{}`, outside its workspace root `{}`",
+                raw.display(),
+                canonical.display(),
+                anchor.display()
+            )));
+        }
+    }
+    Ok(Some(canonical))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn context(value: serde_json::Value) -> FileSystemSandboxContext {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn project_roots_materialize_per_workspace_root_and_symlinks_must_stay_inside() {
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path(), a.path().join("link")).unwrap();
+        std::fs::create_dir(b.path().join("sub")).unwrap();
+        let uri = |p: &Path| format!("file://{}", p.display());
+        let sandbox = |subpath: &str| {
+            context(json!({
+                "permissions": {"type": "managed", "network": "enabled", "file_system": {
+                    "type": "restricted", "entries": [
+                        {"path": {"type": "special", "value": {"kind": "project_roots", "subpath": subpath}}, "access": "write", "missing_path_behavior": "skip"}
+                    ]}},
+                "workspaceRoots": [uri(a.path()), uri(b.path())],
+            }))
+        };
+        let policy = resolve(&sandbox("sub"), Path::new("/")).unwrap().unwrap();
+        let rules = policy.rules.unwrap();
+        assert_eq!(rules.len(), 1, "the missing a/sub is skipped");
+        assert_eq!(rules[0].path, b.path().canonicalize().unwrap().join("sub"));
+        let err = resolve(&sandbox("link"), Path::new("/")).unwrap_err();
+        assert!(
+            err.message.contains("outside its workspace root"),
+            "{err:?}"
+        );
+        let err = resolve(&sandbox("../x"), Path::new("/")).unwrap_err();
+        assert!(err.message.contains("must not contain `..`"), "{err:?}");
+    }
+
+    #[test]
+    fn precedence_and_deepest_rule() {
+        let rules = vec![
+            Rule {
+                path: "/".into(),
+                access: FsAccess::Read,
+            },
+            Rule {
+                path: "/w".into(),
+                access: FsAccess::Write,
+            },
+            Rule {
+                path: "/w/.git".into(),
+                access: FsAccess::Read,
+            },
+        ];
+        assert_eq!(effective(&rules, Path::new("/etc")), Some(FsAccess::Read));
+        assert_eq!(effective(&rules, Path::new("/w/a")), Some(FsAccess::Write));
+        assert_eq!(
+            effective(&rules, Path::new("/w/.git/config")),
+            Some(FsAccess::Read)
+        );
+        assert_eq!(
+            effective(&rules, Path::new("/w/.gitx")),
+            Some(FsAccess::Write)
+        );
+        assert_eq!(strongest(FsAccess::Write, FsAccess::Deny), FsAccess::Deny);
+        assert_eq!(strongest(FsAccess::Write, FsAccess::Read), FsAccess::Write);
+    }
+
+    #[test]
+    fn unknown_kinds_and_missing_paths_fail_closed() {
+        let unknown = context(
+            json!({"permissions": {"type": "managed", "network": "enabled",
+            "file_system": {"type": "restricted", "entries": [
+                {"path": {"type": "special", "value": {"kind": "future_kind"}}, "access": "read"}]}}}),
+        );
+        assert!(resolve(&unknown, Path::new("/")).is_err());
+        let missing = context(
+            json!({"permissions": {"type": "managed", "network": "enabled",
+            "file_system": {"type": "restricted", "entries": [
+                {"path": {"type": "path", "path": "file:///definitely/not/here"}, "access": "read"}]}}}),
+        );
+        let err = resolve(&missing, Path::new("/")).unwrap_err();
+        assert!(err.message.contains("does not exist"), "{err:?}");
+        let unrestricted = context(
+            json!({"permissions": {"type": "managed", "network": "enabled",
+            "file_system": {"type": "unrestricted"}}}),
+        );
+        assert_eq!(resolve(&unrestricted, Path::new("/")).unwrap(), None);
+    }
+}

@@ -1,0 +1,548 @@
+//! Sandboxed launches: fail-closed refusals, what the helper applies to the process (session,
+//! capabilities, no_new_privs, seccomp, scopes), arg0 and PTY support, process control, and the
+//! `sandboxDenied` classifier's false-positive controls.
+
+mod common;
+mod sandbox_support;
+
+use common::*;
+use sandbox_support::*;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+
+fn exe_dir() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_exec-server"))
+        .canonicalize()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+async fn refused(client: &Client, params: Value) -> Value {
+    let error = client
+        .request("process/start", params)
+        .await
+        .expect_err("the start must be refused");
+    assert_eq!(error["code"], -32602, "{error}");
+    error
+}
+
+#[tokio::test]
+async fn unenforceable_intents_fail_closed_and_nothing_runs() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    let marker = d.ws("ran");
+    let script = format!("touch {}", marker.display());
+    let argv = ["sh", "-c", script.as_str()];
+    let with = |sandbox: Value| params("p", &argv, &d.ws, sandbox);
+
+    let unknown = restricted(
+        &d.ws,
+        vec![entry(
+            json!({"type": "special", "value": {"kind": "home_dir"}}),
+            "read",
+        )],
+        "enabled",
+    );
+    let error = refused(&client, with(unknown)).await;
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("special path kind"),
+        "{error}"
+    );
+
+    let mut managed = with(workspace_write(&d.ws, "restricted"));
+    managed["enforceManagedNetwork"] = json!(true);
+    let error = refused(&client, managed).await;
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("managed network"),
+        "{error}"
+    );
+    let mut ports = with(workspace_write(&d.ws, "enabled"));
+    ports["managedNetwork"] = json!({"loopbackPorts": [8080], "allowLocalBinding": false});
+    refused(&client, ports).await;
+
+    let missing = restricted(
+        &d.ws,
+        vec![
+            entry(special("root"), "read"),
+            entry(path(&d.ws("missing")), "write"),
+        ],
+        "enabled",
+    );
+    let error = refused(&client, with(missing)).await;
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("does not exist"),
+        "{error}"
+    );
+
+    std::os::unix::fs::symlink(&d.outside, d.ws("escape")).unwrap();
+    let symlinked = restricted(
+        &d.ws,
+        vec![
+            entry(special("root"), "read"),
+            entry(special_sub("project_roots", "escape"), "write"),
+        ],
+        "enabled",
+    );
+    let error = refused(&client, with(symlinked)).await;
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("outside its workspace root"),
+        "{error}"
+    );
+    let dotdot = restricted(
+        &d.ws,
+        vec![entry(special_sub("project_roots", "../x"), "write")],
+        "enabled",
+    );
+    refused(&client, with(dotdot)).await;
+    assert!(!marker.exists(), "a refused request ran");
+
+    // The skip behaviour is explicit, and then the request runs.
+    let skipped = restricted(
+        &d.ws,
+        vec![
+            entry(special("root"), "read"),
+            entry(special("project_roots"), "write"),
+            json!({"path": path(&d.ws("missing")), "access": "write", "missing_path_behavior": "skip"}),
+        ],
+        "enabled",
+    );
+    assert_ok(&run(&client, with(skipped)).await);
+    assert!(marker.exists());
+}
+
+#[tokio::test]
+async fn write_grants_that_expose_the_daemon_binary_are_refused() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    let grant = |target: &Path| {
+        params(
+            "p",
+            &["true"],
+            &d.ws,
+            restricted(
+                &d.ws,
+                vec![entry(special("root"), "read"), entry(path(target), "write")],
+                "enabled",
+            ),
+        )
+    };
+    let bin = exe_dir();
+    for target in [bin.clone(), bin.parent().unwrap().to_path_buf(), "/".into()] {
+        let error = refused(&client, grant(&target)).await;
+        assert!(
+            error["message"]
+                .as_str()
+                .unwrap()
+                .contains("exec-server binary"),
+            "{error}"
+        );
+    }
+    // Through a symlink: resolved, then checked again.
+    std::os::unix::fs::symlink(&bin, d.ws("bin-link")).unwrap();
+    refused(&client, grant(&d.ws("bin-link"))).await;
+    // Through a bind mount of the binary's directory.
+    let alias = tempfile::tempdir().unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["--bind"])
+        .arg(&bin)
+        .arg(alias.path())
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    let error = refused(&client, grant(alias.path())).await;
+    let _ = std::process::Command::new("umount")
+        .arg(alias.path())
+        .status();
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("exec-server binary"),
+        "{error}"
+    );
+    // Through a hard link inside an otherwise harmless grant.
+    let linked = tempfile::tempdir_in(bin.parent().unwrap()).unwrap();
+    std::fs::create_dir(linked.path().join("deep")).unwrap();
+    std::fs::hard_link(
+        env!("CARGO_BIN_EXE_exec-server"),
+        linked.path().join("deep/copy"),
+    )
+    .unwrap();
+    let error = refused(&client, grant(linked.path())).await;
+    assert!(
+        error["message"].as_str().unwrap().contains("hard link"),
+        "{error}"
+    );
+    std::fs::remove_file(linked.path().join("deep/copy")).unwrap();
+    // A disjoint workspace is fine.
+    assert_ok(&run(&client, grant(&d.ws)).await);
+}
+
+#[tokio::test]
+async fn the_process_runs_without_privileges_under_seccomp() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    let sandbox = workspace_write(&d.ws, "restricted");
+    let outcome = sh(
+        &client,
+        "status",
+        &d.ws,
+        &sandbox,
+        "cat /proc/self/status; ps -o pid=,pgid=,sid= -p $$",
+    )
+    .await;
+    assert_ok(&outcome);
+    for line in [
+        "NoNewPrivs:\t1",
+        "Seccomp:\t2",
+        "CapInh:\t0000000000000000",
+        "CapPrm:\t0000000000000000",
+        "CapEff:\t0000000000000000",
+        "CapBnd:\t0000000000000000",
+        "CapAmb:\t0000000000000000",
+    ] {
+        assert!(outcome.output.contains(line), "{line}: {}", outcome.output);
+    }
+    // The helper made the process a session and group leader, for killpg.
+    let ids: Vec<&str> = outcome
+        .output
+        .lines()
+        .last()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    assert!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");
+}
+
+#[tokio::test]
+async fn the_daemon_cannot_be_signalled_or_traced_from_the_sandbox() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    let sandbox = workspace_write(&d.ws, "enabled");
+    let pid = daemon.pid();
+    let script = format!(
+        "kill -0 {pid}; echo probe=$?; kill -9 {pid}; kill -9 -1; sleep 30 & kill $!; wait $!; echo own=$?; exit 1"
+    );
+    let outcome = sh(&client, "kill", &d.ws, &sandbox, &script).await;
+    assert!(outcome.output.contains("probe=1"), "{outcome:?}");
+    assert!(outcome.output.contains("own=143"), "{outcome:?}");
+    assert!(outcome.denied, "{outcome:?}");
+    let trace = format!(
+        "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nrc = libc.ptrace(16, {pid}, 0, 0)\nprint('ptrace', rc, os.strerror(ctypes.get_errno()))\nbuf = ctypes.create_string_buffer(8)\niov = (ctypes.c_void_p * 2)(ctypes.addressof(buf), 8)\nrc = libc.process_vm_readv({pid}, iov, 1, iov, 1, 0)\nprint('vm_readv', rc, os.strerror(ctypes.get_errno()))\nraise SystemExit(1)"
+    );
+    let traced = py(&client, "trace", &d.ws, &sandbox, &trace).await;
+    assert_denied(&traced, "ptrace -1 Operation not permitted");
+    assert!(
+        traced
+            .output
+            .contains("vm_readv -1 Operation not permitted"),
+        "{traced:?}"
+    );
+    assert!(pid_alive(pid), "the daemon died");
+    assert_ok(&sh(&client, "after", &d.ws, &sandbox, "true").await);
+}
+
+#[tokio::test]
+async fn arg0_is_preserved_across_the_helper() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    let mut request = params(
+        "arg0",
+        &["sh", "-c", "tr '\\0' ' ' < /proc/$$/cmdline"],
+        &d.ws,
+        workspace_write(&d.ws, "enabled"),
+    );
+    request["arg0"] = json!("custom-shell");
+    let outcome = run(&client, request).await;
+    assert_ok(&outcome);
+    assert!(
+        outcome.output.starts_with("custom-shell -c "),
+        "{outcome:?}"
+    );
+}
+
+#[tokio::test]
+async fn pty_processes_are_sandboxed_too() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    let out = d.out("f").display().to_string();
+    let mut request = params(
+        "tty",
+        &[
+            "sh",
+            "-c",
+            &format!("tty; test -t 0 && echo interactive; echo hi > /dev/tty; echo pwned > {out}"),
+        ],
+        &d.ws,
+        workspace_write(&d.ws, "restricted"),
+    );
+    request["tty"] = json!(true);
+    let outcome = run(&client, request).await;
+    assert!(outcome.output.contains("/dev/pts/"), "{outcome:?}");
+    assert!(outcome.output.contains("interactive"), "{outcome:?}");
+    assert!(outcome.output.contains("hi\r\n"), "{outcome:?}");
+    assert_denied(&outcome, "Read-only file system");
+    d.assert_outside_untouched();
+}
+
+#[tokio::test]
+async fn terminate_kills_the_sandboxed_group() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    let request = params(
+        "t",
+        &[
+            "sh",
+            "-c",
+            "sleep 100 & echo $! > pids; echo $$ >> pids; wait",
+        ],
+        &d.ws,
+        workspace_write(&d.ws, "enabled"),
+    );
+    assert_eq!(
+        client.call("process/start", request).await["sandboxType"],
+        "linuxSeccomp"
+    );
+    let pids = d.ws("pids");
+    eventually("pids written", || {
+        std::fs::read_to_string(&pids).is_ok_and(|t| t.lines().count() == 2)
+    })
+    .await;
+    let pids: Vec<i32> = std::fs::read_to_string(&pids)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert_eq!(
+        client
+            .call("process/terminate", json!({"processId": "t"}))
+            .await["running"],
+        true
+    );
+    let (_, last) = read_all(&client, "t").await;
+    assert_eq!(last["exitCode"], 137);
+    assert_eq!(last["sandboxDenied"], false, "a kill is not a denial");
+    eventually("the group is gone", || {
+        pids.iter().all(|pid| !pid_alive(*pid))
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn exec_failures_are_reported_by_the_start() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    // Reads restricted to the platform set: the interpreter under /root is not executable.
+    let minimal = restricted(
+        &d.ws,
+        vec![
+            entry(special("minimal"), "read"),
+            entry(special("project_roots"), "write"),
+        ],
+        "enabled",
+    );
+    let error = client
+        .request(
+            "process/start",
+            params("py", &[python(), "-c", "print(1)"], &d.ws, minimal.clone()),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(error["code"], -32603, "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("Permission denied"),
+        "{error}"
+    );
+    assert_eq!(error["data"]["sandboxDenied"], true, "{error}");
+    let error = client
+        .request(
+            "process/start",
+            params("none", &["no-such-program-xyz"], &d.ws, minimal),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(error["code"], -32603, "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("No such file or directory"),
+        "{error}"
+    );
+    assert_eq!(error["data"]["sandboxDenied"], false, "{error}");
+    // The id is free again: nothing was registered.
+    assert_ok(
+        &sh(
+            &client,
+            "none",
+            &d.ws,
+            &workspace_write(&d.ws, "enabled"),
+            "true",
+        )
+        .await,
+    );
+}
+
+#[tokio::test]
+async fn profiles_that_restrict_nothing_run_unsandboxed_and_are_never_denied() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    let fake =
+        "echo '/etc/shadow: Permission denied'; echo 'sandbox: Operation not permitted'; exit 1";
+    for (id, sandbox) in [
+        ("none", Value::Null),
+        ("disabled", json!({"permissions": {"type": "disabled"}})),
+        (
+            "external",
+            json!({"permissions": {"type": "external", "network": "restricted"}}),
+        ),
+        (
+            "unrestricted",
+            json!({"permissions": {"type": "managed", "network": "enabled", "file_system": {"type": "unrestricted"}}}),
+        ),
+        (
+            "full-write",
+            restricted(&d.ws, vec![entry(special("root"), "write")], "enabled"),
+        ),
+    ] {
+        let started = client
+            .call(
+                "process/start",
+                params(id, &["sh", "-c", fake], &d.ws, sandbox),
+            )
+            .await;
+        assert_eq!(started["sandboxType"], "none", "{id}");
+        let events = client.events_until_closed(id).await;
+        let exited = events
+            .iter()
+            .find(|e| e["method"] == "process/exited")
+            .unwrap();
+        assert_eq!(exited["params"]["exitCode"], 1);
+        assert_eq!(exited["params"]["sandboxDenied"], false, "{id}");
+    }
+    // Network off with an unrestricted file system: sandboxed for the network only.
+    let out = d.out("f").display().to_string();
+    let net_only = json!({"permissions": {"type": "managed", "network": "restricted", "file_system": {"type": "unrestricted"}}});
+    let outcome = py(
+        &client,
+        "net-only",
+        &d.ws,
+        &net_only,
+        &format!("import socket\nopen('{out}', 'a').close()\nsocket.socket()"),
+    )
+    .await;
+    assert_denied(&outcome, "Operation not permitted");
+}
+
+#[tokio::test]
+async fn the_classifier_ignores_failures_the_sandbox_did_not_cause() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    std::fs::write(d.ws("locked"), "x").unwrap();
+    std::fs::set_permissions(
+        d.ws("locked"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o000),
+    )
+    .unwrap();
+    let sandbox = workspace_write(&d.ws, "restricted");
+    let locked = d.ws("locked").display().to_string();
+    let controls = [
+        ("false", "false".to_owned()),
+        ("grep", "grep nomatch /etc/hostname".to_owned()),
+        ("ls", "ls /nonexistent".to_owned()),
+        (
+            "words",
+            "echo 'sandbox: permission denied'; echo landlock seccomp; exit 1".to_owned(),
+        ),
+        ("inside", format!("cat {locked}")),
+        (
+            "inside-echo",
+            format!("echo '{locked}: Permission denied' >&2; exit 1"),
+        ),
+        ("exit2", "exit 2".to_owned()),
+    ];
+    let runs = controls
+        .iter()
+        .map(|(id, script)| sh(&client, id, &d.ws, &sandbox, script));
+    for ((id, _), outcome) in controls.iter().zip(futures::future::join_all(runs).await) {
+        assert_ne!(outcome.code, 0, "{id}: {outcome:?}");
+        assert!(
+            !outcome.denied,
+            "{id} was classified as a denial: {outcome:?}"
+        );
+    }
+    // The exited notification carries the verdict too.
+    let started = client
+        .call(
+            "process/start",
+            params(
+                "notify",
+                &["sh", "-c", "echo x > /etc/exec-server-test"],
+                &d.ws,
+                sandbox,
+            ),
+        )
+        .await;
+    assert_eq!(started["sandboxType"], "linuxSeccomp");
+    let events = client.events_until_closed("notify").await;
+    let exited = events
+        .iter()
+        .find(|e| e["method"] == "process/exited")
+        .unwrap();
+    assert_eq!(exited["params"]["sandboxDenied"], true, "{events:?}");
+    assert!(!Path::new("/etc/exec-server-test").exists());
+}
+
+/// The helper runs with an empty environment: loader variables meant for the program cannot
+/// act on it (a library planted in a writable workspace would otherwise run before the
+/// sandbox). The program still gets them.
+#[tokio::test]
+async fn the_client_environment_reaches_the_program_only() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    let mut request = params(
+        "env",
+        &["sh", "-c", "echo \"var=$MY_VAR\""],
+        &d.ws,
+        workspace_write(&d.ws, "enabled"),
+    );
+    request["env"]["LD_PRELOAD"] = json!("/nonexistent-exec-server-preload.so");
+    request["env"]["MY_VAR"] = json!("kept");
+    let outcome = run(&client, request).await;
+    assert_ok(&outcome);
+    assert!(outcome.output.contains("var=kept"), "{outcome:?}");
+    assert_eq!(
+        outcome.output.matches("cannot be preloaded").count(),
+        1,
+        "{outcome:?}"
+    );
+}

@@ -1,0 +1,177 @@
+//! Shared pieces of the sandbox suites: workspaces, profiles and a probe runner.
+#![allow(dead_code)]
+
+use crate::common::*;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// The real interpreter (the pyenv shim is a script that reads more than the probes grant).
+pub fn python() -> &'static str {
+    static PYTHON: OnceLock<String> = OnceLock::new();
+    PYTHON.get_or_init(|| {
+        let out = std::process::Command::new("python3")
+            .args(["-c", "import sys; print(sys.executable)"])
+            .output()
+            .expect("python3 on PATH");
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    })
+}
+
+pub fn uri(path: &Path) -> String {
+    format!("file://{}", path.display())
+}
+
+/// A workspace the sandbox may write, and an outside directory it must not touch.
+pub struct Dirs {
+    pub ws: PathBuf,
+    pub outside: PathBuf,
+    _ws: tempfile::TempDir,
+    _outside: tempfile::TempDir,
+}
+
+impl Dirs {
+    pub fn new() -> Self {
+        let ws = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("f"), "original").unwrap();
+        Self {
+            ws: ws.path().canonicalize().unwrap(),
+            outside: outside.path().canonicalize().unwrap(),
+            _ws: ws,
+            _outside: outside,
+        }
+    }
+
+    pub fn out(&self, name: &str) -> PathBuf {
+        self.outside.join(name)
+    }
+
+    pub fn ws(&self, name: &str) -> PathBuf {
+        self.ws.join(name)
+    }
+
+    /// Asserts the outside directory still holds exactly `f` = "original".
+    pub fn assert_outside_untouched(&self) {
+        let names: Vec<String> = std::fs::read_dir(&self.outside)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names, ["f"], "the outside directory changed");
+        assert_eq!(std::fs::read_to_string(self.out("f")).unwrap(), "original");
+    }
+
+    /// Names in the workspace (no placeholder may be left behind).
+    pub fn ws_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&self.ws)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+pub fn entry(path: Value, access: &str) -> Value {
+    json!({"path": path, "access": access})
+}
+
+pub fn special(kind: &str) -> Value {
+    json!({"type": "special", "value": {"kind": kind}})
+}
+
+pub fn special_sub(kind: &str, subpath: &str) -> Value {
+    json!({"type": "special", "value": {"kind": kind, "subpath": subpath}})
+}
+
+pub fn path(p: &Path) -> Value {
+    json!({"type": "path", "path": uri(p)})
+}
+
+/// A managed restricted profile with these entries, anchored at `ws`.
+pub fn restricted(ws: &Path, entries: Vec<Value>, network: &str) -> Value {
+    json!({
+        "permissions": {"type": "managed", "network": network,
+            "file_system": {"type": "restricted", "entries": entries}},
+        "cwd": uri(ws),
+        "windowsSandboxLevel": "disabled",
+    })
+}
+
+/// Read everything, write the workspace (the common workspace-write profile).
+pub fn workspace_write(ws: &Path, network: &str) -> Value {
+    restricted(
+        ws,
+        vec![
+            entry(special("root"), "read"),
+            entry(special("project_roots"), "write"),
+        ],
+        network,
+    )
+}
+
+pub fn params(id: &str, argv: &[&str], cwd: &Path, sandbox: Value) -> Value {
+    json!({
+        "processId": id,
+        "argv": argv,
+        "cwd": uri(cwd),
+        "env": {"PATH": "/usr/local/bin:/usr/bin:/bin", "LC_ALL": "C"},
+        "tty": false,
+        "sandbox": sandbox,
+    })
+}
+
+#[derive(Debug)]
+pub struct Outcome {
+    pub output: String,
+    pub code: i64,
+    pub denied: bool,
+}
+
+/// Starts a process, reads it to the end, and checks that `process/start` reported the
+/// Linux sandbox.
+pub async fn run(client: &Client, params: Value) -> Outcome {
+    let id = params["processId"].as_str().unwrap().to_owned();
+    let started = client.call("process/start", params).await;
+    assert_eq!(started["sandboxType"], "linuxSeccomp", "{started}");
+    let (bytes, last) = read_all(client, &id).await;
+    Outcome {
+        output: String::from_utf8_lossy(&bytes).into_owned(),
+        code: last["exitCode"].as_i64().unwrap(),
+        denied: last["sandboxDenied"].as_bool().unwrap(),
+    }
+}
+
+/// Runs `sh -c script` under `sandbox` in `cwd`.
+pub async fn sh(client: &Client, id: &str, cwd: &Path, sandbox: &Value, script: &str) -> Outcome {
+    run(
+        client,
+        params(id, &["sh", "-c", script], cwd, sandbox.clone()),
+    )
+    .await
+}
+
+/// Runs a Python probe under `sandbox` in `cwd`.
+pub async fn py(client: &Client, id: &str, cwd: &Path, sandbox: &Value, code: &str) -> Outcome {
+    run(
+        client,
+        params(id, &[python(), "-c", code], cwd, sandbox.clone()),
+    )
+    .await
+}
+
+/// Asserts a probe failed, was classified as a sandbox denial, and printed `expect`.
+pub fn assert_denied(outcome: &Outcome, expect: &str) {
+    assert_ne!(outcome.code, 0, "{outcome:?}");
+    assert!(outcome.denied, "not classified as denied: {outcome:?}");
+    assert!(
+        outcome.output.contains(expect),
+        "expected {expect:?} in {outcome:?}"
+    );
+}
+
+/// Asserts a probe succeeded.
+pub fn assert_ok(outcome: &Outcome) {
+    assert_eq!(outcome.code, 0, "{outcome:?}");
+    assert!(!outcome.denied, "{outcome:?}");
+}
