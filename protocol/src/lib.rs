@@ -6,6 +6,7 @@
 
 pub mod base64_bytes;
 pub mod environment;
+pub mod fs;
 pub mod http;
 pub mod path_uri;
 pub mod process;

@@ -1,6 +1,6 @@
 //! JSON Schema for every wire message, keyed by method and direction.
 
-use crate::{environment, http, process, rpc, session};
+use crate::{environment, fs, http, process, rpc, session};
 use schemars::{schema_for, Schema};
 
 /// `(name, schema)` for each message: `<method>.params`, `<method>.result`, notifications'
@@ -42,6 +42,48 @@ pub fn all() -> Vec<(&'static str, Schema)> {
             "process/closed.params",
             schema_for!(process::ClosedNotification),
         ),
+        ("fs/readFile.params", schema_for!(fs::ReadFileParams)),
+        ("fs/readFile.result", schema_for!(fs::ReadFileResult)),
+        ("fs/writeFile.params", schema_for!(fs::WriteFileParams)),
+        ("fs/writeFile.result", schema_for!(fs::EmptyResult)),
+        (
+            "fs/createDirectory.params",
+            schema_for!(fs::CreateDirectoryParams),
+        ),
+        ("fs/createDirectory.result", schema_for!(fs::EmptyResult)),
+        ("fs/getMetadata.params", schema_for!(fs::GetMetadataParams)),
+        ("fs/getMetadata.result", schema_for!(fs::Metadata)),
+        ("fs/readDirectory.params", schema_for!(fs::PathParams)),
+        (
+            "fs/readDirectory.result",
+            schema_for!(fs::ReadDirectoryResult),
+        ),
+        ("fs/remove.params", schema_for!(fs::RemoveParams)),
+        ("fs/remove.result", schema_for!(fs::EmptyResult)),
+        ("fs/copy.params", schema_for!(fs::CopyParams)),
+        ("fs/copy.result", schema_for!(fs::EmptyResult)),
+        ("fs/rename.params", schema_for!(fs::RenameParams)),
+        ("fs/rename.result", schema_for!(fs::EmptyResult)),
+        ("fs/canonicalize.params", schema_for!(fs::PathParams)),
+        (
+            "fs/canonicalize.result",
+            schema_for!(fs::CanonicalizeResult),
+        ),
+        ("fs/walk.params", schema_for!(fs::WalkParams)),
+        ("fs/walk.result", schema_for!(fs::WalkResult)),
+        ("fs/open.params", schema_for!(fs::OpenParams)),
+        ("fs/open.result", schema_for!(fs::HandleResult)),
+        ("fs/readBlock.params", schema_for!(fs::ReadBlockParams)),
+        ("fs/readBlock.result", schema_for!(fs::ReadBlockResult)),
+        ("fs/writeBlock.params", schema_for!(fs::WriteBlockParams)),
+        ("fs/writeBlock.result", schema_for!(fs::WriteBlockResult)),
+        ("fs/close.params", schema_for!(fs::CloseParams)),
+        ("fs/close.result", schema_for!(fs::EmptyResult)),
+        ("fs/watch.params", schema_for!(fs::WatchParams)),
+        ("fs/watch.result", schema_for!(fs::WatchResult)),
+        ("fs/unwatch.params", schema_for!(fs::UnwatchParams)),
+        ("fs/unwatch.result", schema_for!(fs::EmptyResult)),
+        ("fs/changed.params", schema_for!(fs::ChangedNotification)),
         (
             "environment/info.result",
             schema_for!(environment::EnvironmentInfo),

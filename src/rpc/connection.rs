@@ -56,6 +56,7 @@ pub async fn serve(
         id: NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed),
         outbound,
         registry,
+        fs: Default::default(),
         http: Default::default(),
     });
     let mut connection = Connection {

@@ -20,6 +20,8 @@ pub struct ConnectionShared {
     pub id: u64,
     pub outbound: Outbound,
     pub registry: Arc<Registry>,
+    /// Open `fs/open` handles and `fs/watch` watches of this connection.
+    pub fs: crate::fs::ConnectionFs,
     /// Streamed `http/request` bodies; dropping it (the connection ended) stops them.
     pub http: crate::http::HttpStreams,
 }
@@ -70,6 +72,7 @@ pub async fn dispatch(
 ) -> Result<Value, RpcError> {
     match family(method) {
         "process" => crate::process::methods::handle(ctx, method, params).await,
+        "fs" => crate::fs::methods::handle(ctx, method, params).await,
         "environment" => crate::environment::handle(ctx, method, params).await,
         "http" => crate::http::methods::handle(ctx, method, params).await,
         _ => Err(RpcError::method_not_found(method)),

@@ -373,3 +373,22 @@ pub async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// The `file:` URI of an absolute host path, as the protocol spells it.
+pub fn file_uri(path: &std::path::Path) -> String {
+    exec_server_protocol::PathUri::from_path(path)
+        .unwrap()
+        .to_string()
+}
+
+/// A fresh temporary directory, on tmpfs when the machine has one: file-heavy tests then
+/// measure the daemon, not the disk.
+pub fn scratch_dir() -> tempfile::TempDir {
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir() {
+        if let Ok(dir) = tempfile::tempdir_in(shm) {
+            return dir;
+        }
+    }
+    tempfile::tempdir().unwrap()
+}

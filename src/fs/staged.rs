@@ -1,0 +1,97 @@
+//! A file written beside its target and renamed into place, so readers of the target see the
+//! old content or the new, never a mix (`fs/writeFile {atomic}`, `fs/open {mode: "replace"}`).
+
+use super::host::{io_error, not_a_file, symlink_refused, with_path};
+use crate::rpc::RpcError;
+use std::fs::{File, OpenOptions, Permissions};
+use std::io;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Path, PathBuf};
+
+pub struct StagedFile {
+    file: File,
+    temp: PathBuf,
+    target: PathBuf,
+    /// The replaced file's mode, kept on the new one.
+    permissions: Option<Permissions>,
+    committed: bool,
+}
+
+impl StagedFile {
+    /// Stages a replacement for `path`. With `follow`, a symlink at `path` is resolved and its
+    /// target replaced (the link stays); without, a symlink is refused. An existing directory or
+    /// special file is refused like a plain write would refuse it.
+    pub fn create(path: &Path, follow: bool) -> Result<Self, RpcError> {
+        let (target, permissions) = resolve_target(path, follow)?;
+        let parent = target.parent().unwrap_or(Path::new("/"));
+        let temp = parent.join(format!(
+            ".exec-server-{}.tmp",
+            uuid::Uuid::new_v4().simple()
+        ));
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o666)
+            .open(&temp)
+            .map_err(|err| io_error(&err, &target))?;
+        Ok(Self {
+            file,
+            temp,
+            target,
+            permissions,
+            committed: false,
+        })
+    }
+
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// Makes the staged bytes durable, then atomically replaces the target and makes the
+    /// rename durable too.
+    pub fn commit(mut self) -> Result<(), RpcError> {
+        let target = self.target.clone();
+        with_path(self.file.sync_all(), &target)?;
+        if let Some(permissions) = self.permissions.take() {
+            with_path(self.file.set_permissions(permissions), &target)?;
+        }
+        with_path(std::fs::rename(&self.temp, &target), &target)?;
+        self.committed = true;
+        let parent = target.parent().unwrap_or(Path::new("/"));
+        with_path(File::open(parent).and_then(|dir| dir.sync_all()), &target)
+    }
+}
+
+impl Drop for StagedFile {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_file(&self.temp);
+        }
+    }
+}
+
+/// The file to replace and its current mode, if it exists.
+fn resolve_target(path: &Path, follow: bool) -> Result<(PathBuf, Option<Permissions>), RpcError> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok((path.to_owned(), None)),
+        Err(err) => return Err(io_error(&err, path)),
+    };
+    let (target, meta) = if meta.file_type().is_symlink() {
+        if !follow {
+            return Err(symlink_refused(path));
+        }
+        let target = with_path(std::fs::canonicalize(path), path)?;
+        let meta = with_path(std::fs::metadata(&target), path)?;
+        (target, meta)
+    } else {
+        (path.to_owned(), meta)
+    };
+    if meta.is_dir() {
+        return Err(io_error(&io::Error::from_raw_os_error(libc::EISDIR), path));
+    }
+    if !meta.is_file() {
+        return Err(not_a_file(path));
+    }
+    Ok((target, Some(meta.permissions())))
+}

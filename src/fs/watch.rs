@@ -1,0 +1,260 @@
+//! `fs/watch` / `fs/unwatch` and the `fs/changed` notification.
+//!
+//! Each watch owns a `notify` watcher (inotify on Linux). Its callback thread pushes into a
+//! bounded queue; a task drains it, coalesces what arrives within a short window into one
+//! notification, and says so when anything was lost (queue full, notification cap, kernel
+//! overflow). Watches are per connection and end with it.
+
+use super::host::{blocking, with_path};
+use crate::rpc::outbound::Outbound;
+use crate::rpc::RpcError;
+use exec_server_protocol::fs::{Change, ChangeKind, ChangedNotification};
+use exec_server_protocol::rpc::method;
+use exec_server_protocol::PathUri;
+use notify::event::{EventKind, Flag, ModifyKind};
+use notify::{RecursiveMode, Watcher as _};
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// Watches per connection; each holds an inotify instance, a system-wide scarce resource.
+pub const MAX_WATCHES: usize = 32;
+/// Events queued between the watcher thread and the forwarding task.
+const QUEUE: usize = 4096;
+/// Changes in one notification; more within the window are dropped and flagged.
+pub const MAX_CHANGES: usize = 1024;
+/// How long changes are gathered into one notification after the first arrives.
+const COALESCE: Duration = Duration::from_millis(50);
+
+struct Watch {
+    _watcher: notify::RecommendedWatcher,
+    /// True while notifications may be sent; unwatch clears it under the lock, so nothing is
+    /// sent for a watch after its `fs/unwatch` reply.
+    live: Arc<tokio::sync::Mutex<bool>>,
+    forwarder: tokio::task::AbortHandle,
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.forwarder.abort();
+    }
+}
+
+#[derive(Default)]
+pub struct Watches {
+    table: Mutex<HashMap<String, Watch>>,
+}
+
+impl Watches {
+    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<String, Watch>> {
+        self.table
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    pub async fn watch(
+        &self,
+        id: String,
+        path: PathBuf,
+        recursive: bool,
+        outbound: Outbound,
+    ) -> Result<(), RpcError> {
+        room(&self.table(), &id)?;
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let overflowed = Arc::new(AtomicBool::new(false));
+        let flag = overflowed.clone();
+        let watcher = blocking(move || {
+            // Report a missing path as the usual -32004 I/O error.
+            with_path(std::fs::symlink_metadata(&path), &path)?;
+            let handler = move |event| {
+                if tx.try_send(event).is_err() {
+                    flag.store(true, Ordering::Relaxed);
+                }
+            };
+            let config = notify::Config::default().with_follow_symlinks(false);
+            let mut watcher =
+                notify::RecommendedWatcher::new(handler, config).map_err(watch_error)?;
+            let mode = if recursive {
+                RecursiveMode::Recursive
+            } else {
+                RecursiveMode::NonRecursive
+            };
+            watcher.watch(&path, mode).map_err(watch_error)?;
+            Ok(watcher)
+        })
+        .await?;
+        let live = Arc::new(tokio::sync::Mutex::new(true));
+        let forwarder = tokio::spawn(forward(id.clone(), rx, overflowed, outbound, live.clone()))
+            .abort_handle();
+        let watch = Watch {
+            _watcher: watcher,
+            live,
+            forwarder,
+        };
+        // Checked again: another watch may have taken the id or the last slot meanwhile.
+        let mut table = self.table();
+        room(&table, &id)?;
+        table.insert(id, watch);
+        Ok(())
+    }
+
+    /// Idempotent, like `fs/close`.
+    pub async fn unwatch(&self, id: &str) {
+        let Some(watch) = self.table().remove(id) else {
+            return;
+        };
+        *watch.live.lock().await = false;
+    }
+}
+
+fn room(table: &HashMap<String, Watch>, id: &str) -> Result<(), RpcError> {
+    if table.contains_key(id) {
+        return Err(RpcError::invalid_request(format!(
+            "watch `{id}` already exists"
+        )));
+    }
+    if table.len() >= MAX_WATCHES {
+        return Err(RpcError::invalid_request(format!(
+            "at most {MAX_WATCHES} watches may be open per connection"
+        )));
+    }
+    Ok(())
+}
+
+fn watch_error(err: notify::Error) -> RpcError {
+    match err.kind {
+        notify::ErrorKind::Io(io) => RpcError::from_io(&io),
+        notify::ErrorKind::PathNotFound => RpcError::not_found("No such file or directory"),
+        notify::ErrorKind::MaxFilesWatch => {
+            RpcError::internal("the system limit on watched files was reached")
+        }
+        _ => RpcError::internal(err.to_string()),
+    }
+}
+
+/// One notification's worth of changes.
+#[derive(Default)]
+struct Batch {
+    changes: Vec<Change>,
+    seen: HashSet<(ChangeKind, PathBuf)>,
+    dropped: bool,
+}
+
+impl Batch {
+    fn add(&mut self, event: notify::Result<notify::Event>) {
+        let event = match event {
+            Ok(event) => event,
+            Err(_) => {
+                self.dropped = true;
+                return;
+            }
+        };
+        if event.flag() == Some(Flag::Rescan) {
+            self.dropped = true;
+        }
+        let kind = match event.kind {
+            EventKind::Create(_) => ChangeKind::Create,
+            EventKind::Modify(ModifyKind::Name(_)) => ChangeKind::Rename,
+            EventKind::Modify(_) => ChangeKind::Modify,
+            EventKind::Remove(_) => ChangeKind::Remove,
+            // Opens, reads and closes change nothing.
+            EventKind::Access(_) => return,
+            EventKind::Any | EventKind::Other => ChangeKind::Other,
+        };
+        for path in event.paths {
+            if !self.seen.insert((kind, path.clone())) {
+                continue;
+            }
+            if self.changes.len() >= MAX_CHANGES {
+                self.dropped = true;
+                continue;
+            }
+            if let Ok(path) = PathUri::from_path(&path) {
+                self.changes.push(Change { kind, path });
+            }
+        }
+    }
+}
+
+async fn forward(
+    watch_id: String,
+    mut events: mpsc::Receiver<notify::Result<notify::Event>>,
+    overflowed: Arc<AtomicBool>,
+    outbound: Outbound,
+    live: Arc<tokio::sync::Mutex<bool>>,
+) {
+    while let Some(first) = events.recv().await {
+        let mut batch = Batch::default();
+        batch.add(first);
+        let window = tokio::time::sleep(COALESCE);
+        tokio::pin!(window);
+        loop {
+            tokio::select! {
+                event = events.recv() => match event {
+                    Some(event) => batch.add(event),
+                    None => break,
+                },
+                _ = &mut window => break,
+            }
+        }
+        let dropped = batch.dropped | overflowed.swap(false, Ordering::Relaxed);
+        if batch.changes.is_empty() && !dropped {
+            continue;
+        }
+        let live = live.lock().await;
+        if !*live {
+            return;
+        }
+        let notification = ChangedNotification {
+            watch_id: watch_id.clone(),
+            changes: batch.changes,
+            events_dropped: dropped,
+        };
+        if outbound
+            .notify(method::FS_CHANGED, &notification)
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(kind: EventKind, path: &str) -> notify::Result<notify::Event> {
+        Ok(notify::Event::new(kind).add_path(PathBuf::from(path)))
+    }
+
+    #[test]
+    fn batches_dedupe_and_cap_and_flag_losses() {
+        let mut batch = Batch::default();
+        let modify = EventKind::Modify(notify::event::ModifyKind::Any);
+        batch.add(event(modify, "/a"));
+        batch.add(event(modify, "/a"));
+        batch.add(event(
+            EventKind::Access(notify::event::AccessKind::Any),
+            "/a",
+        ));
+        assert_eq!(batch.changes.len(), 1);
+        assert!(!batch.dropped);
+        for index in 0..MAX_CHANGES + 5 {
+            batch.add(event(
+                EventKind::Create(notify::event::CreateKind::File),
+                &format!("/f{index}"),
+            ));
+        }
+        assert_eq!(batch.changes.len(), MAX_CHANGES);
+        assert!(batch.dropped);
+        let mut rescan = Batch::default();
+        rescan.add(Ok(
+            notify::Event::new(EventKind::Other).set_flag(Flag::Rescan)
+        ));
+        assert!(rescan.dropped && rescan.changes.is_empty());
+    }
+}
