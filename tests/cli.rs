@@ -129,11 +129,6 @@ fn fs_put_get_and_ls_round_trip_a_multi_megabyte_file() {
         &["fs", "put", source.to_str().unwrap(), &remote_uri],
         b"",
     );
-    // TODO(lead): drop this once the fs/* branch is merged; from then on the test must run.
-    if text(&put.stderr).contains("does not implement `fs/writeFile`") {
-        eprintln!("skipped: this daemon build has no fs/* methods yet");
-        return;
-    }
     assert!(put.status.success(), "{put:?}");
     assert!(std::fs::read(&remote_file).unwrap() == data);
 

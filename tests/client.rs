@@ -278,3 +278,54 @@ async fn a_bearer_token_is_sent() {
     let mut process = client.start(command(&["true"])).await.unwrap();
     assert_eq!(process.collect().await.exit_code, Some(0));
 }
+
+/// Uploads and downloads stream block by block; a reader whose connection dropped reopens its
+/// handle and goes on.
+#[tokio::test]
+async fn files_stream_both_ways_across_a_dropped_connection() {
+    let daemon = Daemon::start();
+    let client = connect(&daemon.url).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data.bin");
+    let uri = exec_server_client::path_uri(path.to_str().unwrap()).unwrap();
+    let data: Vec<u8> = (0..3_500_000u32).map(|i| (i % 241) as u8).collect();
+    client
+        .upload(&uri, data.len() as u64, |offset, block| {
+            let start = offset as usize;
+            block.copy_from_slice(&data[start..start + block.len()]);
+            Ok(())
+        })
+        .await
+        .unwrap();
+    assert!(std::fs::read(&path).unwrap() == data);
+    assert_eq!(client.metadata(&uri).await.unwrap().size, data.len() as u64);
+    let dir_uri = exec_server_client::path_uri(dir.path().to_str().unwrap()).unwrap();
+    let names: Vec<String> = client
+        .read_directory(&dir_uri)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.file_name)
+        .collect();
+    assert_eq!(names, ["data.bin"]);
+
+    let reader = client.open(&uri).await.unwrap();
+    let (first, eof) = reader.read_at(0, 10).await.unwrap();
+    assert_eq!((first.as_slice(), eof), (&data[..10], false));
+    let mut recoveries = client.recoveries();
+    client.drop_connection();
+    recoveries.wait_for(|n| *n >= 1).await.unwrap();
+    let mut copy = Vec::new();
+    let total = reader
+        .read_all(|block| {
+            copy.extend_from_slice(block);
+            Ok(())
+        })
+        .await
+        .unwrap();
+    assert_eq!(total, data.len() as u64);
+    assert!(copy == data, "the reopened handle reads the same bytes");
+    reader.close().await.unwrap();
+    client.write_file(&uri, b"small").await.unwrap();
+    assert_eq!(client.read_file(&uri).await.unwrap(), b"small");
+}

@@ -268,8 +268,12 @@ mod tests {
         let Incoming::Notification(Notification::Output(n)) = parse(output) else {
             panic!("not an output notification");
         };
-        assert_eq!((n.process_id.as_str(), n.seq, n.chunk.0), ("p", 1, b"hi".to_vec()));
-        let reordered = r#"{"params":{"processId":"p","seq":2},"jsonrpc":"2.0","method":"process/closed"}"#;
+        assert_eq!(
+            (n.process_id.as_str(), n.seq, n.chunk.0),
+            ("p", 1, b"hi".to_vec())
+        );
+        let reordered =
+            r#"{"params":{"processId":"p","seq":2},"jsonrpc":"2.0","method":"process/closed"}"#;
         assert!(matches!(
             parse(reordered),
             Incoming::Notification(Notification::Closed(n)) if n.seq == 2
@@ -278,7 +282,10 @@ mod tests {
             parse(r#"{"method":"http/request/bodyDelta","params":{}}"#),
             Incoming::Other
         ));
-        let Incoming::Reply { id: 7, reply: Ok(result) } = parse(r#"{"id":7,"result":{"a":1}}"#)
+        let Incoming::Reply {
+            id: 7,
+            reply: Ok(result),
+        } = parse(r#"{"id":7,"result":{"a":1}}"#)
         else {
             panic!("not a reply");
         };
@@ -288,6 +295,9 @@ mod tests {
             parse(error),
             Incoming::Reply { id: 8, reply: Err(e) } if e.code == -32600
         ));
-        assert!(matches!(parse(r#"{"id":-1,"error":{"code":1,"message":"x"}}"#), Incoming::Reply { .. }));
+        assert!(matches!(
+            parse(r#"{"id":-1,"error":{"code":1,"message":"x"}}"#),
+            Incoming::Reply { .. }
+        ));
     }
 }

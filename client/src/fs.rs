@@ -1,109 +1,64 @@
-//! `fs/*` calls, typed after the wire shapes of the reference (paths are `file:` URIs on the
-//! daemon's host), and [`FileReader`], which streams a file with `fs/open` + `fs/readBlock`.
+//! `fs/*` calls on the protocol types (paths are `file:` URIs on the daemon's host), plus
+//! streaming both ways: [`FileReader`] over `fs/open` + `fs/readBlock`, and
+//! [`Client::upload`] over `fs/open {mode: replace}` + `fs/writeBlock`.
 
 use crate::{Client, Error, Retry};
 use exec_server_protocol::base64_bytes::Base64Bytes;
+pub use exec_server_protocol::fs::{
+    CloseParams, DirectoryEntry, GetMetadataParams, HandleResult, Metadata, OpenMode, OpenParams,
+    PathParams, ReadBlockParams, ReadBlockResult, ReadDirectoryResult, ReadFileParams,
+    ReadFileResult, WriteBlockParams, WriteBlockResult, WriteFileParams,
+};
 use exec_server_protocol::rpc::code;
 use exec_server_protocol::PathUri;
-use serde::{Deserialize, Serialize};
+use futures::stream::{FuturesOrdered, StreamExt as _};
 use serde_json::Value;
 
 pub const READ_FILE: &str = "fs/readFile";
 pub const WRITE_FILE: &str = "fs/writeFile";
 pub const OPEN: &str = "fs/open";
 pub const READ_BLOCK: &str = "fs/readBlock";
+pub const WRITE_BLOCK: &str = "fs/writeBlock";
 pub const CLOSE: &str = "fs/close";
 pub const READ_DIRECTORY: &str = "fs/readDirectory";
 pub const GET_METADATA: &str = "fs/getMetadata";
 
-/// The largest `fs/readBlock` length the daemon accepts.
+/// The largest `fs/readBlock` length and `fs/writeBlock` chunk the daemon accepts.
 pub const MAX_BLOCK: usize = 1024 * 1024;
 
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PathParams {
-    pub path: PathUri,
-}
+/// Blocks kept in flight by [`FileReader::read_all`] and [`Client::upload`].
+const IN_FLIGHT: usize = 4;
 
-#[derive(Clone, Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ReadFileResult {
-    pub data_base64: Base64Bytes,
-}
+/// How often an upload starts over after its connection (and so its handle) was lost.
+const UPLOAD_ATTEMPTS: usize = 3;
 
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct WriteFileParams {
-    pub path: PathUri,
-    pub data_base64: Base64Bytes,
-}
-
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct OpenParams {
-    pub handle_id: String,
-    pub path: PathUri,
-}
-
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ReadBlockParams {
-    pub handle_id: String,
-    pub offset: u64,
-    pub len: usize,
-}
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ReadBlockResult {
-    pub chunk: Base64Bytes,
-    pub eof: bool,
-}
-
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct HandleParams {
-    pub handle_id: String,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DirectoryEntry {
-    pub file_name: String,
-    pub is_directory: bool,
-    pub is_file: bool,
-}
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ReadDirectoryResult {
-    pub entries: Vec<DirectoryEntry>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Metadata {
-    pub is_directory: bool,
-    pub is_file: bool,
-    pub is_symlink: bool,
-    #[serde(default)]
-    pub size: u64,
-    pub created_at_ms: i64,
-    pub modified_at_ms: i64,
+fn path_params(path: &PathUri) -> PathParams {
+    PathParams {
+        path: path.clone(),
+        sandbox: None,
+    }
 }
 
 impl Client {
     pub async fn read_file(&self, path: &PathUri) -> Result<Vec<u8>, Error> {
-        let result: ReadFileResult = self
-            .request(READ_FILE, &PathParams { path: path.clone() }, Retry::Safe)
-            .await?;
+        let params = ReadFileParams {
+            path: path.clone(),
+            follow_symlinks: None,
+            max_bytes: None,
+            sandbox: None,
+        };
+        let result: ReadFileResult = self.request(READ_FILE, &params, Retry::Safe).await?;
         Ok(result.data_base64.0)
     }
 
-    pub async fn write_file(&self, path: &PathUri, data: Vec<u8>) -> Result<(), Error> {
+    /// The whole file in one message; see [`Client::upload`] for large files.
+    pub async fn write_file(&self, path: &PathUri, data: &[u8]) -> Result<(), Error> {
         let params = WriteFileParams {
             path: path.clone(),
-            data_base64: Base64Bytes(data),
+            data_base64: Base64Bytes::encode(data),
+            follow_symlinks: None,
+            atomic: false,
+            sandbox: None,
         };
         self.request::<_, Value>(WRITE_FILE, &params, Retry::Safe)
             .await
@@ -112,27 +67,23 @@ impl Client {
 
     pub async fn read_directory(&self, path: &PathUri) -> Result<Vec<DirectoryEntry>, Error> {
         let result: ReadDirectoryResult = self
-            .request(
-                READ_DIRECTORY,
-                &PathParams { path: path.clone() },
-                Retry::Safe,
-            )
+            .request(READ_DIRECTORY, &path_params(path), Retry::Safe)
             .await?;
         Ok(result.entries)
     }
 
     pub async fn metadata(&self, path: &PathUri) -> Result<Metadata, Error> {
-        self.request(
-            GET_METADATA,
-            &PathParams { path: path.clone() },
-            Retry::Safe,
-        )
-        .await
+        let params = GetMetadataParams {
+            path: path.clone(),
+            follow_symlinks: None,
+            sandbox: None,
+        };
+        self.request(GET_METADATA, &params, Retry::Safe).await
     }
 
     /// Opens `path` for block reads.
     pub async fn open(&self, path: &PathUri) -> Result<FileReader, Error> {
-        let handle_id = self.open_handle(path).await?;
+        let handle_id = self.open_handle(path, OpenMode::Read).await?;
         Ok(FileReader {
             client: self.clone(),
             path: path.clone(),
@@ -140,16 +91,80 @@ impl Client {
         })
     }
 
-    async fn open_handle(&self, path: &PathUri) -> Result<String, Error> {
+    async fn open_handle(&self, path: &PathUri, mode: OpenMode) -> Result<String, Error> {
         // The daemon caps ids at 32 bytes: a UUID without dashes fits exactly.
-        let handle_id = uuid::Uuid::new_v4().simple().to_string();
         let params = OpenParams {
-            handle_id: handle_id.clone(),
+            handle_id: Some(uuid::Uuid::new_v4().simple().to_string()),
             path: path.clone(),
+            mode: (mode != OpenMode::Read).then_some(mode),
+            follow_symlinks: None,
+            sandbox: None,
         };
-        self.request::<_, Value>(OPEN, &params, Retry::Never)
-            .await?;
-        Ok(handle_id)
+        let result: HandleResult = self.request(OPEN, &params, Retry::Never).await?;
+        Ok(result.handle_id)
+    }
+
+    /// Writes `size` bytes produced by `read_block(offset, buffer)` to `path`, block by block
+    /// into a staged file that replaces the target only once complete. A dropped connection
+    /// loses the staged file with its handle, so the upload then starts over.
+    pub async fn upload(
+        &self,
+        path: &PathUri,
+        size: u64,
+        mut read_block: impl FnMut(u64, &mut [u8]) -> std::io::Result<()>,
+    ) -> Result<(), Error> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.upload_once(path, size, &mut read_block).await {
+                Err(Error::Disconnected(_)) if attempt < UPLOAD_ATTEMPTS => continue,
+                Err(Error::Rpc(error))
+                    if error.code == code::NOT_FOUND && attempt < UPLOAD_ATTEMPTS =>
+                {
+                    continue
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
+    async fn upload_once(
+        &self,
+        path: &PathUri,
+        size: u64,
+        read_block: &mut impl FnMut(u64, &mut [u8]) -> std::io::Result<()>,
+    ) -> Result<(), Error> {
+        let handle_id = self.open_handle(path, OpenMode::Replace).await?;
+        let mut in_flight = FuturesOrdered::new();
+        let mut offset = 0;
+        while offset < size || !in_flight.is_empty() {
+            while offset < size && in_flight.len() < IN_FLIGHT {
+                let len = (size - offset).min(MAX_BLOCK as u64) as usize;
+                let mut block = vec![0u8; len];
+                read_block(offset, &mut block)
+                    .map_err(|err| Error::Invalid(format!("cannot read the source: {err}")))?;
+                let params = WriteBlockParams {
+                    handle_id: handle_id.clone(),
+                    offset: Some(offset),
+                    chunk: Base64Bytes(block),
+                };
+                in_flight.push_back(async move {
+                    self.request::<_, WriteBlockResult>(WRITE_BLOCK, &params, Retry::Never)
+                        .await
+                });
+                offset += len as u64;
+            }
+            if let Some(written) = in_flight.next().await {
+                written?;
+            }
+        }
+        let params = CloseParams {
+            handle_id,
+            discard: false,
+        };
+        self.request::<_, Value>(CLOSE, &params, Retry::Never)
+            .await
+            .map(drop)
     }
 }
 
@@ -162,9 +177,6 @@ pub struct FileReader {
     /// The handle id and how often it was reopened.
     handle: tokio::sync::Mutex<(String, u64)>,
 }
-
-/// Block reads kept in flight by [`FileReader::read_all`].
-const READ_AHEAD: usize = 4;
 
 impl FileReader {
     /// Up to `len` (≤ [`MAX_BLOCK`]) bytes at `offset`, and whether the file ended there.
@@ -196,12 +208,11 @@ impl FileReader {
         &self,
         mut sink: impl FnMut(&[u8]) -> std::io::Result<()>,
     ) -> Result<u64, Error> {
-        use futures::stream::{FuturesOrdered, StreamExt as _};
         let mut in_flight = FuturesOrdered::new();
         let mut next_offset = 0u64;
         let mut total = 0u64;
         loop {
-            while in_flight.len() < READ_AHEAD {
+            while in_flight.len() < IN_FLIGHT {
                 in_flight.push_back(self.read_at(next_offset, MAX_BLOCK));
                 next_offset += MAX_BLOCK as u64;
             }
@@ -218,17 +229,16 @@ impl FileReader {
         let mut handle = self.handle.lock().await;
         // Concurrent reads that lost the same handle reopen it once.
         if handle.1 == seen_generation {
-            *handle = (
-                self.client.open_handle(&self.path).await?,
-                seen_generation + 1,
-            );
+            let handle_id = self.client.open_handle(&self.path, OpenMode::Read).await?;
+            *handle = (handle_id, seen_generation + 1);
         }
         Ok(())
     }
 
     pub async fn close(self) -> Result<(), Error> {
-        let params = HandleParams {
+        let params = CloseParams {
             handle_id: self.handle.into_inner().0,
+            discard: false,
         };
         self.client
             .request::<_, Value>(CLOSE, &params, Retry::Safe)

@@ -16,7 +16,8 @@ pub enum FsCommand {
         /// A file, a directory to put it in, or `-` for stdout.
         local: PathBuf,
     },
-    /// Copy a local file (or `-` for stdin) to the remote path.
+    /// Copy a local file (or `-` for stdin) to the remote path, streamed block by block; the
+    /// remote file is replaced only once the copy is complete.
     Put {
         #[command(flatten)]
         connect: ConnectArgs,
@@ -52,15 +53,28 @@ pub async fn run(command: FsCommand) -> anyhow::Result<()> {
             remote,
         } => {
             let uri = path_uri(&remote)?;
-            let mut data = Vec::new();
-            if local == Path::new("-") {
-                std::io::stdin().read_to_end(&mut data)?;
-            } else {
-                data = std::fs::read(&local)
-                    .map_err(|err| anyhow::anyhow!("cannot read {}: {err}", local.display()))?;
-            }
             let client = connect.connect().await?;
-            client.write_file(&uri, data).await?;
+            if local == Path::new("-") {
+                let mut data = Vec::new();
+                std::io::stdin().read_to_end(&mut data)?;
+                client
+                    .upload(&uri, data.len() as u64, |offset, block| {
+                        let start = offset as usize;
+                        block.copy_from_slice(&data[start..start + block.len()]);
+                        Ok(())
+                    })
+                    .await?;
+            } else {
+                use std::os::unix::fs::FileExt as _;
+                let file = std::fs::File::open(&local)
+                    .map_err(|err| anyhow::anyhow!("cannot read {}: {err}", local.display()))?;
+                let size = file.metadata()?.len();
+                client
+                    .upload(&uri, size, |offset, block| {
+                        file.read_exact_at(block, offset)
+                    })
+                    .await?;
+            }
         }
         FsCommand::Ls { connect, remote } => {
             let uri = path_uri(&remote)?;
