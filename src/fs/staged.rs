@@ -5,16 +5,22 @@ use super::host::{io_error, not_a_file, symlink_refused, with_path};
 use crate::rpc::RpcError;
 use std::fs::{File, OpenOptions, Permissions};
 use std::io;
-use std::os::unix::fs::OpenOptionsExt as _;
+use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 
 pub struct StagedFile {
     file: File,
-    temp: PathBuf,
-    target: PathBuf,
     /// The replaced file's mode, kept on the new one.
     permissions: Option<Permissions>,
-    committed: bool,
+    name: StagedName,
+}
+
+/// Where a staged file lies and what it replaces. Dropping it removes the staged file, unless
+/// it was installed or handed over.
+pub struct StagedName {
+    temp: PathBuf,
+    target: PathBuf,
+    armed: bool,
 }
 
 impl StagedFile {
@@ -36,11 +42,26 @@ impl StagedFile {
             .map_err(|err| io_error(&err, &target))?;
         Ok(Self {
             file,
-            temp,
-            target,
             permissions,
-            committed: false,
+            name: StagedName::new(temp, target),
         })
+    }
+
+    /// A staged file the sandbox helper created: its open `file` came over the socket.
+    pub fn from_parts(file: File, temp: PathBuf, target: PathBuf, mode: Option<u32>) -> Self {
+        Self {
+            file,
+            permissions: mode.map(Permissions::from_mode),
+            name: StagedName::new(temp, target),
+        }
+    }
+
+    /// The parts [`from_parts`](Self::from_parts) takes; the staged file is no longer removed
+    /// here, its new owner does that.
+    pub fn into_parts(self) -> (File, PathBuf, PathBuf, Option<u32>) {
+        let (temp, target) = self.name.disarm();
+        let mode = self.permissions.map(|p| p.mode());
+        (self.file, temp, target, mode)
     }
 
     pub fn file(&self) -> &File {
@@ -49,22 +70,55 @@ impl StagedFile {
 
     /// Makes the staged bytes durable, then atomically replaces the target and makes the
     /// rename durable too.
-    pub fn commit(mut self) -> Result<(), RpcError> {
-        let target = self.target.clone();
-        with_path(self.file.sync_all(), &target)?;
-        if let Some(permissions) = self.permissions.take() {
-            with_path(self.file.set_permissions(permissions), &target)?;
+    pub fn commit(self) -> Result<(), RpcError> {
+        self.seal()?.install()
+    }
+
+    /// Makes the staged bytes durable and gives them the replaced file's mode (both through
+    /// the open file); what remains is the rename.
+    pub fn seal(self) -> Result<StagedName, RpcError> {
+        let target = &self.name.target;
+        with_path(self.file.sync_all(), target)?;
+        if let Some(permissions) = self.permissions {
+            with_path(self.file.set_permissions(permissions), target)?;
         }
-        with_path(std::fs::rename(&self.temp, &target), &target)?;
-        self.committed = true;
-        let parent = target.parent().unwrap_or(Path::new("/"));
-        with_path(File::open(parent).and_then(|dir| dir.sync_all()), &target)
+        Ok(self.name)
     }
 }
 
-impl Drop for StagedFile {
+impl StagedName {
+    pub fn new(temp: PathBuf, target: PathBuf) -> Self {
+        Self {
+            temp,
+            target,
+            armed: true,
+        }
+    }
+
+    /// Renames the staged file over the target and makes the rename durable.
+    pub fn install(mut self) -> Result<(), RpcError> {
+        with_path(std::fs::rename(&self.temp, &self.target), &self.target)?;
+        self.armed = false;
+        let parent = self.target.parent().unwrap_or(Path::new("/"));
+        with_path(
+            File::open(parent).and_then(|dir| dir.sync_all()),
+            &self.target,
+        )
+    }
+
+    /// The staged file and its target, no longer removed on drop.
+    pub fn disarm(mut self) -> (PathBuf, PathBuf) {
+        self.armed = false;
+        (
+            std::mem::take(&mut self.temp),
+            std::mem::take(&mut self.target),
+        )
+    }
+}
+
+impl Drop for StagedName {
     fn drop(&mut self) {
-        if !self.committed {
+        if self.armed {
             let _ = std::fs::remove_file(&self.temp);
         }
     }
