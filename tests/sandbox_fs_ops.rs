@@ -136,17 +136,33 @@ async fn writes_inside_work_and_outside_or_into_protected_names_are_denied() {
     std::fs::hard_link(d.ws("orig"), d.ws("hard")).unwrap();
     let inode = std::fs::metadata(d.ws("orig")).unwrap().ino();
     let sandbox = workspace_write(&d.ws, "restricted");
-    let write = |path: &Path, atomic: bool| {
-        json!({"path": uri(path), "dataBase64": b64(b"pwned"), "atomic": atomic})
-    };
+    let write = |path: &Path, atomic: bool| json!({"path": uri(path), "dataBase64": b64(b"pwned"), "atomic": atomic});
 
-    let ok = call(&client, "fs/writeFile", write(&d.ws("new"), false), &sandbox).await;
+    let ok = call(
+        &client,
+        "fs/writeFile",
+        write(&d.ws("new"), false),
+        &sandbox,
+    )
+    .await;
     assert_eq!(ok, json!({}));
     assert_eq!(std::fs::read(d.ws("new")).unwrap(), b"pwned");
-    call(&client, "fs/writeFile", write(&d.ws("atomic"), true), &sandbox).await;
+    call(
+        &client,
+        "fs/writeFile",
+        write(&d.ws("atomic"), true),
+        &sandbox,
+    )
+    .await;
     assert_eq!(std::fs::read(d.ws("atomic")).unwrap(), b"pwned");
     // A hard link inside the root is written through: same inode, both names see it.
-    call(&client, "fs/writeFile", write(&d.ws("hard"), false), &sandbox).await;
+    call(
+        &client,
+        "fs/writeFile",
+        write(&d.ws("hard"), false),
+        &sandbox,
+    )
+    .await;
     assert_eq!(std::fs::metadata(d.ws("hard")).unwrap().ino(), inode);
     assert_eq!(std::fs::read(d.ws("orig")).unwrap(), b"pwned");
     call(
@@ -159,9 +175,21 @@ async fn writes_inside_work_and_outside_or_into_protected_names_are_denied() {
     assert!(d.ws("sub/deeper").is_dir());
 
     for atomic in [false, true] {
-        let error = fail(&client, "fs/writeFile", write(&d.out("new"), atomic), &sandbox).await;
+        let error = fail(
+            &client,
+            "fs/writeFile",
+            write(&d.out("new"), atomic),
+            &sandbox,
+        )
+        .await;
         assert_denied(&error, EROFS);
-        let error = fail(&client, "fs/writeFile", write(&d.out("f"), atomic), &sandbox).await;
+        let error = fail(
+            &client,
+            "fs/writeFile",
+            write(&d.out("f"), atomic),
+            &sandbox,
+        )
+        .await;
         assert_denied(&error, EROFS);
         let error = fail(
             &client,
@@ -183,7 +211,10 @@ async fn writes_inside_work_and_outside_or_into_protected_names_are_denied() {
     }
     for (method, params) in [
         ("fs/createDirectory", json!({"path": uri(&d.out("dir"))})),
-        ("fs/createDirectory", json!({"path": uri(&d.ws(".git/hooks"))})),
+        (
+            "fs/createDirectory",
+            json!({"path": uri(&d.ws(".git/hooks"))}),
+        ),
         ("fs/remove", json!({"path": uri(&d.out("f"))})),
         ("fs/remove", json!({"path": uri(&d.ws(".git/config"))})),
         (
@@ -201,7 +232,10 @@ async fn writes_inside_work_and_outside_or_into_protected_names_are_denied() {
         ),
     ] {
         let error = fail(&client, method, params.clone(), &sandbox).await;
-        assert_eq!(error["data"]["sandboxDenied"], true, "{method} {params}: {error}");
+        assert_eq!(
+            error["data"]["sandboxDenied"], true,
+            "{method} {params}: {error}"
+        );
     }
     assert_eq!(
         std::fs::read_to_string(d.ws(".git/config")).unwrap(),
@@ -263,7 +297,10 @@ async fn symlink_escapes_are_stopped_by_the_kernel() {
     ];
     for (method, params) in escapes {
         let error = fail(&client, method, params.clone(), &sandbox).await;
-        assert_eq!(error["data"]["sandboxDenied"], true, "{method} {params}: {error}");
+        assert_eq!(
+            error["data"]["sandboxDenied"], true,
+            "{method} {params}: {error}"
+        );
     }
     // Listing through the link reports the refusal instead of the outside entries.
     let walked = call(
@@ -279,7 +316,13 @@ async fn symlink_escapes_are_stopped_by_the_kernel() {
         "outside names leaked: {walked}"
     );
     // A link is removed, not its target.
-    call(&client, "fs/remove", json!({"path": uri(&d.ws("link"))}), &sandbox).await;
+    call(
+        &client,
+        "fs/remove",
+        json!({"path": uri(&d.ws("link"))}),
+        &sandbox,
+    )
+    .await;
     assert!(std::fs::symlink_metadata(d.ws("link")).is_err());
     d.assert_outside_untouched();
     assert_eq!(std::fs::read_to_string(d.ws("mine")).unwrap(), "mine");
@@ -296,12 +339,16 @@ async fn streams_use_the_file_the_sandbox_opened() {
     std::fs::write(d.ws(".git/HEAD"), "ref").unwrap();
     std::os::unix::fs::symlink(d.out("f"), d.ws("link")).unwrap();
     let sandbox = read_restricted(&d.ws);
-    let open = |handle: &str, path: &Path, mode: &str| {
-        json!({"handleId": handle, "path": uri(path), "mode": mode})
-    };
+    let open = |handle: &str, path: &Path, mode: &str| json!({"handleId": handle, "path": uri(path), "mode": mode});
     let block = |handle: &str, chunk: &[u8]| json!({"handleId": handle, "chunk": b64(chunk)});
 
-    call(&client, "fs/open", open("r", &d.ws("digits"), "read"), &sandbox).await;
+    call(
+        &client,
+        "fs/open",
+        open("r", &d.ws("digits"), "read"),
+        &sandbox,
+    )
+    .await;
     // The handle pins the file the sandbox opened, whatever happens to the path later.
     std::fs::remove_file(d.ws("digits")).unwrap();
     let read = client
@@ -313,25 +360,49 @@ async fn streams_use_the_file_the_sandbox_opened() {
     assert_eq!(read, json!({"chunk": b64(b"6789"), "eof": true}));
     client.call("fs/close", json!({"handleId": "r"})).await;
 
-    call(&client, "fs/open", open("w", &d.ws("up"), "write"), &sandbox).await;
+    call(
+        &client,
+        "fs/open",
+        open("w", &d.ws("up"), "write"),
+        &sandbox,
+    )
+    .await;
     let next = client.call("fs/writeBlock", block("w", b"abc")).await;
     assert_eq!(next, json!({"nextOffset": 3}));
     client.call("fs/close", json!({"handleId": "w"})).await;
     assert_eq!(std::fs::read(d.ws("up")).unwrap(), b"abc");
 
-    call(&client, "fs/open", open("a", &d.ws("up"), "append"), &sandbox).await;
+    call(
+        &client,
+        "fs/open",
+        open("a", &d.ws("up"), "append"),
+        &sandbox,
+    )
+    .await;
     let next = client.call("fs/writeBlock", block("a", b"de")).await;
     assert_eq!(next, json!({"nextOffset": 5}));
     client.call("fs/close", json!({"handleId": "a"})).await;
     assert_eq!(std::fs::read(d.ws("up")).unwrap(), b"abcde");
 
     // replace: staged beside the target, renamed into place by the sandbox on close.
-    call(&client, "fs/open", open("s", &d.ws("up"), "replace"), &sandbox).await;
+    call(
+        &client,
+        "fs/open",
+        open("s", &d.ws("up"), "replace"),
+        &sandbox,
+    )
+    .await;
     client.call("fs/writeBlock", block("s", b"new")).await;
     assert_eq!(std::fs::read(d.ws("up")).unwrap(), b"abcde");
     client.call("fs/close", json!({"handleId": "s"})).await;
     assert_eq!(std::fs::read(d.ws("up")).unwrap(), b"new");
-    call(&client, "fs/open", open("x", &d.ws("up"), "replace"), &sandbox).await;
+    call(
+        &client,
+        "fs/open",
+        open("x", &d.ws("up"), "replace"),
+        &sandbox,
+    )
+    .await;
     client.call("fs/writeBlock", block("x", b"dropped")).await;
     client
         .call("fs/close", json!({"handleId": "x", "discard": true}))
@@ -374,7 +445,10 @@ async fn watches_unenforceable_intents_and_unloadable_helpers_fail_cleanly() {
     let error = fail(&client, "fs/watch", json!({"path": uri(&d.ws)}), &sandbox).await;
     assert_eq!(error["code"], -32602, "{error}");
     assert!(
-        error["message"].as_str().unwrap().starts_with("fs/watch cannot be confined"),
+        error["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("fs/watch cannot be confined"),
         "{error}"
     );
 

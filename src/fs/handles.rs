@@ -57,13 +57,17 @@ impl Handle {
     }
 
     /// Rebuilds a handle from the file a helper opened `confined` and passed back.
-    pub fn from_transfer(file: File, transfer: Transfer, confined: Confined) -> Self {
-        match transfer {
+    pub fn from_transfer(
+        file: File,
+        transfer: Transfer,
+        confined: Confined,
+    ) -> Result<Self, RpcError> {
+        Ok(match transfer {
             Transfer::Read => Handle::Read(file),
             Transfer::Write(transfer) => Handle::Write(Mutex::new(Some(
-                WriteHandle::from_transfer(file, transfer, confined),
+                WriteHandle::from_transfer(file, transfer, confined)?,
             ))),
-        }
+        })
     }
 }
 

@@ -146,11 +146,7 @@ impl Confined {
                 "the sandboxed helper did not pass exactly one open file back",
             ));
         };
-        Ok(Handle::from_transfer(
-            File::from(fd),
-            transfer,
-            self.clone(),
-        ))
+        Handle::from_transfer(File::from(fd), transfer, self.clone())
     }
 
     /// Renames a sealed staged file into place in the sandbox that staged it.

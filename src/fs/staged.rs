@@ -5,8 +5,12 @@ use super::host::{io_error, not_a_file, symlink_refused, with_path};
 use crate::rpc::RpcError;
 use std::fs::{File, OpenOptions, Permissions};
 use std::io;
-use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
+
+/// Staged files are named `<prefix><32 hex digits><suffix>` beside their target.
+const STAGING_PREFIX: &str = ".exec-server-";
+const STAGING_SUFFIX: &str = ".tmp";
 
 pub struct StagedFile {
     file: File,
@@ -31,7 +35,7 @@ impl StagedFile {
         let (target, permissions) = resolve_target(path, follow)?;
         let parent = target.parent().unwrap_or(Path::new("/"));
         let temp = parent.join(format!(
-            ".exec-server-{}.tmp",
+            "{STAGING_PREFIX}{}{STAGING_SUFFIX}",
             uuid::Uuid::new_v4().simple()
         ));
         let file = OpenOptions::new()
@@ -47,13 +51,38 @@ impl StagedFile {
         })
     }
 
-    /// A staged file the sandbox helper created: its open `file` came over the socket.
-    pub fn from_parts(file: File, temp: PathBuf, target: PathBuf, mode: Option<u32>) -> Self {
-        Self {
+    /// A staged file the sandbox helper created: its open `file` came over the socket. The
+    /// daemon removes `temp` unconfined when the upload is dropped, so it must be a staging name
+    /// and that very file, not a path the helper merely claims.
+    pub fn from_parts(
+        file: File,
+        temp: PathBuf,
+        target: PathBuf,
+        mode: Option<u32>,
+    ) -> Result<Self, RpcError> {
+        let staging_name = temp
+            .file_name()
+            .and_then(|name| name.to_str())
+            .is_some_and(|name| {
+                name.strip_prefix(STAGING_PREFIX)
+                    .and_then(|rest| rest.strip_suffix(STAGING_SUFFIX))
+                    .is_some_and(|id| id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()))
+            });
+        let same_file = match (file.metadata(), std::fs::symlink_metadata(&temp)) {
+            (Ok(open), Ok(named)) => (open.dev(), open.ino()) == (named.dev(), named.ino()),
+            _ => false,
+        };
+        if !staging_name || !same_file {
+            return Err(RpcError::internal(format!(
+                "the sandboxed helper passed a staged file that is not `{}`",
+                temp.display()
+            )));
+        }
+        Ok(Self {
             file,
             permissions: mode.map(Permissions::from_mode),
             name: StagedName::new(temp, target),
-        }
+        })
     }
 
     /// The parts [`from_parts`](Self::from_parts) takes; the staged file is no longer removed

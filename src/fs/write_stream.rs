@@ -145,7 +145,11 @@ impl WriteHandle {
     }
 
     /// Rebuilds a handle the sandbox helper opened `confined`.
-    pub fn from_transfer(file: File, transfer: WriteTransfer, confined: Confined) -> Self {
+    pub fn from_transfer(
+        file: File,
+        transfer: WriteTransfer,
+        confined: Confined,
+    ) -> Result<Self, RpcError> {
         let (sink, path) = match transfer {
             WriteTransfer::InPlace { path, append } => (Sink::InPlace { file, append }, path),
             WriteTransfer::Staged {
@@ -155,17 +159,17 @@ impl WriteHandle {
                 mode,
             } => (
                 Sink::Staged {
-                    staged: StagedFile::from_parts(file, temp, target, mode),
+                    staged: StagedFile::from_parts(file, temp, target, mode)?,
                     install_in: Some(confined),
                 },
                 path,
             ),
         };
-        Self {
+        Ok(Self {
             sink,
             path,
             cursor: 0,
-        }
+        })
     }
 
     /// The open file (the one a sandbox helper passes on).

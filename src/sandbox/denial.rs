@@ -388,6 +388,32 @@ mod tests {
     }
 
     #[test]
+    fn errnos_count_on_paths_the_policy_does_not_grant() {
+        let context = context(false);
+        let check =
+            |errno, path: &str, write| context.explains_errno(errno, Path::new(path), write);
+        assert!(check(libc::EROFS, "/etc/x", true));
+        assert!(check(libc::EXDEV, "/ws/.git/config", true));
+        assert!(check(libc::EBUSY, "/ws/.git", true));
+        assert!(check(libc::EEXIST, "/ws/.git", true), "a placeholder");
+        // Inside the write root, or a read the policy allows: the file's own mode bits.
+        assert!(!check(libc::EACCES, "/ws/secret", true));
+        assert!(!check(libc::EACCES, "/etc/shadow", false));
+        assert!(!check(libc::EEXIST, "/ws/src", true));
+        assert!(!check(libc::ENOENT, "/etc/x", true));
+        let reads_only_ws = DenialContext {
+            rules: Some(vec![Rule {
+                path: "/ws".into(),
+                access: FsAccess::Write,
+            }]),
+            network_restricted: false,
+            cwd: "/ws".into(),
+            program: "exec-server".into(),
+        };
+        assert!(reads_only_ws.explains_errno(libc::EACCES, Path::new("/etc/shadow"), false));
+    }
+
+    #[test]
     fn sigsys_and_split_lines() {
         let mut scanner = Scanner::new(context(false));
         assert!(scanner.verdict(159, Some(libc::SIGSYS)));
