@@ -1,5 +1,5 @@
-//! The `fs/*` methods: decode, pass the sandbox gate, convert paths, then run the blocking
-//! work off the runtime.
+//! The `fs/*` methods: decode, pass the sandbox gate, then run the blocking work off the
+//! runtime, or confined in the sandbox helper.
 
 use super::handles::Handle;
 use super::host::{blocking, host_path, id_or_new};
