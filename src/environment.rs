@@ -33,17 +33,24 @@ pub async fn handle(
 /// The optional features this daemon really implements. Listed in full, without
 /// `..Default::default()`, so adding a bit to the protocol forces a decision here.
 pub fn capabilities() -> EnvironmentCapabilities {
+    let sandbox = crate::sandbox::enforceable();
     EnvironmentCapabilities {
         network_proxy_launch: false,
         capability_discovery_sandbox: false,
         environment_config_read: false,
         http_header_env_vars: true,
-        sandboxed_file_streaming: false,
+        sandboxed_file_streaming: sandbox,
         shell_snapshot_v2: false,
         process_resize: true,
         process_close_stdin: true,
         process_signals: true,
         output_retention_indicator: true,
+        file_write_streaming: true,
+        fs_atomic_write: true,
+        fs_rename: true,
+        fs_read_directory_errors: true,
+        fs_watch: true,
+        linux_sandbox: sandbox,
     }
 }
 

@@ -45,12 +45,18 @@ async fn info_describes_the_host_the_daemon_runs_on() {
             "capabilityDiscoverySandbox": false,
             "environmentConfigRead": false,
             "httpHeaderEnvVars": true,
-            "sandboxedFileStreaming": false,
+            "sandboxedFileStreaming": true,
             "shellSnapshotV2": false,
             "processResize": true,
             "processCloseStdin": true,
             "processSignals": true,
-            "outputRetentionIndicator": true
+            "outputRetentionIndicator": true,
+            "fileWriteStreaming": true,
+            "fsAtomicWrite": true,
+            "fsRename": true,
+            "fsReadDirectoryErrors": true,
+            "fsWatch": true,
+            "linuxSandbox": true
         })
     );
 }

@@ -29,7 +29,8 @@ pub struct EnvironmentCapabilities {
     pub environment_config_read: bool,
     /// `http/request` headers accept `valueEnvVar` (value read from the executor's environment).
     pub http_header_env_vars: bool,
-    /// File streaming honours a sandbox context.
+    /// File streaming honours a sandbox context (here: `fs/open` with a restricting `sandbox`
+    /// opens the file inside the sandbox, in every mode).
     pub sandboxed_file_streaming: bool,
     /// Version 2 of shell snapshots.
     pub shell_snapshot_v2: bool,
@@ -42,6 +43,22 @@ pub struct EnvironmentCapabilities {
     pub process_signals: bool,
     /// `process/read` reports `firstRetainedSeq` and `truncated` (this daemon's addition).
     pub output_retention_indicator: bool,
+    /// `fs/open` modes `write`, `append` and `replace`, `fs/writeBlock`, and the commit on
+    /// `fs/close` (`discard` to abort) (this daemon's addition).
+    pub file_write_streaming: bool,
+    /// `fs/writeFile {atomic: true}` (this daemon's addition).
+    pub fs_atomic_write: bool,
+    /// `fs/rename` (this daemon's addition).
+    pub fs_rename: bool,
+    /// `fs/readDirectory` reports entries it could not stat in `errors` (this daemon's
+    /// addition).
+    pub fs_read_directory_errors: bool,
+    /// `fs/watch`, `fs/unwatch` and `fs/changed` (this daemon's addition).
+    pub fs_watch: bool,
+    /// `sandbox` intent on `process/start` and on `fs/*` calls is enforced by the Linux kernel
+    /// (namespaces, Landlock, seccomp); false when this kernel cannot, and such intent is then
+    /// refused (this daemon's addition).
+    pub linux_sandbox: bool,
 }
 
 fn legacy_executor_version() -> String {
@@ -132,7 +149,13 @@ mod tests {
                 "processResize": true,
                 "processCloseStdin": true,
                 "processSignals": true,
-                "outputRetentionIndicator": true
+                "outputRetentionIndicator": true,
+                "fileWriteStreaming": true,
+                "fsAtomicWrite": true,
+                "fsRename": true,
+                "fsReadDirectoryErrors": true,
+                "fsWatch": true,
+                "linuxSandbox": true
             }
         });
         let info: EnvironmentInfo = serde_json::from_value(wire.clone()).unwrap();

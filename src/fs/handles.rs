@@ -2,10 +2,15 @@
 //! path renamed or replaced mid-stream keeps serving the original. Dropping the table (the
 //! connection ended) closes every file and discards uncommitted staged writes.
 
-use super::write_stream::WriteHandle;
+use super::host::open_regular;
+use super::sandbox::Confined;
+use super::write_stream::{WriteHandle, WriteTransfer};
 use crate::rpc::RpcError;
+use exec_server_protocol::fs::OpenMode;
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fs::File;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 /// Open handles per connection, of all modes together.
@@ -15,6 +20,55 @@ pub enum Handle {
     Read(File),
     /// Writes hold the lock for their duration; `None` once closed while a write was queued.
     Write(Mutex<Option<WriteHandle>>),
+}
+
+/// A handle the sandbox helper opened, as it describes it to the daemon; the open file itself
+/// travels beside this over the helper's socket.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum Transfer {
+    Read,
+    Write(WriteTransfer),
+}
+
+impl Handle {
+    /// Opens `path` for a stream in `mode`: the same code in the daemon and, for a sandboxed
+    /// open, in the helper.
+    pub fn open(path: &Path, mode: OpenMode, follow: bool) -> Result<Self, RpcError> {
+        Ok(match mode {
+            OpenMode::Read => Handle::Read(open_regular(path, follow)?.0),
+            mode => Handle::Write(Mutex::new(Some(WriteHandle::open(path, mode, follow)?))),
+        })
+    }
+
+    /// The open file and how to rebuild the handle around it; None for a handle already
+    /// closed (a fresh one never is).
+    pub fn into_transfer(self) -> Option<(File, Transfer)> {
+        match self {
+            Handle::Read(file) => Some((file, Transfer::Read)),
+            Handle::Write(writer) => writer
+                .into_inner()
+                .unwrap_or_else(|poison| poison.into_inner())
+                .map(|writer| {
+                    let (file, transfer) = writer.into_transfer();
+                    (file, Transfer::Write(transfer))
+                }),
+        }
+    }
+
+    /// Rebuilds a handle from the file a helper opened `confined` and passed back.
+    pub fn from_transfer(
+        file: File,
+        transfer: Transfer,
+        confined: Confined,
+    ) -> Result<Self, RpcError> {
+        Ok(match transfer {
+            Transfer::Read => Handle::Read(file),
+            Transfer::Write(transfer) => Handle::Write(Mutex::new(Some(
+                WriteHandle::from_transfer(file, transfer, confined)?,
+            ))),
+        })
+    }
 }
 
 #[derive(Default)]

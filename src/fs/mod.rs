@@ -1,15 +1,21 @@
 //! The `fs/*` methods: files, directories, block streams and watches on the executor host.
 //!
-//! Layout: `methods` decodes and routes; `sandbox` is the single gate for `sandbox` intent;
-//! `host` converts paths, maps errors and opens files (never blocking on a FIFO); `file`,
-//! `ops`, `copy`, `walk` do the one-shot work; `handles`, `read_stream`, `write_stream` and
-//! `staged` serve `fs/open` streams; `watch` serves `fs/watch`.
+//! Layout: `methods` decodes and routes; `sandbox` is the single gate for `sandbox` intent and
+//! the daemon's side of confined calls, `helper` the confined side (`exec-server __fs-op`);
+//! `oneshot` is every one-shot method as one value that either side runs; `host` converts
+//! paths, maps errors and opens files (never blocking on a FIFO); `file`, `ops`, `copy`, `walk`
+//! do the one-shot work; `handles`, `read_stream`, `write_stream` and `staged` serve `fs/open`
+//! streams; `watch` serves `fs/watch`. What the module adds to the reference protocol is
+//! advertised in `environment/info` (`fileWriteStreaming`, `fsAtomicWrite`, `fsRename`,
+//! `fsReadDirectoryErrors`, `fsWatch`, `sandboxedFileStreaming`).
 
 mod copy;
 mod file;
 mod handles;
+pub mod helper;
 mod host;
 pub mod methods;
+mod oneshot;
 mod ops;
 mod read_stream;
 pub mod sandbox;
@@ -17,22 +23,6 @@ mod staged;
 mod walk;
 mod watch;
 mod write_stream;
-
-/// Capability names of what this module adds to the reference protocol, for
-/// `environment/info` to advertise:
-/// - `fileWriteStreaming`: `fs/open` modes write/append/replace, `fs/writeBlock`, commit on
-///   `fs/close` (`discard` to abort).
-/// - `fsAtomicWrite`: `fs/writeFile {atomic: true}`.
-/// - `fsRename`: `fs/rename`.
-/// - `fsReadDirectoryErrors`: `fs/readDirectory` reports entries it could not stat in `errors`.
-/// - `fsWatch`: `fs/watch`, `fs/unwatch`, `fs/changed`.
-pub const CAPABILITIES: &[&str] = &[
-    "fileWriteStreaming",
-    "fsAtomicWrite",
-    "fsRename",
-    "fsReadDirectoryErrors",
-    "fsWatch",
-];
 
 /// Per-connection filesystem state: open handles and watches. Dropped with the connection,
 /// which closes every file, discards staged writes and stops every watch.

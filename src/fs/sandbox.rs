@@ -1,55 +1,307 @@
-//! The single decision point for `sandbox` intent on filesystem calls.
+//! The single decision point for `sandbox` intent on filesystem calls, and the daemon's side of
+//! sandboxed operations.
 //!
-//! Every fs method that names a path passes its `sandbox` through [`ensure_direct`] before it
-//! touches the disk. Until requests can be routed through a sandboxed helper, intent that
-//! restricts anything fails closed: such a request never runs unrestricted.
+//! Every fs method that names a path passes its `sandbox` through [`route`] before it touches
+//! the disk. Intent whose file-system policy restricts nothing runs directly in the daemon; any
+//! other runs the operation in the daemon's own binary (`__fs-op`, see `helper.rs`) confined by
+//! [`crate::sandbox::run_self`], so the kernel enforces the intent on the operation itself:
+//! symbolic links are resolved by the confined process, protected names are read-only mounts,
+//! masks hide denied areas. Stream opens get the file the helper opened passed back over its
+//! socket; watches cannot be confined and are refused.
 
+use super::handles::Handle;
+use super::helper::{HelperReply, HelperRequest, INSTALL_STAGED};
+use super::oneshot::Request;
+use super::staged::StagedName;
 use crate::rpc::RpcError;
-use exec_server_protocol::fs::*;
-use exec_server_protocol::sandbox::{FileSystemSandboxContext, PermissionProfile};
+use crate::sandbox::denial::DenialContext;
+use crate::sandbox::{run_self, SelfOutput};
+use exec_server_protocol::fs::{OpenMode, OpenParams, ReadDirectoryResult, WalkResult};
+use exec_server_protocol::rpc::method;
+use exec_server_protocol::sandbox::{
+    FileSystemPermissions, FileSystemSandboxContext, FsPath, PermissionProfile, SpecialKind,
+};
+use serde::Deserialize as _;
+use serde_json::Value;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-/// Ok when the call may run directly in the daemon: no sandbox, or one whose file-system
-/// policy restricts nothing (disabled, external, unrestricted or plain full-disk write). As in
-/// the reference's `should_run_in_sandbox` for fs calls, the network setting does not matter:
-/// a file operation opens no sockets.
-pub fn ensure_direct(sandbox: Option<&FileSystemSandboxContext>) -> Result<(), RpcError> {
-    let restricted = match sandbox.map(|sandbox| &sandbox.permissions) {
-        Some(PermissionProfile::Managed { file_system, .. }) => file_system.restricts(),
+/// How a call runs.
+pub enum Route {
+    /// In the daemon: no sandbox, or one whose file-system policy restricts nothing.
+    Direct,
+    Confined(Confined),
+}
+
+/// A restricting intent, bound to the directory its helper runs in; shared by the handles
+/// opened under it.
+#[derive(Clone, Debug)]
+pub struct Confined(Arc<Intent>);
+
+#[derive(Debug)]
+struct Intent {
+    sandbox: FileSystemSandboxContext,
+    cwd: PathBuf,
+}
+
+/// Direct when the call may run in the daemon: no sandbox, or one whose file-system policy
+/// restricts nothing (disabled, external, unrestricted or plain full-disk write). As in the
+/// reference's `should_run_in_sandbox` for fs calls, the network setting does not decide: a
+/// file operation opens no sockets (a restricted network still applies to the helper).
+pub fn route(sandbox: Option<FileSystemSandboxContext>) -> Result<Route, RpcError> {
+    let Some(sandbox) = sandbox else {
+        return Ok(Route::Direct);
+    };
+    let restricted = match &sandbox.permissions {
+        PermissionProfile::Managed { file_system, .. } => file_system.restricts(),
         _ => false,
     };
-    if restricted {
-        return Err(RpcError::invalid_params(
-            "sandboxed filesystem operations are not supported by this executor yet",
-        ));
+    if !restricted {
+        return Ok(Route::Direct);
     }
-    Ok(())
-}
-
-/// Params that carry a `sandbox`.
-pub trait Sandboxed {
-    fn sandbox(&self) -> Option<&FileSystemSandboxContext>;
-}
-
-macro_rules! sandboxed {
-    ($($params:ty),* $(,)?) => {
-        $(impl Sandboxed for $params {
-            fn sandbox(&self) -> Option<&FileSystemSandboxContext> {
-                self.sandbox.as_ref()
-            }
-        })*
+    let cwd = match &sandbox.cwd {
+        Some(uri) => uri.to_path().map_err(|err| {
+            RpcError::invalid_params(format!(
+                "sandbox cwd URI `{uri}` is not valid on this exec-server host: {err}"
+            ))
+        })?,
+        None if needs_cwd(&sandbox) => {
+            return Err(RpcError::invalid_params(
+                "file system sandbox context with dynamic permissions requires cwd",
+            ))
+        }
+        None => std::env::current_dir()
+            .and_then(std::fs::canonicalize)
+            .map_err(|err| {
+                RpcError::internal(format!("the daemon's working directory is unusable: {err}"))
+            })?,
     };
+    Ok(Route::Confined(Confined(Arc::new(Intent { sandbox, cwd }))))
 }
 
-sandboxed!(
-    ReadFileParams,
-    WriteFileParams,
-    CreateDirectoryParams,
-    GetMetadataParams,
-    PathParams,
-    RemoveParams,
-    CopyParams,
-    RenameParams,
-    WalkParams,
-    OpenParams,
-    WatchParams,
-);
+/// A request has no cwd of its own: entries relative to the workspace need `sandbox.cwd` (or
+/// explicit `workspaceRoots`), as in the reference.
+fn needs_cwd(sandbox: &FileSystemSandboxContext) -> bool {
+    let PermissionProfile::Managed {
+        file_system: FileSystemPermissions::Restricted { entries, .. },
+        ..
+    } = &sandbox.permissions
+    else {
+        return false;
+    };
+    sandbox.workspace_roots.is_empty()
+        && entries.iter().any(|entry| match &entry.path {
+            FsPath::Special { value } => value.kind == SpecialKind::ProjectRoots,
+            FsPath::GlobPattern { pattern } => !Path::new(pattern).is_absolute(),
+            FsPath::Path { .. } => false,
+        })
+}
+
+/// Refuses what cannot be confined: a watch keeps reporting changes long after any check, and
+/// the kernel has no sandbox rule for inotify.
+pub fn refuse(route: Route, what: &str) -> Result<(), RpcError> {
+    match route {
+        Route::Direct => Ok(()),
+        Route::Confined(_) => Err(RpcError::invalid_params(format!(
+            "{what} cannot be confined by a restricting sandbox on this executor; \
+             refusing to run it unconfined"
+        ))),
+    }
+}
+
+impl Confined {
+    /// Runs a one-shot operation in the sandbox. Listings leave out the placeholders that held
+    /// missing protected names while the helper ran, so results match the direct path.
+    pub async fn one_shot(&self, request: Request) -> Result<Value, RpcError> {
+        let touches = request.touches();
+        let (mut result, output) = self
+            .call(request.method(), request.params(), &touches)
+            .await?;
+        if !output.placeholders.is_empty() {
+            hide_placeholders(&request, &mut result, &output.placeholders);
+        }
+        Ok(result)
+    }
+
+    /// Opens a stream in the sandbox; the helper passes the open file back.
+    pub async fn open(&self, mut params: OpenParams) -> Result<Handle, RpcError> {
+        params.sandbox = None;
+        params.handle_id = None;
+        let touches: Vec<(PathBuf, bool)> = params
+            .path
+            .to_path()
+            .map(|path| (path, params.mode.unwrap_or_default() != OpenMode::Read))
+            .into_iter()
+            .collect();
+        let params = serde_json::to_value(&params).expect("wire types always serialize");
+        let (description, mut output) = self.call(method::FS_OPEN, params, &touches).await?;
+        let transfer = serde_json::from_value(description).map_err(|err| {
+            RpcError::internal(format!(
+                "the sandboxed helper described the file badly: {err}"
+            ))
+        })?;
+        let (Some(fd), true) = (output.fds.pop(), output.fds.is_empty()) else {
+            return Err(RpcError::internal(
+                "the sandboxed helper did not pass exactly one open file back",
+            ));
+        };
+        Handle::from_transfer(File::from(fd), transfer, self.clone())
+    }
+
+    /// Renames a sealed staged file into place in the sandbox that staged it.
+    pub async fn install(&self, name: StagedName) -> Result<(), RpcError> {
+        let (temp, target) = name.disarm();
+        let touches = [(temp.clone(), true), (target.clone(), true)];
+        let params = serde_json::json!({"temp": temp, "target": target});
+        let outcome = self.call(INSTALL_STAGED, params, &touches).await;
+        if outcome.is_err() {
+            // The helper removes the staged file when it fails to install it; this covers a
+            // helper that never ran. The name is random and the unlink follows no final link.
+            let _ = std::fs::remove_file(&temp);
+        }
+        outcome.map(drop)
+    }
+
+    /// One helper round trip: the request on stdin, the reply on stdout. A failure keeps the
+    /// operation's own error (code, message, data) and adds `data.sandboxDenied` when the
+    /// sandbox caused it; a helper that produced no reply is -32603.
+    async fn call(
+        &self,
+        method: &str,
+        params: Value,
+        touches: &[(PathBuf, bool)],
+    ) -> Result<(Value, SelfOutput), RpcError> {
+        let request = HelperRequest {
+            method: method.to_owned(),
+            params: Some(params),
+        };
+        let input = serde_json::to_vec(&request).expect("a JSON value always serializes");
+        let output = run_self(
+            &self.0.sandbox,
+            &self.0.cwd,
+            &[super::helper::FS_OP_ARG],
+            input,
+        )
+        .await?;
+        match serde_json::from_slice::<HelperReply>(&output.stdout) {
+            Ok(HelperReply::Ok(result)) => Ok((result, output)),
+            Ok(HelperReply::Error(error)) => {
+                let mut error = RpcError {
+                    code: error.code,
+                    message: error.message,
+                    data: error.data,
+                };
+                if output
+                    .context
+                    .as_deref()
+                    .is_some_and(|context| caused_by_sandbox(context, &error, touches))
+                {
+                    mark_denied(&mut error);
+                }
+                Err(error)
+            }
+            Err(_) => {
+                let stderr = String::from_utf8_lossy(&output.stderr);
+                let mut error = RpcError::internal(format!(
+                    "the sandboxed filesystem helper failed (exit code {}): {}",
+                    output.exit_code,
+                    stderr.trim()
+                ));
+                // Killed by seccomp: certainly the sandbox.
+                if output.exit_code == 128 + libc::SIGSYS {
+                    mark_denied(&mut error);
+                }
+                Err(error)
+            }
+        }
+    }
+}
+
+/// Whether the operation's failure was the sandbox's doing: a denial errno on a path the
+/// policy does not grant the access the operation needed (its own paths, resolved on the host
+/// as the helper would, so a symbolic link out of the roots counts), or a placeholder's answer
+/// for a protected name.
+fn caused_by_sandbox(
+    context: &DenialContext,
+    error: &RpcError,
+    touches: &[(PathBuf, bool)],
+) -> bool {
+    let Some(data) = error.data.as_ref() else {
+        return false;
+    };
+    let Some(errno) = data
+        .get("errno")
+        .and_then(Value::as_i64)
+        .and_then(|errno| i32::try_from(errno).ok())
+    else {
+        return false;
+    };
+    let reported = data
+        .get("path")
+        .and_then(Value::as_str)
+        .and_then(|uri| exec_server_protocol::PathUri::parse(uri).ok())
+        .and_then(|uri| uri.to_path().ok())
+        .map(|path| {
+            // The path lies under one of the operation's own: it is read or written as that
+            // one is (a file inside a copied tree, the destination of a rename).
+            let write = touches
+                .iter()
+                .filter(|(own, _)| path.starts_with(own))
+                .max_by_key(|(own, _)| own.components().count())
+                .map_or_else(|| touches.iter().any(|(_, w)| *w), |(_, w)| *w);
+            (path, write)
+        });
+    touches
+        .iter()
+        .cloned()
+        .chain(reported)
+        .any(|(path, write)| context.explains_errno(errno, &path, write))
+}
+
+fn mark_denied(error: &mut RpcError) {
+    let data = error
+        .data
+        .get_or_insert_with(|| Value::Object(Default::default()));
+    if let Value::Object(map) = data {
+        map.insert("sandboxDenied".into(), Value::Bool(true));
+    }
+}
+
+/// Drops listing entries that are placeholders: empty read-only directories that existed only
+/// while the helper ran.
+fn hide_placeholders(request: &Request, result: &mut Value, placeholders: &[PathBuf]) {
+    let is_placeholder = |path: &Path| {
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            return false;
+        };
+        std::fs::canonicalize(parent).is_ok_and(|parent| placeholders.contains(&parent.join(name)))
+    };
+    match request {
+        Request::ReadDirectory(params) => {
+            let (Ok(dir), Ok(mut listing)) = (
+                params.path.to_path(),
+                ReadDirectoryResult::deserialize(&*result),
+            ) else {
+                return;
+            };
+            listing
+                .entries
+                .retain(|entry| !is_placeholder(&dir.join(&entry.file_name)));
+            *result = serde_json::to_value(listing).expect("wire types always serialize");
+        }
+        Request::Walk(_) => {
+            let Ok(mut walk) = WalkResult::deserialize(&*result) else {
+                return;
+            };
+            walk.entries.retain(|entry| {
+                entry
+                    .path
+                    .to_path()
+                    .map_or(true, |path| !is_placeholder(&path))
+            });
+            *result = serde_json::to_value(walk).expect("wire types always serialize");
+        }
+        _ => {}
+    }
+}

@@ -5,16 +5,26 @@ use super::host::{io_error, not_a_file, symlink_refused, with_path};
 use crate::rpc::RpcError;
 use std::fs::{File, OpenOptions, Permissions};
 use std::io;
-use std::os::unix::fs::OpenOptionsExt as _;
+use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
+
+/// Staged files are named `<prefix><32 hex digits><suffix>` beside their target.
+const STAGING_PREFIX: &str = ".exec-server-";
+const STAGING_SUFFIX: &str = ".tmp";
 
 pub struct StagedFile {
     file: File,
-    temp: PathBuf,
-    target: PathBuf,
     /// The replaced file's mode, kept on the new one.
     permissions: Option<Permissions>,
-    committed: bool,
+    name: StagedName,
+}
+
+/// Where a staged file lies and what it replaces. Dropping it removes the staged file, unless
+/// it was installed or handed over.
+pub struct StagedName {
+    temp: PathBuf,
+    target: PathBuf,
+    armed: bool,
 }
 
 impl StagedFile {
@@ -25,7 +35,7 @@ impl StagedFile {
         let (target, permissions) = resolve_target(path, follow)?;
         let parent = target.parent().unwrap_or(Path::new("/"));
         let temp = parent.join(format!(
-            ".exec-server-{}.tmp",
+            "{STAGING_PREFIX}{}{STAGING_SUFFIX}",
             uuid::Uuid::new_v4().simple()
         ));
         let file = OpenOptions::new()
@@ -36,11 +46,51 @@ impl StagedFile {
             .map_err(|err| io_error(&err, &target))?;
         Ok(Self {
             file,
-            temp,
-            target,
             permissions,
-            committed: false,
+            name: StagedName::new(temp, target),
         })
+    }
+
+    /// A staged file the sandbox helper created: its open `file` came over the socket. The
+    /// daemon removes `temp` unconfined when the upload is dropped, so it must be a staging name
+    /// and that very file, not a path the helper merely claims.
+    pub fn from_parts(
+        file: File,
+        temp: PathBuf,
+        target: PathBuf,
+        mode: Option<u32>,
+    ) -> Result<Self, RpcError> {
+        let staging_name = temp
+            .file_name()
+            .and_then(|name| name.to_str())
+            .is_some_and(|name| {
+                name.strip_prefix(STAGING_PREFIX)
+                    .and_then(|rest| rest.strip_suffix(STAGING_SUFFIX))
+                    .is_some_and(|id| id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()))
+            });
+        let same_file = match (file.metadata(), std::fs::symlink_metadata(&temp)) {
+            (Ok(open), Ok(named)) => (open.dev(), open.ino()) == (named.dev(), named.ino()),
+            _ => false,
+        };
+        if !staging_name || !same_file {
+            return Err(RpcError::internal(format!(
+                "the sandboxed helper passed a staged file that is not `{}`",
+                temp.display()
+            )));
+        }
+        Ok(Self {
+            file,
+            permissions: mode.map(Permissions::from_mode),
+            name: StagedName::new(temp, target),
+        })
+    }
+
+    /// The parts [`from_parts`](Self::from_parts) takes; the staged file is no longer removed
+    /// here, its new owner does that.
+    pub fn into_parts(self) -> (File, PathBuf, PathBuf, Option<u32>) {
+        let (temp, target) = self.name.disarm();
+        let mode = self.permissions.map(|p| p.mode());
+        (self.file, temp, target, mode)
     }
 
     pub fn file(&self) -> &File {
@@ -49,22 +99,55 @@ impl StagedFile {
 
     /// Makes the staged bytes durable, then atomically replaces the target and makes the
     /// rename durable too.
-    pub fn commit(mut self) -> Result<(), RpcError> {
-        let target = self.target.clone();
-        with_path(self.file.sync_all(), &target)?;
-        if let Some(permissions) = self.permissions.take() {
-            with_path(self.file.set_permissions(permissions), &target)?;
+    pub fn commit(self) -> Result<(), RpcError> {
+        self.seal()?.install()
+    }
+
+    /// Makes the staged bytes durable and gives them the replaced file's mode (both through
+    /// the open file); what remains is the rename.
+    pub fn seal(self) -> Result<StagedName, RpcError> {
+        let target = &self.name.target;
+        with_path(self.file.sync_all(), target)?;
+        if let Some(permissions) = self.permissions {
+            with_path(self.file.set_permissions(permissions), target)?;
         }
-        with_path(std::fs::rename(&self.temp, &target), &target)?;
-        self.committed = true;
-        let parent = target.parent().unwrap_or(Path::new("/"));
-        with_path(File::open(parent).and_then(|dir| dir.sync_all()), &target)
+        Ok(self.name)
     }
 }
 
-impl Drop for StagedFile {
+impl StagedName {
+    pub fn new(temp: PathBuf, target: PathBuf) -> Self {
+        Self {
+            temp,
+            target,
+            armed: true,
+        }
+    }
+
+    /// Renames the staged file over the target and makes the rename durable.
+    pub fn install(mut self) -> Result<(), RpcError> {
+        with_path(std::fs::rename(&self.temp, &self.target), &self.target)?;
+        self.armed = false;
+        let parent = self.target.parent().unwrap_or(Path::new("/"));
+        with_path(
+            File::open(parent).and_then(|dir| dir.sync_all()),
+            &self.target,
+        )
+    }
+
+    /// The staged file and its target, no longer removed on drop.
+    pub fn disarm(mut self) -> (PathBuf, PathBuf) {
+        self.armed = false;
+        (
+            std::mem::take(&mut self.temp),
+            std::mem::take(&mut self.target),
+        )
+    }
+}
+
+impl Drop for StagedName {
     fn drop(&mut self) {
-        if !self.committed {
+        if self.armed {
             let _ = std::fs::remove_file(&self.temp);
         }
     }

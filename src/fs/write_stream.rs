@@ -2,9 +2,11 @@
 //! Large uploads travel as many bounded blocks instead of one giant base64 string.
 
 use super::host::{not_a_file, open, with_path};
-use super::staged::StagedFile;
+use super::sandbox::Confined;
+use super::staged::{StagedFile, StagedName};
 use crate::rpc::RpcError;
 use exec_server_protocol::fs::{OpenMode, FILE_CHUNK_SIZE};
+use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
 use std::io::{Seek as _, Write as _};
 use std::os::unix::fs::FileExt as _;
@@ -18,16 +20,45 @@ pub struct WriteHandle {
 }
 
 enum Sink {
-    InPlace { file: File, append: bool },
-    Staged(StagedFile),
+    InPlace {
+        file: File,
+        append: bool,
+    },
+    Staged {
+        staged: StagedFile,
+        /// Set when a sandbox helper staged the file: the rename into place must run in that
+        /// sandbox too.
+        install_in: Option<Confined>,
+    },
 }
+
+/// A write handle the sandbox helper opened, as it describes it to the daemon.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "sink", rename_all = "camelCase")]
+pub enum WriteTransfer {
+    #[serde(rename_all = "camelCase")]
+    InPlace { path: PathBuf, append: bool },
+    #[serde(rename_all = "camelCase")]
+    Staged {
+        path: PathBuf,
+        temp: PathBuf,
+        target: PathBuf,
+        mode: Option<u32>,
+    },
+}
+
+/// What is left of a closed handle: the rename of a staged file, to run in its sandbox.
+pub type PendingInstall = (StagedName, Confined);
 
 impl WriteHandle {
     /// `write` (and `read`, which callers never pass) creates or truncates in place, `append`
     /// creates if missing, `replace` stages beside the target.
     pub fn open(path: &Path, mode: OpenMode, follow: bool) -> Result<Self, RpcError> {
         let sink = if mode == OpenMode::Replace {
-            Sink::Staged(StagedFile::create(path, follow)?)
+            Sink::Staged {
+                staged: StagedFile::create(path, follow)?,
+                install_in: None,
+            }
         } else {
             let append = mode == OpenMode::Append;
             let mut options = OpenOptions::new();
@@ -70,8 +101,7 @@ impl WriteHandle {
                 self.cursor = with_path(file.stream_position(), path)?;
                 return Ok(self.cursor);
             }
-            Sink::InPlace { file, .. } => file,
-            Sink::Staged(staged) => staged.file(),
+            _ => self.file(),
         };
         let start = offset.unwrap_or(self.cursor);
         let end = start
@@ -83,11 +113,70 @@ impl WriteHandle {
         Ok(end)
     }
 
-    /// Commits a `replace` handle unless `discard`; in-place handles are already written.
-    pub fn finish(self, discard: bool) -> Result<(), RpcError> {
+    /// Commits a `replace` handle unless `discard`; in-place handles are already written. A
+    /// handle a sandbox helper staged is sealed here and its rename returned, for that sandbox.
+    pub fn finish(self, discard: bool) -> Result<Option<PendingInstall>, RpcError> {
         match self.sink {
-            Sink::Staged(staged) if !discard => staged.commit(),
-            _ => Ok(()),
+            Sink::Staged { staged, install_in } if !discard => match install_in {
+                None => staged.commit().map(|()| None),
+                Some(confined) => Ok(Some((staged.seal()?, confined))),
+            },
+            _ => Ok(None),
+        }
+    }
+
+    /// The open file and how to rebuild the handle around it (in the sandbox helper, which
+    /// passes the file to the daemon).
+    pub fn into_transfer(self) -> (File, WriteTransfer) {
+        let path = self.path;
+        match self.sink {
+            Sink::InPlace { file, append } => (file, WriteTransfer::InPlace { path, append }),
+            Sink::Staged { staged, .. } => {
+                let (file, temp, target, mode) = staged.into_parts();
+                let transfer = WriteTransfer::Staged {
+                    path,
+                    temp,
+                    target,
+                    mode,
+                };
+                (file, transfer)
+            }
+        }
+    }
+
+    /// Rebuilds a handle the sandbox helper opened `confined`.
+    pub fn from_transfer(
+        file: File,
+        transfer: WriteTransfer,
+        confined: Confined,
+    ) -> Result<Self, RpcError> {
+        let (sink, path) = match transfer {
+            WriteTransfer::InPlace { path, append } => (Sink::InPlace { file, append }, path),
+            WriteTransfer::Staged {
+                path,
+                temp,
+                target,
+                mode,
+            } => (
+                Sink::Staged {
+                    staged: StagedFile::from_parts(file, temp, target, mode)?,
+                    install_in: Some(confined),
+                },
+                path,
+            ),
+        };
+        Ok(Self {
+            sink,
+            path,
+            cursor: 0,
+        })
+    }
+
+    /// The open file (the one a sandbox helper passes on).
+    pub fn file(&self) -> &File {
+        match &self.sink {
+            Sink::InPlace { file, .. } => file,
+            Sink::Staged { staged, .. } => staged.file(),
         }
     }
 }

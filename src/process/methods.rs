@@ -58,6 +58,7 @@ async fn start(ctx: &RequestCtx, params: StartParams) -> Result<StartResult, Rpc
         env,
         tty: params.tty,
         pipe_stdin: params.pipe_stdin,
+        stdin_fd: None,
         size: params.size.unwrap_or(DEFAULT_SIZE),
         helper_fds: None,
     };

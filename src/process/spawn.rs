@@ -3,9 +3,10 @@
 
 use exec_server_protocol::process::TerminalSize;
 use std::collections::BTreeMap;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 
 /// What to run, resolved to host terms.
 #[derive(Debug, Clone)]
@@ -17,6 +18,9 @@ pub struct LaunchSpec {
     pub env: BTreeMap<String, String>,
     pub tty: bool,
     pub pipe_stdin: bool,
+    /// When set (pipes only), the child's stdin is a duplicate of this descriptor instead of a
+    /// pipe or /dev/null: `sandbox::run_self` hands its helper one end of a socket pair.
+    pub stdin_fd: Option<Arc<OwnedFd>>,
     pub size: TerminalSize,
     /// Set for the sandbox helper: the policy and status pipe ends it inherits. The helper is
     /// made a session leader at spawn (not later), so `killpg` reaches it from the start.
@@ -67,10 +71,10 @@ fn spawn_pipes(spec: &LaunchSpec) -> std::io::Result<Spawned> {
         .current_dir(&spec.cwd)
         .env_clear()
         .envs(&spec.env)
-        .stdin(if spec.pipe_stdin {
-            Stdio::piped()
-        } else {
-            Stdio::null()
+        .stdin(match &spec.stdin_fd {
+            Some(fd) => Stdio::from(fd.try_clone()?),
+            None if spec.pipe_stdin => Stdio::piped(),
+            None => Stdio::null(),
         })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

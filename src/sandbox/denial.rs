@@ -136,7 +136,7 @@ impl DenialContext {
         if PLACEHOLDER_MESSAGES.iter().any(|p| lower.contains(p)) {
             return candidate_paths(line)
                 .iter()
-                .any(|path| self.is_carve_out(path));
+                .any(|path| self.is_carve_out(Path::new(path)));
         }
         let Some(pattern) = FS_DENIALS.iter().find(|p| lower.contains(**p)) else {
             return false;
@@ -145,24 +145,54 @@ impl DenialContext {
         if paths.is_empty() {
             return PATHLESS_DENIALS.contains(pattern);
         }
-        paths.iter().any(|path| self.blocks_writing(path))
+        paths
+            .iter()
+            .any(|path| self.blocks_writing(Path::new(path)))
     }
 
-    fn blocks_writing(&self, path: &str) -> bool {
-        let Some(rules) = &self.rules else {
-            return false;
-        };
-        let path = resolve(&self.cwd, Path::new(path));
-        effective(rules, &path) != Some(FsAccess::Write)
+    /// Whether an operation's failure with `errno` on `path` (which it reads, or with `write`
+    /// changes) is this policy's doing: a denial errno (EACCES, EPERM, EROFS, EXDEV, EBUSY — the
+    /// [`FS_DENIALS`] messages) on a path the policy does not grant that access, or
+    /// EEXIST/EISDIR on a protected name (see [`PLACEHOLDER_MESSAGES`]). Used for sandboxed
+    /// `fs/*` operations, which report errnos instead of messages.
+    pub fn explains_errno(&self, errno: i32, path: &Path, write: bool) -> bool {
+        match errno {
+            libc::EACCES | libc::EPERM | libc::EROFS | libc::EXDEV | libc::EBUSY => {
+                if write {
+                    self.blocks_writing(path)
+                } else {
+                    self.blocks_reading(path)
+                }
+            }
+            libc::EEXIST | libc::EISDIR => self.is_carve_out(path),
+            _ => false,
+        }
+    }
+
+    fn blocks_writing(&self, path: &Path) -> bool {
+        self.access(path)
+            .is_some_and(|access| access != Some(FsAccess::Write))
+    }
+
+    fn blocks_reading(&self, path: &Path) -> bool {
+        self.access(path)
+            .is_some_and(|access| !matches!(access, Some(FsAccess::Read | FsAccess::Write)))
+    }
+
+    /// The access the policy gives `path` (resolved on the host); None when the file system
+    /// is not restricted.
+    fn access(&self, path: &Path) -> Option<Option<FsAccess>> {
+        let rules = self.rules.as_ref()?;
+        Some(effective(rules, &resolve(&self.cwd, path)))
     }
 
     /// A read-only path inside a write root: a protected name (maybe a placeholder, which is
     /// why creating it reports "File exists").
-    fn is_carve_out(&self, path: &str) -> bool {
+    fn is_carve_out(&self, path: &Path) -> bool {
         let Some(rules) = &self.rules else {
             return false;
         };
-        let path = resolve(&self.cwd, Path::new(path));
+        let path = resolve(&self.cwd, path);
         rules.iter().any(|rule| {
             rule.path == path
                 && rule.access == FsAccess::Read
@@ -355,6 +385,32 @@ mod tests {
         let mut scanner = Scanner::new(context(false));
         scanner.feed(OutputStream::Stdout, b"curl: (7) Failed to connect to x\n");
         assert!(!scanner.verdict(7, None), "network is not restricted");
+    }
+
+    #[test]
+    fn errnos_count_on_paths_the_policy_does_not_grant() {
+        let context = context(false);
+        let check =
+            |errno, path: &str, write| context.explains_errno(errno, Path::new(path), write);
+        assert!(check(libc::EROFS, "/etc/x", true));
+        assert!(check(libc::EXDEV, "/ws/.git/config", true));
+        assert!(check(libc::EBUSY, "/ws/.git", true));
+        assert!(check(libc::EEXIST, "/ws/.git", true), "a placeholder");
+        // Inside the write root, or a read the policy allows: the file's own mode bits.
+        assert!(!check(libc::EACCES, "/ws/secret", true));
+        assert!(!check(libc::EACCES, "/etc/shadow", false));
+        assert!(!check(libc::EEXIST, "/ws/src", true));
+        assert!(!check(libc::ENOENT, "/etc/x", true));
+        let reads_only_ws = DenialContext {
+            rules: Some(vec![Rule {
+                path: "/ws".into(),
+                access: FsAccess::Write,
+            }]),
+            network_restricted: false,
+            cwd: "/ws".into(),
+            program: "exec-server".into(),
+        };
+        assert!(reads_only_ws.explains_errno(libc::EACCES, Path::new("/etc/shadow"), false));
     }
 
     #[test]

@@ -43,6 +43,12 @@ pub struct Prepared {
     leases: protected::Leases,
 }
 
+/// Whether this kernel can enforce sandbox intent at all (otherwise every restricting intent
+/// is refused), for `environment/info`.
+pub fn enforceable() -> bool {
+    landlock::unsupported().is_none()
+}
+
 /// Resolves `params.sandbox` for a `process/start` in `cwd`. Ok(None): run unsandboxed.
 pub fn prepare_start(params: &StartParams, cwd: &Path) -> Result<Option<Prepared>, RpcError> {
     if params.enforce_managed_network || params.managed_network.is_some() {
@@ -142,25 +148,45 @@ pub struct SelfOutput {
     pub stdout: Vec<u8>,
     pub stderr: Vec<u8>,
     pub exit_code: i32,
+    /// Descriptors the program passed back over its stdin socket (SCM_RIGHTS), close-on-exec.
+    pub fds: Vec<OwnedFd>,
+    /// What the classifier knows about this run's policy; None when it ran unsandboxed.
+    pub context: Option<Arc<DenialContext>>,
+    /// The placeholders this run held for missing protected names: empty directories that
+    /// existed only while it ran (listings inside the sandbox showed them).
+    pub placeholders: Vec<std::path::PathBuf>,
 }
+
+/// Most descriptors [`run_self`] accepts back from one run; more are closed by the kernel.
+const MAX_PASSED_FDS: usize = 4;
 
 /// Runs the daemon's own binary with `args` under `sandbox`, as a process started in `cwd`
 /// would be confined, with `stdin` as its input; for sandboxed `fs/*` operations
 /// (`args = ["__fs-op"]`, one JSON request on stdin, the JSON result on stdout), so the kernel
-/// enforces the intent on the operation itself. The binary gets read+execute for this run
-/// only; the platform libraries it loads must be readable under the intent (`minimal` or
-/// `root`), or the run fails like any program the sandbox cannot execute (-32603,
-/// `data.sandboxDenied`). An intent that needs no enforcement runs the binary unsandboxed.
+/// enforces the intent on the operation itself. Stdin is one end of a Unix socket pair: the
+/// program reads it to EOF and may send descriptors it opened back over it ([`SelfOutput::fds`]).
+/// The binary gets read+execute for this run only; the platform libraries it loads must be
+/// readable under the intent (`minimal` or `root`), or the run fails like any program the
+/// sandbox cannot execute (-32603, `data.sandboxDenied`). An intent that needs no enforcement
+/// runs the binary unsandboxed.
 pub async fn run_self(
     sandbox: &FileSystemSandboxContext,
     cwd: &Path,
     args: &[&str],
     stdin: Vec<u8>,
 ) -> Result<SelfOutput, RpcError> {
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let (binary, grant) = self_binary();
     let mut argv = vec![binary.display().to_string()];
     argv.extend(args.iter().map(|arg| arg.to_string()));
+    let (ours, theirs) = socketpair(
+        AddressFamily::Unix,
+        SockType::Stream,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(|e| RpcError::internal(format!("cannot create a socket pair: {e}")))?;
     let mut spec = LaunchSpec {
         program: argv[0].clone(),
         args: argv[1..].to_vec(),
@@ -168,11 +194,19 @@ pub async fn run_self(
         cwd: cwd.to_path_buf(),
         env: Default::default(),
         tty: false,
-        pipe_stdin: true,
+        pipe_stdin: false,
+        stdin_fd: Some(Arc::new(theirs)),
         size: DEFAULT_SIZE,
         helper_fds: None,
     };
-    let launch = match prepare(sandbox, cwd, &argv, Some("exec-server"))? {
+    // Resolution walks the file system (globs, the hard-link search): off the async workers.
+    let prepared = {
+        let (sandbox, cwd, argv) = (sandbox.clone(), cwd.to_path_buf(), argv.clone());
+        tokio::task::spawn_blocking(move || prepare(&sandbox, &cwd, &argv, Some("exec-server")))
+            .await
+            .map_err(|err| RpcError::internal(err.to_string()))??
+    };
+    let launch = match prepared {
         None => None,
         Some(mut prepared) => {
             if let (Some(fs), Some(path)) = (&mut prepared.plan.fs, grant) {
@@ -184,26 +218,41 @@ pub async fn run_self(
     let spawned = spawn::spawn(&spec).map_err(|err| {
         RpcError::internal(format!("failed to start the sandboxed helper: {err}"))
     })?;
+    // Only the child may hold the other end, so its exit ends the conversation.
+    drop(spec);
     let mut child = spawned.child;
-    if let Some(launch) = launch {
-        if let Err(err) = launch.confirm().await {
-            let _ = child.kill().await;
-            return Err(err);
-        }
-    }
+    // Held until the child is reaped: its placeholders must outlive it.
+    let sandboxed = match launch {
+        None => None,
+        Some(launch) => match launch.confirm().await {
+            Ok(sandboxed) => Some(sandboxed),
+            Err(err) => {
+                let _ = child.kill().await;
+                return Err(err);
+            }
+        },
+    };
     let ChildIo::Pipes {
-        stdin: Some(mut input),
+        stdin: None,
         mut stdout,
         mut stderr,
     } = spawned.io
     else {
-        unreachable!("spawned on pipes with stdin");
+        unreachable!("spawned on pipes with stdin on the socket");
     };
+    let socket = std::os::unix::net::UnixStream::from(ours);
+    let io_error = |e: std::io::Error| RpcError::internal(format!("the helper's socket: {e}"));
+    socket.set_nonblocking(true).map_err(io_error)?;
+    let mut input = tokio::net::UnixStream::from_std(socket).map_err(io_error)?;
     let feed = async move {
-        let _ = input.write_all(&stdin).await;
+        // A helper that stops reading (it failed) ends the feed; its output says why.
+        if input.write_all(&stdin).await.is_ok() {
+            let _ = input.shutdown().await;
+        }
+        input
     };
     let (mut out, mut err) = (Vec::new(), Vec::new());
-    let (_, out_read, err_read) = tokio::join!(
+    let (input, out_read, err_read) = tokio::join!(
         feed,
         stdout.read_to_end(&mut out),
         stderr.read_to_end(&mut err)
@@ -215,11 +264,56 @@ pub async fn run_self(
         .wait()
         .await
         .map_err(|e| RpcError::internal(format!("waiting for the sandboxed helper: {e}")))?;
+    let fds = received_fds(&input.into_std().map_err(io_error)?);
+    let (context, placeholders) = match &sandboxed {
+        Some(sandboxed) => (
+            Some(sandboxed.context.clone()),
+            sandboxed.leases.paths().to_vec(),
+        ),
+        None => (None, Vec::new()),
+    };
     Ok(SelfOutput {
         stdout: out,
         stderr: err,
         exit_code: spawn::exit_code(status).0,
+        fds,
+        context,
+        placeholders,
     })
+}
+
+/// The descriptors queued on `socket` by a program that has exited (so nothing blocks).
+fn received_fds(socket: &std::os::unix::net::UnixStream) -> Vec<OwnedFd> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    let mut fds = Vec::new();
+    loop {
+        let mut data = [0u8; 256];
+        let mut iov = [std::io::IoSliceMut::new(&mut data)];
+        let mut space = nix::cmsg_space!([RawFd; MAX_PASSED_FDS]);
+        let Ok(message) = recvmsg::<()>(
+            socket.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_CMSG_CLOEXEC,
+        ) else {
+            break;
+        };
+        if let Ok(messages) = message.cmsgs() {
+            for control in messages {
+                if let ControlMessageOwned::ScmRights(raw) = control {
+                    // SAFETY: the kernel installed these descriptors for us alone.
+                    fds.extend(
+                        raw.into_iter()
+                            .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                    );
+                }
+            }
+        }
+        if message.bytes == 0 {
+            break;
+        }
+    }
+    fds
 }
 
 /// The daemon's own image, even if its file was replaced since it started.
@@ -394,4 +488,19 @@ fn above_stdio(fd: OwnedFd) -> Result<OwnedFd, RpcError> {
     }
     // SAFETY: the new fd is ours.
     Ok(unsafe { OwnedFd::from_raw_fd(dup) })
+}
+
+/// For a program [`run_self`] started: passes `fd` back to the daemon over stdin (the socket).
+pub fn pass_back(fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<()> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    // A stream socket carries control data only along with at least one byte.
+    sendmsg::<()>(
+        libc::STDIN_FILENO,
+        &[std::io::IoSlice::new(b"f")],
+        &[ControlMessage::ScmRights(&[fd.as_raw_fd()])],
+        MsgFlags::empty(),
+        None,
+    )
+    .map(drop)
+    .map_err(std::io::Error::from)
 }

@@ -163,6 +163,10 @@ impl Leases {
     pub fn is_empty(&self) -> bool {
         self.paths.is_empty()
     }
+
+    pub fn paths(&self) -> &[PathBuf] {
+        &self.paths
+    }
 }
 
 impl Drop for Leases {

@@ -1,0 +1,108 @@
+//! The sandboxed fs helper: `exec-server __fs-op`, run by the daemon inside the sandbox of one
+//! `fs/*` call (`sandbox::run_self`).
+//!
+//! `main` dispatches to [`main_if_fs_op`] before parsing flags and before any runtime exists;
+//! the helper needs neither, it calls the blocking fs code directly. It reads one
+//! [`HelperRequest`] from stdin to EOF, runs it with the same code as the daemon's direct path,
+//! and prints one [`HelperReply`] on stdout. Requests are the one-shot methods with their
+//! params (without `sandbox`), `fs/open` (the open file is passed back over stdin, which is a
+//! Unix socket, and the reply describes it), and [`INSTALL_STAGED`], which renames a staged
+//! `replace` upload into place when its handle is closed.
+
+use super::handles::{Handle, Transfer};
+use super::host::host_path;
+use super::oneshot::{follow, Request};
+use super::staged::StagedName;
+use super::write_stream::WriteTransfer;
+use crate::rpc::dispatch::decode;
+use crate::rpc::RpcError;
+use exec_server_protocol::fs::OpenParams;
+use exec_server_protocol::rpc::{method, ErrorObject};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::io::{Read as _, Write as _};
+use std::os::fd::AsFd as _;
+use std::path::PathBuf;
+
+pub const FS_OP_ARG: &str = "__fs-op";
+
+/// The helper's own request: commit a staged file (`{temp, target}`).
+pub const INSTALL_STAGED: &str = "installStaged";
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct HelperRequest {
+    pub method: String,
+    #[serde(default)]
+    pub params: Option<Value>,
+}
+
+/// `{"ok": <result>}` or `{"error": {code, message, data}}`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum HelperReply {
+    Ok(Value),
+    Error(ErrorObject),
+}
+
+#[derive(Deserialize)]
+struct InstallParams {
+    temp: PathBuf,
+    target: PathBuf,
+}
+
+/// Runs the helper and exits when this process was started as one.
+pub fn main_if_fs_op() {
+    if std::env::args_os().nth(1).as_deref() != Some(std::ffi::OsStr::new(FS_OP_ARG)) {
+        return;
+    }
+    let reply = match serve() {
+        Ok(result) => HelperReply::Ok(result),
+        Err(error) => HelperReply::Error(error.to_object()),
+    };
+    let mut stdout = std::io::stdout().lock();
+    let written = serde_json::to_writer(&mut stdout, &reply).is_ok() && stdout.flush().is_ok();
+    std::process::exit(if written { 0 } else { 1 });
+}
+
+fn serve() -> Result<Value, RpcError> {
+    let mut input = Vec::new();
+    std::io::stdin()
+        .lock()
+        .read_to_end(&mut input)
+        .map_err(|err| RpcError::internal(format!("cannot read the helper request: {err}")))?;
+    let request: HelperRequest = serde_json::from_slice(&input)
+        .map_err(|err| RpcError::internal(format!("malformed helper request: {err}")))?;
+    match request.method.as_str() {
+        method::FS_OPEN => open(request.params),
+        INSTALL_STAGED => {
+            let params: InstallParams = decode(request.params)?;
+            StagedName::new(params.temp, params.target).install()?;
+            Ok(Value::Null)
+        }
+        name => match Request::decode(name, request.params) {
+            Some(request) => request?.run(),
+            None => Err(RpcError::method_not_found(name)),
+        },
+    }
+}
+
+/// Opens the stream as the daemon would, passes the open file back, then hands its cleanup
+/// over to the daemon (a staged file is no longer removed here).
+fn open(params: Option<Value>) -> Result<Value, RpcError> {
+    let params: OpenParams = decode(params)?;
+    let path = host_path(&params.path)?;
+    let mode = params.mode.unwrap_or_default();
+    let handle = Handle::open(&path, mode, follow(params.follow_symlinks))?;
+    let (file, transfer) = handle
+        .into_transfer()
+        .ok_or_else(|| RpcError::internal("a fresh handle is open"))?;
+    if let Err(err) = crate::sandbox::pass_back(file.as_fd()) {
+        if let Transfer::Write(WriteTransfer::Staged { temp, .. }) = &transfer {
+            let _ = std::fs::remove_file(temp);
+        }
+        return Err(RpcError::internal(format!(
+            "cannot pass the open file back: {err}"
+        )));
+    }
+    Ok(serde_json::to_value(transfer).expect("a transfer always serializes"))
+}

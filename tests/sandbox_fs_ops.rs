@@ -1,0 +1,502 @@
+//! Sandboxed `fs/*` calls over the WebSocket: each runs in the daemon's `__fs-op` helper under
+//! the request's intent, so the kernel decides. Every escape is really attempted and the disk is
+//! checked afterwards.
+
+mod common;
+mod sandbox_support;
+
+use common::*;
+use sandbox_support::*;
+use serde_json::{json, Value};
+use std::os::unix::fs::MetadataExt as _;
+use std::path::Path;
+use std::time::Instant;
+
+/// Read the platform files, write the workspace: reads outside the workspace are denied too.
+fn read_restricted(ws: &Path) -> Value {
+    restricted(
+        ws,
+        vec![
+            entry(special("minimal"), "read"),
+            entry(special("project_roots"), "write"),
+        ],
+        "restricted",
+    )
+}
+
+async fn call(client: &Client, method: &str, mut params: Value, sandbox: &Value) -> Value {
+    params["sandbox"] = sandbox.clone();
+    match client.request(method, params.clone()).await {
+        Ok(result) => result,
+        Err(error) => panic!("{method} {params} failed: {error}"),
+    }
+}
+
+async fn fail(client: &Client, method: &str, mut params: Value, sandbox: &Value) -> Value {
+    params["sandbox"] = sandbox.clone();
+    match client.request(method, params.clone()).await {
+        Ok(result) => panic!("{method} {params} unexpectedly succeeded: {result}"),
+        Err(error) => error,
+    }
+}
+
+/// A failure the sandbox caused, with the operation's own error text.
+fn assert_denied(error: &Value, message: &str) {
+    assert_eq!(error["data"]["sandboxDenied"], true, "{error}");
+    assert_eq!(error["message"], message, "{error}");
+    let code = error["code"].as_i64().unwrap();
+    assert!([-32600, -32603].contains(&code), "{error}");
+}
+
+const EACCES: &str = "Permission denied (os error 13)";
+const EROFS: &str = "Read-only file system (os error 30)";
+
+#[tokio::test]
+async fn reads_follow_the_profile_and_results_match_the_direct_path() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    std::fs::write(d.ws("a.txt"), "inside").unwrap();
+    std::fs::create_dir(d.ws("real")).unwrap();
+    std::fs::write(d.ws("real/f"), "x").unwrap();
+    std::os::unix::fs::symlink(d.ws("real"), d.ws("alias")).unwrap();
+    let sandbox = read_restricted(&d.ws);
+
+    let started = Instant::now();
+    let read = call(
+        &client,
+        "fs/readFile",
+        json!({"path": uri(&d.ws("a.txt"))}),
+        &sandbox,
+    )
+    .await;
+    let elapsed = started.elapsed();
+    assert_eq!(unb64(&read["dataBase64"]), b"inside");
+    eprintln!("one sandboxed fs/readFile: {elapsed:?}");
+
+    let error = fail(
+        &client,
+        "fs/readFile",
+        json!({"path": uri(&d.out("f"))}),
+        &sandbox,
+    )
+    .await;
+    assert_denied(&error, EACCES);
+    assert_eq!(error["code"], -32600);
+    assert_eq!(error["data"]["path"], uri(&d.out("f")));
+    let error = fail(
+        &client,
+        "fs/readDirectory",
+        json!({"path": uri(&d.outside)}),
+        &sandbox,
+    )
+    .await;
+    assert_denied(&error, EACCES);
+    // Not the sandbox's doing: a missing file inside the root.
+    let error = fail(
+        &client,
+        "fs/readFile",
+        json!({"path": uri(&d.ws("missing"))}),
+        &sandbox,
+    )
+    .await;
+    assert_eq!(error["code"], -32004, "{error}");
+    assert!(error["data"].get("sandboxDenied").is_none(), "{error}");
+
+    // Same results as the direct path, and no placeholder of a protected name in listings.
+    for (method, params) in [
+        ("fs/getMetadata", json!({"path": uri(&d.ws("a.txt"))})),
+        ("fs/canonicalize", json!({"path": uri(&d.ws("alias"))})),
+        ("fs/readDirectory", json!({"path": uri(&d.ws)})),
+        (
+            "fs/walk",
+            json!({"path": uri(&d.ws), "options": {"maxDepth": 4, "maxDirectories": 10,
+                "maxEntries": 100, "followDirectorySymlinks": false}}),
+        ),
+    ] {
+        let direct = client.call(method, params.clone()).await;
+        let confined = call(&client, method, params, &sandbox).await;
+        assert_eq!(confined, direct, "{method}");
+    }
+    let canonical = client
+        .call("fs/canonicalize", json!({"path": uri(&d.ws("alias"))}))
+        .await;
+    assert_eq!(canonical["path"], uri(&d.ws("real")));
+    assert_eq!(d.ws_names(), ["a.txt", "alias", "real"]);
+}
+
+#[tokio::test]
+async fn writes_inside_work_and_outside_or_into_protected_names_are_denied() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    std::fs::create_dir(d.ws(".git")).unwrap();
+    std::fs::write(d.ws(".git/config"), "[core]\n").unwrap();
+    std::fs::write(d.ws("orig"), "old").unwrap();
+    std::fs::hard_link(d.ws("orig"), d.ws("hard")).unwrap();
+    let inode = std::fs::metadata(d.ws("orig")).unwrap().ino();
+    let sandbox = workspace_write(&d.ws, "restricted");
+    let write = |path: &Path, atomic: bool| json!({"path": uri(path), "dataBase64": b64(b"pwned"), "atomic": atomic});
+
+    let ok = call(
+        &client,
+        "fs/writeFile",
+        write(&d.ws("new"), false),
+        &sandbox,
+    )
+    .await;
+    assert_eq!(ok, json!({}));
+    assert_eq!(std::fs::read(d.ws("new")).unwrap(), b"pwned");
+    call(
+        &client,
+        "fs/writeFile",
+        write(&d.ws("atomic"), true),
+        &sandbox,
+    )
+    .await;
+    assert_eq!(std::fs::read(d.ws("atomic")).unwrap(), b"pwned");
+    // A hard link inside the root is written through: same inode, both names see it.
+    call(
+        &client,
+        "fs/writeFile",
+        write(&d.ws("hard"), false),
+        &sandbox,
+    )
+    .await;
+    assert_eq!(std::fs::metadata(d.ws("hard")).unwrap().ino(), inode);
+    assert_eq!(std::fs::read(d.ws("orig")).unwrap(), b"pwned");
+    call(
+        &client,
+        "fs/createDirectory",
+        json!({"path": uri(&d.ws("sub/deeper"))}),
+        &sandbox,
+    )
+    .await;
+    assert!(d.ws("sub/deeper").is_dir());
+
+    for atomic in [false, true] {
+        let error = fail(
+            &client,
+            "fs/writeFile",
+            write(&d.out("new"), atomic),
+            &sandbox,
+        )
+        .await;
+        assert_denied(&error, EROFS);
+        let error = fail(
+            &client,
+            "fs/writeFile",
+            write(&d.out("f"), atomic),
+            &sandbox,
+        )
+        .await;
+        assert_denied(&error, EROFS);
+        let error = fail(
+            &client,
+            "fs/writeFile",
+            write(&d.ws(".git/config"), atomic),
+            &sandbox,
+        )
+        .await;
+        assert_denied(&error, EROFS);
+        // A missing protected name is held by a placeholder while the call runs.
+        let error = fail(
+            &client,
+            "fs/writeFile",
+            write(&d.ws(".codex/config.toml"), atomic),
+            &sandbox,
+        )
+        .await;
+        assert_denied(&error, EROFS);
+    }
+    for (method, params) in [
+        ("fs/createDirectory", json!({"path": uri(&d.out("dir"))})),
+        (
+            "fs/createDirectory",
+            json!({"path": uri(&d.ws(".git/hooks"))}),
+        ),
+        ("fs/remove", json!({"path": uri(&d.out("f"))})),
+        ("fs/remove", json!({"path": uri(&d.ws(".git/config"))})),
+        (
+            "fs/copy",
+            json!({"sourcePath": uri(&d.ws("new")), "destinationPath": uri(&d.out("copy")),
+                "recursive": false}),
+        ),
+        (
+            "fs/rename",
+            json!({"sourcePath": uri(&d.ws("new")), "destinationPath": uri(&d.out("moved"))}),
+        ),
+        (
+            "fs/rename",
+            json!({"sourcePath": uri(&d.out("f")), "destinationPath": uri(&d.ws("stolen"))}),
+        ),
+    ] {
+        let error = fail(&client, method, params.clone(), &sandbox).await;
+        assert_eq!(
+            error["data"]["sandboxDenied"], true,
+            "{method} {params}: {error}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(d.ws(".git/config")).unwrap(),
+        "[core]\n"
+    );
+    assert_eq!(std::fs::read_dir(d.ws(".git")).unwrap().count(), 1);
+    d.assert_outside_untouched();
+    // No staged file, no placeholder left behind.
+    assert_eq!(
+        d.ws_names(),
+        [".git", "atomic", "hard", "new", "orig", "sub"]
+    );
+}
+
+#[tokio::test]
+async fn symlink_escapes_are_stopped_by_the_kernel() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    std::fs::write(d.ws("mine"), "mine").unwrap();
+    std::os::unix::fs::symlink(d.out("f"), d.ws("link")).unwrap();
+    std::os::unix::fs::symlink(&d.outside, d.ws("dirlink")).unwrap();
+    let sandbox = read_restricted(&d.ws);
+    let escapes = [
+        ("fs/readFile", json!({"path": uri(&d.ws("link"))})),
+        ("fs/readFile", json!({"path": uri(&d.ws("dirlink/f"))})),
+        (
+            "fs/writeFile",
+            json!({"path": uri(&d.ws("link")), "dataBase64": b64(b"pwned")}),
+        ),
+        (
+            "fs/writeFile",
+            json!({"path": uri(&d.ws("link")), "dataBase64": b64(b"pwned"), "atomic": true}),
+        ),
+        (
+            "fs/writeFile",
+            json!({"path": uri(&d.ws("dirlink/new")), "dataBase64": b64(b"pwned")}),
+        ),
+        (
+            "fs/createDirectory",
+            json!({"path": uri(&d.ws("dirlink/newdir"))}),
+        ),
+        ("fs/readDirectory", json!({"path": uri(&d.ws("dirlink"))})),
+        (
+            "fs/copy",
+            json!({"sourcePath": uri(&d.ws("dirlink/f")), "destinationPath": uri(&d.ws("stolen")),
+                "recursive": false}),
+        ),
+        (
+            "fs/copy",
+            json!({"sourcePath": uri(&d.ws("mine")), "destinationPath": uri(&d.ws("dirlink/mine")),
+                "recursive": false}),
+        ),
+        (
+            "fs/rename",
+            json!({"sourcePath": uri(&d.ws("mine")), "destinationPath": uri(&d.ws("dirlink/mine"))}),
+        ),
+        ("fs/remove", json!({"path": uri(&d.ws("dirlink/f"))})),
+    ];
+    for (method, params) in escapes {
+        let error = fail(&client, method, params.clone(), &sandbox).await;
+        assert_eq!(
+            error["data"]["sandboxDenied"], true,
+            "{method} {params}: {error}"
+        );
+    }
+    // Listing through the link reports the refusal instead of the outside entries.
+    let walked = call(
+        &client,
+        "fs/walk",
+        json!({"path": uri(&d.ws), "options": {"maxDepth": 4, "maxDirectories": 10,
+            "maxEntries": 100, "followDirectorySymlinks": true}}),
+        &sandbox,
+    )
+    .await;
+    assert!(
+        !walked.to_string().contains("dirlink/f"),
+        "outside names leaked: {walked}"
+    );
+    // A link is removed, not its target.
+    call(
+        &client,
+        "fs/remove",
+        json!({"path": uri(&d.ws("link"))}),
+        &sandbox,
+    )
+    .await;
+    assert!(std::fs::symlink_metadata(d.ws("link")).is_err());
+    d.assert_outside_untouched();
+    assert_eq!(std::fs::read_to_string(d.ws("mine")).unwrap(), "mine");
+    assert_eq!(d.ws_names(), ["dirlink", "mine"]);
+}
+
+#[tokio::test]
+async fn streams_use_the_file_the_sandbox_opened() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    std::fs::write(d.ws("digits"), "0123456789").unwrap();
+    std::fs::create_dir(d.ws(".git")).unwrap();
+    std::fs::write(d.ws(".git/HEAD"), "ref").unwrap();
+    std::os::unix::fs::symlink(d.out("f"), d.ws("link")).unwrap();
+    let sandbox = read_restricted(&d.ws);
+    let open = |handle: &str, path: &Path, mode: &str| json!({"handleId": handle, "path": uri(path), "mode": mode});
+    let block = |handle: &str, chunk: &[u8]| json!({"handleId": handle, "chunk": b64(chunk)});
+
+    call(
+        &client,
+        "fs/open",
+        open("r", &d.ws("digits"), "read"),
+        &sandbox,
+    )
+    .await;
+    // The handle pins the file the sandbox opened, whatever happens to the path later.
+    std::fs::remove_file(d.ws("digits")).unwrap();
+    let read = client
+        .call(
+            "fs/readBlock",
+            json!({"handleId": "r", "offset": 6, "len": 8}),
+        )
+        .await;
+    assert_eq!(read, json!({"chunk": b64(b"6789"), "eof": true}));
+    client.call("fs/close", json!({"handleId": "r"})).await;
+
+    call(
+        &client,
+        "fs/open",
+        open("w", &d.ws("up"), "write"),
+        &sandbox,
+    )
+    .await;
+    let next = client.call("fs/writeBlock", block("w", b"abc")).await;
+    assert_eq!(next, json!({"nextOffset": 3}));
+    client.call("fs/close", json!({"handleId": "w"})).await;
+    assert_eq!(std::fs::read(d.ws("up")).unwrap(), b"abc");
+
+    call(
+        &client,
+        "fs/open",
+        open("a", &d.ws("up"), "append"),
+        &sandbox,
+    )
+    .await;
+    let next = client.call("fs/writeBlock", block("a", b"de")).await;
+    assert_eq!(next, json!({"nextOffset": 5}));
+    client.call("fs/close", json!({"handleId": "a"})).await;
+    assert_eq!(std::fs::read(d.ws("up")).unwrap(), b"abcde");
+
+    // replace: staged beside the target, renamed into place by the sandbox on close.
+    call(
+        &client,
+        "fs/open",
+        open("s", &d.ws("up"), "replace"),
+        &sandbox,
+    )
+    .await;
+    client.call("fs/writeBlock", block("s", b"new")).await;
+    assert_eq!(std::fs::read(d.ws("up")).unwrap(), b"abcde");
+    client.call("fs/close", json!({"handleId": "s"})).await;
+    assert_eq!(std::fs::read(d.ws("up")).unwrap(), b"new");
+    call(
+        &client,
+        "fs/open",
+        open("x", &d.ws("up"), "replace"),
+        &sandbox,
+    )
+    .await;
+    client.call("fs/writeBlock", block("x", b"dropped")).await;
+    client
+        .call("fs/close", json!({"handleId": "x", "discard": true}))
+        .await;
+    assert_eq!(std::fs::read(d.ws("up")).unwrap(), b"new");
+
+    for (path, mode, message) in [
+        (d.out("f"), "read", EACCES),
+        (d.ws("link"), "read", EACCES),
+        (d.ws("link"), "write", EROFS),
+        (d.ws("link"), "append", EROFS),
+        (d.ws("link"), "replace", EROFS),
+        (d.out("new"), "write", EROFS),
+        (d.ws(".git/HEAD"), "write", EROFS),
+        (d.ws(".git/HEAD"), "replace", EROFS),
+    ] {
+        let error = fail(&client, "fs/open", open("no", &path, mode), &sandbox).await;
+        assert_denied(&error, message);
+    }
+    // Denied opens left no handle behind.
+    let error = client
+        .request(
+            "fs/readBlock",
+            json!({"handleId": "no", "offset": 0, "len": 1}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(error["code"], -32004, "{error}");
+    d.assert_outside_untouched();
+    assert_eq!(std::fs::read(d.ws(".git/HEAD")).unwrap(), b"ref");
+    assert_eq!(d.ws_names(), [".git", "link", "up"]);
+}
+
+#[tokio::test]
+async fn watches_unenforceable_intents_and_unloadable_helpers_fail_cleanly() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    let sandbox = read_restricted(&d.ws);
+    let error = fail(&client, "fs/watch", json!({"path": uri(&d.ws)}), &sandbox).await;
+    assert_eq!(error["code"], -32602, "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("fs/watch cannot be confined"),
+        "{error}"
+    );
+
+    let write = json!({"path": uri(&d.ws("x")), "dataBase64": b64(b"x")});
+    let mut no_cwd = read_restricted(&d.ws);
+    no_cwd.as_object_mut().unwrap().remove("cwd");
+    let unknown = restricted(
+        &d.ws,
+        vec![
+            entry(special("minimal"), "read"),
+            entry(special("project_roots"), "write"),
+            entry(special("some_future_kind"), "read"),
+        ],
+        "enabled",
+    );
+    let binary = Path::new(env!("CARGO_BIN_EXE_exec-server"));
+    let exposes_daemon = restricted(
+        &d.ws,
+        vec![
+            entry(special("minimal"), "read"),
+            entry(path(binary.parent().unwrap()), "write"),
+        ],
+        "enabled",
+    );
+    for (sandbox, message) in [
+        (
+            no_cwd,
+            "file system sandbox context with dynamic permissions requires cwd",
+        ),
+        (unknown, "special path kind"),
+        (exposes_daemon, "exec-server binary"),
+    ] {
+        let error = fail(&client, "fs/writeFile", write.clone(), &sandbox).await;
+        assert_eq!(error["code"], -32602, "{error}");
+        assert!(
+            error["message"].as_str().unwrap().contains(message),
+            "{message}: {error}"
+        );
+    }
+
+    // Without the platform libraries the helper cannot even be loaded: refused, never run.
+    let bare = restricted(
+        &d.ws,
+        vec![entry(special("project_roots"), "write")],
+        "enabled",
+    );
+    let error = fail(&client, "fs/writeFile", write.clone(), &bare).await;
+    assert_eq!(error["code"], -32603, "{error}");
+    assert_eq!(error["data"]["sandboxDenied"], true, "{error}");
+    assert!(d.ws_names().is_empty(), "{:?}", d.ws_names());
+}
