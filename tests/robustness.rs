@@ -113,24 +113,3 @@ async fn finished_processes_leave_no_zombies() {
     })
     .await;
 }
-
-/// Pids whose parent is `pid`, zombies included.
-fn children_of(pid: i32) -> Vec<i32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|child| {
-            std::fs::read_to_string(format!("/proc/{child}/stat"))
-                .ok()
-                .and_then(|stat| {
-                    stat.rsplit(')')
-                        .next()?
-                        .split_whitespace()
-                        .nth(1)?
-                        .parse::<i32>()
-                        .ok()
-                })
-                == Some(pid)
-        })
-        .collect()
-}

@@ -61,27 +61,6 @@ fn vm_rss_kib(pid: i32) -> u64 {
         .unwrap()
 }
 
-/// Processes (zombies included) whose parent is `pid`.
-fn children_of(pid: i32) -> Vec<String> {
-    let mut children = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        // After the command name (which may contain spaces): state, then ppid.
-        let fields: Vec<&str> = stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .split_whitespace()
-            .collect();
-        if fields.get(1).and_then(|p| p.parse::<i32>().ok()) == Some(pid) {
-            children.push(stat);
-        }
-    }
-    children
-}
-
 /// One client's run; returns how many times its connection was dropped, and its session.
 async fn soak_one(
     url: String,
@@ -190,7 +169,7 @@ async fn clients_dropping_at_random_lose_and_duplicate_nothing() {
     let expired = |session: String| {
         let url = daemon.url.clone();
         async move {
-            common::eventually("no child left", || children_of(pid).is_empty()).await;
+            common::eventually("no child left", || common::children_of(pid).is_empty()).await;
             tokio::time::sleep(ttl + Duration::from_millis(1_500)).await;
             let probe = common::Client::connect(&url).await;
             let error = probe.initialize(Some(&session)).await.unwrap_err();
@@ -242,7 +221,10 @@ async fn clients_dropping_at_random_lose_and_duplicate_nothing() {
     );
 
     expired(last_session).await;
-    assert!(children_of(pid).is_empty(), "no child or zombie is left");
+    assert!(
+        common::children_of(pid).is_empty(),
+        "no child or zombie is left"
+    );
     common::eventually("the daemon's memory to return near its baseline", || {
         vm_rss_kib(pid) <= baseline + RSS_TOLERANCE_KIB
     })

@@ -392,3 +392,24 @@ pub fn scratch_dir() -> tempfile::TempDir {
     }
     tempfile::tempdir().unwrap()
 }
+
+/// Processes (zombies included) whose parent is `pid`.
+pub fn children_of(pid: i32) -> Vec<String> {
+    let mut children = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // After the command name (which may contain spaces): state, then ppid.
+        let fields: Vec<&str> = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        if fields.get(1).and_then(|p| p.parse::<i32>().ok()) == Some(pid) {
+            children.push(stat);
+        }
+    }
+    children
+}
