@@ -68,28 +68,9 @@ impl Outbound {
     }
 
     pub fn notification_text<P: Serialize>(&self, method: &str, params: &P) -> String {
-        #[derive(Serialize)]
-        struct Notification<'a, P> {
-            #[serde(skip_serializing_if = "Option::is_none")]
-            jsonrpc: Option<&'static str>,
-            method: &'a str,
-            params: &'a P,
-        }
-        let jsonrpc = self.strict.load(Ordering::Relaxed).then_some("2.0");
-        serde_json::to_string(&Notification {
-            jsonrpc,
-            method,
-            params,
+        self.notification_text_with(method, 64, |text| {
+            text.push_str(&serde_json::to_string(params).expect("wire types always serialize"))
         })
-        .expect("wire types always serialize")
-    }
-
-    pub fn is_closed(&self) -> bool {
-        self.tx.is_closed()
-    }
-
-    pub fn same_connection(&self, other: &Outbound) -> bool {
-        self.tx.same_channel(&other.tx)
     }
 }
 
