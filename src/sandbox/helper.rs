@@ -124,8 +124,8 @@ fn run(policy_fd: RawFd) -> Result<Never, Failure> {
     if unsafe { libc::close_range(3, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC as i32) } != 0 {
         return Err(os_fail("fds")(std::io::Error::last_os_error()));
     }
-    let filters = seccomp::filters(plan.network_restricted).map_err(fail("seccomp"))?;
-    seccomp::apply(&filters).map_err(fail("seccomp"))?;
+    let filter = seccomp::filter(plan.network_restricted).map_err(fail("seccomp"))?;
+    seccomp::apply(&filter).map_err(fail("seccomp"))?;
 
     // Only now, with everything in place, the program's environment (execvp searches its PATH).
     for (key, value) in &plan.env {
