@@ -230,6 +230,21 @@ async fn the_process_runs_without_privileges_under_seccomp() {
         .collect();
     assert_eq!(ids.len(), 3, "{ids:?}");
     assert!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");
+    // Later launches take helpers started in the background at idle priority: the program gets
+    // the daemon's scheduling back (policy 0, SCHED_OTHER; /proc/PID/stat field 41).
+    for run in 0..3 {
+        let id = format!("policy{run}");
+        let outcome = sh(
+            &client,
+            &id,
+            &d.ws,
+            &sandbox,
+            "cut -d' ' -f41 /proc/$$/stat",
+        )
+        .await;
+        assert_ok(&outcome);
+        assert_eq!(outcome.output.trim(), "0", "{outcome:?}");
+    }
 }
 
 #[tokio::test]

@@ -60,7 +60,6 @@ async fn start(ctx: &RequestCtx, params: StartParams) -> Result<StartResult, Rpc
         pipe_stdin: params.pipe_stdin,
         stdin_fd: None,
         size: params.size.unwrap_or(DEFAULT_SIZE),
-        helper_fds: None,
     };
     let mut spec = spec;
     let (launch, sandbox_type) = match prepared {

@@ -106,7 +106,7 @@ impl ProcessTable {
         &self,
         id: String,
         spec: LaunchSpec,
-        launch: Option<Launch>,
+        mut launch: Option<Launch>,
     ) -> Result<(), RpcError> {
         let token = self.inner.next_token.fetch_add(1, Ordering::Relaxed);
         {
@@ -118,7 +118,11 @@ impl ProcessTable {
             }
             slots.insert(id.clone(), Slot::Starting(token));
         }
-        let spawned = match spawn::spawn(&spec) {
+        let spawned = match &mut launch {
+            None => spawn::spawn(&spec),
+            Some(launch) => launch.spawn(&spec).await,
+        };
+        let spawned = match spawned {
             Ok(spawned) => spawned,
             Err(err) => {
                 self.inner.slots.lock().unwrap().remove(&id);

@@ -3,7 +3,7 @@
 
 use exec_server_protocol::process::TerminalSize;
 use std::collections::BTreeMap;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -22,9 +22,6 @@ pub struct LaunchSpec {
     /// pipe or /dev/null: `sandbox::run_self` hands its helper one end of a socket pair.
     pub stdin_fd: Option<Arc<OwnedFd>>,
     pub size: TerminalSize,
-    /// Set for the sandbox helper: the policy and status pipe ends it inherits. The helper is
-    /// made a session leader at spawn (not later), so `killpg` reaches it from the start.
-    pub helper_fds: Option<[RawFd; 2]>,
 }
 
 pub enum ChildIo {
@@ -77,23 +74,8 @@ fn spawn_pipes(spec: &LaunchSpec) -> std::io::Result<Spawned> {
             None => Stdio::null(),
         })
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    match spec.helper_fds {
-        None => {
-            command.process_group(0);
-        }
-        Some(fds) => {
-            // SAFETY: setsid and fcntl are async-signal-safe and touch no memory.
-            unsafe {
-                command.pre_exec(move || {
-                    if libc::setsid() < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    inherit(fds)
-                });
-            }
-        }
-    }
+        .stderr(Stdio::piped())
+        .process_group(0);
     let mut child = command.spawn()?;
     let pid = child.id().expect("a just-spawned child has a pid") as i32;
     for fd in [
@@ -103,10 +85,7 @@ fn spawn_pipes(spec: &LaunchSpec) -> std::io::Result<Spawned> {
     .into_iter()
     .flatten()
     {
-        // Fewer, larger reads for chatty children; on failure (a per-user limit) the pipe
-        // simply keeps its default size.
-        // SAFETY: fcntl on a pipe fd we own.
-        unsafe { libc::fcntl(fd, libc::F_SETPIPE_SZ, OUTPUT_PIPE_BYTES as libc::c_int) };
+        grow_output_pipe(fd);
     }
     let io = ChildIo::Pipes {
         stdin: child.stdin.take(),
@@ -129,10 +108,6 @@ fn spawn_pty(spec: &LaunchSpec) -> std::io::Result<Spawned> {
         .envs(&spec.env);
     if let Some(arg0) = &spec.arg0 {
         command = command.arg0(arg0);
-    }
-    if let Some(fds) = spec.helper_fds {
-        // SAFETY: fcntl is async-signal-safe and touches no memory.
-        command = unsafe { command.pre_exec(move || inherit(fds)) };
     }
     let child = command.spawn(pts).map_err(pty_error)?;
     let pid = child.id().expect("a just-spawned child has a pid") as i32;
@@ -166,15 +141,56 @@ fn resolve_program(program: &str, env: &BTreeMap<String, String>, cwd: &Path) ->
         .unwrap_or_else(|| PathBuf::from(program))
 }
 
-/// Clears close-on-exec on the helper's pipe ends (in the child, between fork and exec).
-fn inherit(fds: [RawFd; 2]) -> std::io::Result<()> {
-    for fd in fds {
-        // SAFETY: plain fcntl on an fd the parent keeps open across the spawn.
-        if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+/// The stdio of a child that something else starts (the sandbox helper, which receives the
+/// child's ends): our side as for [`spawn`], and the child's stdin, stdout and stderr, all
+/// close-on-exec.
+pub fn detached_stdio(spec: &LaunchSpec) -> std::io::Result<(ChildIo, [OwnedFd; 3])> {
+    if spec.tty {
+        let (pty, pts) = pty_process::open().map_err(pty_error)?;
+        pty.resize(pty_process::Size::new(spec.size.rows, spec.size.cols))
+            .map_err(pty_error)?;
+        let pts = std::os::fd::AsFd::as_fd(&pts);
+        let ends = [
+            pts.try_clone_to_owned()?,
+            pts.try_clone_to_owned()?,
+            pts.try_clone_to_owned()?,
+        ];
+        let master = std::os::fd::AsFd::as_fd(&pty).try_clone_to_owned()?;
+        let (reader, writer) = pty.into_split();
+        let io = ChildIo::Pty {
+            reader,
+            writer,
+            master,
+        };
+        return Ok((io, ends));
     }
-    Ok(())
+    let pipe = || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(std::io::Error::from);
+    let (child_stdin, stdin) = match &spec.stdin_fd {
+        Some(fd) => (fd.try_clone()?, None),
+        None if spec.pipe_stdin => {
+            let (read, write) = pipe()?;
+            let write = std::process::ChildStdin::from(write);
+            (read, Some(tokio::process::ChildStdin::from_std(write)?))
+        }
+        None => (std::fs::File::open("/dev/null")?.into(), None),
+    };
+    let (stdout, child_stdout) = pipe()?;
+    let (stderr, child_stderr) = pipe()?;
+    grow_output_pipe(stdout.as_raw_fd());
+    grow_output_pipe(stderr.as_raw_fd());
+    let io = ChildIo::Pipes {
+        stdin,
+        stdout: tokio::process::ChildStdout::from_std(stdout.into())?,
+        stderr: tokio::process::ChildStderr::from_std(stderr.into())?,
+    };
+    Ok((io, [child_stdin, child_stdout, child_stderr]))
+}
+
+/// Fewer, larger reads for chatty children; on failure (a per-user limit) the pipe simply
+/// keeps its default size.
+fn grow_output_pipe(fd: std::os::fd::RawFd) {
+    // SAFETY: fcntl on a pipe fd we own.
+    unsafe { libc::fcntl(fd, libc::F_SETPIPE_SZ, OUTPUT_PIPE_BYTES as libc::c_int) };
 }
 
 fn pty_error(err: pty_process::Error) -> std::io::Error {

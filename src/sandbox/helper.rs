@@ -1,43 +1,72 @@
-//! The sandbox helper: `exec-server __sandbox-exec <policy-fd> <status-fd>`.
+//! The sandbox helper: `exec-server __sandbox-exec <restricted|enabled>` (the network mode).
 //!
 //! The daemon re-executes its own binary with this hidden first argument; `main` dispatches to
 //! [`main_if_helper`] before parsing flags and before any runtime exists, so the helper is a
-//! fresh single-threaded process. It reads the [`Plan`] from the policy pipe, then, in order:
-//! session (the daemon already made it a session leader at spawn, so `killpg` works from the
-//! first instant; it checks), namespaces (mount when the file system is restricted, network
-//! when network is restricted), the mount view, cwd, Landlock, capabilities and securebits,
-//! no_new_privs, close-on-exec for every fd above 2, seccomp, the program's environment (the
-//! helper itself runs with an empty one), and `execvp`. A failure at any
-//! step is written as one JSON [`Failure`] to the status pipe, which is close-on-exec, so a
-//! successful exec writes nothing and the daemon sees EOF.
+//! fresh single-threaded process. Helpers are started ahead of need ([`super::pool`]): the
+//! exec of the daemon's binary and the creation of a network namespace are the slowest steps
+//! of a launch, and neither depends on the plan. Its stdin is the control socket. Before any
+//! plan, it becomes a session leader (so `killpg` works from the instant the daemon hands it
+//! out), builds its seccomp filter, creates its own empty network namespace when network is
+//! restricted, and writes [`READY`].
+//!
+//! It then waits for one launch: the program's stdin, stdout and stderr (SCM_RIGHTS, with the
+//! first byte), then the [`Plan`] up to EOF. In order: stdio (and the controlling terminal for
+//! a PTY), a private mount namespace when the file system is restricted, the mount view, cwd,
+//! Landlock, capabilities and securebits, no_new_privs, close-on-exec for every fd above 2,
+//! seccomp, the program's environment (the helper itself runs with an empty one), and
+//! `execvp`. A failure at any step is written as one JSON [`Failure`] to the control socket,
+//! which is close-on-exec, so a successful exec writes nothing and the daemon sees EOF.
 
-use super::plan::{Failure, Plan, EXEC_STAGE};
+use super::plan::{Failure, Plan, EXEC_STAGE, MAX_PLAN_BYTES};
 use super::{landlock, mounts, seccomp};
-use std::ffi::{CString, OsString};
+use std::ffi::{CString, OsStr};
 use std::io::{Read as _, Write as _};
-use std::os::fd::{FromRawFd as _, RawFd};
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt as _;
+use std::os::unix::net::UnixStream;
 
 pub const HELPER_ARG: &str = "__sandbox-exec";
+
+/// The network-mode argument for a helper that restricts network.
+pub const NETWORK_RESTRICTED: &str = "restricted";
+/// The network-mode argument for a helper that leaves network enabled.
+pub const NETWORK_ENABLED: &str = "enabled";
+
+/// Written once on the control socket when the helper is ready for its plan.
+pub const READY: u8 = b'R';
 
 /// Runs the helper and never returns when this process was started as one.
 pub fn main_if_helper() {
     let mut args = std::env::args_os().skip(1);
-    if args.next().as_deref() != Some(std::ffi::OsStr::new(HELPER_ARG)) {
+    if args.next().as_deref() != Some(OsStr::new(HELPER_ARG)) {
         return;
     }
-    let fd = |arg: Option<OsString>| -> Option<RawFd> { arg?.to_str()?.parse().ok() };
-    let (Some(policy_fd), Some(status_fd)) = (fd(args.next()), fd(args.next())) else {
-        eprintln!("exec-server {HELPER_ARG}: usage: {HELPER_ARG} <policy-fd> <status-fd>");
-        std::process::exit(125);
+    let network_restricted = match args.next().as_deref().and_then(OsStr::to_str) {
+        Some(NETWORK_RESTRICTED) => true,
+        Some(NETWORK_ENABLED) => false,
+        _ => {
+            eprintln!(
+                "exec-server {HELPER_ARG}: usage: {HELPER_ARG} \
+                 <{NETWORK_RESTRICTED}|{NETWORK_ENABLED}> (stdin: the control socket)"
+            );
+            std::process::exit(125);
+        }
     };
-    let failure = match run(policy_fd) {
+    let (mut control, filter) = match start(network_restricted) {
+        Ok(started) => started,
+        Err(failure) => {
+            eprintln!(
+                "exec-server sandbox: {}: {}",
+                failure.stage, failure.message
+            );
+            std::process::exit(125);
+        }
+    };
+    let failure = match run(&control, network_restricted, &filter) {
         Ok(never) => match never {},
         Err(failure) => failure,
     };
-    // SAFETY: the daemon passed this fd for us alone.
-    let mut status = unsafe { std::fs::File::from_raw_fd(status_fd) };
-    let _ = status.write_all(&serde_json::to_vec(&failure).unwrap_or_default());
+    let _ = control.write_all(&serde_json::to_vec(&failure).unwrap_or_default());
     eprintln!(
         "exec-server sandbox: {}: {}",
         failure.stage, failure.message
@@ -73,13 +102,98 @@ fn os_fail(stage: &str) -> impl Fn(std::io::Error) -> Failure + '_ {
 
 enum Never {}
 
-fn run(policy_fd: RawFd) -> Result<Never, Failure> {
-    let mut text = Vec::new();
-    // SAFETY: the daemon passed this fd for us alone; it is closed when the File drops.
-    unsafe { std::fs::File::from_raw_fd(policy_fd) }
+/// Everything that does not depend on the plan; returns the control socket (moved off stdin,
+/// close-on-exec) and the seccomp filter.
+fn start(network_restricted: bool) -> Result<(UnixStream, seccomp::Program), Failure> {
+    // SAFETY: plain syscalls without pointers.
+    if unsafe { libc::getsid(0) != libc::getpid() } && unsafe { libc::setsid() } < 0 {
+        return Err(os_fail("session")(std::io::Error::last_os_error()));
+    }
+    // SAFETY: duplicating our stdin into a new fd we then own; stdin itself is replaced by the
+    // program's before anything is executed.
+    let fd = unsafe { libc::fcntl(libc::STDIN_FILENO, libc::F_DUPFD_CLOEXEC, 3) };
+    if fd < 0 {
+        return Err(os_fail("control")(std::io::Error::last_os_error()));
+    }
+    // SAFETY: the new fd is ours.
+    let mut control = unsafe { UnixStream::from_raw_fd(fd) };
+    let filter = seccomp::filter(network_restricted).map_err(fail("seccomp"))?;
+    // SAFETY: plain syscall; the process is single-threaded.
+    if network_restricted && unsafe { libc::unshare(libc::CLONE_NEWNET) } < 0 {
+        return Err(os_fail("namespaces")(std::io::Error::last_os_error()));
+    }
+    control.write_all(&[READY]).map_err(os_fail("control"))?;
+    Ok((control, filter))
+}
+
+/// The program's stdio and the plan, as the daemon sends them.
+fn receive(control: &UnixStream) -> Result<([OwnedFd; 3], Vec<u8>), Failure> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    let mut first = [0u8; 4096];
+    let mut fds = Vec::new();
+    let received = {
+        let mut iov = [std::io::IoSliceMut::new(&mut first)];
+        let mut space = nix::cmsg_space!([RawFd; 3]);
+        let message = recvmsg::<()>(
+            control.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        )
+        .map_err(|errno| os_fail("policy")(errno.into()))?;
+        for cmsg in message.cmsgs().map_err(|e| fail("policy")(e.to_string()))? {
+            if let ControlMessageOwned::ScmRights(raw) = cmsg {
+                // SAFETY: the kernel installed these descriptors for us alone.
+                fds.extend(
+                    raw.into_iter()
+                        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                );
+            }
+        }
+        if message.flags.contains(MsgFlags::MSG_CTRUNC) {
+            return Err(fail("policy")("too many descriptors".into()));
+        }
+        message.bytes
+    };
+    if received == 0 {
+        // The daemon went away before handing out this helper.
+        std::process::exit(0);
+    }
+    let stdio: [OwnedFd; 3] = fds
+        .try_into()
+        .map_err(|_| fail("policy")("expected the program's three stdio descriptors".into()))?;
+    let mut text = first[..received].to_vec();
+    control
+        .take(MAX_PLAN_BYTES as u64)
         .read_to_end(&mut text)
         .map_err(os_fail("policy"))?;
+    Ok((stdio, text))
+}
+
+fn run(
+    control: &UnixStream,
+    network_restricted: bool,
+    filter: &seccomp::Program,
+) -> Result<Never, Failure> {
+    let (stdio, text) = receive(control)?;
+    for (target, fd) in stdio.iter().enumerate() {
+        // SAFETY: plain dup2 onto the standard descriptors, which the program is to inherit.
+        if unsafe { libc::dup2(fd.as_raw_fd(), target as RawFd) } < 0 {
+            return Err(os_fail("stdio")(std::io::Error::last_os_error()));
+        }
+    }
+    drop(stdio);
     let plan: Plan = serde_json::from_slice(&text).map_err(|e| fail("policy")(e.to_string()))?;
+    if plan.network_restricted != network_restricted {
+        return Err(fail("policy")(
+            "the plan's network mode is not this helper's".into(),
+        ));
+    }
+    // A PTY's session leader takes its terminal as the controlling one, as pty-process does.
+    // SAFETY: plain ioctl on our stdin.
+    if plan.tty && unsafe { libc::ioctl(libc::STDIN_FILENO, libc::TIOCSCTTY, 0) } < 0 {
+        return Err(os_fail("terminal")(std::io::Error::last_os_error()));
+    }
     let argv: Vec<CString> = plan
         .argv
         .iter()
@@ -89,24 +203,12 @@ fn run(policy_fd: RawFd) -> Result<Never, Failure> {
     let program =
         CString::new(plan.program.as_bytes()).map_err(|e| fail("policy")(e.to_string()))?;
 
-    // SAFETY: plain syscalls without pointers.
-    if unsafe { libc::getsid(0) != libc::getpid() } && unsafe { libc::setsid() } < 0 {
-        return Err(os_fail("session")(std::io::Error::last_os_error()));
-    }
-
-    let mut flags = 0;
-    if plan.fs.is_some() {
-        flags |= libc::CLONE_NEWNS;
-    }
-    if plan.network_restricted {
-        flags |= libc::CLONE_NEWNET;
-    }
-    // SAFETY: plain syscall; the process is single-threaded.
-    if flags != 0 && unsafe { libc::unshare(flags) } < 0 {
-        return Err(os_fail("namespaces")(std::io::Error::last_os_error()));
-    }
     let mut grants = None;
     if let Some(fs) = &plan.fs {
+        // SAFETY: plain syscall; the process is single-threaded.
+        if unsafe { libc::unshare(libc::CLONE_NEWNS) } < 0 {
+            return Err(os_fail("namespaces")(std::io::Error::last_os_error()));
+        }
         mounts::apply(&fs.mounts).map_err(fail("mounts"))?;
         let mut list = fs.grants.clone();
         list.extend(own_terminal());
@@ -120,12 +222,12 @@ fn run(policy_fd: RawFd) -> Result<Never, Failure> {
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
         return Err(os_fail("no_new_privs")(std::io::Error::last_os_error()));
     }
-    // SAFETY: plain syscall; only marks fds close-on-exec (the status pipe stays open to exec).
+    // SAFETY: plain syscall; only marks fds close-on-exec (the control socket stays open to
+    // exec).
     if unsafe { libc::close_range(3, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC as i32) } != 0 {
         return Err(os_fail("fds")(std::io::Error::last_os_error()));
     }
-    let filter = seccomp::filter(plan.network_restricted).map_err(fail("seccomp"))?;
-    seccomp::apply(&filter).map_err(fail("seccomp"))?;
+    seccomp::apply(filter).map_err(fail("seccomp"))?;
 
     // Only now, with everything in place, the program's environment (execvp searches its PATH).
     for (key, value) in &plan.env {

@@ -15,26 +15,23 @@ mod landlock;
 mod mounts;
 pub mod plan;
 mod policy;
+mod pool;
 mod protected;
 mod seccomp;
 
-use crate::process::spawn::{self, ChildIo, LaunchSpec, DEFAULT_SIZE};
+use crate::process::spawn::{self, ChildIo, LaunchSpec, Spawned, DEFAULT_SIZE};
 use crate::rpc::RpcError;
 use denial::DenialContext;
 use exec_server_protocol::process::StartParams;
 use exec_server_protocol::sandbox::{FileSystemSandboxContext, FsAccess, NetworkAccess};
-use plan::{Failure, FsPlan, Plan, EXEC_STAGE};
-use std::io::Write as _;
+use plan::{Failure, FsPlan, Plan, EXEC_STAGE, MAX_PLAN_BYTES};
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How long a launch waits for the helper to exec the program or report a failure.
+/// How long a launch waits for a helper to start, or to exec the program or report a failure.
 const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The largest plan the policy pipe carries (it is written whole before the spawn).
-const MAX_PLAN_BYTES: usize = 1 << 20;
 
 /// A resolved intent, ready to wrap a launch.
 pub struct Prepared {
@@ -103,6 +100,7 @@ pub fn prepare(
         cwd: cwd.to_path_buf(),
         env: Default::default(),
         network_restricted,
+        tty: false,
         fs: fs.as_ref().map(|rules| FsPlan {
             mounts: mounts::plan(rules),
             grants: grants(rules),
@@ -197,7 +195,6 @@ pub async fn run_self(
         pipe_stdin: false,
         stdin_fd: Some(Arc::new(theirs)),
         size: DEFAULT_SIZE,
-        helper_fds: None,
     };
     // Resolution walks the file system (globs, the hard-link search): off the async workers.
     let prepared = {
@@ -206,7 +203,7 @@ pub async fn run_self(
             .await
             .map_err(|err| RpcError::internal(err.to_string()))??
     };
-    let launch = match prepared {
+    let mut launch = match prepared {
         None => None,
         Some(mut prepared) => {
             if let (Some(fs), Some(path)) = (&mut prepared.plan.fs, grant) {
@@ -215,9 +212,11 @@ pub async fn run_self(
             Some(prepared.launch(&mut spec)?)
         }
     };
-    let spawned = spawn::spawn(&spec).map_err(|err| {
-        RpcError::internal(format!("failed to start the sandboxed helper: {err}"))
-    })?;
+    let spawned = match &mut launch {
+        None => spawn::spawn(&spec),
+        Some(launch) => launch.spawn(&spec).await,
+    }
+    .map_err(|err| RpcError::internal(format!("failed to start the sandboxed helper: {err}")))?;
     // Only the child may hold the other end, so its exit ends the conversation.
     drop(spec);
     let mut child = spawned.child;
@@ -338,13 +337,15 @@ fn self_binary() -> (std::path::PathBuf, Option<std::path::PathBuf>) {
     }
 }
 
-/// A sandboxed launch in progress: the pipes to the helper.
+/// A sandboxed launch in progress.
 pub struct Launch {
-    policy: OwnedFd,
-    status_writer: OwnedFd,
-    status_reader: OwnedFd,
+    /// The serialized plan.
+    plan: Vec<u8>,
+    network_restricted: bool,
     program: String,
     sandboxed: Sandboxed,
+    /// The helper's control socket, once it has the plan.
+    control: Option<tokio::net::UnixStream>,
 }
 
 /// What a running sandboxed process keeps: the classifier's context and its placeholders.
@@ -366,81 +367,69 @@ impl Sandboxed {
 }
 
 impl Prepared {
-    /// Rewrites `spec` to run the helper, which receives the real program on the policy pipe.
+    /// Takes the program's environment from `spec` into the plan, which a helper receives.
     pub fn launch(mut self, spec: &mut LaunchSpec) -> Result<Launch, RpcError> {
         self.plan.env = std::mem::take(&mut spec.env);
-        let text = serde_json::to_vec(&self.plan).map_err(|e| RpcError::internal(e.to_string()))?;
-        if text.len() > MAX_PLAN_BYTES {
+        self.plan.tty = spec.tty;
+        let plan = serde_json::to_vec(&self.plan).map_err(|e| RpcError::internal(e.to_string()))?;
+        if plan.len() > MAX_PLAN_BYTES {
             return Err(RpcError::invalid_params(format!(
                 "sandbox policy is too large ({} bytes; at most {MAX_PLAN_BYTES})",
-                text.len()
+                plan.len()
             )));
         }
-        let (policy, policy_writer) = pipe()?;
-        let (status_reader, status_writer) = pipe()?;
-        // SAFETY: plain fcntl on an fd we own; the pipe must hold the whole plan.
-        unsafe {
-            libc::fcntl(
-                policy_writer.as_raw_fd(),
-                libc::F_SETPIPE_SZ,
-                text.len() as libc::c_int,
-            )
-        };
-        std::fs::File::from(policy_writer)
-            .write_all(&text)
-            .map_err(|e| RpcError::internal(format!("cannot pass the sandbox policy: {e}")))?;
-        spec.program = self_binary().0.display().to_string();
-        spec.args = vec![
-            helper::HELPER_ARG.into(),
-            policy.as_raw_fd().to_string(),
-            status_writer.as_raw_fd().to_string(),
-        ];
-        spec.arg0 = Some("exec-server".into());
-        spec.helper_fds = Some([policy.as_raw_fd(), status_writer.as_raw_fd()]);
         Ok(Launch {
-            policy,
-            status_writer,
-            status_reader,
+            plan,
+            network_restricted: self.plan.network_restricted,
             program: self.plan.program,
             sandboxed: Sandboxed {
                 context: self.context,
                 leases: self.leases,
             },
+            control: None,
         })
     }
 }
 
 impl Launch {
-    /// After the spawn: waits until the helper executed the program (EOF on the status pipe)
-    /// or reports why it could not. Err: nothing ran; the caller reaps the helper.
+    /// Starts `spec`'s program in a helper: hands it the plan and the program's stdio. The
+    /// helper is a session leader already; it applies the plan and executes the program.
+    pub async fn spawn(&mut self, spec: &LaunchSpec) -> std::io::Result<Spawned> {
+        let (io, stdio) = spawn::detached_stdio(spec)?;
+        let helper = pool::take(self.network_restricted).await?;
+        let (child, control) = helper.hand_over(&stdio, &self.plan).await?;
+        let pid = child
+            .id()
+            .expect("a helper that was handed out is not reaped") as i32;
+        self.control = Some(control);
+        Ok(Spawned { child, pid, io })
+    }
+
+    /// After [`Launch::spawn`]: waits until the helper executed the program (EOF on the control
+    /// socket) or reports why it could not. Err: nothing ran; the caller reaps the helper.
     pub async fn confirm(self) -> Result<Sandboxed, RpcError> {
+        use tokio::io::AsyncReadExt as _;
         let Launch {
-            policy,
-            status_writer,
-            status_reader,
             program,
             sandboxed,
+            control,
+            ..
         } = self;
-        drop((policy, status_writer));
-        let read = tokio::task::spawn_blocking(move || {
-            let mut text = Vec::new();
-            std::io::Read::read_to_end(&mut std::fs::File::from(status_reader), &mut text)
-                .map(|_| text)
-        });
-        let text = match tokio::time::timeout(SETUP_TIMEOUT, read).await {
-            Ok(Ok(Ok(text))) => text,
-            Ok(Ok(Err(err))) => {
+        let mut control = control.expect("confirm follows a spawn");
+        let mut text = Vec::new();
+        match tokio::time::timeout(SETUP_TIMEOUT, control.read_to_end(&mut text)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(err)) => {
                 return Err(RpcError::internal(format!(
                     "cannot read the sandbox helper's status: {err}"
                 )))
             }
-            Ok(Err(err)) => return Err(RpcError::internal(err.to_string())),
             Err(_) => {
                 return Err(RpcError::internal(
                     "the sandbox helper did not start the program in time",
                 ))
             }
-        };
+        }
         if text.is_empty() {
             return Ok(sandboxed);
         }
@@ -465,29 +454,6 @@ impl Launch {
             .with_data(data)
         })
     }
-}
-
-/// A close-on-exec pipe with both ends above the standard descriptors (so the spawn's own
-/// redirections of 0-2 can never clobber them).
-fn pipe() -> Result<(OwnedFd, OwnedFd), RpcError> {
-    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-        .map_err(|e| RpcError::internal(format!("cannot create a pipe: {e}")))?;
-    Ok((above_stdio(read)?, above_stdio(write)?))
-}
-
-fn above_stdio(fd: OwnedFd) -> Result<OwnedFd, RpcError> {
-    if fd.as_raw_fd() > 2 {
-        return Ok(fd);
-    }
-    // SAFETY: duplicating an fd we own into a new one we then own.
-    let dup: RawFd = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
-    if dup < 0 {
-        return Err(RpcError::internal(
-            std::io::Error::last_os_error().to_string(),
-        ));
-    }
-    // SAFETY: the new fd is ours.
-    Ok(unsafe { OwnedFd::from_raw_fd(dup) })
 }
 
 /// For a program [`run_self`] started: passes `fd` back to the daemon over stdin (the socket).

@@ -20,6 +20,8 @@ pub struct Plan {
     /// written) can act on it before the sandbox is in place.
     pub env: BTreeMap<String, String>,
     pub network_restricted: bool,
+    /// The program runs on a PTY (its stdio), which becomes its controlling terminal.
+    pub tty: bool,
     /// None: the file system is not restricted.
     pub fs: Option<FsPlan>,
 }
@@ -31,7 +33,10 @@ pub struct FsPlan {
     pub grants: Vec<Grant>,
 }
 
-/// A setup failure, as the helper reports it on the status pipe (one JSON object, then EOF).
+/// The largest plan the daemon sends a helper.
+pub const MAX_PLAN_BYTES: usize = 1 << 20;
+
+/// A setup failure, as the helper reports it on the control socket (one JSON object, then EOF).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Failure {

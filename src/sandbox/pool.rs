@@ -1,0 +1,241 @@
+//! Sandbox helpers started ahead of need.
+//!
+//! Re-executing the daemon's binary and creating a network namespace cost more than everything
+//! else in a sandboxed launch together, and neither depends on the plan, so each launch takes a
+//! helper that is already waiting (see [`super::helper`]) and a replacement is started in the
+//! background. Helpers are kept per network mode, since a restricting one has already made its
+//! own namespace; none exists until the first sandboxed launch of that mode. A launch that
+//! finds none waiting starts one itself. Every helper serves exactly one launch.
+
+use super::helper::{HELPER_ARG, NETWORK_ENABLED, NETWORK_RESTRICTED, READY};
+use std::io;
+use std::os::fd::{AsRawFd as _, OwnedFd};
+use std::process::Stdio;
+use std::sync::Mutex;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::UnixStream;
+
+/// Idle helpers kept per network mode: enough for a few launches at once.
+const IDLE: usize = 2;
+
+/// A started helper that has not received a plan yet.
+pub struct Helper {
+    pub child: tokio::process::Child,
+    control: UnixStream,
+    /// What it is to run with once handed out.
+    scheduling: Scheduling,
+}
+
+#[derive(Default)]
+struct Pool {
+    /// The runtime the helpers' `Child`ren are registered with (a test process has several).
+    runtime: Option<tokio::runtime::Id>,
+    /// Per network mode (index: restricted), ready helpers and helpers being started.
+    idle: [Vec<Helper>; 2],
+    starting: [usize; 2],
+}
+
+static POOL: Mutex<Option<Pool>> = Mutex::new(None);
+
+/// A ready helper for this network mode: a waiting one, or a new one.
+pub async fn take(network_restricted: bool) -> io::Result<Helper> {
+    let kind = usize::from(network_restricted);
+    let runtime = tokio::runtime::Handle::current().id();
+    let waiting = {
+        let mut guard = POOL.lock().unwrap();
+        let pool = guard.get_or_insert_with(Pool::default);
+        if pool.runtime != Some(runtime) {
+            *pool = Pool {
+                runtime: Some(runtime),
+                ..Pool::default()
+            };
+        }
+        // One that died while waiting (killed from outside) is dropped, and reaped by tokio.
+        std::iter::from_fn(|| pool.idle[kind].pop())
+            .find_map(|mut helper| matches!(helper.child.try_wait(), Ok(None)).then_some(helper))
+    };
+    refill(network_restricted, runtime);
+    if let Some(helper) = waiting {
+        match helper.scheduling.restore(helper.child.id()) {
+            Ok(()) => return Ok(helper),
+            Err(err) => tracing::warn!("cannot reschedule a waiting sandbox helper: {err}"),
+        }
+    }
+    start(network_restricted, false).await
+}
+
+/// Starts replacements in the background until the mode has its idle helpers.
+fn refill(network_restricted: bool, runtime: tokio::runtime::Id) {
+    let kind = usize::from(network_restricted);
+    let missing = {
+        let mut guard = POOL.lock().unwrap();
+        let Some(pool) = guard.as_mut() else { return };
+        let missing = IDLE.saturating_sub(pool.idle[kind].len() + pool.starting[kind]);
+        pool.starting[kind] += missing;
+        missing
+    };
+    for _ in 0..missing {
+        tokio::spawn(replace(network_restricted, runtime));
+    }
+}
+
+/// Starts one background helper for the pool (counted in `starting` by the caller).
+async fn replace(network_restricted: bool, runtime: tokio::runtime::Id) {
+    let kind = usize::from(network_restricted);
+    let started = start(network_restricted, true).await;
+    let mut guard = POOL.lock().unwrap();
+    // A pool reset for another runtime has forgotten this start.
+    let Some(pool) = guard.as_mut().filter(|pool| pool.runtime == Some(runtime)) else {
+        return;
+    };
+    pool.starting[kind] -= 1;
+    match started {
+        Ok(helper) => pool.idle[kind].push(helper),
+        Err(err) => tracing::warn!("cannot start a sandbox helper: {err}"),
+    }
+}
+
+/// Starts a helper and waits until it is ready for its plan. A `background` one (a
+/// replacement) starts with the idle scheduling policy, so that its exec only takes CPU time
+/// that launches in progress do not want; it gets the daemon's back when handed out.
+async fn start(network_restricted: bool, background: bool) -> io::Result<Helper> {
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+    // Created blocking: the helper's end must stay blocking; ours is switched below.
+    let (ours, theirs) = socketpair(
+        AddressFamily::Unix,
+        SockType::Stream,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )?;
+    let mut command = tokio::process::Command::new(super::self_binary().0);
+    command
+        .arg0("exec-server")
+        .arg(HELPER_ARG)
+        .arg(if network_restricted {
+            NETWORK_RESTRICTED
+        } else {
+            NETWORK_ENABLED
+        })
+        .current_dir("/")
+        .env_clear()
+        .stdin(Stdio::from(theirs))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // No pre_exec, so std uses posix_spawn; the parent thread waits for the exec, so off the
+    // async workers. The child inherits the thread's scheduling policy.
+    let (mut child, scheduling) = tokio::task::spawn_blocking(move || {
+        let scheduling = Scheduling::current()?;
+        if background {
+            Scheduling::IDLE.apply(0)?;
+        }
+        let spawned = command.spawn();
+        if background {
+            scheduling.apply(0)?;
+        }
+        Ok::<_, io::Error>((spawned?, scheduling))
+    })
+    .await
+    .map_err(io::Error::other)??;
+    let socket = std::os::unix::net::UnixStream::from(ours);
+    socket.set_nonblocking(true)?;
+    let mut control = UnixStream::from_std(socket)?;
+    let mut ready = [0u8; 1];
+    let read = tokio::time::timeout(super::SETUP_TIMEOUT, control.read(&mut ready)).await;
+    match read {
+        Ok(Ok(1)) if ready[0] == READY => Ok(Helper {
+            child,
+            control,
+            scheduling,
+        }),
+        outcome => {
+            let _ = child.start_kill();
+            Err(match outcome {
+                Ok(Err(err)) => err,
+                Err(_) => io::Error::other("the sandbox helper did not start in time"),
+                Ok(Ok(_)) => io::Error::other("the sandbox helper failed to start"),
+            })
+        }
+    }
+}
+
+impl Helper {
+    /// Sends the program's stdio and the plan. Returns the helper's process and the control
+    /// socket, on which it reports a failure, or reaches EOF when it executed the program.
+    pub async fn hand_over(
+        mut self,
+        stdio: &[OwnedFd; 3],
+        plan: &[u8],
+    ) -> io::Result<(tokio::process::Child, UnixStream)> {
+        match self.send(stdio, plan).await {
+            Ok(()) => Ok((self.child, self.control)),
+            Err(err) => {
+                let _ = self.child.start_kill();
+                Err(err)
+            }
+        }
+    }
+
+    async fn send(&mut self, stdio: &[OwnedFd; 3], plan: &[u8]) -> io::Result<()> {
+        use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+        let Some((first, rest)) = plan.split_first() else {
+            return Err(io::Error::other("empty sandbox plan"));
+        };
+        let fds = stdio.each_ref().map(|fd| fd.as_raw_fd());
+        // The descriptors travel with the first byte (a stream socket carries control data only
+        // along with data), which always fits: nothing was sent on this socket before.
+        sendmsg::<()>(
+            self.control.as_raw_fd(),
+            &[io::IoSlice::new(std::slice::from_ref(first))],
+            &[ControlMessage::ScmRights(&fds)],
+            MsgFlags::MSG_NOSIGNAL,
+            None,
+        )?;
+        self.control.write_all(rest).await?;
+        self.control.shutdown().await
+    }
+}
+
+/// A thread's scheduling policy and its parameters (the nice value is separate, and is kept).
+#[derive(Clone, Copy)]
+struct Scheduling {
+    policy: libc::c_int,
+    priority: libc::c_int,
+}
+
+impl Scheduling {
+    const IDLE: Self = Self {
+        policy: libc::SCHED_IDLE,
+        priority: 0,
+    };
+
+    fn current() -> io::Result<Self> {
+        let mut param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: plain calls about the calling thread, with a valid out-pointer.
+        let policy = unsafe { libc::sched_getscheduler(0) };
+        if policy < 0 || unsafe { libc::sched_getparam(0, &mut param) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Self {
+            policy,
+            priority: param.sched_priority,
+        })
+    }
+
+    /// Applies to thread `tid` (0: the calling one).
+    fn apply(self, tid: libc::pid_t) -> io::Result<()> {
+        let param = libc::sched_param {
+            sched_priority: self.priority,
+        };
+        // SAFETY: plain call with a valid parameter struct.
+        if unsafe { libc::sched_setscheduler(tid, self.policy, &param) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Gives a waiting helper back the scheduling it was started without.
+    fn restore(self, pid: Option<u32>) -> io::Result<()> {
+        let pid = pid.ok_or_else(|| io::Error::other("the helper was reaped"))?;
+        self.apply(pid as libc::pid_t)
+    }
+}
