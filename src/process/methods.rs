@@ -40,8 +40,8 @@ async fn start(ctx: &RequestCtx, params: StartParams) -> Result<StartResult, Rpc
             params.cwd
         ))
     })?;
-    // Resolution walks the file system (globs, the hard-link search): off the async workers.
-    let prepared = if params.sandbox.is_some() {
+    // A resolution that walks directory trees runs off the async workers.
+    let prepared = if params.sandbox.as_ref().is_some_and(sandbox::prepare_walks) {
         let (params, cwd) = (params.clone(), cwd.clone());
         tokio::task::spawn_blocking(move || sandbox::prepare_start(&params, &cwd))
             .await

@@ -73,6 +73,11 @@ impl Guard {
         self.protected.first().map(|item| item.path.as_path())
     }
 
+    /// Whether [`Guard::check_write_root`] may search a root for hard links to the binary.
+    pub fn searches_for_links(&self) -> bool {
+        self.protected.iter().any(|item| item.nlink > 1)
+    }
+
     /// Err(reason) when a write grant on the canonical directory or file `root` would expose
     /// the daemon's state.
     pub fn check_write_root(&self, root: &Path) -> Result<(), String> {

@@ -46,6 +46,13 @@ pub fn enforceable() -> bool {
     landlock::unsupported().is_none()
 }
 
+/// Whether preparing `sandbox` may walk directory trees (glob expansion, the search for hard
+/// links to the daemon's binary in write roots), and so belongs off the async workers. Anything
+/// else is a few stats and canonicalizations, cheaper than the hop to a blocking thread.
+pub fn prepare_walks(sandbox: &FileSystemSandboxContext) -> bool {
+    policy::expands_globs(sandbox) || guard::init().searches_for_links()
+}
+
 /// Resolves `params.sandbox` for a `process/start` in `cwd`. Ok(None): run unsandboxed.
 pub fn prepare_start(params: &StartParams, cwd: &Path) -> Result<Option<Prepared>, RpcError> {
     if params.enforce_managed_network || params.managed_network.is_some() {
@@ -196,12 +203,14 @@ pub async fn run_self(
         stdin_fd: Some(Arc::new(theirs)),
         size: DEFAULT_SIZE,
     };
-    // Resolution walks the file system (globs, the hard-link search): off the async workers.
-    let prepared = {
+    // A resolution that walks directory trees runs off the async workers.
+    let prepared = if prepare_walks(sandbox) {
         let (sandbox, cwd, argv) = (sandbox.clone(), cwd.to_path_buf(), argv.clone());
         tokio::task::spawn_blocking(move || prepare(&sandbox, &cwd, &argv, Some("exec-server")))
             .await
             .map_err(|err| RpcError::internal(err.to_string()))??
+    } else {
+        prepare(sandbox, cwd, &argv, Some("exec-server"))?
     };
     let mut launch = match prepared {
         None => None,

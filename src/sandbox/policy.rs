@@ -75,6 +75,19 @@ pub struct Policy {
     pub network: NetworkAccess,
 }
 
+/// Whether resolving `sandbox` expands glob patterns.
+pub fn expands_globs(sandbox: &FileSystemSandboxContext) -> bool {
+    matches!(
+        &sandbox.permissions,
+        PermissionProfile::Managed {
+            file_system: FileSystemPermissions::Restricted { entries, .. },
+            ..
+        } if entries
+            .iter()
+            .any(|entry| matches!(entry.path, FsPath::GlobPattern { .. }))
+    )
+}
+
 /// None when the intent needs no enforcement (disabled, external, or unrestricted with network
 /// on); the process then runs unsandboxed.
 pub fn resolve(
