@@ -345,9 +345,14 @@ async fn wait_for_exit(
         Err(_) => (-1, None),
     };
     // Placeholders go before `exited` is visible, so a client never sees them left over.
-    let sandbox = process.sandbox.lock().unwrap().take();
-    if let Some(mut sandbox) = sandbox.filter(Sandboxed::has_placeholders) {
-        let _ = tokio::task::spawn_blocking(move || sandbox.release()).await;
+    let mut sandbox = process.sandbox.lock().unwrap().take();
+    if let Some(mut held) = sandbox.take_if(|held| held.has_placeholders()) {
+        sandbox = tokio::task::spawn_blocking(move || {
+            held.release();
+            held
+        })
+        .await
+        .ok();
     }
     let mut changes = process.changed.subscribe();
     let _ = tokio::time::timeout(EXIT_DRAIN_GRACE, async {
@@ -371,6 +376,10 @@ async fn wait_for_exit(
         state.log.is_closed()
     };
     process.changed.send_replace(());
+    // Its mount namespace is torn down only now, off the async workers.
+    if let Some(sandbox) = sandbox {
+        tokio::task::spawn_blocking(move || drop(sandbox));
+    }
     if closed {
         if let Some(table) = table.upgrade() {
             table.schedule_removal(&process);

@@ -353,15 +353,22 @@ pub struct Launch {
     network_restricted: bool,
     program: String,
     sandboxed: Sandboxed,
-    /// The helper's control socket, once it has the plan.
-    control: Option<tokio::net::UnixStream>,
+    /// The helper's control socket and pid, once it has the plan.
+    control: Option<(tokio::net::UnixStream, i32)>,
+    /// The plan makes a mount namespace.
+    mounts: bool,
 }
 
-/// What a running sandboxed process keeps: the classifier's context and its placeholders.
+/// What a running sandboxed process keeps: the classifier's context, its placeholders, and its
+/// mount namespace.
 #[derive(Debug)]
 pub struct Sandboxed {
     pub context: Arc<DenialContext>,
     leases: protected::Leases,
+    /// Held from the exec on, so that the namespace is torn down (every mount of the copied
+    /// view unmounted) when this is dropped, after the exit is reported, rather than by the
+    /// exiting process before its parent learns of the exit.
+    mount_namespace: Option<OwnedFd>,
 }
 
 impl Sandboxed {
@@ -394,8 +401,10 @@ impl Prepared {
             sandboxed: Sandboxed {
                 context: self.context,
                 leases: self.leases,
+                mount_namespace: None,
             },
             control: None,
+            mounts: self.plan.fs.is_some(),
         })
     }
 }
@@ -410,7 +419,7 @@ impl Launch {
         let pid = child
             .id()
             .expect("a helper that was handed out is not reaped") as i32;
-        self.control = Some(control);
+        self.control = Some((control, pid));
         Ok(Spawned { child, pid, io })
     }
 
@@ -420,11 +429,12 @@ impl Launch {
         use tokio::io::AsyncReadExt as _;
         let Launch {
             program,
-            sandboxed,
+            mut sandboxed,
             control,
+            mounts,
             ..
         } = self;
-        let mut control = control.expect("confirm follows a spawn");
+        let (mut control, pid) = control.expect("confirm follows a spawn");
         let mut text = Vec::new();
         match tokio::time::timeout(SETUP_TIMEOUT, control.read_to_end(&mut text)).await {
             Ok(Ok(_)) => {}
@@ -440,6 +450,11 @@ impl Launch {
             }
         }
         if text.is_empty() {
+            // A program that already exited has torn its namespace down itself.
+            sandboxed.mount_namespace = mounts
+                .then(|| std::fs::File::open(format!("/proc/{pid}/ns/mnt")).ok())
+                .flatten()
+                .map(OwnedFd::from);
             return Ok(sandboxed);
         }
         let failure: Failure = serde_json::from_slice(&text).map_err(|err| {
