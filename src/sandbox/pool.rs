@@ -15,8 +15,10 @@ use std::sync::Mutex;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::UnixStream;
 
-/// Idle helpers kept per network mode: enough for a few launches at once.
-const IDLE: usize = 2;
+/// Idle helpers kept per network mode: enough for a few launches at once, and for back-to-back
+/// launches while replacements (at idle priority) are slow to start; with two, one launch in
+/// ten found none ready in a tight loop here and paid a full start.
+const IDLE: usize = 3;
 
 /// A started helper that has not received a plan yet.
 pub struct Helper {
