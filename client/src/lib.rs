@@ -49,8 +49,12 @@ use tokio::sync::{mpsc, watch};
 /// How long to keep trying to resume: inside the daemon's default 30 s session TTL.
 pub const DEFAULT_RECONNECT_DEADLINE: Duration = Duration::from_secs(25);
 
-/// The pause between resume attempts (as the codex client).
+/// The longest pause between resume attempts (the codex client's fixed pause).
 pub const RECONNECT_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The first pause: the daemon usually notices the old socket's end within a millisecond, so
+/// a -32010 right after a drop clears quickly; pauses double from here.
+const FIRST_RECONNECT_PAUSE: Duration = Duration::from_millis(2);
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -394,7 +398,7 @@ async fn handshake(
 }
 
 /// Opens a connection and resumes `session_id`, retrying transport errors and "still attached"
-/// (-32010) every [`RECONNECT_INTERVAL`] until the deadline.
+/// (-32010), pausing 2 ms and doubling up to [`RECONNECT_INTERVAL`], until the deadline.
 async fn resume(
     options: &ClientOptions,
     session_id: &str,
@@ -403,6 +407,7 @@ async fn resume(
 ) -> Result<(Arc<Connection>, InitializeResult), Error> {
     let deadline =
         tokio::time::Instant::now() + options.reconnect_deadline.unwrap_or(Duration::ZERO);
+    let mut pause = FIRST_RECONNECT_PAUSE;
     loop {
         let attempt = async {
             let connection = Connection::open(
@@ -429,10 +434,11 @@ async fn resume(
             Error::Connect(_) => true,
             _ => false,
         };
-        if !retryable || tokio::time::Instant::now() + RECONNECT_INTERVAL > deadline {
+        if !retryable || tokio::time::Instant::now() + pause > deadline {
             return Err(error);
         }
-        tokio::time::sleep(RECONNECT_INTERVAL).await;
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(RECONNECT_INTERVAL);
     }
 }
 
