@@ -1,15 +1,12 @@
 //! One WebSocket connection: a writer task, a reader task that routes replies to their callers
 //! and notifications to the [`Router`](crate::events::Router), and a way to kill it abruptly.
 
-use crate::events::{Notification, NotificationKind, Router};
+use crate::events::{Notification, Router};
 use crate::Error;
-use exec_server_protocol::base64_bytes::Base64Bytes;
 use exec_server_protocol::binary;
-use exec_server_protocol::process::{OutputNotification, OutputStream};
 use exec_server_protocol::rpc::ErrorObject;
 use futures::{SinkExt as _, StreamExt as _};
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, Visitor};
-use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -227,26 +224,6 @@ impl<'de> DeserializeSeed<'de> for IncomingSeed<'_> {
     }
 }
 
-/// `process/output` params in a binary message: everything but the chunk.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct OutputHeader {
-    process_id: String,
-    seq: u64,
-    stream: OutputStream,
-}
-
-impl OutputHeader {
-    fn with_chunk(self, chunk: &[u8]) -> Notification {
-        Notification::Output(OutputNotification {
-            process_id: self.process_id,
-            seq: self.seq,
-            stream: self.stream,
-            chunk: Base64Bytes(chunk.to_vec()),
-        })
-    }
-}
-
 impl<'de> Visitor<'de> for IncomingSeed<'_> {
     type Value = Incoming;
 
@@ -264,12 +241,9 @@ impl<'de> Visitor<'de> for IncomingSeed<'_> {
         while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
             match key.as_ref() {
                 "method" => method = Some(map.next_value()?),
-                "params" => match (method.as_deref().and_then(Notification::kind), self.chunk) {
-                    (Some(NotificationKind::Output), Some(chunk)) => {
-                        typed = Some(map.next_value::<OutputHeader>()?.with_chunk(chunk))
-                    }
-                    (Some(kind), _) => typed = Some(kind.decode_from(&mut map)?),
-                    (None, _) => raw_params = Some(map.next_value()?),
+                "params" => match method.as_deref().and_then(Notification::kind) {
+                    Some(kind) => typed = Some(kind.decode_from(&mut map, self.chunk)?),
+                    None => raw_params = Some(map.next_value()?),
                 },
                 "id" => id = Some(map.next_value()?),
                 "result" => result = Some(map.next_value()?),
@@ -282,15 +256,7 @@ impl<'de> Visitor<'de> for IncomingSeed<'_> {
         if let Some(method) = method {
             let notification = typed.or_else(|| {
                 let kind = Notification::kind(&method)?;
-                let params = raw_params.as_deref()?.get();
-                match (kind, self.chunk) {
-                    (NotificationKind::Output, Some(chunk)) => {
-                        serde_json::from_str::<OutputHeader>(params)
-                            .ok()
-                            .map(|header| header.with_chunk(chunk))
-                    }
-                    _ => kind.decode(params).ok(),
-                }
+                kind.decode(raw_params.as_deref()?.get(), self.chunk).ok()
             });
             return Ok(notification.map_or(Incoming::Other, Incoming::Notification));
         }
