@@ -125,10 +125,9 @@ async fn reconnect_catches_up_missed_output_and_retries_writes_once() {
     proxy.pause();
     let writer = cat.handle();
     let lost_reply = tokio::spawn(async move { writer.write(b"two\n").await });
-    // The echo ("dHdvCg==" is "two\n") and the write's reply reached the proxy, not the client.
+    // The echo (a binary payload) and the write's reply reached the proxy, not the client.
     common::eventually("the echo and the reply to be held", || {
-        let held = proxy.held_text();
-        held.contains("dHdvCg==") && held.contains("accepted")
+        proxy.held_contains(b"two\n") && proxy.held_contains(b"accepted")
     })
     .await;
     proxy.cut();
@@ -188,11 +187,8 @@ async fn evicted_output_surfaces_as_a_gap() {
     proxy.pause();
     let writer = process.handle();
     tokio::spawn(async move { writer.write(b"go\n").await });
-    // "ZW5kCg==" is "end\n": everything before it was handed to the lost connection.
-    common::eventually("the output to be held", || {
-        proxy.held_text().contains("ZW5kCg==")
-    })
-    .await;
+    // Everything before "end\n" (a binary payload) was handed to the lost connection.
+    common::eventually("the output to be held", || proxy.held_contains(b"end\n")).await;
     proxy.cut();
     let mut gaps = Vec::new();
     let mut tail = Vec::new();
@@ -253,7 +249,8 @@ async fn a_new_client_resumes_a_session_by_id() {
     let read = second
         .call(
             "process/read",
-            serde_json::json!({"processId": id, "afterSeq": 0}),
+            // The echo may not have run yet: wait for it.
+            serde_json::json!({"processId": id, "afterSeq": 0, "waitMs": 10_000}),
         )
         .await
         .unwrap();

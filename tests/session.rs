@@ -6,26 +6,6 @@ use common::*;
 use serde_json::json;
 use std::time::Duration;
 
-/// Resumes `session` on a new connection, retrying while the daemon has not yet noticed that
-/// the old connection is gone (-32010), as the codex client does.
-async fn resume(daemon: &Daemon, session: &str) -> Client {
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    loop {
-        let client = daemon.client().await;
-        match client.initialize(Some(session)).await {
-            Ok(resumed) => {
-                assert_eq!(resumed, session);
-                return client;
-            }
-            Err(error) if error["code"] == -32010 && tokio::time::Instant::now() < deadline => {
-                client.close().await;
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(error) => panic!("resume failed: {error}"),
-        }
-    }
-}
-
 #[tokio::test]
 async fn resume_after_disconnect_replays_output_made_while_detached() {
     let daemon = Daemon::start();
@@ -48,7 +28,7 @@ async fn resume_after_disconnect_replays_output_made_while_detached() {
     first.abort();
     tokio::time::sleep(Duration::from_millis(800)).await;
 
-    let second = resume(&daemon, &session).await;
+    let second = daemon.resume(&session).await;
     let caught_up = second
         .call("process/read", json!({"processId": "p", "afterSeq": 1}))
         .await;
@@ -74,7 +54,7 @@ async fn notifications_follow_the_session_to_the_new_connection() {
     params["pipeStdin"] = json!(true);
     first.call("process/start", params).await;
     first.close().await;
-    let second = resume(&daemon, &session).await;
+    let second = daemon.resume(&session).await;
     second
         .call(
             "process/write",
@@ -104,7 +84,7 @@ async fn a_write_retried_after_reconnect_lands_once() {
         )
         .await;
     first.abort();
-    let second = resume(&daemon, &session).await;
+    let second = daemon.resume(&session).await;
     let retried = second
         .call(
             "process/write",
@@ -182,7 +162,7 @@ async fn resume_is_not_delayed_by_a_long_poll_of_the_old_connection() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     first.abort();
     let started = std::time::Instant::now();
-    let second = resume(&daemon, &session).await;
+    let second = daemon.resume(&session).await;
     assert!(
         started.elapsed() < Duration::from_secs(3),
         "resume took {:?}",
@@ -254,7 +234,7 @@ async fn detached_eviction_is_reported_not_silent() {
         .await;
     first.abort();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let second = resume(&daemon, &session).await;
+    let second = daemon.resume(&session).await;
     let (_, last) = read_all(&second, "chatty").await;
     assert_eq!(last["exitCode"], 0, "the detached child was never stalled");
     let read = second

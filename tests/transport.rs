@@ -139,6 +139,10 @@ async fn binary_frames_and_malformed_json() {
     let reply = client.next_unsolicited().await;
     assert_eq!(reply["id"], 7);
     assert!(uuid_like(reply["result"]["sessionId"].as_str().unwrap()));
+    assert!(
+        reply["result"].get("binaryPayloads").is_none(),
+        "one message per line: stdio stays text"
+    );
     client.send_text(r#"{"id":8,"method":7}"#).await;
     assert_eq!(client.next_unsolicited().await["error"]["code"], -32600);
     client
@@ -364,7 +368,8 @@ fn stdio_mode_serves_one_connection_and_exits_at_eof() {
     writeln!(
         stdin,
         "{}",
-        json!({"id": 1, "method": "initialize", "params": {"clientName": "stdio"}})
+        json!({"id": 1, "method": "initialize",
+            "params": {"clientName": "stdio", "binaryPayloads": true}})
     )
     .unwrap();
     writeln!(stdin).unwrap();
@@ -373,6 +378,10 @@ fn stdio_mode_serves_one_connection_and_exits_at_eof() {
     stdout.read_line(&mut line).unwrap();
     let reply: Value = serde_json::from_str(&line).unwrap();
     assert!(uuid_like(reply["result"]["sessionId"].as_str().unwrap()));
+    assert!(
+        reply["result"].get("binaryPayloads").is_none(),
+        "one message per line: stdio stays text"
+    );
     let mut pid = None;
     while pid.is_none() {
         line.clear();

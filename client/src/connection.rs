@@ -3,10 +3,10 @@
 
 use crate::events::{Notification, Router};
 use crate::Error;
+use exec_server_protocol::binary;
 use exec_server_protocol::rpc::ErrorObject;
 use futures::{SinkExt as _, StreamExt as _};
-use serde::de::{Deserializer, MapAccess, Visitor};
-use serde::Deserialize;
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -17,8 +17,17 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 
-/// What a request's caller gets back: the raw result, or the server's error object.
-pub type Reply = Result<Box<RawValue>, ErrorObject>;
+/// What a request's caller gets back: the result, or the server's error object.
+pub type Reply = Result<Answer, ErrorObject>;
+
+/// A result as the daemon sent it.
+#[derive(Debug)]
+pub struct Answer {
+    pub result: Box<RawValue>,
+    /// The result's `chunk` member, when it came as a binary payload (and is absent from
+    /// `result`).
+    pub chunk: Option<Vec<u8>>,
+}
 
 /// How a request on one connection can fail.
 #[derive(Debug)]
@@ -92,11 +101,17 @@ impl Connection {
             tokio::spawn(async move {
                 while let Some(Ok(message)) = stream.next().await {
                     match message {
-                        Message::Text(text) => connection.route(text.as_str(), &router),
-                        Message::Binary(bytes) => match std::str::from_utf8(&bytes) {
-                            Ok(text) => connection.route(text, &router),
-                            Err(_) => break,
-                        },
+                        Message::Text(text) => connection.route(text.as_str(), None, &router),
+                        Message::Binary(bytes) => {
+                            let (header, chunk) = match binary::split(&bytes) {
+                                Some((header, chunk)) => (header, Some(chunk)),
+                                None => (&bytes[..], None),
+                            };
+                            match std::str::from_utf8(header) {
+                                Ok(text) => connection.route(text, chunk, &router),
+                                Err(_) => break,
+                            }
+                        }
                         Message::Close(_) => break,
                         _ => {}
                     }
@@ -116,8 +131,10 @@ impl Connection {
         Ok(connection)
     }
 
-    fn route(&self, text: &str, router: &Router) {
-        let Ok(message) = serde_json::from_str::<Incoming>(text) else {
+    /// Routes one message; `chunk` is the binary payload that stands for its `chunk` member.
+    fn route(&self, text: &str, chunk: Option<&[u8]>, router: &Router) {
+        let mut deserializer = serde_json::Deserializer::from_str(text);
+        let Ok(message) = IncomingSeed { chunk }.deserialize(&mut deserializer) else {
             // Not for us to fix: a daemon speaking a different protocol, or a batch reply.
             return;
         };
@@ -139,7 +156,7 @@ impl Connection {
     }
 
     /// Sends a request whose envelope is `text` (with id `id`) and waits for its reply.
-    pub async fn request(&self, id: i64, text: String) -> Result<Box<RawValue>, CallError> {
+    pub async fn request(&self, id: i64, text: String) -> Result<Answer, CallError> {
         let (sender, receiver) = oneshot::channel();
         match self.pending.lock().unwrap().as_mut() {
             Some(pending) => pending.insert(id, sender),
@@ -194,15 +211,20 @@ enum Incoming {
     Other,
 }
 
-impl<'de> Deserialize<'de> for Incoming {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_map(IncomingVisitor)
+/// Decodes a message together with the binary payload that stands for its `chunk`, if any.
+struct IncomingSeed<'a> {
+    chunk: Option<&'a [u8]>,
+}
+
+impl<'de> DeserializeSeed<'de> for IncomingSeed<'_> {
+    type Value = Incoming;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Incoming, D::Error> {
+        deserializer.deserialize_map(self)
     }
 }
 
-struct IncomingVisitor;
-
-impl<'de> Visitor<'de> for IncomingVisitor {
+impl<'de> Visitor<'de> for IncomingSeed<'_> {
     type Value = Incoming;
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
@@ -220,7 +242,7 @@ impl<'de> Visitor<'de> for IncomingVisitor {
             match key.as_ref() {
                 "method" => method = Some(map.next_value()?),
                 "params" => match method.as_deref().and_then(Notification::kind) {
-                    Some(kind) => typed = Some(kind.decode_from(&mut map)?),
+                    Some(kind) => typed = Some(kind.decode_from(&mut map, self.chunk)?),
                     None => raw_params = Some(map.next_value()?),
                 },
                 "id" => id = Some(map.next_value()?),
@@ -234,7 +256,7 @@ impl<'de> Visitor<'de> for IncomingVisitor {
         if let Some(method) = method {
             let notification = typed.or_else(|| {
                 let kind = Notification::kind(&method)?;
-                kind.decode(raw_params.as_deref()?.get()).ok()
+                kind.decode(raw_params.as_deref()?.get(), self.chunk).ok()
             });
             return Ok(notification.map_or(Incoming::Other, Incoming::Notification));
         }
@@ -242,7 +264,10 @@ impl<'de> Visitor<'de> for IncomingVisitor {
             return Ok(Incoming::Other);
         };
         let reply = match (result, error) {
-            (Some(result), _) => Ok(result),
+            (Some(result), _) => Ok(Answer {
+                result,
+                chunk: self.chunk.map(<[u8]>::to_vec),
+            }),
             (None, Some(error)) => Err(error),
             (None, None) => Err(ErrorObject {
                 code: exec_server_protocol::rpc::code::INTERNAL_ERROR,
@@ -258,8 +283,41 @@ impl<'de> Visitor<'de> for IncomingVisitor {
 mod tests {
     use super::*;
 
+    fn parse_with(text: &str, chunk: Option<&[u8]>) -> Incoming {
+        let mut deserializer = serde_json::Deserializer::from_str(text);
+        IncomingSeed { chunk }
+            .deserialize(&mut deserializer)
+            .unwrap()
+    }
+
     fn parse(text: &str) -> Incoming {
-        serde_json::from_str(text).unwrap()
+        parse_with(text, None)
+    }
+
+    #[test]
+    fn binary_payloads_stand_for_the_chunk() {
+        for output in [
+            r#"{"method":"process/output","params":{"processId":"p","seq":3,"stream":"stdout"}}"#,
+            r#"{"params":{"processId":"p","seq":3,"stream":"stdout"},"method":"process/output"}"#,
+        ] {
+            let Incoming::Notification(Notification::Output(n)) =
+                parse_with(output, Some(b"\0\xff"))
+            else {
+                panic!("not an output notification");
+            };
+            assert_eq!((n.seq, n.chunk.0), (3, b"\0\xff".to_vec()));
+        }
+        let Incoming::Reply {
+            id: 4,
+            reply: Ok(answer),
+        } = parse_with(r#"{"id":4,"result":{"eof":true}}"#, Some(b"xy"))
+        else {
+            panic!("not a reply");
+        };
+        assert_eq!(
+            (answer.result.get(), answer.chunk),
+            (r#"{"eof":true}"#, Some(b"xy".to_vec()))
+        );
     }
 
     #[test]
@@ -289,7 +347,7 @@ mod tests {
         else {
             panic!("not a reply");
         };
-        assert_eq!(result.get(), r#"{"a":1}"#);
+        assert_eq!((result.result.get(), result.chunk), (r#"{"a":1}"#, None));
         let error = r#"{"error":{"code":-32600,"message":"no"},"id":8}"#;
         assert!(matches!(
             parse(error),

@@ -2,6 +2,7 @@
 //! whether it came as a pushed notification or from a catch-up `process/read` after a
 //! reconnect. Missing seqs that nothing can fill are reported as [`ProcessEvent::Gap`].
 
+use exec_server_protocol::base64_bytes::Base64Bytes;
 use exec_server_protocol::process::{
     ClosedNotification, ExitedNotification, OutputNotification, OutputStream, ReadResult,
 };
@@ -247,24 +248,51 @@ impl Notification {
     }
 }
 
+/// `process/output` params of a binary message: everything but the chunk, which is the payload.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct OutputHeader {
+    process_id: String,
+    seq: u64,
+    stream: OutputStream,
+}
+
+impl OutputHeader {
+    fn with_chunk(self, chunk: &[u8]) -> Notification {
+        Notification::Output(OutputNotification {
+            process_id: self.process_id,
+            seq: self.seq,
+            stream: self.stream,
+            chunk: Base64Bytes(chunk.to_vec()),
+        })
+    }
+}
+
 impl NotificationKind {
-    /// Decodes the params of a message whose method was already read.
+    /// Decodes the params of a message whose method was already read; `chunk` is the binary
+    /// payload that stands for the params' `chunk` member, if the message had one.
     pub fn decode_from<'de, A: serde::de::MapAccess<'de>>(
         self,
         map: &mut A,
+        chunk: Option<&[u8]>,
     ) -> Result<Notification, A::Error> {
-        Ok(match self {
-            Self::Output => Notification::Output(map.next_value()?),
-            Self::Exited => Notification::Exited(map.next_value()?),
-            Self::Closed => Notification::Closed(map.next_value()?),
+        Ok(match (self, chunk) {
+            (Self::Output, Some(chunk)) => map.next_value::<OutputHeader>()?.with_chunk(chunk),
+            (Self::Output, None) => Notification::Output(map.next_value()?),
+            (Self::Exited, _) => Notification::Exited(map.next_value()?),
+            (Self::Closed, _) => Notification::Closed(map.next_value()?),
         })
     }
 
-    pub fn decode(self, params: &str) -> serde_json::Result<Notification> {
-        Ok(match self {
-            Self::Output => Notification::Output(serde_json::from_str(params)?),
-            Self::Exited => Notification::Exited(serde_json::from_str(params)?),
-            Self::Closed => Notification::Closed(serde_json::from_str(params)?),
+    /// [`Self::decode_from`] for params already taken out as raw JSON.
+    pub fn decode(self, params: &str, chunk: Option<&[u8]>) -> serde_json::Result<Notification> {
+        Ok(match (self, chunk) {
+            (Self::Output, Some(chunk)) => {
+                serde_json::from_str::<OutputHeader>(params)?.with_chunk(chunk)
+            }
+            (Self::Output, None) => Notification::Output(serde_json::from_str(params)?),
+            (Self::Exited, _) => Notification::Exited(serde_json::from_str(params)?),
+            (Self::Closed, _) => Notification::Closed(serde_json::from_str(params)?),
         })
     }
 }
@@ -550,7 +578,7 @@ mod tests {
         let note = |seq: u64| {
             let params =
                 format!(r#"{{"processId":"p","seq":{seq},"stream":"stdout","chunk":"eA=="}}"#);
-            NotificationKind::Output.decode(&params).unwrap()
+            NotificationKind::Output.decode(&params, None).unwrap()
         };
         router.notification(note(2));
         router.notification(note(3));
@@ -561,7 +589,7 @@ mod tests {
         assert!(!router.end_catch_up("p"));
         let got: Vec<_> = std::iter::from_fn(|| events.try_recv().ok()).collect();
         assert_eq!(seqs(&got), ["o1", "o2", "o3"]);
-        let closed = NotificationKind::Closed.decode(r#"{"processId":"p","seq":4}"#);
+        let closed = NotificationKind::Closed.decode(r#"{"processId":"p","seq":4}"#, None);
         router.notification(closed.unwrap());
         assert_eq!(events.try_recv().unwrap(), ProcessEvent::Closed { seq: 4 });
         assert!(

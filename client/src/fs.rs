@@ -2,6 +2,7 @@
 //! streaming both ways: [`FileReader`] over `fs/open` + `fs/readBlock`, and
 //! [`Client::upload`] over `fs/open {mode: replace}` + `fs/writeBlock`.
 
+use crate::connection::Answer;
 use crate::{Client, Error, Retry};
 use exec_server_protocol::base64_bytes::Base64Bytes;
 pub use exec_server_protocol::fs::{
@@ -188,10 +189,12 @@ impl FileReader {
                 offset,
                 len,
             };
-            let outcome: Result<ReadBlockResult, Error> =
-                self.client.request(READ_BLOCK, &params, Retry::Never).await;
-            match outcome {
-                Ok(block) => return Ok((block.chunk.0, block.eof)),
+            let outcome = self
+                .client
+                .raw_request(READ_BLOCK, &params, Retry::Never)
+                .await;
+            match outcome.and_then(block) {
+                Ok(block) => return Ok(block),
                 Err(Error::Disconnected(_)) => self.reopen(generation).await?,
                 Err(Error::Rpc(error))
                     if error.code == code::NOT_FOUND && error.message.contains(&handle_id) =>
@@ -244,5 +247,25 @@ impl FileReader {
             .request::<_, Value>(CLOSE, &params, Retry::Safe)
             .await
             .map(drop)
+    }
+}
+
+/// A block and its `eof` from an `fs/readBlock` reply, whose chunk came raw or in base64.
+fn block(answer: Answer) -> Result<(Vec<u8>, bool), Error> {
+    #[derive(serde::Deserialize)]
+    struct Eof {
+        eof: bool,
+    }
+    let decode_error = |err| crate::protocol_error(READ_BLOCK, err);
+    match answer.chunk {
+        Some(chunk) => {
+            let Eof { eof } = serde_json::from_str(answer.result.get()).map_err(decode_error)?;
+            Ok((chunk, eof))
+        }
+        None => {
+            let result: ReadBlockResult =
+                serde_json::from_str(answer.result.get()).map_err(decode_error)?;
+            Ok((result.chunk.0, result.eof))
+        }
     }
 }

@@ -30,15 +30,16 @@ pub use events::ProcessEvent;
 pub use exec_server_protocol as protocol;
 pub use process::{path_uri, Collected, Command, Process, ProcessHandle};
 
-use connection::{CallError, Connection};
+use connection::{Answer, CallError, Connection};
 use events::Router;
+use exec_server_protocol::base64_bytes::Base64Bytes;
+use exec_server_protocol::binary::CHUNK_MEMBER;
 use exec_server_protocol::environment::EnvironmentInfo;
 use exec_server_protocol::process::ReadParams;
 use exec_server_protocol::rpc::{code, method, ErrorObject};
 use exec_server_protocol::session::{InitializeParams, InitializeResult};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use serde_json::value::RawValue;
 use serde_json::Value;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -48,8 +49,12 @@ use tokio::sync::{mpsc, watch};
 /// How long to keep trying to resume: inside the daemon's default 30 s session TTL.
 pub const DEFAULT_RECONNECT_DEADLINE: Duration = Duration::from_secs(25);
 
-/// The pause between resume attempts (as the codex client).
+/// The longest pause between resume attempts (the codex client's fixed pause).
 pub const RECONNECT_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The first pause: the daemon usually notices the old socket's end within a millisecond, so
+/// a -32010 right after a drop clears quickly; pauses double from here.
+const FIRST_RECONNECT_PAUSE: Duration = Duration::from_millis(2);
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -91,6 +96,8 @@ pub struct ClientOptions {
     pub resume_session_id: Option<String>,
     /// How long to keep resuming after a drop; None disables reconnecting.
     pub reconnect_deadline: Option<Duration>,
+    /// Ask for output and file blocks as binary WebSocket messages (no base64); on by default.
+    pub binary_payloads: bool,
 }
 
 impl ClientOptions {
@@ -101,6 +108,7 @@ impl ClientOptions {
             client_name: "exec-server-client".into(),
             resume_session_id: None,
             reconnect_deadline: Some(DEFAULT_RECONNECT_DEADLINE),
+            binary_payloads: true,
         }
     }
 
@@ -242,19 +250,28 @@ impl Client {
         params: &P,
         retry: Retry,
     ) -> Result<R, Error> {
-        let raw = self.raw_request(method, params, retry).await?;
-        serde_json::from_str(raw.get()).map_err(|err| Error::Protocol {
-            method: method.into(),
-            message: err.to_string(),
-        })
+        let answer = self.raw_request(method, params, retry).await?;
+        let decoded = match answer.chunk {
+            None => serde_json::from_str(answer.result.get()),
+            // Whoever decodes generically sees the chunk where the text form has it.
+            Some(chunk) => {
+                serde_json::from_str::<serde_json::Map<String, Value>>(answer.result.get())
+                    .and_then(|mut result| {
+                        result.insert(CHUNK_MEMBER.into(), Base64Bytes::encode(&chunk).into());
+                        serde_json::from_value(Value::Object(result))
+                    })
+            }
+        };
+        decoded.map_err(|err| protocol_error(method, err))
     }
 
-    async fn raw_request<P: Serialize + ?Sized>(
+    /// The result as the daemon sent it, its chunk apart when that came as a binary payload.
+    pub(crate) async fn raw_request<P: Serialize + ?Sized>(
         &self,
         method: &str,
         params: &P,
         retry: Retry,
-    ) -> Result<Box<RawValue>, Error> {
+    ) -> Result<Answer, Error> {
         let params =
             serde_json::to_string(params).map_err(|err| Error::Invalid(err.to_string()))?;
         let mut after_epoch = 0;
@@ -336,6 +353,13 @@ impl Inner {
     }
 }
 
+pub(crate) fn protocol_error(method: &str, err: serde_json::Error) -> Error {
+    Error::Protocol {
+        method: method.into(),
+        message: err.to_string(),
+    }
+}
+
 fn envelope(id: i64, method: &str, params: &str) -> String {
     let method = serde_json::to_string(method).expect("strings serialize");
     format!(r#"{{"id":{id},"method":{method},"params":{params}}}"#)
@@ -349,6 +373,7 @@ async fn handshake(
     let params = InitializeParams {
         client_name: options.client_name.clone(),
         resume_session_id: resume_session_id.map(str::to_owned),
+        binary_payloads: options.binary_payloads,
     };
     let params = serde_json::to_string(&params).expect("wire types serialize");
     let result = match connection
@@ -363,11 +388,8 @@ async fn handshake(
             ))
         }
     };
-    let init: InitializeResult =
-        serde_json::from_str(result.get()).map_err(|err| Error::Protocol {
-            method: method::INITIALIZE.into(),
-            message: err.to_string(),
-        })?;
+    let init: InitializeResult = serde_json::from_str(result.result.get())
+        .map_err(|err| protocol_error(method::INITIALIZE, err))?;
     connection.notify(format!(
         r#"{{"method":"{}","params":{{}}}}"#,
         method::INITIALIZED
@@ -376,7 +398,7 @@ async fn handshake(
 }
 
 /// Opens a connection and resumes `session_id`, retrying transport errors and "still attached"
-/// (-32010) every [`RECONNECT_INTERVAL`] until the deadline.
+/// (-32010), pausing 2 ms and doubling up to [`RECONNECT_INTERVAL`], until the deadline.
 async fn resume(
     options: &ClientOptions,
     session_id: &str,
@@ -385,6 +407,7 @@ async fn resume(
 ) -> Result<(Arc<Connection>, InitializeResult), Error> {
     let deadline =
         tokio::time::Instant::now() + options.reconnect_deadline.unwrap_or(Duration::ZERO);
+    let mut pause = FIRST_RECONNECT_PAUSE;
     loop {
         let attempt = async {
             let connection = Connection::open(
@@ -411,10 +434,11 @@ async fn resume(
             Error::Connect(_) => true,
             _ => false,
         };
-        if !retryable || tokio::time::Instant::now() + RECONNECT_INTERVAL > deadline {
+        if !retryable || tokio::time::Instant::now() + pause > deadline {
             return Err(error);
         }
-        tokio::time::sleep(RECONNECT_INTERVAL).await;
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(RECONNECT_INTERVAL);
     }
 }
 

@@ -5,6 +5,7 @@
 //! Schema for every message.
 
 pub mod base64_bytes;
+pub mod binary;
 pub mod environment;
 pub mod fs;
 pub mod http;

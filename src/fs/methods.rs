@@ -7,8 +7,8 @@ use super::oneshot::{follow, Request};
 use super::read_stream;
 use super::sandbox::{refuse, route, Route};
 use crate::rpc::dispatch::{decode, encode, RequestCtx};
+use crate::rpc::reply::Success;
 use crate::rpc::RpcError;
-use exec_server_protocol::base64_bytes::Base64Bytes;
 use exec_server_protocol::fs::*;
 use exec_server_protocol::rpc::method;
 use serde_json::Value;
@@ -18,10 +18,10 @@ pub async fn handle(
     ctx: &RequestCtx,
     name: &str,
     params: Option<Value>,
-) -> Result<Value, RpcError> {
-    match name {
+) -> Result<Success, RpcError> {
+    let json = match name {
         method::FS_OPEN => encode(open(ctx, decode(params)?).await),
-        method::FS_READ_BLOCK => encode(read_block(ctx, decode(params)?).await),
+        method::FS_READ_BLOCK => return read_block(ctx, decode(params)?).await,
         method::FS_WRITE_BLOCK => encode(write_block(ctx, decode(params)?).await),
         method::FS_CLOSE => encode(close(ctx, decode(params)?).await),
         method::FS_WATCH => encode(watch(ctx, decode(params)?).await),
@@ -30,7 +30,8 @@ pub async fn handle(
             Some(request) => one_shot(request?).await,
             None => Err(RpcError::method_not_found(name)),
         },
-    }
+    };
+    json.map(Success::Json)
 }
 
 /// Past the sandbox gate, the same operation runs in the daemon or confined in the helper.
@@ -58,10 +59,8 @@ async fn open(ctx: &RequestCtx, mut params: OpenParams) -> Result<HandleResult, 
     Ok(HandleResult { handle_id })
 }
 
-async fn read_block(
-    ctx: &RequestCtx,
-    params: ReadBlockParams,
-) -> Result<ReadBlockResult, RpcError> {
+/// The reply is a [`ReadBlockResult`], its chunk kept apart from the JSON.
+async fn read_block(ctx: &RequestCtx, params: ReadBlockParams) -> Result<Success, RpcError> {
     let ReadBlockParams {
         handle_id,
         offset,
@@ -79,9 +78,9 @@ async fn read_block(
     })
     .await?;
     match outcome {
-        Ok((chunk, eof)) => Ok(ReadBlockResult {
-            chunk: Base64Bytes(chunk),
-            eof,
+        Ok((chunk, eof)) => Ok(Success::WithChunk {
+            result: serde_json::Map::from_iter([("eof".to_owned(), eof.into())]),
+            chunk,
         }),
         Err(err) => {
             // A failed read closes the handle, as in the reference.

@@ -3,9 +3,8 @@
 
 use super::output::{Chunk, Event};
 use super::ManagedProcess;
-use crate::rpc::outbound::{push_json_string, Outbound};
+use crate::rpc::outbound::{push_json_string, Message, Outbound};
 use crate::session::Attachment;
-use exec_server_protocol::base64_bytes::Base64Bytes;
 use exec_server_protocol::process::{ClosedNotification, ExitedNotification};
 use exec_server_protocol::rpc::method;
 use std::fmt::Write as _;
@@ -51,8 +50,8 @@ async fn send_pending(
             if attachment.has_changed().unwrap_or(true) {
                 return false;
             }
-            let text = notification_text(process, current, &event);
-            if current.outbound.send(text).await.is_err() {
+            let message = notification(process, current, &event);
+            if current.outbound.send_message(message).await.is_err() {
                 return false;
             }
             process.mark_delivered(event.seq());
@@ -63,10 +62,10 @@ async fn send_pending(
     }
 }
 
-fn notification_text(process: &ManagedProcess, current: &Attachment, event: &Event) -> String {
+fn notification(process: &ManagedProcess, current: &Attachment, event: &Event) -> Message {
     let outbound = &current.outbound;
-    match event {
-        Event::Output(chunk) => output_text(outbound, &process.id, chunk),
+    let text = match event {
+        Event::Output(chunk) => return output(outbound, &process.id, chunk),
         Event::Exited {
             seq,
             code,
@@ -87,32 +86,32 @@ fn notification_text(process: &ManagedProcess, current: &Attachment, event: &Eve
                 seq: *seq,
             },
         ),
-    }
+    };
+    Message::Text(text)
 }
 
-/// `process/output` encoded by hand: the chunk is base64-encoded straight into the message,
-/// without copying it into a `Vec` first or escaping-scanning the encoded text.
-fn output_text(outbound: &Outbound, process_id: &str, chunk: &Chunk) -> String {
-    let capacity = chunk.data.len().div_ceil(3) * 4 + process_id.len() + 96;
-    outbound.notification_text_with(method::PROCESS_OUTPUT, capacity, |text| {
+/// `process/output` encoded by hand, the chunk never copied into a `Vec` or a JSON string
+/// that would then be escape-scanned (see [`Outbound::with_chunk`]).
+fn output(outbound: &Outbound, process_id: &str, chunk: &Chunk) -> Message {
+    let header = outbound.notification_text_with(method::PROCESS_OUTPUT, 96, |text| {
         text.push_str(r#"{"processId":"#);
         push_json_string(text, process_id);
         let stream = serde_json::to_string(&chunk.stream).expect("enums serialize");
-        let _ = write!(text, r#","seq":{},"stream":{stream},"chunk":""#, chunk.seq);
-        Base64Bytes::encode_into(&chunk.data, text);
-        text.push_str("\"}");
-    })
+        let _ = write!(text, r#","seq":{},"stream":{stream}}}"#, chunk.seq);
+    });
+    outbound.with_chunk(header, &chunk.data)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use bytes::Bytes;
+    use exec_server_protocol::base64_bytes::Base64Bytes;
     use exec_server_protocol::process::{OutputNotification, OutputStream};
 
     #[test]
     fn hand_encoded_output_matches_the_wire_type() {
-        let (outbound, _queue) = Outbound::new();
+        let (outbound, _queue) = Outbound::new(true);
         let chunk = Chunk {
             seq: 7,
             stream: OutputStream::Stderr,
@@ -127,13 +126,22 @@ mod tests {
                 chunk: Base64Bytes(chunk.data.to_vec()),
             },
         );
-        let parse = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap();
+        let parse = |message: Message| match message {
+            Message::Text(text) => serde_json::from_str::<serde_json::Value>(&text).unwrap(),
+            Message::Binary(_) => panic!("binary before the opt-in"),
+        };
         assert_eq!(
-            parse(&output_text(&outbound, "p \"1\"", &chunk)),
-            parse(&expected)
+            parse(output(&outbound, "p \"1\"", &chunk)),
+            serde_json::from_str::<serde_json::Value>(&expected).unwrap()
         );
         outbound.set_strict();
-        let strict = parse(&output_text(&outbound, "p", &chunk));
+        let strict = parse(output(&outbound, "p", &chunk));
         assert_eq!(strict["jsonrpc"], "2.0");
+        outbound.enable_binary();
+        let Message::Binary(bytes) = output(&outbound, "p", &chunk) else {
+            panic!("text after the opt-in");
+        };
+        let header = br#"{"jsonrpc":"2.0","method":"process/output","params":{"processId":"p","seq":7,"stream":"stderr"}}"#;
+        assert_eq!(bytes, [&header[..], b"\0", &chunk.data].concat());
     }
 }

@@ -4,6 +4,7 @@
 use super::dispatch::{dispatch, family, ConnectionShared, RequestCtx};
 use super::envelope::{self, Incoming};
 use super::outbound::Outbound;
+use super::reply;
 use super::RpcError;
 use crate::session::{Attachment, Registry, Session};
 use bytes::Bytes;
@@ -153,10 +154,9 @@ impl Connection {
                 };
                 self.requests.spawn(async move {
                     let outcome = dispatch(&ctx, &method, params).await;
-                    let _ = ctx
-                        .connection
-                        .outbound
-                        .send_value(&envelope::reply(id, outcome, strict))
+                    let outbound = &ctx.connection.outbound;
+                    let _ = outbound
+                        .send_message(reply::message(outbound, id, outcome, strict))
                         .await;
                     ctx.replied();
                 });
@@ -196,6 +196,7 @@ impl Connection {
             ));
         }
         let params: InitializeParams = super::dispatch::decode(params)?;
+        let binary_payloads = params.binary_payloads && self.shared.outbound.enable_binary();
         let attachment = Attachment {
             connection_id: self.shared.id,
             outbound: self.shared.outbound.clone(),
@@ -209,6 +210,7 @@ impl Connection {
         let result = InitializeResult {
             session_id: session.id.clone(),
             environment_info: Some(crate::environment::info()),
+            binary_payloads,
         };
         self.session = Some(session);
         Ok(serde_json::to_value(result).expect("wire types always serialize"))
@@ -269,6 +271,7 @@ impl Connection {
                 } => match self.request_ctx(&method) {
                     Ok(ctx) => replies.push(Box::pin(async move {
                         let outcome = dispatch(&ctx, &method, params).await;
+                        let outcome = outcome.map(reply::Success::into_value);
                         (envelope::reply(id, outcome, strict), Some(ctx))
                     })),
                     Err((error, _)) => {

@@ -1,6 +1,7 @@
 //! Routes a request to the module that owns its method family.
 
 use super::outbound::Outbound;
+use super::reply::Success;
 use super::RpcError;
 use crate::session::{Registry, Session};
 use serde::de::DeserializeOwned;
@@ -69,12 +70,18 @@ pub async fn dispatch(
     ctx: &RequestCtx,
     method: &str,
     params: Option<Value>,
-) -> Result<Value, RpcError> {
+) -> Result<Success, RpcError> {
     match family(method) {
-        "process" => crate::process::methods::handle(ctx, method, params).await,
+        "process" => crate::process::methods::handle(ctx, method, params)
+            .await
+            .map(Success::Json),
         "fs" => crate::fs::methods::handle(ctx, method, params).await,
-        "environment" => crate::environment::handle(ctx, method, params).await,
-        "http" => crate::http::methods::handle(ctx, method, params).await,
+        "environment" => crate::environment::handle(ctx, method, params)
+            .await
+            .map(Success::Json),
+        "http" => crate::http::methods::handle(ctx, method, params)
+            .await
+            .map(Success::Json),
         _ => Err(RpcError::method_not_found(method)),
     }
 }

@@ -6,5 +6,6 @@ pub mod dispatch;
 pub mod envelope;
 pub mod error;
 pub mod outbound;
+pub mod reply;
 
 pub use error::RpcError;

@@ -1,5 +1,7 @@
 //! The sending half of a connection: any task may push a reply or notification at any time.
 
+use exec_server_protocol::base64_bytes::Base64Bytes;
+use exec_server_protocol::binary;
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -8,23 +10,37 @@ use tokio::sync::mpsc;
 /// Messages queued per connection before senders wait (backpressure from a slow client).
 const QUEUE_CAPACITY: usize = 256;
 
+/// One message for the transport to send as it is.
+#[derive(Debug)]
+pub enum Message {
+    Text(String),
+    /// A binary-payload message (header, NUL, raw chunk); only on transports that can.
+    Binary(Vec<u8>),
+}
+
 #[derive(Clone, Debug)]
 pub struct Outbound {
-    tx: mpsc::Sender<String>,
+    tx: mpsc::Sender<Message>,
     /// Whether the client speaks strict JSON-RPC 2.0, so notifications carry `"jsonrpc"` too.
     strict: Arc<AtomicBool>,
+    /// Whether the transport can carry binary messages (WebSocket, not stdio).
+    binary_capable: bool,
+    /// Whether the client asked for binary payloads.
+    binary: Arc<AtomicBool>,
 }
 
 #[derive(Debug)]
 pub struct Closed;
 
 impl Outbound {
-    pub fn new() -> (Self, mpsc::Receiver<String>) {
+    pub fn new(binary_capable: bool) -> (Self, mpsc::Receiver<Message>) {
         let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
         (
             Self {
                 tx,
                 strict: Arc::new(AtomicBool::new(false)),
+                binary_capable,
+                binary: Arc::new(AtomicBool::new(false)),
             },
             rx,
         )
@@ -34,8 +50,18 @@ impl Outbound {
         self.strict.store(true, Ordering::Relaxed);
     }
 
+    /// Switches to binary payloads where the transport allows; returns whether it did.
+    pub fn enable_binary(&self) -> bool {
+        self.binary.store(self.binary_capable, Ordering::Relaxed);
+        self.binary_capable
+    }
+
     pub async fn send(&self, text: String) -> Result<(), Closed> {
-        self.tx.send(text).await.map_err(|_| Closed)
+        self.send_message(Message::Text(text)).await
+    }
+
+    pub async fn send_message(&self, message: Message) -> Result<(), Closed> {
+        self.tx.send(message).await.map_err(|_| Closed)
     }
 
     pub async fn send_value(&self, value: &serde_json::Value) -> Result<(), Closed> {
@@ -72,9 +98,60 @@ impl Outbound {
             text.push_str(&serde_json::to_string(params).expect("wire types always serialize"))
         })
     }
+
+    /// `message` is a JSON-RPC message whose last member is the object (params or result)
+    /// that `chunk` belongs in. A binary connection gets it as header, NUL, raw chunk; a text
+    /// one gets the chunk added to that object in base64, encoded straight into the text.
+    pub fn with_chunk(&self, message: String, chunk: &[u8]) -> Message {
+        if self.binary.load(Ordering::Relaxed) {
+            return Message::Binary(binary::join(message, chunk));
+        }
+        let mut text = message;
+        debug_assert!(text.ends_with("}}"), "the object is the last member");
+        text.truncate(text.len() - 2);
+        text.reserve(chunk.len().div_ceil(3) * 4 + binary::CHUNK_MEMBER.len() + 8);
+        if !text.ends_with('{') {
+            text.push(',');
+        }
+        push_json_string(&mut text, binary::CHUNK_MEMBER);
+        text.push_str(":\"");
+        Base64Bytes::encode_into(chunk, &mut text);
+        text.push_str("\"}}");
+        Message::Text(text)
+    }
 }
 
 /// Appends `value` as a JSON string.
 pub fn push_json_string(text: &mut String, value: &str) {
     text.push_str(&serde_json::to_string(value).expect("strings serialize"));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    #[test]
+    fn a_chunk_joins_the_last_object_as_base64_or_rides_as_the_payload() {
+        let (outbound, _queue) = Outbound::new(true);
+        let parse = |message: Message| match message {
+            Message::Text(text) => serde_json::from_str::<Value>(&text).unwrap(),
+            Message::Binary(_) => panic!("binary before the opt-in"),
+        };
+        let full = parse(outbound.with_chunk(r#"{"id":1,"result":{"eof":true}}"#.into(), b"hi"));
+        assert_eq!(
+            full,
+            json!({"id": 1, "result": {"eof": true, "chunk": "aGk="}})
+        );
+        let empty = parse(outbound.with_chunk(r#"{"id":2,"result":{}}"#.into(), b""));
+        assert_eq!(empty, json!({"id": 2, "result": {"chunk": ""}}));
+        assert!(outbound.enable_binary());
+        let Message::Binary(bytes) = outbound.with_chunk(r#"{"id":3,"result":{}}"#.into(), b"\0")
+        else {
+            panic!("text after the opt-in");
+        };
+        assert_eq!(bytes, b"{\"id\":3,\"result\":{}}\0\0");
+        let (stdio, _queue) = Outbound::new(false);
+        assert!(!stdio.enable_binary());
+    }
 }

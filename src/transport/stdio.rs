@@ -1,7 +1,7 @@
 //! One connection on stdin/stdout: one JSON value per line. Stdout carries only the protocol.
 
 use crate::rpc::connection::{self, Frame};
-use crate::rpc::outbound::Outbound;
+use crate::rpc::outbound::{Message as OutboundMessage, Outbound};
 use crate::session::Registry;
 use futures::StreamExt as _;
 use std::sync::Arc;
@@ -10,10 +10,14 @@ use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, FramedRead};
 
 pub async fn serve(registry: Arc<Registry>) -> anyhow::Result<()> {
     tracing::info!("exec-server listening on stdio");
-    let (outbound, mut queue) = Outbound::new();
+    // One message per line: no room for binary payloads.
+    let (outbound, mut queue) = Outbound::new(false);
     let writer = tokio::spawn(async move {
         let mut stdout = tokio::io::stdout();
-        while let Some(text) = queue.recv().await {
+        while let Some(message) = queue.recv().await {
+            let OutboundMessage::Text(text) = message else {
+                unreachable!("binary payloads are never enabled on stdio")
+            };
             let written = async {
                 stdout.write_all(text.as_bytes()).await?;
                 stdout.write_all(b"\n").await?;

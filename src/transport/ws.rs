@@ -2,7 +2,7 @@
 //! bearer token), `/readyz` answers 200. One JSON-RPC message per frame, Text or Binary.
 
 use crate::rpc::connection::{self, Frame};
-use crate::rpc::outbound::Outbound;
+use crate::rpc::outbound::{self, Outbound};
 use crate::session::Registry;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{ConnectInfo, State};
@@ -85,7 +85,7 @@ async fn upgrade(
 
 async fn run(socket: WebSocket, registry: Arc<Registry>, peer: SocketAddr) {
     let (mut sink, stream) = socket.split();
-    let (outbound, mut queue) = Outbound::new();
+    let (outbound, mut queue) = Outbound::new(true);
     let ping_interval = registry.config.ping_interval;
     // Set by the reading side when the peer broke the protocol; sent in our Close frame.
     let close_code = Arc::new(AtomicU16::new(0));
@@ -95,8 +95,9 @@ async fn run(socket: WebSocket, registry: Arc<Registry>, peer: SocketAddr) {
             tokio::time::interval_at(tokio::time::Instant::now() + ping_interval, ping_interval);
         loop {
             let message = tokio::select! {
-                text = queue.recv() => match text {
-                    Some(text) => Message::Text(text.into()),
+                message = queue.recv() => match message {
+                    Some(outbound::Message::Text(text)) => Message::Text(text.into()),
+                    Some(outbound::Message::Binary(bytes)) => Message::Binary(bytes.into()),
                     None => break,
                 },
                 _ = ping.tick() => Message::Ping(Default::default()),

@@ -78,6 +78,26 @@ impl Daemon {
     }
 
     /// A connected client that finished the handshake.
+    /// Resumes `session` on a new connection, retrying while the daemon has not yet noticed
+    /// that the old connection is gone (-32010), as the codex client does.
+    pub async fn resume(&self, session: &str) -> Client {
+        let deadline = tokio::time::Instant::now() + TIMEOUT;
+        loop {
+            let client = self.client().await;
+            match client.initialize(Some(session)).await {
+                Ok(resumed) => {
+                    assert_eq!(resumed, session);
+                    return client;
+                }
+                Err(error) if error["code"] == -32010 && tokio::time::Instant::now() < deadline => {
+                    client.close().await;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(error) => panic!("resume failed: {error}"),
+            }
+        }
+    }
+
     pub async fn session(&self) -> (Client, String) {
         let client = self.client().await;
         let session = client.initialize(None).await.expect("initialize");
@@ -133,12 +153,13 @@ impl Client {
         let routes = pending.clone();
         let reader = tokio::spawn(async move {
             while let Some(Ok(message)) = stream.next().await {
-                let text = match message {
-                    Message::Text(text) => text.to_string(),
-                    Message::Binary(bytes) => String::from_utf8(bytes.to_vec()).unwrap(),
+                let value = match message {
+                    Message::Text(text) => {
+                        serde_json::from_str(&text).expect("server sent valid JSON")
+                    }
+                    Message::Binary(bytes) => binary_message(&bytes),
                     _ => continue,
                 };
-                let value: Value = serde_json::from_str(&text).expect("server sent valid JSON");
                 if value.get("method").is_some() {
                     let _ = notify_tx.send(value);
                     continue;
@@ -294,6 +315,30 @@ impl Client {
             .expect("server closed in time")
             .ok();
     }
+}
+
+/// A binary-payload message (`HEADER NUL PAYLOAD`, docs/protocol.md) as the text form would
+/// carry it: the payload in base64 under `chunk` of `params` or `result`, plus a top-level
+/// `"$binary": true` for tests to check how it came.
+fn binary_message(bytes: &[u8]) -> Value {
+    let at = bytes
+        .iter()
+        .position(|&byte| byte == 0)
+        .expect("a binary message has a NUL after its header");
+    let mut value: Value = serde_json::from_slice(&bytes[..at]).expect("the header is JSON");
+    let member = if value.get("method").is_some() {
+        "params"
+    } else {
+        "result"
+    };
+    let object = value[member].as_object_mut().expect("params or result");
+    assert!(
+        !object.contains_key("chunk"),
+        "the payload stands for the chunk"
+    );
+    object.insert("chunk".into(), json!(b64(&bytes[at + 1..])));
+    value["$binary"] = json!(true);
+    value
 }
 
 pub fn b64(bytes: &[u8]) -> String {

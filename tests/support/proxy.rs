@@ -59,10 +59,11 @@ impl Proxy {
         self.shared.paused.send_replace(true);
     }
 
-    /// What the daemon sent while paused (WebSocket frames from a server are not masked, so
-    /// the JSON text is readable in it).
-    pub fn held_text(&self) -> String {
-        String::from_utf8_lossy(&self.shared.held.lock().unwrap()).into_owned()
+    /// Whether what the daemon sent while paused contains `needle` (WebSocket frames from a
+    /// server are not masked, so JSON text and binary payloads are readable in it).
+    pub fn held_contains(&self, needle: &[u8]) -> bool {
+        let held = self.shared.held.lock().unwrap();
+        held.windows(needle.len()).any(|window| window == needle)
     }
 
     /// Cuts every open connection, dropping held bytes, and forwards normally again.
