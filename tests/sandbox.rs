@@ -561,3 +561,51 @@ async fn the_client_environment_reaches_the_program_only() {
         "{outcome:?}"
     );
 }
+
+/// The daemon's children that are sandbox helpers waiting for a launch.
+fn idle_helpers(daemon: i32) -> Vec<i32> {
+    children_of(daemon)
+        .iter()
+        .filter_map(|stat| stat.split_whitespace().next()?.parse().ok())
+        .filter(|pid: &i32| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|cmdline| cmdline.split(|b| *b == 0).any(|a| a == b"__sandbox-exec"))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn idle_helpers_leave_with_the_daemon_however_it_ends() {
+    for signal in [libc::SIGTERM, libc::SIGKILL] {
+        let mut daemon = Daemon::start();
+        let (client, _) = daemon.session().await;
+        let d = Dirs::new();
+        for network in ["restricted", "enabled"] {
+            let outcome = sh(
+                &client,
+                network,
+                &d.ws,
+                &workspace_write(&d.ws, network),
+                "true",
+            )
+            .await;
+            assert_ok(&outcome);
+        }
+        // Both network modes keep helpers waiting (each launch starts its replacements).
+        let mut helpers = Vec::new();
+        eventually("idle helpers of both modes", || {
+            helpers = idle_helpers(daemon.pid());
+            helpers.len() >= 6
+        })
+        .await;
+        daemon.send_signal(signal);
+        assert!(
+            daemon.wait_exit(TIMEOUT).is_some(),
+            "the daemon did not exit"
+        );
+        eventually("no idle helper left", || {
+            helpers.iter().all(|pid| !pid_alive(*pid))
+        })
+        .await;
+    }
+}

@@ -6,7 +6,7 @@
 //! exec of the daemon's binary and the creation of a network namespace are the slowest steps
 //! of a launch, and neither depends on the plan. Its stdin is the control socket. Before any
 //! plan, it becomes a session leader (so `killpg` works from the instant the daemon hands it
-//! out), builds its seccomp filter, creates its own empty network namespace when network is
+//! out), builds its seccomp filters, creates its own empty network namespace when network is
 //! restricted, and writes [`READY`].
 //!
 //! It then waits for one launch: the program's stdin, stdout and stderr (SCM_RIGHTS, with the
@@ -52,7 +52,7 @@ pub fn main_if_helper() {
             std::process::exit(125);
         }
     };
-    let (mut control, filter) = match start(network_restricted) {
+    let (mut control, filters) = match start(network_restricted) {
         Ok(started) => started,
         Err(failure) => {
             eprintln!(
@@ -62,7 +62,7 @@ pub fn main_if_helper() {
             std::process::exit(125);
         }
     };
-    let failure = match run(&control, network_restricted, &filter) {
+    let failure = match run(&control, network_restricted, &filters) {
         Ok(never) => match never {},
         Err(failure) => failure,
     };
@@ -103,8 +103,8 @@ fn os_fail(stage: &str) -> impl Fn(std::io::Error) -> Failure + '_ {
 enum Never {}
 
 /// Everything that does not depend on the plan; returns the control socket (moved off stdin,
-/// close-on-exec) and the seccomp filter.
-fn start(network_restricted: bool) -> Result<(UnixStream, seccomp::Program), Failure> {
+/// close-on-exec) and the seccomp filters.
+fn start(network_restricted: bool) -> Result<(UnixStream, Vec<seccomp::BpfProgram>), Failure> {
     // SAFETY: plain syscalls without pointers.
     if unsafe { libc::getsid(0) != libc::getpid() } && unsafe { libc::setsid() } < 0 {
         return Err(os_fail("session")(std::io::Error::last_os_error()));
@@ -117,13 +117,13 @@ fn start(network_restricted: bool) -> Result<(UnixStream, seccomp::Program), Fai
     }
     // SAFETY: the new fd is ours.
     let mut control = unsafe { UnixStream::from_raw_fd(fd) };
-    let filter = seccomp::filter(network_restricted).map_err(fail("seccomp"))?;
+    let filters = seccomp::filters(network_restricted).map_err(fail("seccomp"))?;
     // SAFETY: plain syscall; the process is single-threaded.
     if network_restricted && unsafe { libc::unshare(libc::CLONE_NEWNET) } < 0 {
         return Err(os_fail("namespaces")(std::io::Error::last_os_error()));
     }
     control.write_all(&[READY]).map_err(os_fail("control"))?;
-    Ok((control, filter))
+    Ok((control, filters))
 }
 
 /// The program's stdio and the plan, as the daemon sends them.
@@ -173,7 +173,7 @@ fn receive(control: &UnixStream) -> Result<([OwnedFd; 3], Vec<u8>), Failure> {
 fn run(
     control: &UnixStream,
     network_restricted: bool,
-    filter: &seccomp::Program,
+    filters: &[seccomp::BpfProgram],
 ) -> Result<Never, Failure> {
     let (stdio, text) = receive(control)?;
     for (target, fd) in stdio.iter().enumerate() {
@@ -227,7 +227,7 @@ fn run(
     if unsafe { libc::close_range(3, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC as i32) } != 0 {
         return Err(os_fail("fds")(std::io::Error::last_os_error()));
     }
-    seccomp::apply(filter).map_err(fail("seccomp"))?;
+    seccomp::apply(filters).map_err(fail("seccomp"))?;
 
     // Only now, with everything in place, the program's environment (execvp searches its PATH).
     for (key, value) in &plan.env {
