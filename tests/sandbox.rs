@@ -574,6 +574,17 @@ fn idle_helpers(daemon: i32) -> Vec<i32> {
         .collect()
 }
 
+/// Waits until the daemon has `count` (or more) helpers waiting, and returns them.
+async fn wait_for_idle_helpers(daemon: i32, count: usize) -> Vec<i32> {
+    let mut helpers = Vec::new();
+    eventually(&format!("{count} idle helpers"), || {
+        helpers = idle_helpers(daemon);
+        helpers.len() >= count
+    })
+    .await;
+    helpers
+}
+
 #[tokio::test]
 async fn idle_helpers_leave_with_the_daemon_however_it_ends() {
     for signal in [libc::SIGTERM, libc::SIGKILL] {
@@ -592,12 +603,7 @@ async fn idle_helpers_leave_with_the_daemon_however_it_ends() {
             assert_ok(&outcome);
         }
         // Both network modes keep helpers waiting (each launch starts its replacements).
-        let mut helpers = Vec::new();
-        eventually("idle helpers of both modes", || {
-            helpers = idle_helpers(daemon.pid());
-            helpers.len() >= 6
-        })
-        .await;
+        let helpers = wait_for_idle_helpers(daemon.pid(), 6).await;
         daemon.send_signal(signal);
         assert!(
             daemon.wait_exit(TIMEOUT).is_some(),
@@ -608,4 +614,108 @@ async fn idle_helpers_leave_with_the_daemon_however_it_ends() {
         })
         .await;
     }
+}
+
+/// Scheduling policy (proc(5) field 41) of each thread of `pid`; 5 is SCHED_IDLE.
+fn thread_policies(pid: i32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("stat")).ok())
+        .filter_map(|stat| stat_fields(&stat).get(38).map(|policy| policy.to_string()))
+        .collect()
+}
+
+#[tokio::test]
+async fn without_cap_sys_nice_helpers_start_at_the_daemons_own_priority() {
+    use std::os::unix::process::CommandExt as _;
+    let mut command = Daemon::command(env!("CARGO_BIN_EXE_exec-server"), &[], &[]);
+    // Out of the bounding set, so the daemon (still root) has every capability but this one.
+    const CAP_SYS_NICE: libc::c_ulong = 23;
+    // SAFETY: prctl is async-signal-safe and touches no memory.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_CAPBSET_DROP, CAP_SYS_NICE, 0, 0, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let daemon = Daemon::launch(command);
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    // Replacements for this launch start in the background. SCHED_IDLE, which a privileged
+    // daemon uses for them, could not be left again without CAP_SYS_NICE: neither by the
+    // daemon's thread that spawns them nor by the helper once handed out.
+    for run in 0..5 {
+        let sandbox = workspace_write(&d.ws, "restricted");
+        let outcome = sh(&client, &format!("p{run}"), &d.ws, &sandbox, "true").await;
+        assert_ok(&outcome);
+    }
+    for pid in wait_for_idle_helpers(daemon.pid(), 3).await {
+        assert_eq!(thread_policies(pid), ["0"], "helper {pid}");
+    }
+    let policies = thread_policies(daemon.pid());
+    assert!(policies.iter().all(|policy| policy == "0"), "{policies:?}");
+}
+
+#[tokio::test]
+async fn an_unprivileged_daemon_offers_no_sandbox_and_refuses_restricting_intents() {
+    let (daemon, _binary) = Daemon::start_unprivileged();
+    let client = daemon.client().await;
+    let init = client
+        .call("initialize", json!({"clientName": "test"}))
+        .await;
+    let capabilities = &init["environmentInfo"]["capabilities"];
+    assert_eq!(capabilities["linuxSandbox"], false, "{init}");
+    assert_eq!(capabilities["sandboxedFileStreaming"], false, "{init}");
+    client.notify("initialized", json!({})).await;
+    let ws = tempfile::tempdir().unwrap();
+    let marker = ws.path().join("ran");
+    let script = format!("touch {}", marker.display());
+    let network_only = json!({
+        "permissions": {"type": "managed", "network": "restricted",
+            "file_system": {"type": "unrestricted"}},
+        "cwd": uri(ws.path()),
+        "windowsSandboxLevel": "disabled",
+    });
+    let read_only = restricted(ws.path(), vec![entry(special("root"), "read")], "enabled");
+    for (id, sandbox) in [("net", network_only), ("fs", read_only)] {
+        let argv = ["sh", "-c", script.as_str()];
+        let error = refused(&client, params(id, &argv, ws.path(), sandbox)).await;
+        let message = error["message"].as_str().unwrap();
+        assert!(
+            message.starts_with(
+                "sandbox intent cannot be enforced on this executor: the daemon cannot create \
+                 mount and network namespaces (Operation not permitted"
+            ),
+            "{error}"
+        );
+    }
+    assert!(!marker.exists(), "a refused start ran");
+}
+
+#[test]
+fn a_helper_that_cannot_prepare_says_why_instead_of_ready() {
+    use std::io::Read as _;
+    use std::os::unix::process::CommandExt as _;
+    // As nobody, the helper cannot make the network namespace it prepares before any plan.
+    let (mut ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_exec-server"))
+        .args(["__sandbox-exec", "restricted"])
+        .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(
+            theirs,
+        )))
+        .stderr(std::process::Stdio::null())
+        .uid(65534)
+        .gid(65534)
+        .current_dir("/")
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(125));
+    let mut text = String::new();
+    ours.read_to_string(&mut text).unwrap();
+    let failure: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{text:?}"));
+    assert_eq!(failure["stage"], "namespaces", "{failure}");
+    assert_eq!(failure["errno"], libc::EPERM, "{failure}");
 }

@@ -119,17 +119,14 @@ impl ProcessTable {
             slots.insert(id.clone(), Slot::Starting(token));
         }
         let spawned = match &mut launch {
-            None => spawn::spawn(&spec),
+            None => spawn::spawn(&spec).map_err(|err| spawn::start_error(&spec.program, err)),
             Some(launch) => launch.spawn(&spec).await,
         };
         let spawned = match spawned {
             Ok(spawned) => spawned,
             Err(err) => {
                 self.inner.slots.lock().unwrap().remove(&id);
-                return Err(RpcError::internal(format!(
-                    "failed to start `{}`: {err}",
-                    spec.program
-                )));
+                return Err(err);
             }
         };
         let sandbox = match launch {

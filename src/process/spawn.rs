@@ -1,6 +1,7 @@
 //! Starting a child on pipes or on a PTY, always as the leader of its own process group so that
 //! signals and termination reach everything it starts.
 
+use crate::rpc::RpcError;
 use exec_server_protocol::process::TerminalSize;
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -191,6 +192,11 @@ pub fn detached_stdio(spec: &LaunchSpec) -> std::io::Result<(ChildIo, [OwnedFd; 
 fn grow_output_pipe(fd: std::os::fd::RawFd) {
     // SAFETY: fcntl on a pipe fd we own.
     unsafe { libc::fcntl(fd, libc::F_SETPIPE_SZ, OUTPUT_PIPE_BYTES as libc::c_int) };
+}
+
+/// The error for a program that could not be started.
+pub fn start_error(program: &str, why: impl std::fmt::Display) -> RpcError {
+    RpcError::internal(format!("failed to start `{program}`: {why}"))
 }
 
 fn pty_error(err: pty_process::Error) -> std::io::Error {

@@ -7,7 +7,7 @@
 //! of a launch, and neither depends on the plan. Its stdin is the control socket. Before any
 //! plan, it becomes a session leader (so `killpg` works from the instant the daemon hands it
 //! out), builds its seccomp filters, creates its own empty network namespace when network is
-//! restricted, and writes [`READY`].
+//! restricted, and writes [`READY`] (or, when any of that fails, its [`Failure`], as below).
 //!
 //! It then waits for one launch: the program's stdin, stdout and stderr (SCM_RIGHTS, with the
 //! first byte), then the [`Plan`] up to EOF. In order: stdio (and the controlling terminal for
@@ -52,8 +52,8 @@ pub fn main_if_helper() {
             std::process::exit(125);
         }
     };
-    let (mut control, filters) = match start(network_restricted) {
-        Ok(started) => started,
+    let mut control = match control_socket() {
+        Ok(control) => control,
         Err(failure) => {
             eprintln!(
                 "exec-server sandbox: {}: {}",
@@ -62,7 +62,10 @@ pub fn main_if_helper() {
             std::process::exit(125);
         }
     };
-    let failure = match run(&control, network_restricted, &filters) {
+    // A failure before the plan (instead of READY) reaches the daemon the same way as one after.
+    let failure = match start(&mut control, network_restricted)
+        .and_then(|filters| run(&control, network_restricted, &filters))
+    {
         Ok(never) => match never {},
         Err(failure) => failure,
     };
@@ -102,28 +105,33 @@ fn os_fail(stage: &str) -> impl Fn(std::io::Error) -> Failure + '_ {
 
 enum Never {}
 
-/// Everything that does not depend on the plan; returns the control socket (moved off stdin,
-/// close-on-exec) and the seccomp filters.
-fn start(network_restricted: bool) -> Result<(UnixStream, Vec<seccomp::BpfProgram>), Failure> {
-    // SAFETY: plain syscalls without pointers.
-    if unsafe { libc::getsid(0) != libc::getpid() } && unsafe { libc::setsid() } < 0 {
-        return Err(os_fail("session")(std::io::Error::last_os_error()));
-    }
-    // SAFETY: duplicating our stdin into a new fd we then own; stdin itself is replaced by the
-    // program's before anything is executed.
+/// The control socket, moved off stdin (which becomes the program's) and close-on-exec.
+fn control_socket() -> Result<UnixStream, Failure> {
+    // SAFETY: duplicating our stdin into a new fd we then own.
     let fd = unsafe { libc::fcntl(libc::STDIN_FILENO, libc::F_DUPFD_CLOEXEC, 3) };
     if fd < 0 {
         return Err(os_fail("control")(std::io::Error::last_os_error()));
     }
     // SAFETY: the new fd is ours.
-    let mut control = unsafe { UnixStream::from_raw_fd(fd) };
+    Ok(unsafe { UnixStream::from_raw_fd(fd) })
+}
+
+/// Everything that does not depend on the plan, then READY; returns the seccomp filters.
+fn start(
+    control: &mut UnixStream,
+    network_restricted: bool,
+) -> Result<Vec<seccomp::BpfProgram>, Failure> {
+    // SAFETY: plain syscalls without pointers.
+    if unsafe { libc::getsid(0) != libc::getpid() } && unsafe { libc::setsid() } < 0 {
+        return Err(os_fail("session")(std::io::Error::last_os_error()));
+    }
     let filters = seccomp::filters(network_restricted).map_err(fail("seccomp"))?;
     // SAFETY: plain syscall; the process is single-threaded.
     if network_restricted && unsafe { libc::unshare(libc::CLONE_NEWNET) } < 0 {
         return Err(os_fail("namespaces")(std::io::Error::last_os_error()));
     }
     control.write_all(&[READY]).map_err(os_fail("control"))?;
-    Ok((control, filters))
+    Ok(filters)
 }
 
 /// The program's stdio and the plan, as the daemon sends them.

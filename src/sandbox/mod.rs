@@ -40,10 +40,40 @@ pub struct Prepared {
     leases: protected::Leases,
 }
 
-/// Whether this kernel can enforce sandbox intent at all (otherwise every restricting intent
+/// Whether this daemon can enforce sandbox intent at all (otherwise every restricting intent
 /// is refused), for `environment/info`.
 pub fn enforceable() -> bool {
-    landlock::unsupported().is_none()
+    unsupported().is_none()
+}
+
+/// Why no restricting intent can be enforced here, if none can.
+fn unsupported() -> Option<String> {
+    landlock::unsupported().or_else(|| namespaces_unavailable().clone())
+}
+
+/// Whether the daemon may make the mount and network namespaces a sandbox is built in: it
+/// needs CAP_SYS_ADMIN in its user namespace, and nothing (a container's seccomp profile, a
+/// namespace limit) in the way. Probed once, by trying, on a throwaway thread whose new
+/// namespaces end with it.
+fn namespaces_unavailable() -> &'static Option<String> {
+    static PROBE: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    PROBE.get_or_init(|| {
+        let probe = std::thread::spawn(|| {
+            // SAFETY: plain syscall; it changes only this thread's namespaces (and file-system
+            // attributes, which CLONE_NEWNS unshares), and the thread ends right after.
+            (unsafe { libc::unshare(libc::CLONE_NEWNS | libc::CLONE_NEWNET) } < 0)
+                .then(std::io::Error::last_os_error)
+        });
+        let failure = match probe.join() {
+            Ok(None) => return None,
+            Ok(Some(err)) => err.to_string(),
+            Err(_) => "the probe failed".into(),
+        };
+        Some(format!(
+            "sandbox intent cannot be enforced on this executor: the daemon cannot create mount \
+             and network namespaces ({failure}); it needs root (CAP_SYS_ADMIN)"
+        ))
+    })
 }
 
 /// Whether preparing `sandbox` may walk directory trees (glob expansion, the search for hard
@@ -81,7 +111,7 @@ pub fn prepare(
     let Some(policy) = policy::resolve(sandbox, cwd)? else {
         return Ok(None);
     };
-    if let Some(reason) = landlock::unsupported() {
+    if let Some(reason) = unsupported() {
         return Err(RpcError::invalid_params(reason));
     }
     let mut leases = protected::Leases::default();
@@ -222,10 +252,9 @@ pub async fn run_self(
         }
     };
     let spawned = match &mut launch {
-        None => spawn::spawn(&spec),
+        None => spawn::spawn(&spec).map_err(|err| spawn::start_error(&spec.program, err)),
         Some(launch) => launch.spawn(&spec).await,
-    }
-    .map_err(|err| RpcError::internal(format!("failed to start the sandboxed helper: {err}")))?;
+    }?;
     // Only the child may hold the other end, so its exit ends the conversation.
     drop(spec);
     let mut child = spawned.child;
@@ -412,10 +441,20 @@ impl Prepared {
 impl Launch {
     /// Starts `spec`'s program in a helper: hands it the plan and the program's stdio. The
     /// helper is a session leader already; it applies the plan and executes the program.
-    pub async fn spawn(&mut self, spec: &LaunchSpec) -> std::io::Result<Spawned> {
-        let (io, stdio) = spawn::detached_stdio(spec)?;
-        let helper = pool::take(self.network_restricted).await?;
-        let (child, control) = helper.hand_over(&stdio, &self.plan).await?;
+    pub async fn spawn(&mut self, spec: &LaunchSpec) -> Result<Spawned, RpcError> {
+        let cannot_start = |err| spawn::start_error(&self.program, err);
+        let (io, stdio) = spawn::detached_stdio(spec).map_err(cannot_start)?;
+        let helper = match pool::take(self.network_restricted).await {
+            Ok(helper) => helper,
+            Err(pool::StartError::Io(err)) => return Err(cannot_start(err)),
+            Err(pool::StartError::Refused(failure)) => {
+                return Err(failure_error(&self.program, failure))
+            }
+        };
+        let (child, control) = helper
+            .hand_over(&stdio, &self.plan)
+            .await
+            .map_err(cannot_start)?;
         let pid = child
             .id()
             .expect("a helper that was handed out is not reaped") as i32;
@@ -460,23 +499,28 @@ impl Launch {
         let failure: Failure = serde_json::from_slice(&text).map_err(|err| {
             RpcError::internal(format!("the sandbox helper sent a malformed status: {err}"))
         })?;
-        let data = serde_json::json!({
-            "sandboxDenied": failure.denied,
-            "stage": failure.stage,
-        });
-        Err(if failure.stage == EXEC_STAGE {
-            let os = failure
-                .errno
-                .map(|errno| std::io::Error::from_raw_os_error(errno).to_string())
-                .unwrap_or(failure.message);
-            RpcError::internal(format!("failed to start `{program}`: {os}")).with_data(data)
-        } else {
-            RpcError::invalid_params(format!(
-                "sandbox intent cannot be enforced on this executor: {}: {}",
-                failure.stage, failure.message
-            ))
-            .with_data(data)
-        })
+        Err(failure_error(&program, failure))
+    }
+}
+
+/// The error for a launch that a helper reported it could not make.
+fn failure_error(program: &str, failure: Failure) -> RpcError {
+    let data = serde_json::json!({
+        "sandboxDenied": failure.denied,
+        "stage": failure.stage,
+    });
+    if failure.stage == EXEC_STAGE {
+        let os = failure
+            .errno
+            .map(|errno| std::io::Error::from_raw_os_error(errno).to_string())
+            .unwrap_or(failure.message);
+        spawn::start_error(program, os).with_data(data)
+    } else {
+        RpcError::invalid_params(format!(
+            "sandbox intent cannot be enforced on this executor: {}: {}",
+            failure.stage, failure.message
+        ))
+        .with_data(data)
     }
 }
 

@@ -8,10 +8,11 @@
 //! finds none waiting starts one itself. Every helper serves exactly one launch.
 
 use super::helper::{HELPER_ARG, NETWORK_ENABLED, NETWORK_RESTRICTED, READY};
+use super::plan::Failure;
 use std::io;
 use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::process::Stdio;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::UnixStream;
 
@@ -39,8 +40,32 @@ struct Pool {
 
 static POOL: Mutex<Option<Pool>> = Mutex::new(None);
 
+/// Why no helper could be had.
+#[derive(Debug)]
+pub enum StartError {
+    Io(io::Error),
+    /// The helper could not prepare what it needs before the plan (e.g. a network namespace
+    /// without the privilege to make one).
+    Refused(Failure),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Io(err) => err.fmt(f),
+            Self::Refused(failure) => write!(f, "{}: {}", failure.stage, failure.message),
+        }
+    }
+}
+
+impl From<io::Error> for StartError {
+    fn from(err: io::Error) -> Self {
+        Self::Io(err)
+    }
+}
+
 /// A ready helper for this network mode: a waiting one, or a new one.
-pub async fn take(network_restricted: bool) -> io::Result<Helper> {
+pub async fn take(network_restricted: bool) -> Result<Helper, StartError> {
     let kind = usize::from(network_restricted);
     let runtime = tokio::runtime::Handle::current().id();
     let waiting = {
@@ -99,8 +124,9 @@ async fn replace(network_restricted: bool, runtime: tokio::runtime::Id) {
 
 /// Starts a helper and waits until it is ready for its plan. A `background` one (a
 /// replacement) starts with the idle scheduling policy, so that its exec only takes CPU time
-/// that launches in progress do not want; it gets the daemon's back when handed out.
-async fn start(network_restricted: bool, background: bool) -> io::Result<Helper> {
+/// that launches in progress do not want; it gets the daemon's back when handed out. Only a
+/// daemon that can give it back does so ([`Scheduling::idle_is_reversible`]).
+async fn start(network_restricted: bool, background: bool) -> Result<Helper, StartError> {
     use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
     // Created blocking: the helper's end must stay blocking; ours is switched below.
     let (ours, theirs) = socketpair(
@@ -108,7 +134,8 @@ async fn start(network_restricted: bool, background: bool) -> io::Result<Helper>
         SockType::Stream,
         None,
         SockFlag::SOCK_CLOEXEC,
-    )?;
+    )
+    .map_err(io::Error::from)?;
     let mut command = tokio::process::Command::new(super::self_binary().0);
     command
         .arg0("exec-server")
@@ -127,6 +154,7 @@ async fn start(network_restricted: bool, background: bool) -> io::Result<Helper>
     // async workers. The child inherits the thread's scheduling policy.
     let (mut child, scheduling) = tokio::task::spawn_blocking(move || {
         let scheduling = Scheduling::current()?;
+        let background = background && Scheduling::idle_is_reversible();
         if background {
             Scheduling::IDLE.apply(0)?;
         }
@@ -143,21 +171,32 @@ async fn start(network_restricted: bool, background: bool) -> io::Result<Helper>
     let mut control = UnixStream::from_std(socket)?;
     let mut ready = [0u8; 1];
     let read = tokio::time::timeout(super::SETUP_TIMEOUT, control.read(&mut ready)).await;
-    match read {
-        Ok(Ok(1)) if ready[0] == READY => Ok(Helper {
-            child,
-            control,
-            scheduling,
-        }),
-        outcome => {
-            let _ = child.start_kill();
-            Err(match outcome {
-                Ok(Err(err)) => err,
-                Err(_) => io::Error::other("the sandbox helper did not start in time"),
-                Ok(Ok(_)) => io::Error::other("the sandbox helper failed to start"),
+    let error = match read {
+        Ok(Ok(1)) if ready[0] == READY => {
+            return Ok(Helper {
+                child,
+                control,
+                scheduling,
             })
         }
-    }
+        // Anything else it wrote is the start of its Failure; it exits after writing it.
+        Ok(Ok(1)) => {
+            let mut text = ready.to_vec();
+            let rest = tokio::time::timeout(super::SETUP_TIMEOUT, control.read_to_end(&mut text));
+            match rest
+                .await
+                .map(|read| read.map(|_| serde_json::from_slice::<Failure>(&text)))
+            {
+                Ok(Ok(Ok(failure))) => StartError::Refused(failure),
+                _ => io::Error::other("the sandbox helper failed to start").into(),
+            }
+        }
+        Ok(Ok(_)) => io::Error::other("the sandbox helper exited before it was ready").into(),
+        Ok(Err(err)) => err.into(),
+        Err(_) => io::Error::other("the sandbox helper did not start in time").into(),
+    };
+    let _ = child.start_kill();
+    Err(error)
 }
 
 impl Helper {
@@ -209,6 +248,21 @@ impl Scheduling {
         policy: libc::SCHED_IDLE,
         priority: 0,
     };
+
+    /// Whether a thread may leave SCHED_IDLE for its old policy again: that takes CAP_SYS_NICE
+    /// (or a permissive RLIMIT_NICE), which an unprivileged daemon lacks, and without it the
+    /// blocking thread that spawned a helper, and the helper itself, would stay idle. Probed
+    /// once, on a thread of its own.
+    fn idle_is_reversible() -> bool {
+        static REVERSIBLE: OnceLock<bool> = OnceLock::new();
+        *REVERSIBLE.get_or_init(|| {
+            std::thread::spawn(|| {
+                Self::current().is_ok_and(|own| Self::IDLE.apply(0).is_ok() && own.apply(0).is_ok())
+            })
+            .join()
+            .unwrap_or(false)
+        })
+    }
 
     fn current() -> io::Result<Self> {
         let mut param = libc::sched_param { sched_priority: 0 };

@@ -28,7 +28,26 @@ impl Daemon {
     }
 
     pub fn start_with(args: &[&str], env: &[(&str, &str)]) -> Self {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_exec-server"));
+        Self::launch(Self::command(env!("CARGO_BIN_EXE_exec-server"), args, env))
+    }
+
+    /// A daemon running as `nobody`, from a copy of the binary that user can reach (the build
+    /// directory may not be), which lives as long as the daemon.
+    pub fn start_unprivileged() -> (Self, tempfile::TempDir) {
+        use std::os::unix::fs::PermissionsExt as _;
+        use std::os::unix::process::CommandExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let binary = dir.path().join("exec-server");
+        std::fs::copy(env!("CARGO_BIN_EXE_exec-server"), &binary).unwrap();
+        let mut command = Self::command(binary.to_str().unwrap(), &[], &[]);
+        command.uid(65534).gid(65534).current_dir("/");
+        (Self::launch(command), dir)
+    }
+
+    /// The command that starts `binary` as a daemon, for [`Daemon::launch`].
+    pub fn command(binary: &str, args: &[&str], env: &[(&str, &str)]) -> Command {
+        let mut command = Command::new(binary);
         command
             .args(["--listen", "ws://127.0.0.1:0"])
             .args(args)
@@ -40,6 +59,10 @@ impl Daemon {
         for (key, value) in env {
             command.env(key, value);
         }
+        command
+    }
+
+    pub fn launch(mut command: Command) -> Self {
         let mut child = command.spawn().expect("spawn exec-server");
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap())
@@ -438,6 +461,16 @@ pub fn scratch_dir() -> tempfile::TempDir {
     tempfile::tempdir().unwrap()
 }
 
+/// The fields of `/proc/.../stat` after the command name (which may contain spaces), so that
+/// field N of proc(5) is at index N - 3.
+pub fn stat_fields(stat: &str) -> Vec<&str> {
+    stat.rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect()
+}
+
 /// Processes (zombies included) whose parent is `pid`.
 pub fn children_of(pid: i32) -> Vec<String> {
     let mut children = Vec::new();
@@ -445,13 +478,8 @@ pub fn children_of(pid: i32) -> Vec<String> {
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
             continue;
         };
-        // After the command name (which may contain spaces): state, then ppid.
-        let fields: Vec<&str> = stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .split_whitespace()
-            .collect();
+        let fields = stat_fields(&stat);
+        // Field 4: the parent.
         if fields.get(1).and_then(|p| p.parse::<i32>().ok()) == Some(pid) {
             children.push(stat);
         }
