@@ -421,12 +421,10 @@ pub async fn read_all(client: &Client, id: &str) -> (Vec<u8>, Value) {
 pub fn pid_alive(pid: i32) -> bool {
     // A zombie still answers kill(0); look at the state too.
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
+        // Field 3: the state.
+        Ok(stat) => !stat_fields(&stat)
+            .first()
+            .is_some_and(|state| state.starts_with('Z')),
         Err(_) => false,
     }
 }
