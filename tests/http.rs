@@ -147,6 +147,42 @@ async fn header_values_can_come_from_the_daemon_environment() {
 }
 
 #[tokio::test]
+async fn the_daemon_token_reaches_neither_headers_nor_children() {
+    let server = HttpServer::start().await;
+    let token = "s3cret-daemon-token";
+    let daemon = Daemon::start_with(
+        &[],
+        &[
+            ("EXEC_SERVER_CONNECTION_TOKEN", token),
+            ("CODEX_EXEC_SERVER_CONNECTION_TOKEN", token),
+        ],
+    );
+    let client = Client::connect_with_token(&daemon.url, token).await;
+    client.initialize(None).await.unwrap();
+    for var in [
+        "EXEC_SERVER_CONNECTION_TOKEN",
+        "CODEX_EXEC_SERVER_CONNECTION_TOKEN",
+    ] {
+        let mut params = get(&server.url("/echo"), "token");
+        params["headers"] =
+            json!([{"name": "authorization", "value": "Bearer ", "valueEnvVar": var}]);
+        let error = client.request("http/request", params).await.unwrap_err();
+        let message = format!("http/request header authorization may not read valueEnvVar `{var}`: the executor's own settings, such as its connection token, are never sent");
+        assert_eq!(error, json!({"code": -32602, "message": message}));
+    }
+    assert_eq!(server.hits(), 0, "nothing was sent");
+    let mut params = start_params("env", &["cat", "/proc/self/environ"]);
+    params["envPolicy"] = json!({"inherit": "all", "ignoreDefaultExcludes": true, "exclude": [], "set": {}, "includeOnly": []});
+    client.call("process/start", params).await;
+    let environ = output_of(&client.events_until_closed("env").await);
+    assert!(
+        String::from_utf8_lossy(&environ).contains("PATH="),
+        "the child inherited the daemon's environment"
+    );
+    assert!(!String::from_utf8_lossy(&environ).contains(token));
+}
+
+#[tokio::test]
 async fn streamed_body_follows_the_reply_in_ordered_deltas() {
     let server = HttpServer::start().await;
     let daemon = Daemon::start();

@@ -46,6 +46,11 @@ fn header_pair(
     })?;
     let mut value = header.value.clone();
     if let Some(var) = &header.value_env_var {
+        if crate::process::env::is_daemon_setting(var) {
+            return Err(RpcError::invalid_params(format!(
+                "http/request header {name} may not read valueEnvVar `{var}`: the executor's own settings, such as its connection token, are never sent"
+            )));
+        }
         let Some(from_env) = env(var) else {
             return Err(RpcError::invalid_params(format!(
                 "http/request header {name} reads valueEnvVar `{var}`, which is not set on the executor"
@@ -109,6 +114,10 @@ mod tests {
         assert_eq!(
             error(json!({"headers": [{"name": "authorization", "value": "Bearer ", "valueEnvVar": "NO_SUCH_VAR"}]})),
             "http/request header authorization reads valueEnvVar `NO_SUCH_VAR`, which is not set on the executor"
+        );
+        assert_eq!(
+            error(json!({"headers": [{"name": "authorization", "value": "Bearer ", "valueEnvVar": "EXEC_SERVER_CONNECTION_TOKEN"}]})),
+            "http/request header authorization may not read valueEnvVar `EXEC_SERVER_CONNECTION_TOKEN`: the executor's own settings, such as its connection token, are never sent"
         );
     }
 

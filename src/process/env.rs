@@ -29,7 +29,7 @@ pub fn child_env(
             .collect(),
         EnvInherit::None => BTreeMap::new(),
     };
-    env.retain(|name, _| !matches_any(name, NEVER_INHERITED));
+    env.retain(|name, _| !is_daemon_setting(name));
     if !policy.ignore_default_excludes {
         env.retain(|name, _| !matches_any(name, DEFAULT_EXCLUDES));
     }
@@ -40,6 +40,12 @@ pub fn child_env(
     }
     env.extend(overlay.iter().map(|(k, v)| (k.clone(), v.clone())));
     env
+}
+
+/// Whether `name` is one of the daemon's own settings (its connection token among them), which
+/// neither children nor `http/request` headers may read.
+pub fn is_daemon_setting(name: &str) -> bool {
+    matches_any(name, NEVER_INHERITED)
 }
 
 fn matches_any<S: AsRef<str>>(name: &str, patterns: &[S]) -> bool {

@@ -73,6 +73,11 @@ impl Daemon {
         Self { child, url }
     }
 
+    /// The daemon's stderr, when its command piped it.
+    pub fn take_stderr(&mut self) -> Option<std::process::ChildStderr> {
+        self.child.stderr.take()
+    }
+
     pub fn pid(&self) -> i32 {
         self.child.id() as i32
     }
@@ -159,6 +164,18 @@ pub struct Client {
 impl Client {
     pub async fn connect(url: &str) -> Self {
         let (ws, _) = tokio_tungstenite::connect_async(url)
+            .await
+            .expect("connect");
+        Self::from_stream(ws)
+    }
+
+    /// Connects with `Authorization: Bearer <token>`.
+    pub async fn connect_with_token(url: &str, token: &str) -> Self {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+        let mut request = url.into_client_request().unwrap();
+        let value = format!("Bearer {token}").parse().unwrap();
+        request.headers_mut().insert("authorization", value);
+        let (ws, _) = tokio_tungstenite::connect_async(request)
             .await
             .expect("connect");
         Self::from_stream(ws)
