@@ -1,6 +1,7 @@
 //! Command-line flags (each also settable from the environment) and the resolved settings.
 
 use clap::Parser;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 #[derive(Debug, Clone, Parser)]
@@ -16,8 +17,19 @@ pub struct Args {
     #[arg(long, env = "EXEC_SERVER_LISTEN", default_value = "ws://127.0.0.1:0")]
     pub listen: String,
 
-    /// Require `Authorization: Bearer <TOKEN>` on WebSocket upgrades. `/readyz` stays open.
-    /// CODEX_EXEC_SERVER_CONNECTION_TOKEN is read too, for compatibility.
+    /// Require `Authorization: Bearer <TOKEN>` on WebSocket upgrades, the token read once from
+    /// this file (trailing line breaks ignored). The file must not be accessible to group or
+    /// others (chmod 600). `/readyz` stays open.
+    #[arg(
+        long,
+        env = "EXEC_SERVER_CONNECTION_TOKEN_FILE",
+        conflicts_with = "connection_token"
+    )]
+    pub connection_token_file: Option<PathBuf>,
+
+    /// The token itself. Prefer --connection-token-file: a command line is readable by every
+    /// local user in /proc/PID/cmdline. CODEX_EXEC_SERVER_CONNECTION_TOKEN is read too, for
+    /// compatibility.
     #[arg(long, env = "EXEC_SERVER_CONNECTION_TOKEN", hide_env_values = true)]
     pub connection_token: Option<String>,
 
@@ -45,9 +57,24 @@ pub struct Args {
     #[arg(long, env = "EXEC_SERVER_MAX_MESSAGE_BYTES", default_value_t = 64 * 1024 * 1024)]
     pub max_message_bytes: usize,
 
-    /// Interval of WebSocket pings sent to detect dead connections.
+    /// Interval of WebSocket pings; a peer that sends nothing (not even a pong) for two
+    /// intervals is disconnected and its session detached.
     #[arg(long, env = "EXEC_SERVER_PING_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
     pub ping_interval: Duration,
+
+    /// How long a connection may stay in its HTTP phase (request headers, `/readyz`, the
+    /// upgrade) before it is closed.
+    #[arg(long, env = "EXEC_SERVER_UPGRADE_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub upgrade_timeout: Duration,
+
+    /// Connections allowed in their HTTP phase at once (not yet upgraded to a WebSocket);
+    /// further ones are closed at once.
+    #[arg(
+        long,
+        env = "EXEC_SERVER_MAX_PENDING_CONNECTIONS",
+        default_value_t = 256
+    )]
+    pub max_pending_connections: usize,
 
     /// Log format on stderr.
     #[arg(
@@ -96,14 +123,19 @@ pub struct Config {
     pub output_retention_chunks: usize,
     pub max_message_bytes: usize,
     pub ping_interval: Duration,
+    pub upgrade_timeout: Duration,
+    pub max_pending_connections: usize,
 }
 
 impl Args {
     pub fn config(&self) -> anyhow::Result<Config> {
-        let token = self
-            .connection_token
-            .clone()
-            .or_else(|| std::env::var("CODEX_EXEC_SERVER_CONNECTION_TOKEN").ok());
+        let token = match &self.connection_token_file {
+            Some(path) => Some(read_token_file(path)?),
+            None => self
+                .connection_token
+                .clone()
+                .or_else(|| std::env::var("CODEX_EXEC_SERVER_CONNECTION_TOKEN").ok()),
+        };
         if let Some(token) = &token {
             anyhow::ensure!(!token.is_empty(), "the connection token must not be empty");
             anyhow::ensure!(
@@ -119,6 +151,10 @@ impl Args {
             self.output_retention_chunks > 0,
             "--output-retention-chunks must be positive"
         );
+        anyhow::ensure!(
+            self.max_pending_connections > 0,
+            "--max-pending-connections must be positive"
+        );
         Ok(Config {
             connection_token: token,
             session_ttl: self.session_ttl,
@@ -127,6 +163,32 @@ impl Args {
             output_retention_chunks: self.output_retention_chunks,
             max_message_bytes: self.max_message_bytes,
             ping_interval: self.ping_interval,
+            upgrade_timeout: self.upgrade_timeout,
+            max_pending_connections: self.max_pending_connections,
         })
     }
+}
+
+/// The token from `path`, which only its owner may access (as ssh does with private keys).
+fn read_token_file(path: &Path) -> anyhow::Result<String> {
+    use anyhow::Context as _;
+    use std::io::Read as _;
+    use std::os::unix::fs::PermissionsExt as _;
+    let shown = path.display();
+    let cannot_read = || format!("cannot read --connection-token-file {shown}");
+    let mut file = std::fs::File::open(path).with_context(cannot_read)?;
+    let mode = file
+        .metadata()
+        .with_context(cannot_read)?
+        .permissions()
+        .mode()
+        & 0o777;
+    anyhow::ensure!(
+        mode & 0o077 == 0,
+        "--connection-token-file {shown} has mode {mode:03o}, so group or others may access it; \
+         run `chmod 600 {shown}`"
+    );
+    let mut text = String::new();
+    file.read_to_string(&mut text).with_context(cannot_read)?;
+    Ok(text.trim_end_matches(['\r', '\n']).to_owned())
 }

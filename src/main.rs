@@ -1,4 +1,4 @@
-use clap::Parser;
+use clap::{CommandFactory as _, FromArgMatches as _};
 use exec_server::config::{Args, Cli, LogFormat};
 use exec_server::transport;
 
@@ -10,15 +10,27 @@ fn main() -> std::process::ExitCode {
     exec_server::fs::helper::main_if_fs_op();
     // Record the daemon's own binary before anything could replace it.
     exec_server::sandbox::guard::init();
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|err| err.exit());
     match cli.command {
-        None => serve(&cli.serve),
+        None => {
+            let token_on_argv = matches.value_source("connection_token")
+                == Some(clap::parser::ValueSource::CommandLine);
+            serve(&cli.serve, token_on_argv)
+        }
         Some(command) => exec_server::cli::main(command),
     }
 }
 
-fn serve(args: &Args) -> std::process::ExitCode {
+fn serve(args: &Args, token_on_argv: bool) -> std::process::ExitCode {
     init_logging(args);
+    if token_on_argv {
+        tracing::warn!(
+            "--connection-token is readable by every local user in /proc/PID/cmdline; \
+             use --connection-token-file instead"
+        );
+    }
+    raise_fd_limit();
     let result = args.config().and_then(|config| {
         let listen = transport::ListenUrl::parse(&args.listen)?;
         let runtime = tokio::runtime::Runtime::new()?;
@@ -43,5 +55,20 @@ fn init_logging(args: &Args) {
     match args.log_format {
         LogFormat::Human => builder.init(),
         LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// Every connection and every child's pipes take descriptors, and the usual soft limit (1024)
+/// is only a default kept for select()-based programs: the daemon takes all the hard limit allows.
+fn raise_fd_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => {
+            if let Err(err) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+                tracing::warn!("cannot raise the open file limit from {soft} to {hard}: {err}");
+            }
+        }
+        Ok(_) => {}
+        Err(err) => tracing::warn!("cannot read the open file limit: {err}"),
     }
 }

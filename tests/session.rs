@@ -312,3 +312,59 @@ async fn a_slow_attached_client_loses_nothing() {
     }
     assert_eq!(received, total);
 }
+
+#[tokio::test]
+async fn a_frozen_client_is_detached_within_two_ping_intervals() {
+    use futures::{SinkExt as _, StreamExt as _};
+    use tokio_tungstenite::tungstenite::Message;
+    let interval = Duration::from_millis(500);
+    let daemon = Daemon::start_with(&["--ping-interval", "500ms"], &[]);
+    let (healthy, _) = daemon.session().await;
+    let (mut frozen, _) = tokio_tungstenite::connect_async(&daemon.url).await.unwrap();
+    let messages = [
+        json!({"id": 1, "method": "initialize", "params": {"clientName": "frozen"}}),
+        json!({"method": "initialized"}),
+        json!({"id": 2, "method": "process/start", "params": start_params("p", &["sleep", "30"])}),
+    ];
+    for message in messages {
+        frozen
+            .send(Message::text(message.to_string()))
+            .await
+            .unwrap();
+    }
+    let mut session = None;
+    while let Some(Ok(message)) = frozen.next().await {
+        let Message::Text(text) = message else {
+            continue;
+        };
+        let reply: serde_json::Value = serde_json::from_str(&text).unwrap();
+        match reply["id"].as_i64() {
+            Some(1) => session = reply["result"]["sessionId"].as_str().map(str::to_owned),
+            Some(2) => break,
+            _ => {}
+        }
+    }
+    let session = session.expect("initialized");
+    // From here on `frozen` is never polled, so no pong answers the daemon's pings (as with
+    // a SIGSTOPped client).
+    let frozen_at = tokio::time::Instant::now();
+    let resumed = daemon.resume(&session).await;
+    let waited = frozen_at.elapsed();
+    assert!(
+        waited < 2 * interval + Duration::from_secs(1),
+        "detached after {waited:?}"
+    );
+    let read = resumed
+        .call("process/read", json!({"processId": "p", "afterSeq": 0}))
+        .await;
+    assert_eq!(read["exited"], false, "the process lives on: {read}");
+    // A client that answers pings keeps its connection however long it idles.
+    tokio::time::sleep(3 * interval).await;
+    healthy
+        .call(
+            "process/signal",
+            json!({"processId": "none", "signal": "interrupt"}),
+        )
+        .await;
+    drop(frozen);
+}

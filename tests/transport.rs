@@ -77,15 +77,258 @@ async fn the_connection_token_gates_upgrades_only() {
     );
 }
 
-#[test]
-fn an_empty_token_is_a_startup_error() {
+/// The stderr of a daemon that must refuse to start with `args`.
+fn startup_error(args: &[&str]) -> String {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_exec-server"))
-        .args(["--listen", "ws://127.0.0.1:0", "--connection-token", ""])
+        .args(["--listen", "ws://127.0.0.1:0"])
+        .args(args)
         .output()
         .unwrap();
     assert!(!output.status.success());
-    assert!(String::from_utf8_lossy(&output.stderr).contains("must not be empty"));
     assert!(output.stdout.is_empty());
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn an_empty_token_is_a_startup_error() {
+    assert!(startup_error(&["--connection-token", ""]).contains("must not be empty"));
+}
+
+fn token_file(dir: &tempfile::TempDir, text: &str, mode: u32) -> String {
+    use std::os::unix::fs::PermissionsExt as _;
+    let path = dir.path().join("token");
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_token_file_keeps_the_token_off_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = token_file(&dir, "s3cret-in-a-file\n", 0o600);
+    let daemon = Daemon::start_with(&["--connection-token-file", &path], &[]);
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", daemon.pid())).unwrap();
+    assert!(!String::from_utf8_lossy(&cmdline).contains("s3cret"));
+    assert_eq!(upgrade_status(&daemon.url, &[]).await, Err(401));
+    let client = Client::connect_with_token(&daemon.url, "s3cret-in-a-file").await;
+    client.initialize(None).await.unwrap();
+    client
+        .call("process/start", start_params("p", &["echo", "hi"]))
+        .await;
+    assert_eq!(output_of(&client.events_until_closed("p").await), b"hi\n");
+}
+
+#[test]
+fn token_files_open_to_others_empty_or_missing_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = token_file(&dir, "t", 0o640);
+    let error = startup_error(&["--connection-token-file", &path]);
+    assert!(
+        error.contains(&format!("--connection-token-file {path} has mode 640, so group or others may access it; run `chmod 600 {path}`")),
+        "{error}"
+    );
+    let path = token_file(&dir, "\n", 0o600);
+    assert!(startup_error(&["--connection-token-file", &path]).contains("must not be empty"));
+    let missing = dir.path().join("missing");
+    let error = startup_error(&["--connection-token-file", missing.to_str().unwrap()]);
+    assert!(
+        error.contains("cannot read --connection-token-file"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn a_token_on_the_command_line_is_warned_about() {
+    let mut command = Daemon::command(
+        env!("CARGO_BIN_EXE_exec-server"),
+        &["--connection-token", "t"],
+        &[],
+    );
+    command.stderr(std::process::Stdio::piped());
+    let mut daemon = Daemon::launch(command);
+    let stderr = daemon.take_stderr().unwrap();
+    drop(daemon);
+    let mut logs = String::new();
+    std::io::BufReader::new(stderr)
+        .read_to_string(&mut logs)
+        .unwrap();
+    assert!(
+        logs.contains("use --connection-token-file instead"),
+        "{logs}"
+    );
+}
+
+#[tokio::test]
+async fn the_bearer_scheme_is_case_insensitive() {
+    let daemon = Daemon::start_with(&["--connection-token", "s3cret"], &[]);
+    for scheme in ["bearer", "BEARER", "Bearer"] {
+        let value = format!("{scheme} s3cret");
+        assert_eq!(
+            upgrade_status(&daemon.url, &[("Authorization", &value)]).await,
+            Ok(()),
+            "{value}"
+        );
+    }
+    for value in ["Basic s3cret", "bearers3cret", "bearer s3cre"] {
+        assert_eq!(
+            upgrade_status(&daemon.url, &[("Authorization", value)]).await,
+            Err(401),
+            "{value}"
+        );
+    }
+}
+
+/// Sets this process's soft limit of open files to its hard limit (many sockets ahead).
+fn raise_own_fd_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit), 0);
+        limit.rlim_cur = limit.rlim_max;
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &limit), 0);
+    }
+}
+
+/// A daemon started with `soft`/`hard` limits of open files.
+fn daemon_with_fd_limits(args: &[&str], soft: u64, hard: u64) -> Daemon {
+    use std::os::unix::process::CommandExt as _;
+    let mut command = Daemon::command(env!("CARGO_BIN_EXE_exec-server"), args, &[]);
+    let limit = libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: hard,
+    };
+    // SAFETY: setrlimit is async-signal-safe.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    Daemon::launch(command)
+}
+
+/// Opens a TCP connection that sends half an HTTP upgrade request, then nothing.
+async fn half_sent_upgrade(daemon: &Daemon) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt as _;
+    let mut stream = tokio::net::TcpStream::connect(&daemon.url["ws://".len()..])
+        .await
+        .unwrap();
+    // The daemon may already have closed it (over the cap): the write may then fail.
+    let _ = stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n")
+        .await;
+    stream
+}
+
+/// Whether the daemon closes `stream` within `wait`.
+async fn closed_within(mut stream: tokio::net::TcpStream, wait: Duration) -> bool {
+    use tokio::io::AsyncReadExt as _;
+    let mut buffer = [0; 1024];
+    tokio::time::timeout(wait, async {
+        while let Ok(n @ 1..) = stream.read(&mut buffer).await {
+            let _ = n;
+        }
+    })
+    .await
+    .is_ok()
+}
+
+#[tokio::test]
+async fn half_sent_upgrades_are_closed_after_the_upgrade_timeout() {
+    raise_own_fd_limit();
+    // Soft and hard limit alike, so only the daemon's own caps keep it from running out.
+    let daemon = daemon_with_fd_limits(&["--upgrade-timeout", "2s"], 1024, 1024);
+    let (client, _) = daemon.session().await;
+    let mut stalled = Vec::new();
+    for _ in 0..1000 {
+        stalled.push(half_sent_upgrade(&daemon).await);
+    }
+    client
+        .call("process/start", start_params("p", &["echo", "hi"]))
+        .await;
+    assert_eq!(output_of(&client.events_until_closed("p").await), b"hi\n");
+    let closed = futures::future::join_all(
+        stalled
+            .into_iter()
+            .map(|stream| closed_within(stream, Duration::from_secs(10))),
+    )
+    .await;
+    assert!(closed.iter().all(|&closed| closed), "all closed in time");
+    let (fresh, _) = daemon.session().await;
+    fresh
+        .call("process/start", start_params("q", &["true"]))
+        .await;
+}
+
+#[tokio::test]
+async fn connections_beyond_the_pending_cap_are_closed_at_once() {
+    let daemon = Daemon::start_with(
+        &["--max-pending-connections", "4", "--upgrade-timeout", "60s"],
+        &[],
+    );
+    let mut stalled = Vec::new();
+    for _ in 0..4 {
+        stalled.push(half_sent_upgrade(&daemon).await);
+    }
+    let excess = half_sent_upgrade(&daemon).await;
+    assert!(closed_within(excess, Duration::from_secs(5)).await);
+    // Closing the stalled ones frees their places.
+    drop(stalled);
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while upgrade_status_or_closed(&daemon.url).await.is_err() {
+        assert!(tokio::time::Instant::now() < deadline, "places freed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Whether an upgrade succeeds; Err when the daemon closed the connection instead.
+async fn upgrade_status_or_closed(url: &str) -> Result<(), tungstenite::Error> {
+    tokio_tungstenite::connect_async(url).await.map(|_| ())
+}
+
+#[tokio::test]
+async fn the_daemon_raises_its_open_file_limit_to_the_hard_limit() {
+    let daemon = daemon_with_fd_limits(&[], 256, 4096);
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", daemon.pid())).unwrap();
+    let line = limits
+        .lines()
+        .find(|line| line.starts_with("Max open files"))
+        .unwrap();
+    let numbers: Vec<&str> = line.split_whitespace().skip(3).take(2).collect();
+    assert_eq!(numbers, ["4096", "4096"], "{line}");
+}
+
+#[tokio::test]
+async fn request_ids_in_flight_must_be_unique() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    client
+        .call("process/start", start_params("p", &["sleep", "30"]))
+        .await;
+    let read = json!({"id": 7, "method": "process/read",
+        "params": {"processId": "p", "afterSeq": 0, "waitMs": 1000}});
+    for _ in 0..3 {
+        client.send_text(read.to_string()).await;
+    }
+    let duplicate = json!({"id": 7, "error": {"code": -32600,
+        "message": "request id 7 is already in flight on this connection"}});
+    assert_eq!(client.next_unsolicited().await, duplicate);
+    assert_eq!(client.next_unsolicited().await, duplicate);
+    let first = client.next_unsolicited().await;
+    assert_eq!(first["id"], 7);
+    assert!(first["result"]["chunks"].is_array(), "{first}");
+    // Answered, the id is free again; a batch is held to the same rule.
+    client.send_text(json!([read, read]).to_string()).await;
+    let batch = client.next_unsolicited().await;
+    assert!(batch[0]["result"]["chunks"].is_array(), "{batch}");
+    assert_eq!(batch[1], duplicate);
+    client
+        .call("process/terminate", json!({"processId": "p"}))
+        .await;
 }
 
 #[test]
@@ -97,7 +340,10 @@ fn help_explains_every_flag() {
     let help = String::from_utf8(output.stdout).unwrap();
     for flag in [
         "--listen",
+        "--connection-token-file",
         "--connection-token",
+        "--upgrade-timeout",
+        "--max-pending-connections",
         "--session-ttl",
         "--exited-retention",
         "--output-retention-bytes",
@@ -351,6 +597,78 @@ async fn sigterm_kills_every_process_and_exits_cleanly() {
         !pid_alive(pid) && !pid_alive(other),
         "managed processes die with the daemon"
     );
+}
+
+#[test]
+fn stdio_answers_every_request_read_before_eof() {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_exec-server"))
+        .args(["--listen", "stdio://"])
+        .env("EXEC_SERVER_LOG", "warn")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let reply_id = |line: &str| {
+        serde_json::from_str::<Value>(line)
+            .unwrap()
+            .get("id")
+            .cloned()
+    };
+    let mut send = |lines: &[Value]| {
+        for line in lines {
+            writeln!(stdin, "{line}").unwrap();
+        }
+    };
+    send(&[
+        json!({"id": 1, "method": "initialize", "params": {"clientName": "eof"}}),
+        json!({"method": "initialized"}),
+        json!({"id": 2, "method": "process/start", "params": start_params("s", &["sleep", "30"])}),
+    ]);
+    let mut ids = Vec::new();
+    while ids.len() < 2 {
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        ids.extend(reply_id(&line));
+    }
+    // Then two requests and the end of input at once: the long-poll is surely still running
+    // when the daemon reads EOF.
+    send(&[
+        json!({"id": 3, "method": "environment/info", "params": {}}),
+        json!({"id": 4, "method": "process/read",
+            "params": {"processId": "s", "afterSeq": 0, "waitMs": 500}}),
+    ]);
+    drop(stdin);
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
+    ids.extend(rest.lines().filter_map(reply_id));
+    assert!(child.wait().unwrap().success());
+    assert_eq!(ids, [json!(1), json!(2), json!(3), json!(4)]);
+}
+
+#[tokio::test]
+async fn session_ids_are_logged_only_as_digests() {
+    let mut command = Daemon::command(env!("CARGO_BIN_EXE_exec-server"), &[], &[]);
+    command
+        .env("EXEC_SERVER_LOG", "info")
+        .stderr(std::process::Stdio::piped());
+    let mut daemon = Daemon::launch(command);
+    let stderr = daemon.take_stderr().unwrap();
+    let (_client, session) = daemon.session().await;
+    let digest = ring::digest::digest(&ring::digest::SHA256, session.as_bytes());
+    let digest: String = digest.as_ref()[..4]
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    let mut reader = std::io::BufReader::new(stderr);
+    let mut line = String::new();
+    while !line.contains("session attached") {
+        line.clear();
+        assert!(reader.read_line(&mut line).unwrap() > 0, "the log ended");
+        assert!(!line.contains(&session), "{line}");
+    }
+    assert!(line.contains(&digest), "{line}");
 }
 
 #[test]

@@ -3,6 +3,7 @@
 
 use super::dispatch::{dispatch, family, ConnectionShared, RequestCtx};
 use super::envelope::{self, Incoming};
+use super::in_flight::{Claim, InFlightIds};
 use super::outbound::Outbound;
 use super::reply;
 use super::RpcError;
@@ -37,6 +38,15 @@ struct Connection {
     session: Option<Arc<Session>>,
     initialized: bool,
     requests: JoinSet<()>,
+    in_flight: InFlightIds,
+}
+
+/// What becomes of requests still running when the client's messages end.
+pub enum AtEnd {
+    /// Abort them: on a WebSocket nobody is left to read the replies.
+    Abort,
+    /// Answer them first: on stdio the end of input leaves stdout open.
+    Answer,
 }
 
 /// Whether the loop goes on after a message.
@@ -51,6 +61,7 @@ pub async fn serve(
     outbound: Outbound,
     registry: Arc<Registry>,
     parse_context: String,
+    at_end: AtEnd,
 ) {
     let max_message_bytes = registry.config.max_message_bytes;
     let shared = Arc::new(ConnectionShared {
@@ -67,6 +78,7 @@ pub async fn serve(
         session: None,
         initialized: false,
         requests: JoinSet::new(),
+        in_flight: InFlightIds::default(),
     };
     let mut frames = std::pin::pin!(frames);
     loop {
@@ -80,7 +92,10 @@ pub async fn serve(
             Some(_) = connection.requests.join_next(), if !connection.requests.is_empty() => {}
         }
     }
-    connection.requests.abort_all();
+    match at_end {
+        AtEnd::Abort => connection.requests.abort_all(),
+        AtEnd::Answer => while connection.requests.join_next().await.is_some() {},
+    }
     if let Some(session) = &connection.session {
         connection
             .shared
@@ -145,8 +160,8 @@ impl Connection {
                     self.send(envelope::reply(id, outcome, strict)).await;
                     return Flow::Continue;
                 }
-                let ctx = match self.request_ctx(&method) {
-                    Ok(ctx) => ctx,
+                let (ctx, claim) = match self.admit(&method, &id) {
+                    Ok(admitted) => admitted,
                     Err((error, flow)) => {
                         self.send(envelope::reply(id, Err(error), strict)).await;
                         return flow;
@@ -154,6 +169,8 @@ impl Connection {
                 };
                 self.requests.spawn(async move {
                     let outcome = dispatch(&ctx, &method, params).await;
+                    // Freed before the reply is queued: a client may reuse the id once it sees it.
+                    drop(claim);
                     let outbound = &ctx.connection.outbound;
                     let _ = outbound
                         .send_message(reply::message(outbound, id, outcome, strict))
@@ -206,7 +223,7 @@ impl Connection {
             Some(id) => registry.resume(id, attachment)?,
             None => registry.create(attachment),
         };
-        tracing::info!(session = %session.id, client = %params.client_name, resumed = params.resume_session_id.is_some(), "session attached");
+        tracing::info!(session = %crate::session::log_digest(&session.id), client = %params.client_name, resumed = params.resume_session_id.is_some(), "session attached");
         let result = InitializeResult {
             session_id: session.id.clone(),
             environment_info: Some(crate::environment::info()),
@@ -233,6 +250,16 @@ impl Connection {
         Ok(ctx)
     }
 
+    /// [`Self::request_ctx`], and `id` is not already in flight.
+    fn admit(&self, method: &str, id: &Value) -> Result<(RequestCtx, Claim), (RpcError, Flow)> {
+        let ctx = self.request_ctx(method)?;
+        let claim = self
+            .in_flight
+            .claim(id)
+            .map_err(|error| (error, Flow::Continue))?;
+        Ok((ctx, claim))
+    }
+
     async fn handle_batch(&mut self, batch: Vec<Value>) {
         if batch.is_empty() {
             let error = RpcError::invalid_request("JSON-RPC batch must not be empty");
@@ -250,8 +277,8 @@ impl Connection {
                 .await;
         }
         // Each reply comes with its request's context, whose after-reply hooks run once the
-        // whole batch reply is queued.
-        type Reply = (Value, Option<RequestCtx>);
+        // whole batch reply is queued, and its id's claim, freed just before that.
+        type Reply = (Value, Option<(RequestCtx, Claim)>);
         let mut replies: Vec<futures::future::BoxFuture<'static, Reply>> = Vec::new();
         for message in batch {
             let immediate = |value: Value| -> futures::future::BoxFuture<'static, Reply> {
@@ -268,11 +295,11 @@ impl Connection {
                     method,
                     params,
                     strict,
-                } => match self.request_ctx(&method) {
-                    Ok(ctx) => replies.push(Box::pin(async move {
+                } => match self.admit(&method, &id) {
+                    Ok((ctx, claim)) => replies.push(Box::pin(async move {
                         let outcome = dispatch(&ctx, &method, params).await;
                         let outcome = outcome.map(reply::Success::into_value);
-                        (envelope::reply(id, outcome, strict), Some(ctx))
+                        (envelope::reply(id, outcome, strict), Some((ctx, claim)))
                     })),
                     Err((error, _)) => {
                         replies.push(immediate(envelope::reply(id, Err(error), strict)))
@@ -291,10 +318,13 @@ impl Connection {
         }
         let outbound = self.shared.outbound.clone();
         self.requests.spawn(async move {
-            let (replies, contexts): (Vec<Value>, Vec<Option<RequestCtx>>) =
+            let (replies, admitted): (Vec<Value>, Vec<_>) =
                 futures::future::join_all(replies).await.into_iter().unzip();
+            let (contexts, claims): (Vec<RequestCtx>, Vec<Claim>) =
+                admitted.into_iter().flatten().unzip();
+            drop(claims);
             let _ = outbound.send_value(&Value::Array(replies)).await;
-            contexts.into_iter().flatten().for_each(RequestCtx::replied);
+            contexts.into_iter().for_each(RequestCtx::replied);
         });
     }
 }

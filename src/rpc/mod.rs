@@ -5,6 +5,7 @@ pub mod connection;
 pub mod dispatch;
 pub mod envelope;
 pub mod error;
+mod in_flight;
 pub mod outbound;
 pub mod reply;
 

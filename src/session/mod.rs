@@ -11,6 +11,16 @@ use crate::rpc::outbound::Outbound;
 use std::sync::Arc;
 use tokio::sync::watch;
 
+/// How logs name a session. Its id lets any connection take the session over, so logs carry only
+/// the first 8 hex digits of the id's SHA-256 (`printf %s ID | sha256sum` finds its lines).
+pub fn log_digest(id: &str) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, id.as_bytes());
+    digest.as_ref()[..4]
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
 /// The connection a session's notifications currently go to.
 #[derive(Clone, Debug)]
 pub struct Attachment {

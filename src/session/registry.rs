@@ -106,7 +106,10 @@ impl Registry {
             }
         };
         if let Some(entry) = expired {
-            tracing::info!(session = id, "session expired; killing its processes");
+            tracing::info!(
+                session = %super::log_digest(id),
+                "session expired; killing its processes"
+            );
             reap(entry.session.processes.kill_all()).await;
             drop(entry);
             crate::memory::release_soon();

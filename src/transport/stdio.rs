@@ -1,6 +1,6 @@
 //! One connection on stdin/stdout: one JSON value per line. Stdout carries only the protocol.
 
-use crate::rpc::connection::{self, Frame};
+use crate::rpc::connection::{self, AtEnd, Frame};
 use crate::rpc::outbound::{Message as OutboundMessage, Outbound};
 use crate::session::Registry;
 use futures::StreamExt as _;
@@ -48,6 +48,7 @@ pub async fn serve(registry: Arc<Registry>) -> anyhow::Result<()> {
         outbound,
         registry,
         "JSON-RPC message from stdio".into(),
+        AtEnd::Answer,
     )
     .await;
     let _ = writer.await;

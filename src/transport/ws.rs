@@ -1,27 +1,38 @@
 //! The WebSocket listener: `/` upgrades (guarded against browsers and, when configured, by a
 //! bearer token), `/readyz` answers 200. One JSON-RPC message per frame, Text or Binary.
 
-use crate::rpc::connection::{self, Frame};
+use crate::rpc::connection::{self, AtEnd, Frame};
 use crate::rpc::outbound::{self, Outbound};
 use crate::session::Registry;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{ConnectInfo, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use axum::Router;
 use futures::{SinkExt as _, StreamExt as _};
+use hyper::body::Incoming;
+use hyper::service::Service as _;
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU16, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use subtle::ConstantTimeEq as _;
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 const PROTOCOL_ERROR: u16 = 1002;
 const MESSAGE_TOO_BIG: u16 = 1009;
 
 /// Initial WebSocket read buffer per connection.
 const READ_BUFFER_BYTES: usize = 8 * 1024;
+
+/// Pause after a failed accept (e.g. out of descriptors) before trying again.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
 pub async fn serve(addr: SocketAddr, registry: Arc<Registry>) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
@@ -32,20 +43,49 @@ pub async fn serve(addr: SocketAddr, registry: Arc<Registry>) -> anyhow::Result<
     stdout.flush()?;
     drop(stdout);
     tracing::info!("exec-server listening on ws://{local}");
-    let app = Router::new()
-        .route("/readyz", get(|| async { StatusCode::OK }))
-        .route("/", any(upgrade))
-        .with_state(registry);
-    // Without TCP_NODELAY a small reply waits for the client's delayed ACK (~40 ms).
-    let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
+    let config = registry.config.clone();
+    let app = TowerToHyperService::new(
+        Router::new()
+            .route("/readyz", get(|| async { StatusCode::OK }))
+            .route("/", any(upgrade))
+            .with_state(registry),
+    );
+    // Connections in their HTTP phase (nothing authenticated yet) hold a permit, so slow or
+    // silent peers can neither pile up without bound nor stay forever.
+    let pending = Arc::new(Semaphore::new(config.max_pending_connections));
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(err) => {
+                // E.g. EMFILE: retrying at once would spin while nothing is freed.
+                tracing::warn!("accepting a connection failed: {err}");
+                tokio::time::sleep(ACCEPT_RETRY).await;
+                continue;
+            }
+        };
+        let Ok(permit) = pending.clone().try_acquire_owned() else {
+            tracing::debug!(%peer, "too many connections in their HTTP phase; closing");
+            continue;
+        };
+        // Without TCP_NODELAY a small reply waits for the client's delayed ACK (~40 ms).
         let _ = stream.set_nodelay(true);
-    });
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .await?;
-    Ok(())
+        let app = app.clone();
+        let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
+            request.extensions_mut().insert(ConnectInfo(peer));
+            app.call(request)
+        });
+        let timeout = config.upgrade_timeout;
+        tokio::spawn(async move {
+            // The connection future completes once the upgrade hands the socket over.
+            let connection = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .with_upgrades();
+            if tokio::time::timeout(timeout, connection).await.is_err() {
+                tracing::debug!(%peer, "HTTP phase timed out; closing");
+            }
+            drop(permit);
+        });
+    }
 }
 
 async fn upgrade(
@@ -59,12 +99,7 @@ async fn upgrade(
         return (StatusCode::FORBIDDEN, "browser origins may not connect").into_response();
     }
     if let Some(token) = &registry.config.connection_token {
-        let expected = format!("Bearer {token}");
-        let given = headers
-            .get(header::AUTHORIZATION)
-            .map(|v| v.as_bytes())
-            .unwrap_or_default();
-        if !bool::from(given.ct_eq(expected.as_bytes())) {
+        if !bearer_matches(headers.get(header::AUTHORIZATION), token) {
             return (StatusCode::UNAUTHORIZED, "missing or wrong bearer token").into_response();
         }
     }
@@ -83,6 +118,19 @@ async fn upgrade(
         .on_upgrade(move |socket| run(socket, registry, peer))
 }
 
+/// Whether `Authorization` carries `token` in the Bearer scheme, whose name is
+/// case-insensitive (RFC 7235).
+fn bearer_matches(authorization: Option<&HeaderValue>, token: &str) -> bool {
+    let Some((scheme, credentials)) = authorization
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split_once(' '))
+    else {
+        return false;
+    };
+    let given = credentials.trim_start_matches(' ').as_bytes();
+    scheme.eq_ignore_ascii_case("bearer") && bool::from(given.ct_eq(token.as_bytes()))
+}
+
 async fn run(socket: WebSocket, registry: Arc<Registry>, peer: SocketAddr) {
     let (mut sink, stream) = socket.split();
     let (outbound, mut queue) = Outbound::new(true);
@@ -90,32 +138,52 @@ async fn run(socket: WebSocket, registry: Arc<Registry>, peer: SocketAddr) {
     // Set by the reading side when the peer broke the protocol; sent in our Close frame.
     let close_code = Arc::new(AtomicU16::new(0));
     let writer_close_code = close_code.clone();
+    // When the peer last sent anything: a pong answers every ping, so a live peer is heard
+    // from at least once per interval.
+    let heard = Arc::new(Mutex::new(Instant::now()));
+    let writer_heard = heard.clone();
+    // Cancelled when the writer ends, which ends the reading side too.
+    let writer_gone = CancellationToken::new();
+    let writer_guard = writer_gone.clone().drop_guard();
     let writer = tokio::spawn(async move {
-        let mut ping =
-            tokio::time::interval_at(tokio::time::Instant::now() + ping_interval, ping_interval);
-        loop {
-            let message = tokio::select! {
-                message = queue.recv() => match message {
-                    Some(outbound::Message::Text(text)) => Message::Text(text.into()),
-                    Some(outbound::Message::Binary(bytes)) => Message::Binary(bytes.into()),
-                    None => break,
-                },
-                _ = ping.tick() => Message::Ping(Default::default()),
+        let _guard = writer_guard;
+        let write = async {
+            let mut ping = tokio::time::interval_at(Instant::now() + ping_interval, ping_interval);
+            loop {
+                let message = tokio::select! {
+                    message = queue.recv() => match message {
+                        Some(outbound::Message::Text(text)) => Message::Text(text.into()),
+                        Some(outbound::Message::Binary(bytes)) => Message::Binary(bytes.into()),
+                        None => break,
+                    },
+                    _ = ping.tick() => Message::Ping(Default::default()),
+                };
+                if sink.send(message).await.is_err() {
+                    return;
+                }
+            }
+            let frame = match writer_close_code.load(Ordering::Relaxed) {
+                0 => None,
+                code => Some(CloseFrame {
+                    code,
+                    reason: "".into(),
+                }),
             };
-            if sink.send(message).await.is_err() {
-                return;
+            let _ = sink.send(Message::Close(frame)).await;
+        };
+        // Beside the writing, not inside it: a frozen peer also stops draining its socket, so
+        // a send may block for good. Dropping the sink and the queue then unblocks every
+        // sender of this connection.
+        tokio::select! {
+            () = write => {}
+            () = silence(&writer_heard, 2 * ping_interval) => {
+                tracing::info!(%peer, "no pong for two ping intervals; disconnecting");
             }
         }
-        let frame = match writer_close_code.load(Ordering::Relaxed) {
-            0 => None,
-            code => Some(CloseFrame {
-                code,
-                reason: "".into(),
-            }),
-        };
-        let _ = sink.send(Message::Close(frame)).await;
     });
     let frames = stream
+        .inspect(move |_| *heard.lock().unwrap() = Instant::now())
+        .take_until(writer_gone.cancelled_owned())
         .take_while(move |message| {
             if let Err(err) = message {
                 // tungstenite reports an over-long message as a capacity error.
@@ -139,6 +207,17 @@ async fn run(socket: WebSocket, registry: Arc<Registry>, peer: SocketAddr) {
             })
         });
     let context = format!("websocket JSON-RPC message from exec-server websocket {peer}");
-    connection::serve(frames, outbound, registry, context).await;
+    connection::serve(frames, outbound, registry, context, AtEnd::Abort).await;
     let _ = writer.await;
+}
+
+/// Resolves once nothing was heard from the peer for `limit`.
+async fn silence(heard: &Mutex<Instant>, limit: Duration) {
+    loop {
+        let deadline = *heard.lock().unwrap() + limit;
+        if Instant::now() >= deadline {
+            return;
+        }
+        tokio::time::sleep_until(deadline).await;
+    }
 }
