@@ -350,8 +350,9 @@ async fn a_frozen_client_is_detached_within_two_ping_intervals() {
     let frozen_at = tokio::time::Instant::now();
     let resumed = daemon.resume(&session).await;
     let waited = frozen_at.elapsed();
+    // Two intervals, plus slack for a loaded machine; without the watchdog it never happens.
     assert!(
-        waited < 2 * interval + Duration::from_secs(1),
+        waited < 2 * interval + Duration::from_secs(2),
         "detached after {waited:?}"
     );
     let read = resumed
