@@ -835,3 +835,84 @@ async fn a_workspace_root_flipped_during_launches_never_gets_a_write_out() {
     eprintln!("{ran} launches ran, {refused} were refused, {flips} flips");
     d.assert_outside_untouched();
 }
+
+/// Review finding 6: the helper is the daemon's binary re-executed as root, so a write grant on
+/// what the loader reads before it (`/etc/ld.so.preload`, missing here, or a library the
+/// daemon maps) would run a sandbox's code as root at the next launch.
+#[tokio::test]
+async fn write_grants_on_what_the_loader_reads_are_refused() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", daemon.pid())).unwrap();
+    let libc = maps
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(5))
+        .find(|path| path.contains("/libc.so"))
+        .expect("the daemon maps libc");
+    let libc = Path::new(libc).canonicalize().unwrap();
+    let lib_dir = libc.parent().unwrap().to_path_buf();
+    let grant = |target: &Path, script: &str| {
+        params(
+            "p",
+            &["sh", "-c", script],
+            &d.ws,
+            restricted(
+                &d.ws,
+                vec![entry(special("root"), "read"), entry(path(target), "write")],
+                "enabled",
+            ),
+        )
+    };
+    let preload = Path::new("/etc/ld.so.preload");
+    assert!(!preload.exists(), "this machine has an ld.so.preload");
+    // The attack, made harmless: create and remove the file (an empty one preloads nothing).
+    let etc = "test -e /etc/ld.so.preload || { : > /etc/ld.so.preload && rm /etc/ld.so.preload; }";
+    let probe = lib_dir.join("exec-server-probe");
+    let lib = format!("echo > {0} && rm {0}", probe.display());
+    for (target, script, named) in [
+        (Path::new("/etc"), etc, "`/etc/ld.so.preload`".to_owned()),
+        (
+            Path::new("/etc/ld.so.conf.d"),
+            "true",
+            "`/etc/ld.so.conf.d`".to_owned(),
+        ),
+        (
+            lib_dir.as_path(),
+            lib.as_str(),
+            format!("`{}/", lib_dir.display()),
+        ),
+    ] {
+        let error = refused(&client, grant(target, script)).await;
+        let message = error["message"].as_str().unwrap();
+        assert!(message.contains(&named), "{error}");
+    }
+    assert!(!preload.exists() && !probe.exists());
+    // fs/* calls under a sandbox are guarded the same way.
+    let sandbox = restricted(
+        &d.ws,
+        vec![
+            entry(special("root"), "read"),
+            entry(path(Path::new("/etc")), "write"),
+        ],
+        "enabled",
+    );
+    let error = client
+        .request(
+            "fs/writeFile",
+            json!({"path": uri(&d.ws("f")), "dataBase64": b64(b"x"), "sandbox": sandbox}),
+        )
+        .await
+        .expect_err("the write must be refused");
+    assert_eq!(error["code"], -32602, "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("`/etc/ld.so.preload`"),
+        "{error}"
+    );
+    // An unrelated directory is still fine.
+    assert_ok(&run(&client, grant(&d.ws, "echo ok > ok")).await);
+    assert!(d.ws("ok").exists());
+}
