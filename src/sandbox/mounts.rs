@@ -7,6 +7,8 @@
 //!   stay read-only; a root that is read-only on the host stays read-only);
 //! * `Bind { writable: false }`: a read rule inside a write root (protected subpaths) gets a
 //!   read-only bind of itself; a grant inside a masked path is revealed the same way;
+//! * `Bind { writable: true }` also pins each directory between a writable area and a deny
+//!   rule inside it (see [`pins`]), so the denied path cannot be moved away;
 //! * `Mask`: a deny rule inside a readable or writable area is covered by an empty,
 //!   read-only tmpfs directory with mode 000 (mode 111 with bare mount points when grants
 //!   inside it must stay reachable), or by an empty mode-000 file. With capabilities dropped,
@@ -71,6 +73,11 @@ pub fn plan(rules: &[Rule]) -> Vec<MountOp> {
         };
         ops.extend(op);
     }
+    ops.extend(pins(rules, &ops));
+    ops.sort_by(|a, b| {
+        let key = |op| (op_path(op).components().count(), op_path(op));
+        key(a).cmp(&key(b))
+    });
     // A bind under a mask needs a mount point in it: the nearest mask above, with no other
     // mount operation in between, provides one.
     let targets: Vec<(usize, PathBuf)> = ops
@@ -94,6 +101,33 @@ pub fn plan(rules: &[Rule]) -> Vec<MountOp> {
         }
     }
     ops
+}
+
+/// Binds of each directory between a writable area and a mask onto itself (keeping its
+/// access): a mount point cannot be renamed or removed (EBUSY), so a sandboxed process cannot
+/// move a denied path away from where the next launch of the same intent looks for it (which
+/// would then skip the missing rule, or mask an empty name). The masked path itself is already
+/// a mount point.
+fn pins(rules: &[Rule], ops: &[MountOp]) -> Vec<MountOp> {
+    let mut pins: Vec<MountOp> = Vec::new();
+    for op in ops {
+        let MountOp::Mask { path, .. } = op else {
+            continue;
+        };
+        for dir in path.ancestors().skip(1) {
+            let movable = dir
+                .parent()
+                .is_some_and(|parent| effective(rules, parent) == Some(FsAccess::Write));
+            let mounted = |op: &MountOp| op_path(op) == dir;
+            if movable && !ops.iter().any(mounted) && !pins.iter().any(mounted) {
+                pins.push(MountOp::Bind {
+                    path: dir.to_path_buf(),
+                    writable: effective(rules, dir) == Some(FsAccess::Write),
+                });
+            }
+        }
+    }
+    pins
 }
 
 pub fn op_path(op: &MountOp) -> &Path {
@@ -500,6 +534,36 @@ mod tests {
         let err = open_nofollow(&dir.path().join("link/x")).unwrap_err();
         assert!(err.to_string().contains("symbolic link"), "{err}");
         assert!(open_nofollow(&dir.path().join("link")).is_err());
+    }
+
+    #[test]
+    fn directories_between_a_write_root_and_a_mask_are_pinned() {
+        let rules = vec![
+            rule("/", FsAccess::Read),
+            rule("/w", FsAccess::Write),
+            rule("/w/a/.git", FsAccess::Read),
+            rule("/w/a/b/secret", FsAccess::Deny),
+            rule("/w/a/.git/hooks/x", FsAccess::Deny),
+        ];
+        let bind = |path: &str, writable| MountOp::Bind {
+            path: path.into(),
+            writable,
+        };
+        let mask = |path: &str| MountOp::Mask {
+            path: path.into(),
+            keep: vec![],
+        };
+        assert_eq!(
+            plan(&rules),
+            [
+                bind("/w", true),
+                bind("/w/a", true),
+                bind("/w/a/.git", false),
+                bind("/w/a/b", true),
+                mask("/w/a/b/secret"),
+                mask("/w/a/.git/hooks/x"),
+            ]
+        );
     }
 
     #[test]
