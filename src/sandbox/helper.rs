@@ -295,13 +295,14 @@ fn executable_by_mode(program: &str) -> bool {
 /// identity of the terminal it has open.
 fn own_terminal() -> Option<(landlock::Grant, Identity)> {
     let path = std::fs::read_link("/proc/self/fd/0").ok()?;
+    if !path.starts_with("/dev/pts/") {
+        return None;
+    }
     let stat = nix::sys::stat::fstat(std::io::stdin()).ok()?;
-    let id = Identity {
-        dev: stat.st_dev,
-        ino: stat.st_ino,
-    };
-    path.starts_with("/dev/pts/")
-        .then_some((landlock::Grant { path, write: true }, id))
+    Some((
+        landlock::Grant { path, write: true },
+        Identity::of_stat(&stat),
+    ))
 }
 
 #[repr(C)]

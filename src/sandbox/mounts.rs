@@ -193,10 +193,7 @@ pub fn open_verified(
         path: path.to_path_buf(),
         source: errno.into(),
     })?;
-    let found = Identity {
-        dev: stat.st_dev,
-        ino: stat.st_ino,
-    };
+    let found = Identity::of_stat(&stat);
     if found != expected {
         return Err(OpenError::Replaced {
             path: path.to_path_buf(),

@@ -54,6 +54,13 @@ impl Identity {
         }
     }
 
+    pub fn of_stat(stat: &nix::sys::stat::FileStat) -> Self {
+        Self {
+            dev: stat.st_dev,
+            ino: stat.st_ino,
+        }
+    }
+
     /// The identity of what `path` names now (following symbolic links: the helper's own open
     /// refuses them, so a link seen here only makes the launch fail).
     pub fn stat(path: &Path) -> std::io::Result<Self> {

@@ -9,6 +9,9 @@
 //!   `slash_tmp`: `/tmp`. A `subpath` must be relative without `..`. Unknown kinds fail.
 //! * `glob_pattern`: the existing matches (see `glob.rs`), per workspace root when relative.
 //!
+//! Workspace roots and the working directory are anchors, resolved strictly by [`anchor`]: a
+//! symbolic link on the way is refused unless it is a system link.
+//!
 //! A path that does not exist is left out only with `missing_path_behavior: skip` (the members
 //! of `minimal` are always optional); otherwise the request fails. A symbolic link is resolved
 //! and the rule applies to its target, which is then checked like any path: a `project_roots`
