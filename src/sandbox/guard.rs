@@ -147,6 +147,7 @@ impl Guard {
         let meta = std::fs::metadata(root)
             .map_err(|err| format!("write root `{}` cannot be inspected: {err}", root.display()))?;
         let mounts = Mounts::read();
+        let grant_in_fs = mounts.fs_path(root);
         for item in &self.protected {
             let refuse = |how: String| {
                 Err(format!(
@@ -169,10 +170,8 @@ impl Guard {
                 return refuse("the grant is an alias of one of its directories".into());
             }
             if meta.dev() == item.dev {
-                if let (Some(grant), Some(target)) =
-                    (mounts.fs_path(root), mounts.fs_path(&item.path))
-                {
-                    if target.starts_with(&grant) || grant.starts_with(&target) {
+                if let (Some(grant), Some(target)) = (&grant_in_fs, mounts.fs_path(&item.path)) {
+                    if target.starts_with(grant) || grant.starts_with(&target) {
                         return refuse("a bind mount makes the grant overlap it".into());
                     }
                 }
