@@ -719,3 +719,200 @@ fn a_helper_that_cannot_prepare_says_why_instead_of_ready() {
     assert_eq!(failure["stage"], "namespaces", "{failure}");
     assert_eq!(failure["errno"], libc::EPERM, "{failure}");
 }
+
+/// Review finding 3: a sandbox that may write `ws` replaces `ws/pkg` with a link out; a later
+/// launch anchored at `ws/pkg` (as its cwd, or as a workspace root) must not get a write grant
+/// on the link's target.
+#[tokio::test]
+async fn a_workspace_root_replaced_by_a_symlink_is_refused() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    std::fs::create_dir(d.ws("pkg")).unwrap();
+    let plant = format!("rm -rf pkg; ln -s {} pkg", d.outside.display());
+    let planted = sh(
+        &client,
+        "plant",
+        &d.ws,
+        &workspace_write(&d.ws, "enabled"),
+        &plant,
+    )
+    .await;
+    assert_ok(&planted);
+    let pkg = d.ws("pkg");
+    assert!(std::fs::symlink_metadata(&pkg).unwrap().is_symlink());
+
+    let script = format!("echo escaped > {}/escaped", pkg.display());
+    let argv = ["sh", "-c", script.as_str()];
+    let mut as_root = workspace_write(&d.ws, "enabled");
+    as_root["workspaceRoots"] = json!([uri(&pkg)]);
+    for (id, cwd, sandbox) in [
+        ("as-cwd", &pkg, workspace_write(&pkg, "enabled")),
+        ("as-root", &d.ws, as_root),
+    ] {
+        let error = refused(&client, params(id, &argv, cwd, sandbox)).await;
+        let message = error["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("symbolic link `{}`", pkg.display()))
+                && message.contains(&d.outside.display().to_string()),
+            "{error}"
+        );
+    }
+    d.assert_outside_untouched();
+
+    // System links (root's, in directories only root may change) keep working.
+    let system = restricted(
+        Path::new("/var/run"),
+        vec![
+            entry(special("root"), "read"),
+            entry(special("project_roots"), "read"),
+        ],
+        "enabled",
+    );
+    let outcome = sh(&client, "system", Path::new("/var/run"), &system, "pwd -P").await;
+    assert_ok(&outcome);
+    assert_eq!(outcome.output.trim(), "/run");
+}
+
+/// Review finding 3, raced: a host loop swaps the workspace root with a link out while
+/// launches anchored at it run; each launch is refused or writes into the real directory.
+#[tokio::test]
+async fn a_workspace_root_flipped_during_launches_never_gets_a_write_out() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    let (pkg, link) = (d.ws("pkg"), d.ws("pkg-link"));
+    std::fs::create_dir(&pkg).unwrap();
+    std::os::unix::fs::symlink(&d.outside, &link).unwrap();
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let flipper = {
+        let stop = stop.clone();
+        let cstr = |p: &Path| std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+        let (pkg, link) = (cstr(&pkg), cstr(&link));
+        std::thread::spawn(move || {
+            let mut flips = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                // SAFETY: valid NUL-terminated paths; an atomic exchange of the two names.
+                let rc = unsafe {
+                    libc::syscall(
+                        libc::SYS_renameat2,
+                        libc::AT_FDCWD,
+                        pkg.as_ptr(),
+                        libc::AT_FDCWD,
+                        link.as_ptr(),
+                        libc::RENAME_EXCHANGE,
+                    )
+                };
+                assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+                flips += 1;
+            }
+            flips
+        })
+    };
+    let (mut ran, mut refused) = (0, 0);
+    for launch in 0..30 {
+        let id = format!("race{launch}");
+        let start = params(
+            &id,
+            &["sh", "-c", "echo x > escaped-$$"],
+            &pkg,
+            workspace_write(&pkg, "enabled"),
+        );
+        match client.request("process/start", start).await {
+            Ok(_) => {
+                read_all(&client, &id).await;
+                ran += 1;
+            }
+            Err(error) => {
+                assert_eq!(error["code"], -32602, "{error}");
+                refused += 1;
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let flips = flipper.join().unwrap();
+    eprintln!("{ran} launches ran, {refused} were refused, {flips} flips");
+    d.assert_outside_untouched();
+}
+
+/// Review finding 6: the helper is the daemon's binary re-executed as root, so a write grant on
+/// what the loader reads before it (`/etc/ld.so.preload`, missing here, or a library the
+/// daemon maps) would run a sandbox's code as root at the next launch.
+#[tokio::test]
+async fn write_grants_on_what_the_loader_reads_are_refused() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", daemon.pid())).unwrap();
+    let libc = maps
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(5))
+        .find(|path| path.contains("/libc.so"))
+        .expect("the daemon maps libc");
+    let libc = Path::new(libc).canonicalize().unwrap();
+    let lib_dir = libc.parent().unwrap().to_path_buf();
+    let grant = |target: &Path, script: &str| {
+        params(
+            "p",
+            &["sh", "-c", script],
+            &d.ws,
+            restricted(
+                &d.ws,
+                vec![entry(special("root"), "read"), entry(path(target), "write")],
+                "enabled",
+            ),
+        )
+    };
+    let preload = Path::new("/etc/ld.so.preload");
+    assert!(!preload.exists(), "this machine has an ld.so.preload");
+    // The attack, made harmless: create and remove the file (an empty one preloads nothing).
+    let etc = "test -e /etc/ld.so.preload || { : > /etc/ld.so.preload && rm /etc/ld.so.preload; }";
+    let probe = lib_dir.join("exec-server-probe");
+    let lib = format!("echo > {0} && rm {0}", probe.display());
+    for (target, script, named) in [
+        (Path::new("/etc"), etc, "`/etc/ld.so.preload`".to_owned()),
+        (
+            Path::new("/etc/ld.so.conf.d"),
+            "true",
+            "`/etc/ld.so.conf.d`".to_owned(),
+        ),
+        (
+            lib_dir.as_path(),
+            lib.as_str(),
+            format!("`{}/", lib_dir.display()),
+        ),
+    ] {
+        let error = refused(&client, grant(target, script)).await;
+        let message = error["message"].as_str().unwrap();
+        assert!(message.contains(&named), "{error}");
+    }
+    assert!(!preload.exists() && !probe.exists());
+    // fs/* calls under a sandbox are guarded the same way.
+    let sandbox = restricted(
+        &d.ws,
+        vec![
+            entry(special("root"), "read"),
+            entry(path(Path::new("/etc")), "write"),
+        ],
+        "enabled",
+    );
+    let error = client
+        .request(
+            "fs/writeFile",
+            json!({"path": uri(&d.ws("f")), "dataBase64": b64(b"x"), "sandbox": sandbox}),
+        )
+        .await
+        .expect_err("the write must be refused");
+    assert_eq!(error["code"], -32602, "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("`/etc/ld.so.preload`"),
+        "{error}"
+    );
+    // An unrelated directory is still fine.
+    assert_ok(&run(&client, grant(&d.ws, "echo ok > ok")).await);
+    assert!(d.ws("ok").exists());
+}

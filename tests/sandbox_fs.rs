@@ -495,3 +495,67 @@ async fn placeholders_stay_while_a_background_process_still_runs() {
     eventually("placeholders removed", || d.ws_names() == ["result"]).await;
     assert_ne!(std::fs::read_to_string(d.ws("result")).unwrap().trim(), "0");
 }
+
+/// Review finding 7: with `missing_path_behavior: skip`, a launch that moves a denied file's
+/// directory inside its write root would make the next launch of the same intent skip the rule
+/// and read the file. The moves fail (the directories on the way are mount points), and the
+/// next launch still cannot read it.
+#[tokio::test]
+async fn a_denied_path_cannot_be_moved_away_from_its_rule() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    std::fs::create_dir_all(d.ws("config/keys")).unwrap();
+    std::fs::write(d.ws("config/keys/secret"), "TOP-SECRET-VALUE").unwrap();
+    let sandbox = restricted(
+        &d.ws,
+        vec![
+            entry(special("root"), "read"),
+            entry(special("project_roots"), "write"),
+            json!({"path": special_sub("project_roots", "config/keys/secret"),
+                "access": "deny", "missing_path_behavior": "skip"}),
+        ],
+        "enabled",
+    );
+    let moves = sh(
+        &client,
+        "move",
+        &d.ws,
+        &sandbox,
+        "mv config moved; mv config/keys config/k2; mv config/keys/secret config/keys/s2; \
+         rm -rf config",
+    )
+    .await;
+    assert_ne!(moves.code, 0, "{moves:?}");
+    assert_eq!(
+        moves.output.matches("Device or resource busy").count(),
+        4,
+        "three renames and the removal: {moves:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.ws("config/keys/secret")).unwrap(),
+        "TOP-SECRET-VALUE"
+    );
+    let read = sh(
+        &client,
+        "read",
+        &d.ws,
+        &sandbox,
+        "cat config/keys/secret moved/keys/secret config/k2/secret config/keys/s2",
+    )
+    .await;
+    assert_ne!(read.code, 0, "{read:?}");
+    assert!(!read.output.contains("TOP-SECRET"), "{read:?}");
+    // The pins keep the directories writable.
+    assert_ok(
+        &sh(
+            &client,
+            "write",
+            &d.ws,
+            &sandbox,
+            "echo ok > config/keys/ok",
+        )
+        .await,
+    );
+    assert!(d.ws("config/keys/ok").exists());
+}

@@ -1,34 +1,55 @@
 //! Protection of the daemon's own state from sandboxed writes.
 //!
-//! The daemon's binary (captured at startup from `/proc/self/exe`) must never be reachable for
-//! writing from a sandbox: a sandboxed process that rewrites it would run unsandboxed at the
-//! next sandbox launch or daemon restart. A write root is refused when
-//! 1. its canonical path contains the binary's canonical path;
-//! 2. it is the same directory (device and inode) as one of the binary's ancestors, i.e. an
-//!    alias by bind mount;
+//! What the daemon and its helpers load must never be reachable for writing from a sandbox:
+//! the daemon re-executes its own binary as the sandbox helper, as root with every
+//! capability, so a sandboxed process that rewrites the binary, a library it maps, the
+//! dynamic loader or its configuration (`/etc/ld.so.preload`!) would run unsandboxed at the
+//! next launch or daemon restart. Protected ([`init`], captured at startup): the binary
+//! (`/proc/self/exe`), every file mapped into the daemon (`/proc/self/maps`: the loader and
+//! the shared libraries), and [`LOADER_CONFIG`], whether it exists or not. A write root is
+//! refused when
+//! 1. its canonical path contains a protected path, or lies inside one (a directory such as
+//!    `/etc/ld.so.conf.d`);
+//! 2. it is the same file (device and inode) as a protected one or one of its ancestors, i.e.
+//!    an alias by bind mount;
 //! 3. on the same device, its path inside the file system (mount root + path below the mount
-//!    point, from `/proc/self/mountinfo`) contains the binary's, so a bind mount in either
-//!    direction cannot hide the overlap;
-//! 4. the binary has other hard links and one of them is inside the root. The search is
+//!    point, from `/proc/self/mountinfo`) contains a protected one's, or lies inside it, so a
+//!    bind mount in either direction cannot hide the overlap;
+//! 4. a protected file has other hard links and one of them is inside the root. The search is
 //!    bounded by [`MAX_LINK_SCAN`] entries; a root too large to search is refused.
 //!
-//! The daemon has no runtime or state directories of its own; [`Guard::protected`] is the list
-//! to extend if it gets some. Unrestricted file systems are not guarded: the client asked for
-//! no file-system sandbox at all.
+//! The daemon has no runtime or state directories of its own; [`init`] is where they would be
+//! added. Unrestricted file systems are not guarded: the client asked for no file-system
+//! sandbox at all.
 
-use std::os::unix::fs::MetadataExt as _;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 /// Directory entries the hard-link search may visit per write root.
 pub const MAX_LINK_SCAN: usize = 200_000;
 
+/// What the dynamic loader reads before it maps anything: a write grant on one of these
+/// (`/etc` included) would let a sandbox preload a library into the next helper.
+pub const LOADER_CONFIG: &[&str] = &[
+    "/etc/ld.so.preload",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+];
+
+const BINARY: &str = "the exec-server binary";
+
 struct Protected {
     /// What it is, for messages.
     what: &'static str,
+    /// Canonical; for a missing file, its canonical directory joined with its name.
     path: PathBuf,
+    /// (device, inode); None while it does not exist.
+    id: Option<(u64, u64)>,
+    /// Its device, or its directory's while it does not exist.
     dev: u64,
-    ino: u64,
+    /// Links of a regular file (1 for anything else, which cannot be hard-linked).
     nlink: u64,
     /// (device, inode) of every ancestor directory, nearest first.
     ancestors: Vec<(u64, u64)>,
@@ -40,29 +61,67 @@ pub struct Guard {
 
 static GUARD: OnceLock<Guard> = OnceLock::new();
 
-/// Captures the daemon's identity; call once at startup, before anything could replace it.
+/// Captures what the daemon loads; call once at startup, before anything could replace it.
 pub fn init() -> &'static Guard {
-    GUARD.get_or_init(|| Guard {
-        protected: daemon_binary().into_iter().collect(),
+    GUARD.get_or_init(|| {
+        let binary = std::fs::read_link("/proc/self/exe")
+            .ok()
+            .and_then(|path| protected(BINARY, &path));
+        let config = LOADER_CONFIG
+            .iter()
+            .filter_map(|path| protected("the dynamic loader's configuration", Path::new(path)));
+        let mapped: Vec<Protected> = mapped_files()
+            .into_iter()
+            .filter(|path| binary.as_ref().is_none_or(|binary| binary.path != *path))
+            .filter_map(|path| protected("a file the daemon and its helpers load", &path))
+            .collect();
+        Guard {
+            protected: binary.into_iter().chain(config).chain(mapped).collect(),
+        }
     })
 }
 
-fn daemon_binary() -> Option<Protected> {
-    let meta = std::fs::metadata("/proc/self/exe").ok()?;
-    let path = std::fs::read_link("/proc/self/exe").ok()?;
-    let path = std::fs::canonicalize(&path).unwrap_or(path);
-    let ancestors = path
+/// The files mapped into this process (the binary, the loader, shared libraries).
+fn mapped_files() -> Vec<PathBuf> {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let mut files: Vec<PathBuf> = maps
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(5))
+        .filter(|path| path.starts_with('/'))
+        .map(|path| std::fs::canonicalize(path).unwrap_or_else(|_| path.into()))
+        .collect();
+    files.sort();
+    files.dedup();
+    files
+}
+
+/// `path` as protected, if it or at least its directory exists.
+fn protected(what: &'static str, path: &Path) -> Option<Protected> {
+    let meta = std::fs::metadata(path).ok();
+    let path = match std::fs::canonicalize(path) {
+        Ok(path) => path,
+        Err(_) => std::fs::canonicalize(path.parent()?)
+            .ok()?
+            .join(path.file_name()?),
+    };
+    let ancestors: Vec<(u64, u64)> = path
         .ancestors()
         .skip(1)
         .filter_map(|dir| std::fs::metadata(dir).ok())
         .map(|meta| (meta.dev(), meta.ino()))
         .collect();
     Some(Protected {
-        what: "the exec-server binary",
+        what,
+        id: meta.as_ref().map(|meta| (meta.dev(), meta.ino())),
+        dev: meta
+            .as_ref()
+            .map(MetadataExt::dev)
+            .or_else(|| ancestors.first().map(|(dev, _)| *dev))?,
+        nlink: meta
+            .as_ref()
+            .filter(|meta| meta.is_file())
+            .map_or(1, MetadataExt::nlink),
         path,
-        dev: meta.dev(),
-        ino: meta.ino(),
-        nlink: meta.nlink(),
         ancestors,
     })
 }
@@ -70,10 +129,14 @@ fn daemon_binary() -> Option<Protected> {
 impl Guard {
     /// The daemon binary's canonical path, if it could be determined.
     pub fn binary(&self) -> Option<&Path> {
-        self.protected.first().map(|item| item.path.as_path())
+        self.protected
+            .iter()
+            .find(|item| item.what == BINARY)
+            .map(|item| item.path.as_path())
     }
 
-    /// Whether [`Guard::check_write_root`] may search a root for hard links to the binary.
+    /// Whether [`Guard::check_write_root`] may search a root for hard links to a protected
+    /// file.
     pub fn searches_for_links(&self) -> bool {
         self.protected.iter().any(|item| item.nlink > 1)
     }
@@ -84,6 +147,7 @@ impl Guard {
         let meta = std::fs::metadata(root)
             .map_err(|err| format!("write root `{}` cannot be inspected: {err}", root.display()))?;
         let mounts = Mounts::read();
+        let grant_in_fs = mounts.fs_path(root);
         for item in &self.protected {
             let refuse = |how: String| {
                 Err(format!(
@@ -96,22 +160,23 @@ impl Guard {
             if item.path.starts_with(root) {
                 return refuse("it lies inside the grant".into());
             }
-            if meta.dev() == item.dev && meta.ino() == item.ino {
+            if root.starts_with(&item.path) {
+                return refuse("the grant lies inside it".into());
+            }
+            if item.id == Some((meta.dev(), meta.ino())) {
                 return refuse("the grant is the same file".into());
             }
             if item.ancestors.contains(&(meta.dev(), meta.ino())) {
                 return refuse("the grant is an alias of one of its directories".into());
             }
             if meta.dev() == item.dev {
-                if let (Some(grant), Some(target)) =
-                    (mounts.fs_path(root), mounts.fs_path(&item.path))
-                {
-                    if target.starts_with(&grant) {
-                        return refuse("a bind mount makes it reachable inside the grant".into());
+                if let (Some(grant), Some(target)) = (&grant_in_fs, mounts.fs_path(&item.path)) {
+                    if target.starts_with(grant) || grant.starts_with(&target) {
+                        return refuse("a bind mount makes the grant overlap it".into());
                     }
                 }
-                if item.nlink > 1 && meta.is_dir() {
-                    match find_inode(root, item.dev, item.ino) {
+                if let (true, true, Some((dev, ino))) = (item.nlink > 1, meta.is_dir(), item.id) {
+                    match find_inode(root, dev, ino) {
                         Ok(None) => {}
                         Ok(Some(link)) => {
                             return refuse(format!("`{}` is a hard link to it", link.display()))
@@ -219,7 +284,7 @@ mod tests {
     #[test]
     fn refuses_the_binary_directory_and_hard_links_but_not_disjoint_roots() {
         let guard = init();
-        let exe = &guard.protected[0].path;
+        let exe = guard.binary().unwrap();
         let err = guard.check_write_root(exe.parent().unwrap()).unwrap_err();
         assert!(err.contains("inside the grant"), "{err}");
         assert!(guard.check_write_root(Path::new("/")).is_err());

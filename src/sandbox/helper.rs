@@ -17,7 +17,7 @@
 //! `execvp`. A failure at any step is written as one JSON [`Failure`] to the control socket,
 //! which is close-on-exec, so a successful exec writes nothing and the daemon sees EOF.
 
-use super::plan::{Failure, Plan, EXEC_STAGE, MAX_PLAN_BYTES};
+use super::plan::{Failure, Identity, Plan, EXEC_STAGE, MAX_PLAN_BYTES};
 use super::{landlock, mounts, seccomp};
 use std::ffi::{CString, OsStr};
 use std::io::{Read as _, Write as _};
@@ -191,7 +191,8 @@ fn run(
         }
     }
     drop(stdio);
-    let plan: Plan = serde_json::from_slice(&text).map_err(|e| fail("policy")(e.to_string()))?;
+    let mut plan: Plan =
+        serde_json::from_slice(&text).map_err(|e| fail("policy")(e.to_string()))?;
     if plan.network_restricted != network_restricted {
         return Err(fail("policy")(
             "the plan's network mode is not this helper's".into(),
@@ -211,20 +212,28 @@ fn run(
     let program =
         CString::new(plan.program.as_bytes()).map_err(|e| fail("policy")(e.to_string()))?;
 
-    let mut grants = None;
-    if let Some(fs) = &plan.fs {
+    if let Some(fs) = &mut plan.fs {
         // SAFETY: plain syscall; the process is single-threaded.
         if unsafe { libc::unshare(libc::CLONE_NEWNS) } < 0 {
             return Err(os_fail("namespaces")(std::io::Error::last_os_error()));
         }
-        mounts::apply(&fs.mounts).map_err(fail("mounts"))?;
-        let mut list = fs.grants.clone();
-        list.extend(own_terminal());
-        grants = Some(list);
+        mounts::apply(&fs.mounts, &fs.identities).map_err(fail("mounts"))?;
+        if let Some((grant, id)) = own_terminal() {
+            fs.identities.insert(grant.path.clone(), id);
+            fs.grants.push(grant);
+        }
+        // The cwd the daemon resolved, not a directory or link put in its place since.
+        let (dir, _) = mounts::open_verified(&plan.cwd, &fs.identities).map_err(|err| Failure {
+            errno: err.errno(),
+            ..fail("cwd")(err.to_string())
+        })?;
+        nix::unistd::fchdir(&dir).map_err(|errno| os_fail("cwd")(errno.into()))?;
+    } else {
+        // The old cwd may sit on a mount that the view has since covered.
+        std::env::set_current_dir(&plan.cwd).map_err(os_fail("cwd"))?;
     }
-    // The old cwd may sit on a mount that the view has since covered.
-    std::env::set_current_dir(&plan.cwd).map_err(os_fail("cwd"))?;
-    landlock::restrict(grants.as_deref()).map_err(fail("landlock"))?;
+    landlock::restrict(plan.fs.as_ref().map(|fs| (&fs.grants[..], &fs.identities)))
+        .map_err(fail("landlock"))?;
     drop_capabilities().map_err(os_fail("capabilities"))?;
     // SAFETY: plain prctl.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
@@ -282,11 +291,18 @@ fn executable_by_mode(program: &str) -> bool {
     })
 }
 
-/// The PTY the process runs on (tty mode), which programs reopen as /dev/pts/N.
-fn own_terminal() -> Option<landlock::Grant> {
+/// The PTY the process runs on (tty mode), which programs reopen as /dev/pts/N, and the
+/// identity of the terminal it has open.
+fn own_terminal() -> Option<(landlock::Grant, Identity)> {
     let path = std::fs::read_link("/proc/self/fd/0").ok()?;
-    path.starts_with("/dev/pts/")
-        .then_some(landlock::Grant { path, write: true })
+    if !path.starts_with("/dev/pts/") {
+        return None;
+    }
+    let stat = nix::sys::stat::fstat(std::io::stdin()).ok()?;
+    Some((
+        landlock::Grant { path, write: true },
+        Identity::of_stat(&stat),
+    ))
 }
 
 #[repr(C)]

@@ -13,7 +13,6 @@ use landlock::{
     RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 use serde::{Deserialize, Serialize};
-use std::os::unix::fs::FileTypeExt as _;
 use std::path::PathBuf;
 
 /// Scopes (ABI 6) keep a sandboxed root process from signalling the daemon; truncation (3) and
@@ -77,7 +76,7 @@ fn crate_abi(version: i32) -> ABI {
 }
 
 /// Restricts the calling (single) thread. `grants`: None when the file system is unrestricted.
-pub fn restrict(grants: Option<&[Grant]>) -> Result<(), String> {
+pub fn restrict(grants: Option<(&[Grant], &super::mounts::Identities)>) -> Result<(), String> {
     let version = kernel_abi();
     if version < MIN_ABI {
         return Err(unsupported().unwrap_or_default());
@@ -95,16 +94,16 @@ pub fn restrict(grants: Option<&[Grant]>) -> Result<(), String> {
         .map_err(|e| e.to_string())?
         .create()
         .map_err(|e| e.to_string())?;
-    for grant in grants.unwrap_or_default() {
-        let fd = super::mounts::open_nofollow(&grant.path)
-            .map_err(|e| format!("opening `{}`: {e}", grant.path.display()))?;
-        let meta = std::fs::File::from(fd.try_clone().map_err(|e| e.to_string())?)
-            .metadata()
-            .map_err(|e| format!("inspecting `{}`: {e}", grant.path.display()))?;
+    for (grant, ids) in grants
+        .into_iter()
+        .flat_map(|(grants, ids)| grants.iter().map(move |grant| (grant, ids)))
+    {
+        let (fd, stat) =
+            super::mounts::open_verified(&grant.path, ids).map_err(|e| e.to_string())?;
         let mut access: BitFlags<AccessFs> = if grant.write { write } else { read };
-        if !meta.is_dir() {
+        if !super::mounts::is_dir(&stat) {
             access &= AccessFs::from_file(abi);
-            if meta.file_type().is_char_device() || meta.file_type().is_block_device() {
+            if matches!(stat.st_mode & libc::S_IFMT, libc::S_IFCHR | libc::S_IFBLK) {
                 access &= !AccessFs::Execute;
             }
         }

@@ -24,9 +24,9 @@ use crate::rpc::RpcError;
 use denial::DenialContext;
 use exec_server_protocol::process::StartParams;
 use exec_server_protocol::sandbox::{FileSystemSandboxContext, FsAccess, NetworkAccess};
-use plan::{Failure, FsPlan, Plan, EXEC_STAGE, MAX_PLAN_BYTES};
+use plan::{Failure, FsPlan, Identity, Plan, EXEC_STAGE, MAX_PLAN_BYTES};
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -114,6 +114,8 @@ pub fn prepare(
     if let Some(reason) = unsupported() {
         return Err(RpcError::invalid_params(reason));
     }
+    // Canonical when the file system is restricted: the helper opens it without following links.
+    let cwd = policy.cwd.as_path();
     let mut leases = protected::Leases::default();
     let fs = match policy.rules {
         None => None,
@@ -138,10 +140,7 @@ pub fn prepare(
         env: Default::default(),
         network_restricted,
         tty: false,
-        fs: fs.as_ref().map(|rules| FsPlan {
-            mounts: mounts::plan(rules),
-            grants: grants(rules),
-        }),
+        fs: fs.as_deref().map(|rules| fs_plan(rules, cwd)).transpose()?,
     };
     let context = Arc::new(DenialContext {
         rules: fs,
@@ -156,25 +155,63 @@ pub fn prepare(
     }))
 }
 
-fn grants(rules: &[policy::Rule]) -> Vec<landlock::Grant> {
-    let mut grants: Vec<landlock::Grant> = rules
-        .iter()
-        .filter(|rule| rule.access != FsAccess::Deny)
-        .map(|rule| landlock::Grant {
+/// A path of the plan that could not be inspected for its identity.
+#[derive(Debug, thiserror::Error)]
+#[error("sandbox path `{}` cannot be inspected: {source}", path.display())]
+struct InspectError {
+    path: PathBuf,
+    source: std::io::Error,
+}
+
+impl From<InspectError> for RpcError {
+    fn from(err: InspectError) -> Self {
+        RpcError::invalid_params(err.to_string())
+    }
+}
+
+/// Records the identity of `path` (once) for the helper to check.
+fn record(identities: &mut mounts::Identities, path: &Path) -> Result<(), InspectError> {
+    if !identities.contains_key(path) {
+        let id = Identity::stat(path).map_err(|source| InspectError {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        identities.insert(path.to_path_buf(), id);
+    }
+    Ok(())
+}
+
+/// Mounts and grants for `rules`, with the identity of each of their paths and of `cwd`.
+fn fs_plan(rules: &[policy::Rule], cwd: &Path) -> Result<FsPlan, InspectError> {
+    let mounts = mounts::plan(rules);
+    let mut identities = mounts::Identities::new();
+    let mut grants = Vec::new();
+    for rule in rules.iter().filter(|rule| rule.access != FsAccess::Deny) {
+        record(&mut identities, &rule.path)?;
+        grants.push(landlock::Grant {
             path: rule.path.clone(),
             write: rule.access == FsAccess::Write,
-        })
-        .collect();
-    grants.extend(
-        landlock::DEVICES
-            .iter()
-            .filter(|(path, _)| Path::new(path).exists())
-            .map(|(path, write)| landlock::Grant {
+        });
+    }
+    for (path, write) in landlock::DEVICES {
+        // Missing devices are not granted.
+        if let Ok(id) = Identity::stat(Path::new(path)) {
+            identities.insert(path.into(), id);
+            grants.push(landlock::Grant {
                 path: path.into(),
                 write: *write,
-            }),
-    );
-    grants
+            });
+        }
+    }
+    for op in &mounts {
+        record(&mut identities, mounts::op_path(op))?;
+    }
+    record(&mut identities, cwd)?;
+    Ok(FsPlan {
+        mounts,
+        grants,
+        identities,
+    })
 }
 
 /// The output of [`run_self`].
@@ -246,6 +283,7 @@ pub async fn run_self(
         None => None,
         Some(mut prepared) => {
             if let (Some(fs), Some(path)) = (&mut prepared.plan.fs, grant) {
+                record(&mut fs.identities, &path)?;
                 fs.grants.push(landlock::Grant { path, write: false });
             }
             Some(prepared.launch(&mut spec)?)

@@ -7,6 +7,8 @@
 //!   stay read-only; a root that is read-only on the host stays read-only);
 //! * `Bind { writable: false }`: a read rule inside a write root (protected subpaths) gets a
 //!   read-only bind of itself; a grant inside a masked path is revealed the same way;
+//! * `Bind { writable: true }` also pins each directory between a writable area and a deny
+//!   rule inside it (see [`pins`]), so the denied path cannot be moved away;
 //! * `Mask`: a deny rule inside a readable or writable area is covered by an empty,
 //!   read-only tmpfs directory with mode 000 (mode 111 with bare mount points when grants
 //!   inside it must stay reachable), or by an empty mode-000 file. With capabilities dropped,
@@ -15,9 +17,11 @@
 //! Bind sources are cloned (`open_tree`) from the read-only host view before anything is
 //! attached, so a grant under a mask still reaches the real directory.
 
+use super::plan::Identity;
 use super::policy::{effective, Rule};
 use exec_server_protocol::sandbox::FsAccess;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt as _;
@@ -69,6 +73,11 @@ pub fn plan(rules: &[Rule]) -> Vec<MountOp> {
         };
         ops.extend(op);
     }
+    ops.extend(pins(rules, &ops));
+    ops.sort_by(|a, b| {
+        let key = |op| (op_path(op).components().count(), op_path(op));
+        key(a).cmp(&key(b))
+    });
     // A bind under a mask needs a mount point in it: the nearest mask above, with no other
     // mount operation in between, provides one.
     let targets: Vec<(usize, PathBuf)> = ops
@@ -94,14 +103,109 @@ pub fn plan(rules: &[Rule]) -> Vec<MountOp> {
     ops
 }
 
-fn op_path(op: &MountOp) -> &Path {
+/// Binds of each directory between a writable area and a mask onto itself (keeping its
+/// access): a mount point cannot be renamed or removed (EBUSY), so a sandboxed process cannot
+/// move a denied path away from where the next launch of the same intent looks for it (which
+/// would then skip the missing rule, or mask an empty name). The masked path itself is already
+/// a mount point.
+fn pins(rules: &[Rule], ops: &[MountOp]) -> Vec<MountOp> {
+    let mut pins: Vec<MountOp> = Vec::new();
+    for op in ops {
+        let MountOp::Mask { path, .. } = op else {
+            continue;
+        };
+        for dir in path.ancestors().skip(1) {
+            let movable = dir
+                .parent()
+                .is_some_and(|parent| effective(rules, parent) == Some(FsAccess::Write));
+            let mounted = |op: &MountOp| op_path(op) == dir;
+            if movable && !ops.iter().any(mounted) && !pins.iter().any(mounted) {
+                pins.push(MountOp::Bind {
+                    path: dir.to_path_buf(),
+                    writable: effective(rules, dir) == Some(FsAccess::Write),
+                });
+            }
+        }
+    }
+    pins
+}
+
+pub fn op_path(op: &MountOp) -> &Path {
     match op {
         MountOp::Bind { path, .. } | MountOp::Mask { path, .. } => path,
     }
 }
 
+/// The identity the daemon resolved for every path of a plan.
+pub type Identities = BTreeMap<PathBuf, Identity>;
+
+/// Why the helper could not open a path of the plan as the daemon resolved it.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("`{}` has no identity in the plan", path.display())]
+    Unresolved { path: PathBuf },
+    #[error("opening `{}`: {source}", path.display())]
+    Open {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("inspecting `{}`: {source}", path.display())]
+    Inspect {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "`{}` was replaced since the daemon resolved it ({expected}, now {found}); refusing it",
+        path.display()
+    )]
+    Replaced {
+        path: PathBuf,
+        expected: Identity,
+        found: Identity,
+    },
+}
+
+impl OpenError {
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            Self::Open { source, .. } | Self::Inspect { source, .. } => source.raw_os_error(),
+            Self::Unresolved { .. } => Some(libc::EINVAL),
+            Self::Replaced { .. } => Some(libc::ESTALE),
+        }
+    }
+}
+
+/// Opens `path` without following symbolic links ([`open_nofollow`]) and checks that it is the
+/// file the daemon resolved, so neither a link nor a directory renamed into place since then
+/// receives what the daemon granted to the original.
+pub fn open_verified(
+    path: &Path,
+    ids: &Identities,
+) -> Result<(OwnedFd, nix::sys::stat::FileStat), OpenError> {
+    let expected = *ids.get(path).ok_or_else(|| OpenError::Unresolved {
+        path: path.to_path_buf(),
+    })?;
+    let fd = open_nofollow(path).map_err(|source| OpenError::Open {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let stat = nix::sys::stat::fstat(&fd).map_err(|errno| OpenError::Inspect {
+        path: path.to_path_buf(),
+        source: errno.into(),
+    })?;
+    let found = Identity::of_stat(&stat);
+    if found != expected {
+        return Err(OpenError::Replaced {
+            path: path.to_path_buf(),
+            expected,
+            found,
+        });
+    }
+    Ok((fd, stat))
+}
+
 /// Builds the view; the caller has unshared the mount namespace.
-pub fn apply(ops: &[MountOp]) -> Result<(), String> {
+pub fn apply(ops: &[MountOp], ids: &Identities) -> Result<(), String> {
     // Nothing done here may reach the host's mount table.
     sys_mount_private().map_err(|err| format!("making mounts private: {err}"))?;
     let host_read_only: Vec<bool> = ops
@@ -126,8 +230,8 @@ pub fn apply(ops: &[MountOp]) -> Result<(), String> {
     for (op, host_ro) in ops.iter().zip(host_read_only) {
         sources.push(match op {
             MountOp::Bind { path, writable } => {
-                let tree = open_nofollow(path)
-                    .and_then(|fd| open_tree_at(&fd, Path::new(""), libc::AT_RECURSIVE as u32))
+                let (fd, _) = open_verified(path, ids).map_err(|err| err.to_string())?;
+                let tree = open_tree_at(&fd, Path::new(""), libc::AT_RECURSIVE as u32)
                     .map_err(|err| format!("cloning `{}`: {err}", path.display()))?;
                 let (set, clear) = if *writable && !host_ro {
                     (0, libc::MOUNT_ATTR_RDONLY)
@@ -146,9 +250,8 @@ pub fn apply(ops: &[MountOp]) -> Result<(), String> {
     for op in ops {
         if let MountOp::Mask { path, keep } = op {
             for path in keep.iter().chain(std::iter::once(path)) {
-                let meta = std::fs::metadata(path)
-                    .map_err(|err| format!("inspecting `{}`: {err}", path.display()))?;
-                kinds.insert(path.clone(), meta.is_dir());
+                let (_, stat) = open_verified(path, ids).map_err(|err| err.to_string())?;
+                kinds.insert(path.clone(), is_dir(&stat));
             }
         }
     }
@@ -162,6 +265,10 @@ pub fn apply(ops: &[MountOp]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+pub fn is_dir(stat: &nix::sys::stat::FileStat) -> bool {
+    stat.st_mode & libc::S_IFMT == libc::S_IFDIR
 }
 
 fn mask(
@@ -269,6 +376,17 @@ fn set_attr(
 /// canonical paths, and a process that swapped one for a link since then (a background process
 /// of an earlier sandbox can write there) must not redirect a mount or a grant.
 pub fn open_nofollow(path: &Path) -> std::io::Result<OwnedFd> {
+    openat2_nofollow(path).map_err(|err| match err.raw_os_error() {
+        Some(libc::ELOOP) => std::io::Error::other(format!(
+            "`{}` now contains a symbolic link; refusing to follow it",
+            path.display()
+        )),
+        _ => err,
+    })
+}
+
+/// [`open_nofollow`] with the kernel's own error (ELOOP for a symbolic link on the way).
+pub fn openat2_nofollow(path: &Path) -> std::io::Result<OwnedFd> {
     let c_path = cpath(path)?;
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
@@ -282,13 +400,6 @@ pub fn open_nofollow(path: &Path) -> std::io::Result<OwnedFd> {
             &how as *const libc::open_how,
             std::mem::size_of::<libc::open_how>(),
         )
-    })
-    .map_err(|err| match err.raw_os_error() {
-        Some(libc::ELOOP) => std::io::Error::other(format!(
-            "`{}` now contains a symbolic link; refusing to follow it",
-            path.display()
-        )),
-        _ => err,
     })?;
     // SAFETY: the kernel returned a new fd we now own.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
@@ -420,6 +531,36 @@ mod tests {
         let err = open_nofollow(&dir.path().join("link/x")).unwrap_err();
         assert!(err.to_string().contains("symbolic link"), "{err}");
         assert!(open_nofollow(&dir.path().join("link")).is_err());
+    }
+
+    #[test]
+    fn directories_between_a_write_root_and_a_mask_are_pinned() {
+        let rules = vec![
+            rule("/", FsAccess::Read),
+            rule("/w", FsAccess::Write),
+            rule("/w/a/.git", FsAccess::Read),
+            rule("/w/a/b/secret", FsAccess::Deny),
+            rule("/w/a/.git/hooks/x", FsAccess::Deny),
+        ];
+        let bind = |path: &str, writable| MountOp::Bind {
+            path: path.into(),
+            writable,
+        };
+        let mask = |path: &str| MountOp::Mask {
+            path: path.into(),
+            keep: vec![],
+        };
+        assert_eq!(
+            plan(&rules),
+            [
+                bind("/w", true),
+                bind("/w/a", true),
+                bind("/w/a/.git", false),
+                bind("/w/a/b", true),
+                mask("/w/a/b/secret"),
+                mask("/w/a/.git/hooks/x"),
+            ]
+        );
     }
 
     #[test]

@@ -2,10 +2,10 @@
 //! helper only applies it.
 
 use super::landlock::Grant;
-use super::mounts::MountOp;
+use super::mounts::{Identities, MountOp};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -31,6 +31,47 @@ pub struct Plan {
 pub struct FsPlan {
     pub mounts: Vec<MountOp>,
     pub grants: Vec<Grant>,
+    /// The identity of every path above (mount paths, grants, masks) and of `Plan::cwd`, as
+    /// the daemon resolved them.
+    pub identities: Identities,
+}
+
+/// A file's identity (device, inode) as the daemon resolved it. The helper opens every path
+/// again without following symbolic links and compares: a directory swapped in between the
+/// daemon's check and the helper's open fails the launch instead of receiving the grant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+impl Identity {
+    pub fn of(meta: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt as _;
+        Self {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        }
+    }
+
+    pub fn of_stat(stat: &nix::sys::stat::FileStat) -> Self {
+        Self {
+            dev: stat.st_dev,
+            ino: stat.st_ino,
+        }
+    }
+
+    /// The identity of what `path` names now (following symbolic links: the helper's own open
+    /// refuses them, so a link seen here only makes the launch fail).
+    pub fn stat(path: &Path) -> std::io::Result<Self> {
+        std::fs::metadata(path).map(|meta| Self::of(&meta))
+    }
+}
+
+impl std::fmt::Display for Identity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "device {} inode {}", self.dev, self.ino)
+    }
 }
 
 /// The largest plan the daemon sends a helper.

@@ -9,6 +9,9 @@
 //!   `slash_tmp`: `/tmp`. A `subpath` must be relative without `..`. Unknown kinds fail.
 //! * `glob_pattern`: the existing matches (see `glob.rs`), per workspace root when relative.
 //!
+//! Workspace roots and the working directory are anchors, resolved strictly by [`anchor`]: a
+//! symbolic link on the way is refused unless it is a system link.
+//!
 //! A path that does not exist is left out only with `missing_path_behavior: skip` (the members
 //! of `minimal` are always optional); otherwise the request fails. A symbolic link is resolved
 //! and the rule applies to its target, which is then checked like any path: a `project_roots`
@@ -73,6 +76,157 @@ pub struct Policy {
     /// Canonical rules; None when the file system is not restricted.
     pub rules: Option<Vec<Rule>>,
     pub network: NetworkAccess,
+    /// The process's working directory: canonical (see [`anchor`]) when the file system is
+    /// restricted, as requested otherwise.
+    pub cwd: PathBuf,
+}
+
+/// Symbolic links an [`anchor`] may follow at most (the kernel allows 40 in one lookup).
+const MAX_LINK_HOPS: usize = 8;
+
+/// Why a workspace root or working directory cannot anchor a sandbox.
+#[derive(Debug, thiserror::Error)]
+pub enum AnchorError {
+    #[error("sandbox {what} `{}` cannot be resolved: {source}", path.display())]
+    Unresolvable {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "sandbox {what} `{}` passes through the symbolic link `{}` (to `{}`), which a sandboxed \
+         process could have put there; refusing to follow it (name the directory it points to)",
+        path.display(),
+        link.display(),
+        target.display()
+    )]
+    ThroughLink {
+        what: &'static str,
+        path: PathBuf,
+        link: PathBuf,
+        target: PathBuf,
+    },
+    #[error(
+        "sandbox {what} `{}` passes through the symbolic link `{}`, which this intent makes \
+         writable; refusing to follow it",
+        path.display(),
+        link.display()
+    )]
+    WritableLink {
+        what: &'static str,
+        path: PathBuf,
+        link: PathBuf,
+    },
+}
+
+impl From<AnchorError> for RpcError {
+    fn from(err: AnchorError) -> Self {
+        RpcError::invalid_params(err.to_string())
+    }
+}
+
+/// A directory an intent is anchored at (workspace root, cwd), resolved.
+struct Anchored {
+    what: &'static str,
+    requested: PathBuf,
+    canonical: PathBuf,
+    /// The system links followed on the way (see [`system_link`]).
+    links: Vec<PathBuf>,
+}
+
+/// Resolves a workspace root or working directory (absolute, no `..`) to its canonical path,
+/// following only system links ([`system_link`]): any other symbolic link on the way could
+/// have been planted by a sandboxed process that could write there (`rm -r pkg; ln -s /x pkg`)
+/// to redirect the grants of a later launch anchored at `pkg`. The result had no symbolic
+/// link at the moment it was opened; the helper opens it again the same way and compares
+/// identities, so a link or directory put in its place afterwards fails the launch.
+fn anchor(path: &Path, what: &'static str) -> Result<Anchored, AnchorError> {
+    let mut current = normalize(path);
+    let mut links = Vec::new();
+    loop {
+        let unresolvable = |source| AnchorError::Unresolvable {
+            what,
+            path: path.to_path_buf(),
+            source,
+        };
+        // The common case costs one openat2: nothing on the way is a link.
+        match super::mounts::openat2_nofollow(&current) {
+            Ok(_) => {
+                return Ok(Anchored {
+                    what,
+                    requested: path.to_path_buf(),
+                    canonical: current,
+                    links,
+                })
+            }
+            Err(err) if err.raw_os_error() == Some(libc::ELOOP) => {}
+            Err(err) => return Err(unresolvable(err)),
+        }
+        let loop_error = || unresolvable(std::io::Error::from_raw_os_error(libc::ELOOP));
+        if links.len() == MAX_LINK_HOPS {
+            return Err(loop_error());
+        }
+        // Substitute the first link on the way and start over.
+        let mut prefix = PathBuf::new();
+        let mut substituted = None;
+        for component in current.components() {
+            prefix.push(component);
+            let meta = std::fs::symlink_metadata(&prefix).map_err(unresolvable)?;
+            if !meta.file_type().is_symlink() {
+                continue;
+            }
+            let target = std::fs::read_link(&prefix).map_err(unresolvable)?;
+            if !system_link(&prefix, &meta) {
+                return Err(AnchorError::ThroughLink {
+                    what,
+                    path: path.to_path_buf(),
+                    link: prefix,
+                    target,
+                });
+            }
+            let rest = current.strip_prefix(&prefix).expect("a prefix of the path");
+            let parent = prefix.parent().unwrap_or(Path::new("/"));
+            substituted = Some(normalize(&parent.join(target).join(rest)));
+            links.push(prefix);
+            break;
+        }
+        // No link any more: it changed meanwhile.
+        current = substituted.ok_or_else(loop_error)?;
+    }
+}
+
+/// A symbolic link no sandbox can have planted: owned by root, directly in `/` or in a
+/// top-level directory (`/lib`, `/var/run`), and in a directory only root may change. Links
+/// deeper down (a workspace, `/tmp/...`) are refused: the daemon cannot know which of those
+/// an earlier intent made writable. A top-level directory an intent makes writable (`/srv`)
+/// is the residue; the links in this intent's own write grants are refused afterwards.
+fn system_link(link: &Path, meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    let depth = link
+        .components()
+        .filter(|c| matches!(c, Component::Normal(_)))
+        .count();
+    let parent_is_roots = || {
+        link.parent()
+            .and_then(|parent| std::fs::metadata(parent).ok())
+            .is_some_and(|parent| parent.uid() == 0 && parent.mode() & 0o022 == 0)
+    };
+    meta.uid() == 0 && depth <= 2 && parent_is_roots()
+}
+
+/// `path` without `.` components, and `..` applied lexically.
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 /// Whether resolving `sandbox` expands glob patterns.
@@ -105,6 +259,7 @@ pub fn resolve(
         return Ok((network == NetworkAccess::Restricted).then_some(Policy {
             rules: None,
             network,
+            cwd: request_cwd.to_path_buf(),
         }));
     }
     let FileSystemPermissions::Restricted {
@@ -115,6 +270,7 @@ pub fn resolve(
         unreachable!("an unrestricted file system does not restrict");
     };
     let context = Context::new(sandbox, request_cwd)?;
+    let cwd = anchor(request_cwd, "cwd")?;
     let depth = glob_scan_max_depth
         .unwrap_or(glob::DEFAULT_MAX_DEPTH)
         .max(1);
@@ -125,14 +281,29 @@ pub fn resolve(
             *access = strongest(*access, entry.access);
         }
     }
+    let rules: Vec<Rule> = merged
+        .into_iter()
+        .map(|(path, access)| Rule { path, access })
+        .collect();
+    // A system link this very intent makes writable could be replaced while it runs.
+    for anchored in context.anchors.iter().chain(std::iter::once(&cwd)) {
+        if let Some(link) = anchored
+            .links
+            .iter()
+            .find(|link| effective(&rules, link) == Some(FsAccess::Write))
+        {
+            return Err(AnchorError::WritableLink {
+                what: anchored.what,
+                path: anchored.requested.clone(),
+                link: link.clone(),
+            }
+            .into());
+        }
+    }
     Ok(Some(Policy {
-        rules: Some(
-            merged
-                .into_iter()
-                .map(|(path, access)| Rule { path, access })
-                .collect(),
-        ),
+        rules: Some(rules),
         network,
+        cwd: cwd.canonical,
     }))
 }
 
@@ -160,6 +331,7 @@ pub fn effective(rules: &[Rule], path: &Path) -> Option<FsAccess> {
 
 struct Context {
     workspace_roots: Vec<PathBuf>,
+    anchors: Vec<Anchored>,
     temporary_directories: Vec<PathBuf>,
 }
 
@@ -184,17 +356,14 @@ impl Context {
                 .map(|uri| host_path(uri, "workspace root"))
                 .collect::<Result<_, _>>()?
         };
-        let workspace_roots = roots
+        let anchors: Vec<Anchored> = roots
             .iter()
-            .map(|root| {
-                std::fs::canonicalize(root).map_err(|err| {
-                    RpcError::invalid_params(format!(
-                        "sandbox workspace root `{}` cannot be resolved: {err}",
-                        root.display()
-                    ))
-                })
-            })
+            .map(|root| anchor(root, "workspace root"))
             .collect::<Result<_, _>>()?;
+        let workspace_roots = anchors
+            .iter()
+            .map(|anchored| anchored.canonical.clone())
+            .collect();
         let temporary_directories = if sandbox.temporary_directories.is_empty() {
             std::env::var_os("TMPDIR")
                 .filter(|dir| Path::new(dir).is_absolute())
@@ -210,6 +379,7 @@ impl Context {
         };
         Ok(Self {
             workspace_roots,
+            anchors,
             temporary_directories,
         })
     }

@@ -23,7 +23,12 @@
 use super::policy::{effective, Rule};
 use crate::rpc::RpcError;
 use exec_server_protocol::sandbox::FsAccess;
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, OFlag};
+use nix::sys::stat::{fstatat, mkdirat, Mode};
+use nix::unistd::{unlinkat, UnlinkatFlags};
 use std::collections::{HashMap, HashSet};
+use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -57,13 +62,20 @@ pub fn protect(rules: &mut Vec<Rule>) -> Result<Leases, RpcError> {
     let mut leases = Leases::default();
     let mut added = Vec::new();
     for root in &roots {
+        // Inspected and changed through a descriptor opened without following links, so a
+        // root replaced by a link meanwhile cannot make the daemon create a placeholder (or
+        // inspect a name) somewhere else; the helper checks the root's identity again.
+        let dir = super::mounts::open_nofollow(root).map_err(|source| RootError {
+            root: root.clone(),
+            source,
+        })?;
         for name in NAMES {
             let path = root.join(name);
             if explicit.contains(&path) || added.contains(&path) {
                 continue;
             }
-            match std::fs::symlink_metadata(&path) {
-                Ok(meta) if meta.file_type().is_symlink() => {
+            match fstatat(&dir, *name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+                Ok(stat) if kind(&stat) == libc::S_IFLNK => {
                     return Err(RpcError::invalid_params(format!(
                         "protected path `{}` is a symbolic link; the sandbox cannot keep it \
                          read-only",
@@ -71,26 +83,27 @@ pub fn protect(rules: &mut Vec<Rule>) -> Result<Leases, RpcError> {
                     )))
                 }
                 // Another sandbox's placeholder (or one a killed daemon left): share it.
-                Ok(meta) if meta.is_dir() && is_marked(&path) => {
-                    if leases.acquire(&path)? {
+                Ok(stat) if kind(&stat) == libc::S_IFDIR && is_marked(&path) => {
+                    if leases.acquire(&dir, name, &path)? {
                         added.push(path);
                     }
                 }
-                Ok(meta) => {
-                    if *name == ".git" && meta.is_file() {
+                Ok(stat) => {
+                    if *name == ".git" && kind(&stat) == libc::S_IFREG {
                         added.extend(gitdirs(root, &path));
                     }
                     added.push(path);
                 }
-                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-                    if leases.acquire(&path)? {
+                Err(Errno::ENOENT) => {
+                    if leases.acquire(&dir, name, &path)? {
                         added.push(path);
                     }
                 }
                 Err(err) => {
                     return Err(RpcError::invalid_params(format!(
-                        "protected path `{}` cannot be inspected: {err}",
-                        path.display()
+                        "protected path `{}` cannot be inspected: {}",
+                        path.display(),
+                        std::io::Error::from(err)
                     )))
                 }
             }
@@ -105,6 +118,24 @@ pub fn protect(rules: &mut Vec<Rule>) -> Result<Leases, RpcError> {
         }
     }
     Ok(leases)
+}
+
+/// A write root that could not be opened to protect the names in it.
+#[derive(Debug, thiserror::Error)]
+#[error("write root `{}` cannot be opened to protect its metadata: {source}", root.display())]
+struct RootError {
+    root: PathBuf,
+    source: std::io::Error,
+}
+
+impl From<RootError> for RpcError {
+    fn from(err: RootError) -> Self {
+        RpcError::invalid_params(err.to_string())
+    }
+}
+
+fn kind(stat: &nix::sys::stat::FileStat) -> libc::mode_t {
+    stat.st_mode & libc::S_IFMT
 }
 
 /// The directories a `.git` file points to (its `gitdir:` and that gitdir's `commondir`).
@@ -127,9 +158,10 @@ fn pointer(file: &Path, prefix: &str, base: &Path) -> Option<PathBuf> {
 }
 
 impl Leases {
-    /// Creates (or shares, or adopts) the placeholder at `path`. Ok(false) when the root is on
-    /// a read-only file system, where nothing can be created anyway.
-    fn acquire(&mut self, path: &Path) -> Result<bool, RpcError> {
+    /// Creates (or shares, or adopts) the placeholder `name` in the root `dir`, `path` for
+    /// short. Ok(false) when the root is on a read-only file system, where nothing can be
+    /// created anyway.
+    fn acquire(&mut self, dir: &OwnedFd, name: &str, path: &Path) -> Result<bool, RpcError> {
         let mut registry = REGISTRY.lock().unwrap();
         let counts = registry.get_or_insert_with(HashMap::new);
         if let Some(count) = counts.get_mut(path) {
@@ -137,19 +169,20 @@ impl Leases {
             self.paths.push(path.to_path_buf());
             return Ok(true);
         }
-        match std::fs::create_dir(path) {
+        match mkdirat(dir, name, Mode::from_bits_truncate(0o777)) {
             Ok(()) => {}
-            Err(err) if err.raw_os_error() == Some(libc::EROFS) => return Ok(false),
-            Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists && is_marked(path) => {}
+            Err(Errno::EROFS) => return Ok(false),
+            Err(Errno::EEXIST) if is_marked(path) => {}
             Err(err) => {
                 return Err(RpcError::invalid_params(format!(
-                    "cannot create the placeholder protecting `{}`: {err}",
-                    path.display()
+                    "cannot create the placeholder protecting `{}`: {}",
+                    path.display(),
+                    std::io::Error::from(err)
                 )))
             }
         }
-        if let Err(err) = mark(path) {
-            let _ = std::fs::remove_dir(path);
+        if let Err(err) = mark(dir, name) {
+            let _ = unlinkat(dir, name, UnlinkatFlags::RemoveDir);
             return Err(RpcError::invalid_params(format!(
                 "cannot mark the placeholder protecting `{}`: {err}",
                 path.display()
@@ -222,11 +255,25 @@ fn try_remove(path: &Path) -> bool {
     true
 }
 
-fn mark(path: &Path) -> std::io::Result<()> {
-    let path = cstring(path)?;
-    let name = std::ffi::CString::new(MARK).expect("no NUL");
-    // SAFETY: valid NUL-terminated strings and a one-byte value.
-    let rc = unsafe { libc::lsetxattr(path.as_ptr(), name.as_ptr(), b"1".as_ptr().cast(), 1, 0) };
+/// Marks the directory `name` in `dir`, opened without following a link.
+fn mark(dir: &OwnedFd, name: &str) -> std::io::Result<()> {
+    let placeholder = nix::fcntl::openat(
+        dir,
+        name,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    let mark = std::ffi::CString::new(MARK).expect("no NUL");
+    // SAFETY: a valid fd and NUL-terminated name, and a one-byte value.
+    let rc = unsafe {
+        libc::fsetxattr(
+            placeholder.as_raw_fd(),
+            mark.as_ptr(),
+            b"1".as_ptr().cast(),
+            1,
+            0,
+        )
+    };
     if rc == 0 {
         Ok(())
     } else {
