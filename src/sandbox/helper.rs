@@ -11,7 +11,8 @@
 //!
 //! It then waits for one launch: the program's stdin, stdout and stderr (SCM_RIGHTS, with the
 //! first byte), then the [`Plan`] up to EOF. In order: stdio (and the controlling terminal for
-//! a PTY), a private mount namespace when the file system is restricted, the mount view, cwd,
+//! a PTY), a private mount namespace, the mount view when the file system is restricted, a
+//! private `/proc` showing only the sandbox's own processes, cwd,
 //! Landlock, capabilities and securebits, no_new_privs, close-on-exec for every fd above 2,
 //! seccomp, the program's environment (the helper itself runs with an empty one), and
 //! `execvp`. A failure at any step is written as one JSON [`Failure`] to the control socket,
@@ -211,17 +212,22 @@ fn run(
     let program =
         CString::new(plan.program.as_bytes()).map_err(|e| fail("policy")(e.to_string()))?;
 
-    let mut grants = None;
-    if let Some(fs) = &plan.fs {
-        // SAFETY: plain syscall; the process is single-threaded.
-        if unsafe { libc::unshare(libc::CLONE_NEWNS) } < 0 {
-            return Err(os_fail("namespaces")(std::io::Error::last_os_error()));
-        }
-        mounts::apply(&fs.mounts).map_err(fail("mounts"))?;
+    // Every launch gets its own mount namespace, if only for its own /proc.
+    // SAFETY: plain syscall; the process is single-threaded.
+    if unsafe { libc::unshare(libc::CLONE_NEWNS) } < 0 {
+        return Err(os_fail("namespaces")(std::io::Error::last_os_error()));
+    }
+    match &plan.fs {
+        Some(fs) => mounts::apply(&fs.mounts),
+        None => mounts::follow_host(),
+    }
+    .and_then(|()| mounts::own_proc())
+    .map_err(fail("mounts"))?;
+    let grants = plan.fs.as_ref().map(|fs| {
         let mut list = fs.grants.clone();
         list.extend(own_terminal());
-        grants = Some(list);
-    }
+        list
+    });
     // The old cwd may sit on a mount that the view has since covered.
     std::env::set_current_dir(&plan.cwd).map_err(os_fail("cwd"))?;
     landlock::restrict(grants.as_deref()).map_err(fail("landlock"))?;

@@ -384,8 +384,6 @@ pub struct Launch {
     sandboxed: Sandboxed,
     /// The helper's control socket and pid, once it has the plan.
     control: Option<(tokio::net::UnixStream, i32)>,
-    /// The plan makes a mount namespace.
-    mounts: bool,
 }
 
 /// What a running sandboxed process keeps: the classifier's context, its placeholders, and its
@@ -433,7 +431,6 @@ impl Prepared {
                 mount_namespace: None,
             },
             control: None,
-            mounts: self.plan.fs.is_some(),
         })
     }
 }
@@ -470,7 +467,6 @@ impl Launch {
             program,
             mut sandboxed,
             control,
-            mounts,
             ..
         } = self;
         let (mut control, pid) = control.expect("confirm follows a spawn");
@@ -490,9 +486,8 @@ impl Launch {
         }
         if text.is_empty() {
             // A program that already exited has torn its namespace down itself.
-            sandboxed.mount_namespace = mounts
-                .then(|| std::fs::File::open(format!("/proc/{pid}/ns/mnt")).ok())
-                .flatten()
+            sandboxed.mount_namespace = std::fs::File::open(format!("/proc/{pid}/ns/mnt"))
+                .ok()
                 .map(OwnedFd::from);
             return Ok(sandboxed);
         }
