@@ -13,6 +13,7 @@ pub mod guard;
 pub mod helper;
 mod landlock;
 mod mounts;
+pub mod peers;
 pub mod plan;
 mod policy;
 mod pool;

@@ -37,7 +37,7 @@ pub async fn serve(addr: SocketAddr, registry: Arc<Registry>) -> anyhow::Result<
         .route("/", any(upgrade))
         .with_state(registry);
     // Without TCP_NODELAY a small reply waits for the client's delayed ACK (~40 ms).
-    let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
+    let listener = axum::serve::ListenerExt::tap_io(NoSandboxes(listener), |stream| {
         let _ = stream.set_nodelay(true);
     });
     axum::serve(
@@ -46,6 +46,36 @@ pub async fn serve(addr: SocketAddr, registry: Arc<Registry>) -> anyhow::Result<
     )
     .await?;
     Ok(())
+}
+
+/// The listener, minus connections made from inside a sandbox (`sandbox::peers`), which are
+/// closed before anything is read from them.
+struct NoSandboxes(tokio::net::TcpListener);
+
+impl axum::serve::Listener for NoSandboxes {
+    type Io = tokio::net::TcpStream;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            let (stream, peer) = axum::serve::Listener::accept(&mut self.0).await;
+            // One netlink round trip, cheaper than a hop to a blocking thread.
+            let refused = stream
+                .local_addr()
+                .map_or(true, |local| crate::sandbox::peers::refuse(local, peer));
+            if !refused {
+                return (stream, peer);
+            }
+            tracing::warn!(
+                "refused a connection from {peer}: made inside a sandbox, or gone before it could \
+                 be checked"
+            );
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.0.local_addr()
+    }
 }
 
 async fn upgrade(
