@@ -6,15 +6,16 @@
 //! exec of the daemon's binary and the creation of a network namespace are the slowest steps
 //! of a launch, and neither depends on the plan. Its stdin is the control socket. Before any
 //! plan, it becomes a session leader (so `killpg` works from the instant the daemon hands it
-//! out), builds its seccomp filters, creates its own empty network namespace when network is
-//! restricted, and writes [`READY`] (or, when any of that fails, its [`Failure`], as below).
+//! out), creates its own empty network namespace when network is restricted, attaches most
+//! of its seccomp rules (all that the setup below does not need lifted), and writes [`READY`]
+//! (or, when any of that fails, its [`Failure`], as below).
 //!
 //! It then waits for one launch: the program's stdin, stdout and stderr (SCM_RIGHTS, with the
 //! first byte), then the [`Plan`] up to EOF. In order: stdio (and the controlling terminal for
 //! a PTY), a private mount namespace, the mount view when the file system is restricted, a
 //! private `/proc` showing only the sandbox's own processes, cwd,
 //! Landlock, capabilities and securebits, no_new_privs, close-on-exec for every fd above 2,
-//! seccomp, the program's environment (the helper itself runs with an empty one), and
+//! the last seccomp filter, the program's environment (the helper itself runs with an empty one), and
 //! `execvp`. A failure at any step is written as one JSON [`Failure`] to the control socket,
 //! which is close-on-exec, so a successful exec writes nothing and the daemon sees EOF.
 
@@ -65,7 +66,7 @@ pub fn main_if_helper() {
     };
     // A failure before the plan (instead of READY) reaches the daemon the same way as one after.
     let failure = match start(&mut control, network_restricted)
-        .and_then(|filters| run(&control, network_restricted, &filters))
+        .and_then(|late| run(&control, network_restricted, &late))
     {
         Ok(never) => match never {},
         Err(failure) => failure,
@@ -117,11 +118,12 @@ fn control_socket() -> Result<UnixStream, Failure> {
     Ok(unsafe { UnixStream::from_raw_fd(fd) })
 }
 
-/// Everything that does not depend on the plan, then READY; returns the seccomp filters.
+/// Everything that does not depend on the plan, then READY; returns the seccomp filter still
+/// to attach.
 fn start(
     control: &mut UnixStream,
     network_restricted: bool,
-) -> Result<Vec<seccomp::BpfProgram>, Failure> {
+) -> Result<seccomp::BpfProgram, Failure> {
     // SAFETY: plain syscalls without pointers.
     if unsafe { libc::getsid(0) != libc::getpid() } && unsafe { libc::setsid() } < 0 {
         return Err(os_fail("session")(std::io::Error::last_os_error()));
@@ -131,8 +133,9 @@ fn start(
     if network_restricted && unsafe { libc::unshare(libc::CLONE_NEWNET) } < 0 {
         return Err(os_fail("namespaces")(std::io::Error::last_os_error()));
     }
+    seccomp::apply(&filters.early).map_err(fail("seccomp"))?;
     control.write_all(&[READY]).map_err(os_fail("control"))?;
-    Ok(filters)
+    Ok(filters.late)
 }
 
 /// The program's stdio and the plan, as the daemon sends them.
@@ -182,7 +185,7 @@ fn receive(control: &UnixStream) -> Result<([OwnedFd; 3], Vec<u8>), Failure> {
 fn run(
     control: &UnixStream,
     network_restricted: bool,
-    filters: &[seccomp::BpfProgram],
+    late_filter: &seccomp::BpfProgram,
 ) -> Result<Never, Failure> {
     let (stdio, text) = receive(control)?;
     for (target, fd) in stdio.iter().enumerate() {
@@ -241,7 +244,7 @@ fn run(
     if unsafe { libc::close_range(3, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC as i32) } != 0 {
         return Err(os_fail("fds")(std::io::Error::last_os_error()));
     }
-    seccomp::apply(filters).map_err(fail("seccomp"))?;
+    seccomp::apply(std::slice::from_ref(late_filter)).map_err(fail("seccomp"))?;
 
     // Only now, with everything in place, the program's environment (execvp searches its PATH).
     for (key, value) in &plan.env {

@@ -1,4 +1,5 @@
-//! The seccomp filter, installed last (after everything that needs the denied calls).
+//! The seccomp filters: most attached when the helper starts, the rest last, after the
+//! setup that needs the calls they deny ([`Filters`]).
 //!
 //! Every sandboxed mode denies with EPERM: `ptrace`, `process_vm_readv/writev`, the io_uring
 //! calls (io_uring can open sockets without `socket(2)`), `socket`/`socketpair` for AF_VSOCK
@@ -30,6 +31,14 @@ const ALWAYS_DENIED: &[libc::c_long] = &[
     libc::SYS_io_uring_setup,
     libc::SYS_io_uring_enter,
     libc::SYS_io_uring_register,
+    libc::SYS_bpf,
+    libc::SYS_keyctl,
+    libc::SYS_add_key,
+    libc::SYS_request_key,
+];
+
+/// Denied only once the helper has built the view, which needs them.
+const DENIED_AFTER_SETUP: &[libc::c_long] = &[
     libc::SYS_mount,
     libc::SYS_umount2,
     libc::SYS_pivot_root,
@@ -42,10 +51,6 @@ const ALWAYS_DENIED: &[libc::c_long] = &[
     libc::SYS_mount_setattr,
     libc::SYS_unshare,
     libc::SYS_setns,
-    libc::SYS_bpf,
-    libc::SYS_keyctl,
-    libc::SYS_add_key,
-    libc::SYS_request_key,
 ];
 
 /// Calls whose first argument is a pid (0: the caller).
@@ -102,7 +107,16 @@ fn has(arg: u8, bit: u64) -> (u8, SeccompCmpOp, u64) {
     (arg, SeccompCmpOp::MaskedEq(bit), bit)
 }
 
-pub fn filters(network_restricted: bool) -> Result<Vec<BpfProgram>, String> {
+/// The filters, in two parts. `early`: attached when the helper starts, before any plan,
+/// since nothing the helper does until the exec needs what they deny; this is most of the
+/// rules, and attaching a filter costs time in proportion to its length. `late`: attached
+/// last, after the view is built: the mount API, `unshare`, `setns`, and `openat2`.
+pub struct Filters {
+    pub early: Vec<BpfProgram>,
+    pub late: BpfProgram,
+}
+
+pub fn filters(network_restricted: bool) -> Result<Filters, String> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
         ALWAYS_DENIED.iter().map(|&nr| (nr, Vec::new())).collect();
     let (op, family) = if network_restricted {
@@ -148,33 +162,65 @@ pub fn filters(network_restricted: bool) -> Result<Vec<BpfProgram>, String> {
     let program: BpfProgram = filter
         .try_into()
         .map_err(|e: seccompiler::BackendError| e.to_string())?;
-    Ok(vec![program, raw_filter()])
+    let mut early = vec![program];
+    early.extend(x32_filter());
+    Ok(Filters {
+        early,
+        late: late_filter(),
+    })
 }
 
-/// A hand-written filter: `openat2` answers ENOSYS (a different action than the EPERM of the
-/// first filter), and on x86_64 calls with the x32 bit kill the process.
-fn raw_filter() -> BpfProgram {
+/// EPERM for [`DENIED_AFTER_SETUP`], ENOSYS for `openat2` (an action the first filter cannot
+/// give besides EPERM). A plain list of comparisons: the early filter already kills every
+/// non-native call, so the number needs no architecture check.
+fn late_filter() -> BpfProgram {
     const LD_W_ABS: u16 = 0x20;
     const JEQ_K: u16 = 0x15;
     const RET_K: u16 = 0x06;
     let op = |code, jt, jf, k| sock_filter { code, jt, jf, k };
-    // The first filter kills every non-native call, so the number needs no architecture check.
+    let calls: Vec<(libc::c_long, u8)> = DENIED_AFTER_SETUP
+        .iter()
+        .map(|&nr| (nr, 0))
+        .chain([(libc::SYS_openat2, 1)])
+        .collect();
+    // [load, one comparison per call, ALLOW, EPERM, ENOSYS]
     let mut program = vec![op(LD_W_ABS, 0, 0, 0)]; // seccomp_data.nr
-    #[cfg(target_arch = "x86_64")]
-    {
-        const JSET_K: u16 = 0x45;
-        const X32_SYSCALL_BIT: u32 = 0x4000_0000;
-        program.extend([
-            op(JSET_K, 0, 1, X32_SYSCALL_BIT),
-            op(RET_K, 0, 0, libc::SECCOMP_RET_KILL_PROCESS),
-        ]);
+    for (index, &(nr, outcome)) in calls.iter().enumerate() {
+        let to_eperm = (calls.len() - index) as u8;
+        program.push(op(JEQ_K, to_eperm + outcome, 0, nr as u32));
     }
     program.extend([
-        op(JEQ_K, 0, 1, libc::SYS_openat2 as u32),
-        op(RET_K, 0, 0, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
         op(RET_K, 0, 0, libc::SECCOMP_RET_ALLOW),
+        op(RET_K, 0, 0, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32),
+        op(RET_K, 0, 0, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
     ]);
     program
+}
+
+/// Kills x32 calls, which carry a bit in the syscall number that a number-keyed filter would
+/// not see.
+#[cfg(target_arch = "x86_64")]
+fn x32_filter() -> Option<BpfProgram> {
+    const LD_W_ABS: u16 = 0x20;
+    const JEQ_K: u16 = 0x15;
+    const JSET_K: u16 = 0x45;
+    const RET_K: u16 = 0x06;
+    const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+    const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+    let op = |code, jt, jf, k| sock_filter { code, jt, jf, k };
+    Some(vec![
+        op(LD_W_ABS, 0, 0, 4), // seccomp_data.arch
+        op(JEQ_K, 0, 3, AUDIT_ARCH_X86_64),
+        op(LD_W_ABS, 0, 0, 0), // seccomp_data.nr
+        op(JSET_K, 0, 1, X32_SYSCALL_BIT),
+        op(RET_K, 0, 0, libc::SECCOMP_RET_KILL_PROCESS),
+        op(RET_K, 0, 0, libc::SECCOMP_RET_ALLOW),
+    ])
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn x32_filter() -> Option<BpfProgram> {
+    None
 }
 
 pub fn apply(programs: &[BpfProgram]) -> Result<(), String> {
