@@ -5,7 +5,8 @@
 //! workspace metadata ([`protected`]), and turns the result into a [`plan::Plan`]. The launch
 //! then runs the daemon's own binary as a helper ([`helper`]), which applies the plan to itself
 //! and executes the real program. Everything that cannot be enforced fails the request
-//! (-32602) before anything runs. [`denial`] classifies exits as sandbox denials.
+//! (-32602) before anything runs. [`denial`] classifies exits as sandbox denials; [`peers`]
+//! keeps sandboxed processes off the daemon's own listener.
 
 pub mod denial;
 mod glob;
