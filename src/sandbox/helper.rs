@@ -13,10 +13,9 @@
 //! It then waits for one launch: the program's stdin, stdout and stderr (SCM_RIGHTS, with the
 //! first byte), then the [`Plan`] up to EOF. In order: stdio (and the controlling terminal for
 //! a PTY), a private mount namespace, the mount view when the file system is restricted, a
-//! private `/proc` showing only the sandbox's own processes, cwd,
-//! Landlock, capabilities and securebits, no_new_privs, close-on-exec for every fd above 2,
-//! the last seccomp filter, the program's environment (the helper itself runs with an empty one), and
-//! `execvp`. A failure at any step is written as one JSON [`Failure`] to the control socket,
+//! private `/proc` showing only the sandbox's own processes, cwd, Landlock, capabilities and
+//! securebits, no_new_privs, close-on-exec for every fd above 2, the last seccomp filter, the
+//! program's environment (the helper itself runs with an empty one), and `execvp`. A failure at any step is written as one JSON [`Failure`] to the control socket,
 //! which is close-on-exec, so a successful exec writes nothing and the daemon sees EOF.
 
 use super::plan::{Failure, Plan, EXEC_STAGE, MAX_PLAN_BYTES};

@@ -201,7 +201,7 @@ fn mask(
 ) -> std::io::Result<()> {
     let is_dir = kinds.get(path).copied().unwrap_or(true);
     let mode = if keep.is_empty() { "0" } else { "111" };
-    let fs = fsopen_tmpfs(if is_dir { mode } else { "755" })?;
+    let fs = fsopen("tmpfs", &[("mode", if is_dir { mode } else { "755" })])?;
     let mnt = fsmount(&fs, 0)?;
     let tree = if is_dir {
         for kept in keep {
@@ -357,10 +357,6 @@ fn attach(tree: &OwnedFd, target: &Path) -> std::io::Result<()> {
         )
     };
     check(rc).map(drop)
-}
-
-fn fsopen_tmpfs(mode: &str) -> std::io::Result<OwnedFd> {
-    fsopen("tmpfs", &[("mode", mode)])
 }
 
 /// A new, configured instance of file system `fstype`, ready for [`fsmount`].
