@@ -916,3 +916,177 @@ async fn write_grants_on_what_the_loader_reads_are_refused() {
     assert_ok(&run(&client, grant(&d.ws, "echo ok > ok")).await);
     assert!(d.ws("ok").exists());
 }
+
+/// The pid of the (only) process whose argv is `argv`.
+fn pid_of(argv: &[&str]) -> Option<i32> {
+    let wanted: Vec<u8> = argv
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .find_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse().ok()?;
+            (std::fs::read(entry.path().join("cmdline")).ok()? == wanted).then_some(pid)
+        })
+}
+
+/// `/proc/<pid>/limits`' soft and hard limit of `name`.
+fn limit(pid: i32, name: &str) -> String {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits.lines().find(|l| l.starts_with(name)).unwrap();
+    line.split_whitespace()
+        .rev()
+        .skip(1)
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A sandboxed process, as uid 0 without capabilities, would pass the same-owner checks of
+/// prlimit, setpriority, sched_setaffinity and friends for every root process: the daemon
+/// (RLIMIT_NOFILE 8 makes every later start fail, RLIMIT_CPU kills it) and other sessions'
+/// processes. It must see and affect its own processes only, with the file system restricted
+/// or not (network-only sandbox).
+#[tokio::test]
+async fn the_sandbox_sees_and_affects_only_its_own_processes() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let (other, _) = daemon.session().await;
+    let d = Dirs::new();
+    let dpid = daemon.pid();
+    let victim = ["sleep", "31.5"];
+    let started = other
+        .call(
+            "process/start",
+            params("victim", &victim, &d.ws, workspace_write(&d.ws, "enabled")),
+        )
+        .await;
+    assert_eq!(started["sandboxType"], "linuxSeccomp");
+    let mut vpid = None;
+    eventually("the other session's process", || {
+        vpid = pid_of(&victim);
+        vpid.is_some()
+    })
+    .await;
+    let vpid = vpid.unwrap();
+    let (nofile, cpu) = (limit(dpid, "Max open files"), limit(dpid, "Max cpu time"));
+    let nice = |pid| {
+        stat_fields(&std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap())[16].to_owned()
+    };
+    let (daemon_nice, victim_nice) = (nice(dpid), nice(vpid));
+    let pgrp = unsafe { libc::getpgid(dpid) };
+    let probe = format!(
+        r#"
+import ctypes, errno, os, resource, signal
+libc = ctypes.CDLL(None, use_errno=True)
+def attempt(name, fn):
+    try:
+        fn(); print(name, 'OK')
+    except OSError as e:
+        print(name, 'ERR', errno.errorcode.get(e.errno, e.errno))
+def syscall(nr, *args):
+    if libc.syscall(nr, *args) < 0:
+        e = ctypes.get_errno(); raise OSError(e, os.strerror(e))
+mask = ctypes.c_ulong(1)
+for who, pid in (('daemon', {dpid}), ('other', {vpid})):
+    attempt(who + ' nofile', lambda: resource.prlimit(pid, resource.RLIMIT_NOFILE, (8, 8)))
+    attempt(who + ' cpu', lambda: resource.prlimit(pid, resource.RLIMIT_CPU, (1, 1)))
+    attempt(who + ' renice', lambda: os.setpriority(os.PRIO_PROCESS, pid, 19))
+    attempt(who + ' affinity', lambda: os.sched_setaffinity(pid, {{0}}))
+    attempt(who + ' scheduler', lambda: os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0)))
+    attempt(who + ' ioprio', lambda: syscall(251, 1, pid, 3 << 13))
+    attempt(who + ' migrate', lambda: syscall(256, pid, 64, ctypes.byref(mask), ctypes.byref(mask)))
+    attempt(who + ' move_pages', lambda: syscall(279, pid, 0, None, None, None, 0))
+    attempt(who + ' kill', lambda: os.kill(pid, signal.SIGKILL))
+    print(who, 'visible', os.path.exists('/proc/%d' % pid))
+    attempt(who + ' cmdline', lambda: open('/proc/%d/cmdline' % pid).read())
+    attempt(who + ' net/tcp', lambda: open('/proc/%d/net/tcp' % pid).read())
+attempt('pgrp renice', lambda: os.setpriority(os.PRIO_PGRP, {pgrp}, 1))
+attempt('user renice', lambda: os.setpriority(os.PRIO_USER, 65534, 1))
+attempt('user ioprio', lambda: syscall(251, 3, 65534, 3 << 13))
+attempt('own nofile', lambda: resource.prlimit(0, resource.RLIMIT_NOFILE, (64, 64)))
+attempt('own renice', lambda: os.setpriority(os.PRIO_PROCESS, 0, 19))
+attempt('own affinity', lambda: os.sched_setaffinity(0, os.sched_getaffinity(0)))
+child = os.fork() or os._exit(0)
+print('own child visible', os.path.exists('/proc/%d' % child))
+os.waitpid(child, 0)
+print('pids', sorted(int(p) for p in os.listdir('/proc') if p.isdigit()) == [os.getpid()])
+"#
+    );
+    let net_only = json!({"permissions": {"type": "managed", "network": "restricted",
+        "file_system": {"type": "unrestricted"}}, "cwd": uri(&d.ws)});
+    for (id, sandbox) in [
+        ("restricted-fs", workspace_write(&d.ws, "enabled")),
+        ("net-only", net_only),
+    ] {
+        let outcome = py(&client, id, &d.ws, &sandbox, &probe).await;
+        for who in ["daemon", "other"] {
+            for call in [
+                "nofile",
+                "cpu",
+                "renice",
+                "affinity",
+                "scheduler",
+                "ioprio",
+                "migrate",
+                "move_pages",
+                "kill",
+            ] {
+                let expect = format!("{who} {call} ERR EPERM");
+                assert!(
+                    outcome.output.contains(&expect),
+                    "{id}: {expect}: {outcome:?}"
+                );
+            }
+            assert!(
+                outcome.output.contains(&format!("{who} visible False")),
+                "{id}: {outcome:?}"
+            );
+            for file in ["cmdline", "net/tcp"] {
+                let expect = format!("{who} {file} ERR ENOENT");
+                assert!(
+                    outcome.output.contains(&expect),
+                    "{id}: {expect}: {outcome:?}"
+                );
+            }
+        }
+        for expect in [
+            "pgrp renice ERR EPERM",
+            "user renice ERR EPERM",
+            "user ioprio ERR EPERM",
+            "own nofile OK",
+            "own renice OK",
+            "own affinity OK",
+            "own child visible True",
+            "pids True",
+        ] {
+            assert!(
+                outcome.output.contains(expect),
+                "{id}: {expect}: {outcome:?}"
+            );
+        }
+    }
+    assert_eq!(limit(dpid, "Max open files"), nofile);
+    assert_eq!(limit(dpid, "Max cpu time"), cpu);
+    assert_eq!((nice(dpid), nice(vpid)), (daemon_nice, victim_nice));
+    assert!(pid_alive(dpid) && pid_alive(vpid));
+    // The daemon still starts processes, sandboxed or not.
+    assert_ok(
+        &sh(
+            &client,
+            "after",
+            &d.ws,
+            &workspace_write(&d.ws, "enabled"),
+            "true",
+        )
+        .await,
+    );
+    client
+        .call("process/start", start_params("plain", &["true"]))
+        .await;
+    other
+        .call("process/terminate", json!({"processId": "victim"}))
+        .await;
+}

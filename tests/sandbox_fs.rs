@@ -8,6 +8,7 @@ use common::*;
 use sandbox_support::*;
 use serde_json::json;
 use std::os::unix::fs::MetadataExt as _;
+use std::os::unix::fs::PermissionsExt as _;
 
 #[tokio::test]
 async fn writes_inside_the_root_work_and_outside_are_denied() {
@@ -461,12 +462,16 @@ async fn setuid_binaries_give_no_privileges() {
     let (client, _) = daemon.session().await;
     let d = Dirs::new();
     let sandbox = workspace_write(&d.ws, "enabled");
+    // Made on the host: the sandbox cannot set the bit itself (below).
+    let suidcat = d.ws("suidcat");
+    std::fs::copy("/bin/cat", &suidcat).unwrap();
+    std::fs::set_permissions(&suidcat, std::fs::Permissions::from_mode(0o4755)).unwrap();
     let outcome = sh(
         &client,
         "suid",
         &d.ws,
         &sandbox,
-        "cp /bin/cat ./suidcat && chmod u+s ./suidcat && ./suidcat /proc/self/status",
+        "./suidcat /proc/self/status",
     )
     .await;
     assert_ok(&outcome);
@@ -558,4 +563,104 @@ async fn a_denied_path_cannot_be_moved_away_from_its_rule() {
         .await,
     );
     assert!(d.ws("config/keys/ok").exists());
+}
+
+/// A file the sandbox writes stays on the host: if it could carry the setuid or setgid bit
+/// (the sandbox runs as uid 0), any host user running it would get root. Every way to set
+/// the bits is refused, capabilities cannot be attached, device nodes cannot be made, and
+/// ordinary modes still work.
+#[tokio::test]
+async fn files_written_in_the_sandbox_carry_no_privilege_to_the_host() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    let sandbox = workspace_write(&d.ws, "enabled");
+    let shell = sh(
+        &client,
+        "sh",
+        &d.ws,
+        &sandbox,
+        "cp /usr/bin/id cp-chmod; chmod 4755 cp-chmod; echo chmod=$?; chmod g+s cp-chmod; \
+         echo chmodg=$?; install -m 4755 /usr/bin/id installed; echo install=$?; \
+         mknod null c 1 3; echo mknod=$?",
+    )
+    .await;
+    for expect in ["chmod=1", "chmodg=1", "install=1", "mknod=1"] {
+        assert!(shell.output.contains(expect), "{expect}: {shell:?}");
+    }
+    let probe = r#"
+import ctypes, errno, os, shutil, stat, struct
+libc = ctypes.CDLL(None, use_errno=True)
+def attempt(name, fn):
+    try:
+        fn(); print(name, 'OK')
+    except OSError as e:
+        print(name, 'ERR', errno.errorcode.get(e.errno, e.errno))
+def syscall(nr, *args):
+    if libc.syscall(nr, *args) < 0:
+        e = ctypes.get_errno(); raise OSError(e, os.strerror(e))
+shutil.copy('/usr/bin/id', 'py')
+fd = os.open('py', os.O_RDONLY)
+W = os.O_CREAT | os.O_WRONLY
+attempt('chmod', lambda: os.chmod('py', 0o4755))
+attempt('fchmod', lambda: os.fchmod(fd, 0o2755))
+attempt('fchmodat2', lambda: syscall(452, -100, b'py', 0o4755, 0))
+attempt('open', lambda: os.open('open', W, 0o4755))
+attempt('open_sgid', lambda: os.open('open_sgid', W, 0o2755))
+attempt('sys_open', lambda: syscall(2, b'sys_open', W, 0o4755))
+attempt('creat', lambda: syscall(85, b'creat', 0o4755))
+attempt('tmpfile', lambda: os.open('.', os.O_TMPFILE | os.O_WRONLY, 0o4755))
+attempt('mknod', lambda: os.mknod('mknod', stat.S_IFREG | 0o4755))
+attempt('openat2', lambda: syscall(437, -100, b'openat2', None, 24))
+# VFS_CAP_REVISION_2, effective, permitted CAP_SETUID.
+attempt('xattr', lambda: os.setxattr('py', 'security.capability', struct.pack('<5I', 0x02000001, 1 << 7, 0, 0, 0)))
+attempt('chardev', lambda: os.mknod('chardev', stat.S_IFCHR | 0o666, os.makedev(1, 3)))
+attempt('plain chmod', lambda: os.chmod('py', 0o755))
+attempt('plain open', lambda: os.close(os.open('plain', W, 0o644)))
+attempt('plain dir', lambda: os.mkdir('dir', 0o755))
+"#;
+    let outcome = py(&client, "py", &d.ws, &sandbox, probe).await;
+    for call in [
+        "chmod",
+        "fchmod",
+        "fchmodat2",
+        "open",
+        "open_sgid",
+        "sys_open",
+        "creat",
+        "tmpfile",
+        "mknod",
+        "xattr",
+    ] {
+        let expect = format!("{call} ERR EPERM");
+        assert!(outcome.output.contains(&expect), "{expect}: {outcome:?}");
+    }
+    // CAP_MKNOD is gone, and Landlock refuses MakeChar first.
+    assert!(outcome.output.contains("chardev ERR EACCES"), "{outcome:?}");
+    for expect in [
+        "openat2 ERR ENOSYS",
+        "plain chmod OK",
+        "plain open OK",
+        "plain dir OK",
+    ] {
+        assert!(outcome.output.contains(expect), "{expect}: {outcome:?}");
+    }
+    for entry in std::fs::read_dir(&d.ws).unwrap() {
+        let entry = entry.unwrap();
+        let meta = entry.metadata().unwrap();
+        let name = entry.file_name();
+        assert_eq!(meta.mode() & 0o6000, 0, "{name:?} carries setuid/setgid");
+        assert!(meta.is_file() || meta.is_dir(), "{name:?} is a device");
+        assert!(
+            xattr_absent(&entry.path(), "security.capability"),
+            "{name:?} has file capabilities"
+        );
+    }
+}
+
+fn xattr_absent(path: &std::path::Path, name: &str) -> bool {
+    let path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    let name = std::ffi::CString::new(name).unwrap();
+    // SAFETY: valid strings; a NULL buffer of size 0 asks only for the size.
+    unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) < 0 }
 }

@@ -246,3 +246,68 @@ async fn abstract_unix_sockets_outside_are_unreachable() {
     }
     assert!(listener.accept().is_err(), "the listener saw a connection");
 }
+
+/// The critical escape: a sandbox on the host network opens a WebSocket to the daemon itself
+/// and starts an unsandboxed process. Once waiting for the replies, once sending everything
+/// and closing at once (so the daemon cannot look at a live peer). The daemon must close such
+/// connections before reading them; nothing may run, and it keeps serving everyone else.
+#[tokio::test]
+async fn a_network_enabled_sandbox_cannot_drive_the_daemon() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    let port: u16 = daemon.url.rsplit(':').next().unwrap().parse().unwrap();
+    let target = |mode: &str| d.out(&format!("pwned-{mode}"));
+    let body = format!(
+        r#"
+import base64, json, struct
+def frame(obj):
+    data = json.dumps(obj).encode(); mask = os.urandom(4)
+    size = bytes([0x80 | len(data)]) if len(data) < 126 else bytes([0xfe]) + struct.pack('>H', len(data))
+    return b'\x81' + size + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data))
+def attack(mode, target):
+    start = {{"processId": mode, "argv": ["sh", "-c", "echo x > " + target], "cwd": "file:///",
+             "env": {{"PATH": "/usr/bin:/bin"}}, "tty": False}}
+    key = base64.b64encode(os.urandom(16)).decode()
+    upgrade = ("GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+               "Sec-WebSocket-Key: " + key + "\r\nSec-WebSocket-Version: 13\r\n\r\n").encode()
+    messages = [{{"id": 1, "method": "initialize", "params": {{"clientName": "sandbox"}}}},
+                {{"method": "initialized", "params": {{}}}},
+                {{"id": 2, "method": "process/start", "params": start}}]
+    s = socket.create_connection(('127.0.0.1', {port}), timeout=5)
+    s.sendall(upgrade + b''.join(frame(m) for m in messages))
+    if mode == 'burst':
+        s.close(); return
+    reply = b''
+    while b'sandboxType' not in reply:
+        chunk = s.recv(65536)
+        if not chunk: break
+        reply += chunk
+    print(mode, 'reply', reply[-200:])
+attempt('wait', lambda: attack('wait', '{wait}'))
+attempt('burst', lambda: attack('burst', '{burst}'))
+"#,
+        wait = target("wait").display(),
+        burst = target("burst").display(),
+    );
+    let sandbox = workspace_write(&d.ws, "enabled");
+    let outcome = py(&client, "ws", &d.ws, &sandbox, &probe(&body)).await;
+    assert!(!outcome.output.contains("sandboxType"), "{outcome:?}");
+    assert!(
+        outcome.output.contains("wait reply b''") || outcome.output.contains("wait ERR ECONNRESET"),
+        "{outcome:?}"
+    );
+    // What the daemon would have started runs in well under this.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    for mode in ["wait", "burst"] {
+        assert!(
+            !target(mode).exists(),
+            "{mode}: the daemon ran the sandbox's process"
+        );
+    }
+    d.assert_outside_untouched();
+    // The daemon still serves its clients, sandboxed starts included.
+    assert_ok(&sh(&client, "after", &d.ws, &sandbox, "true").await);
+    let other = daemon.client().await;
+    other.initialize(None).await.unwrap();
+}

@@ -6,15 +6,16 @@
 //! exec of the daemon's binary and the creation of a network namespace are the slowest steps
 //! of a launch, and neither depends on the plan. Its stdin is the control socket. Before any
 //! plan, it becomes a session leader (so `killpg` works from the instant the daemon hands it
-//! out), builds its seccomp filters, creates its own empty network namespace when network is
-//! restricted, and writes [`READY`] (or, when any of that fails, its [`Failure`], as below).
+//! out), creates its own empty network namespace when network is restricted, attaches most
+//! of its seccomp rules (all that the setup below does not need lifted), and writes [`READY`]
+//! (or, when any of that fails, its [`Failure`], as below).
 //!
 //! It then waits for one launch: the program's stdin, stdout and stderr (SCM_RIGHTS, with the
 //! first byte), then the [`Plan`] up to EOF. In order: stdio (and the controlling terminal for
-//! a PTY), a private mount namespace when the file system is restricted, the mount view, cwd,
-//! Landlock, capabilities and securebits, no_new_privs, close-on-exec for every fd above 2,
-//! seccomp, the program's environment (the helper itself runs with an empty one), and
-//! `execvp`. A failure at any step is written as one JSON [`Failure`] to the control socket,
+//! a PTY), a private mount namespace, the mount view when the file system is restricted, a
+//! private `/proc` showing only the sandbox's own processes, cwd, Landlock, capabilities and
+//! securebits, no_new_privs, close-on-exec for every fd above 2, the last seccomp filter, the
+//! program's environment (the helper itself runs with an empty one), and `execvp`. A failure at any step is written as one JSON [`Failure`] to the control socket,
 //! which is close-on-exec, so a successful exec writes nothing and the daemon sees EOF.
 
 use super::plan::{Failure, Identity, Plan, EXEC_STAGE, MAX_PLAN_BYTES};
@@ -64,7 +65,7 @@ pub fn main_if_helper() {
     };
     // A failure before the plan (instead of READY) reaches the daemon the same way as one after.
     let failure = match start(&mut control, network_restricted)
-        .and_then(|filters| run(&control, network_restricted, &filters))
+        .and_then(|late| run(&control, network_restricted, &late))
     {
         Ok(never) => match never {},
         Err(failure) => failure,
@@ -116,11 +117,12 @@ fn control_socket() -> Result<UnixStream, Failure> {
     Ok(unsafe { UnixStream::from_raw_fd(fd) })
 }
 
-/// Everything that does not depend on the plan, then READY; returns the seccomp filters.
+/// Everything that does not depend on the plan, then READY; returns the seccomp filter still
+/// to attach.
 fn start(
     control: &mut UnixStream,
     network_restricted: bool,
-) -> Result<Vec<seccomp::BpfProgram>, Failure> {
+) -> Result<seccomp::BpfProgram, Failure> {
     // SAFETY: plain syscalls without pointers.
     if unsafe { libc::getsid(0) != libc::getpid() } && unsafe { libc::setsid() } < 0 {
         return Err(os_fail("session")(std::io::Error::last_os_error()));
@@ -130,8 +132,9 @@ fn start(
     if network_restricted && unsafe { libc::unshare(libc::CLONE_NEWNET) } < 0 {
         return Err(os_fail("namespaces")(std::io::Error::last_os_error()));
     }
+    seccomp::apply(&filters.early).map_err(fail("seccomp"))?;
     control.write_all(&[READY]).map_err(os_fail("control"))?;
-    Ok(filters)
+    Ok(filters.late)
 }
 
 /// The program's stdio and the plan, as the daemon sends them.
@@ -181,7 +184,7 @@ fn receive(control: &UnixStream) -> Result<([OwnedFd; 3], Vec<u8>), Failure> {
 fn run(
     control: &UnixStream,
     network_restricted: bool,
-    filters: &[seccomp::BpfProgram],
+    late_filter: &seccomp::BpfProgram,
 ) -> Result<Never, Failure> {
     let (stdio, text) = receive(control)?;
     for (target, fd) in stdio.iter().enumerate() {
@@ -212,12 +215,18 @@ fn run(
     let program =
         CString::new(plan.program.as_bytes()).map_err(|e| fail("policy")(e.to_string()))?;
 
+    // Every launch gets its own mount namespace, if only for its own /proc.
+    // SAFETY: plain syscall; the process is single-threaded.
+    if unsafe { libc::unshare(libc::CLONE_NEWNS) } < 0 {
+        return Err(os_fail("namespaces")(std::io::Error::last_os_error()));
+    }
+    match &plan.fs {
+        Some(fs) => mounts::apply(&fs.mounts, &fs.identities),
+        None => mounts::follow_host(),
+    }
+    .and_then(|()| mounts::own_proc())
+    .map_err(fail("mounts"))?;
     if let Some(fs) = &mut plan.fs {
-        // SAFETY: plain syscall; the process is single-threaded.
-        if unsafe { libc::unshare(libc::CLONE_NEWNS) } < 0 {
-            return Err(os_fail("namespaces")(std::io::Error::last_os_error()));
-        }
-        mounts::apply(&fs.mounts, &fs.identities).map_err(fail("mounts"))?;
         if let Some((grant, id)) = own_terminal() {
             fs.identities.insert(grant.path.clone(), id);
             fs.grants.push(grant);
@@ -244,7 +253,7 @@ fn run(
     if unsafe { libc::close_range(3, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC as i32) } != 0 {
         return Err(os_fail("fds")(std::io::Error::last_os_error()));
     }
-    seccomp::apply(filters).map_err(fail("seccomp"))?;
+    seccomp::apply(std::slice::from_ref(late_filter)).map_err(fail("seccomp"))?;
 
     // Only now, with everything in place, the program's environment (execvp searches its PATH).
     for (key, value) in &plan.env {

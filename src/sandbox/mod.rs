@@ -5,7 +5,8 @@
 //! workspace metadata ([`protected`]), and turns the result into a [`plan::Plan`]. The launch
 //! then runs the daemon's own binary as a helper ([`helper`]), which applies the plan to itself
 //! and executes the real program. Everything that cannot be enforced fails the request
-//! (-32602) before anything runs. [`denial`] classifies exits as sandbox denials.
+//! (-32602) before anything runs. [`denial`] classifies exits as sandbox denials; [`peers`]
+//! keeps sandboxed processes off the daemon's own listener.
 
 pub mod denial;
 mod glob;
@@ -13,6 +14,7 @@ pub mod guard;
 pub mod helper;
 mod landlock;
 mod mounts;
+pub mod peers;
 pub mod plan;
 mod policy;
 mod pool;
@@ -422,8 +424,6 @@ pub struct Launch {
     sandboxed: Sandboxed,
     /// The helper's control socket and pid, once it has the plan.
     control: Option<(tokio::net::UnixStream, i32)>,
-    /// The plan makes a mount namespace.
-    mounts: bool,
 }
 
 /// What a running sandboxed process keeps: the classifier's context, its placeholders, and its
@@ -471,7 +471,6 @@ impl Prepared {
                 mount_namespace: None,
             },
             control: None,
-            mounts: self.plan.fs.is_some(),
         })
     }
 }
@@ -508,7 +507,6 @@ impl Launch {
             program,
             mut sandboxed,
             control,
-            mounts,
             ..
         } = self;
         let (mut control, pid) = control.expect("confirm follows a spawn");
@@ -528,9 +526,8 @@ impl Launch {
         }
         if text.is_empty() {
             // A program that already exited has torn its namespace down itself.
-            sandboxed.mount_namespace = mounts
-                .then(|| std::fs::File::open(format!("/proc/{pid}/ns/mnt")).ok())
-                .flatten()
+            sandboxed.mount_namespace = std::fs::File::open(format!("/proc/{pid}/ns/mnt"))
+                .ok()
                 .map(OwnedFd::from);
             return Ok(sandboxed);
         }

@@ -207,7 +207,7 @@ pub fn open_verified(
 /// Builds the view; the caller has unshared the mount namespace.
 pub fn apply(ops: &[MountOp], ids: &Identities) -> Result<(), String> {
     // Nothing done here may reach the host's mount table.
-    sys_mount_private().map_err(|err| format!("making mounts private: {err}"))?;
+    propagation(libc::MS_PRIVATE).map_err(|err| format!("making mounts private: {err}"))?;
     let host_read_only: Vec<bool> = ops
         .iter()
         .map(|op| match op {
@@ -271,6 +271,36 @@ pub fn is_dir(stat: &nix::sys::stat::FileStat) -> bool {
     stat.st_mode & libc::S_IFMT == libc::S_IFDIR
 }
 
+/// For a file system the plan leaves unrestricted (the caller has unshared the mount
+/// namespace): host mounts keep propagating in, and nothing done here propagates out.
+pub fn follow_host() -> Result<(), String> {
+    propagation(libc::MS_SLAVE).map_err(|err| format!("making mounts slaves: {err}"))
+}
+
+/// Mounts a new procfs instance over `/proc`, read-only, with `hidepid=invisible`: a
+/// `/proc/<pid>` directory then exists only for processes the viewer may ptrace-read, which
+/// Landlock refuses across domains and capabilities refuse towards any process that holds
+/// some. So the sandbox sees its own processes only: not the daemon (its cmdline, its
+/// `net/tcp`), not another launch. Procfs options are per instance (Linux 5.8), so the host's
+/// `/proc` is unchanged. The exempt group (`gid=`, root's by default) is one the process is
+/// not in, and cannot join without CAP_SETGID.
+pub fn own_proc() -> Result<(), String> {
+    let groups = nix::unistd::getgroups().unwrap_or_default();
+    let own = [nix::unistd::getgid(), nix::unistd::getegid()];
+    let exempt = (1..u32::MAX)
+        .rev()
+        .map(nix::unistd::Gid::from_raw)
+        .find(|gid| !groups.contains(gid) && !own.contains(gid))
+        .ok_or("no group is free to exempt from hidepid")?
+        .to_string();
+    let options = [("hidepid", "invisible"), ("gid", exempt.as_str())];
+    let mounted = fsopen("proc", &options).and_then(|fs| {
+        let tree = fsmount(&fs, libc::MOUNT_ATTR_RDONLY)?;
+        attach(&tree, Path::new("/proc"))
+    });
+    mounted.map_err(|err| format!("mounting a private /proc: {err}"))
+}
+
 fn mask(
     path: &Path,
     keep: &[PathBuf],
@@ -278,8 +308,8 @@ fn mask(
 ) -> std::io::Result<()> {
     let is_dir = kinds.get(path).copied().unwrap_or(true);
     let mode = if keep.is_empty() { "0" } else { "111" };
-    let fs = fsopen_tmpfs(if is_dir { mode } else { "755" })?;
-    let mnt = fsmount(&fs)?;
+    let fs = fsopen("tmpfs", &[("mode", if is_dir { mode } else { "755" })])?;
+    let mnt = fsmount(&fs, 0)?;
     let tree = if is_dir {
         for kept in keep {
             let relative = kept.strip_prefix(path).expect("kept paths are inside");
@@ -323,7 +353,8 @@ fn check(rc: libc::c_long) -> std::io::Result<libc::c_long> {
     }
 }
 
-fn sys_mount_private() -> std::io::Result<()> {
+/// Sets the propagation of every mount (`MS_PRIVATE`, `MS_SLAVE`).
+fn propagation(kind: libc::c_ulong) -> std::io::Result<()> {
     let root = cpath(Path::new("/"))?;
     // SAFETY: valid strings; NULL source, type and data are allowed for a propagation change.
     let rc = unsafe {
@@ -331,7 +362,7 @@ fn sys_mount_private() -> std::io::Result<()> {
             std::ptr::null(),
             root.as_ptr(),
             std::ptr::null(),
-            libc::MS_REC | libc::MS_PRIVATE,
+            libc::MS_REC | kind,
             std::ptr::null(),
         )
     };
@@ -439,37 +470,51 @@ fn attach(tree: &OwnedFd, target: &Path) -> std::io::Result<()> {
     check(rc).map(drop)
 }
 
-fn fsopen_tmpfs(mode: &str) -> std::io::Result<OwnedFd> {
-    let name = CString::new("tmpfs").expect("no NUL");
+/// A new, configured instance of file system `fstype`, ready for [`fsmount`].
+fn fsopen(fstype: &str, options: &[(&str, &str)]) -> std::io::Result<OwnedFd> {
+    let name = cpath(Path::new(fstype))?;
     // SAFETY: valid string.
     let fd =
         check(unsafe { libc::syscall(libc::SYS_fsopen, name.as_ptr(), libc::FSOPEN_CLOEXEC) })?;
     // SAFETY: new fd we own.
     let fs = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
-    let key = CString::new("mode").expect("no NUL");
-    let value = CString::new(mode).expect("no NUL");
-    for (cmd, key, value) in [
-        (libc::FSCONFIG_SET_STRING, key.as_ptr(), value.as_ptr()),
-        (
-            libc::FSCONFIG_CMD_CREATE,
-            std::ptr::null(),
-            std::ptr::null(),
-        ),
-    ] {
-        // SAFETY: valid fd and strings (or NULL where the command takes none).
-        check(unsafe { libc::syscall(libc::SYS_fsconfig, fs.as_raw_fd(), cmd, key, value, 0) })?;
+    for (key, value) in options {
+        let (key, value) = (cpath(Path::new(key))?, cpath(Path::new(value))?);
+        // SAFETY: valid fd and strings.
+        check(unsafe {
+            libc::syscall(
+                libc::SYS_fsconfig,
+                fs.as_raw_fd(),
+                libc::FSCONFIG_SET_STRING,
+                key.as_ptr(),
+                value.as_ptr(),
+                0,
+            )
+        })?;
     }
+    // SAFETY: valid fd; the command takes no key or value.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            fs.as_raw_fd(),
+            libc::FSCONFIG_CMD_CREATE,
+            std::ptr::null::<libc::c_char>(),
+            std::ptr::null::<libc::c_char>(),
+            0,
+        )
+    })?;
     Ok(fs)
 }
 
-fn fsmount(fs: &OwnedFd) -> std::io::Result<OwnedFd> {
+/// A detached mount of `fs`, never with devices, setuid or executables, plus `attrs`.
+fn fsmount(fs: &OwnedFd, attrs: u64) -> std::io::Result<OwnedFd> {
     // SAFETY: valid fd.
     let fd = check(unsafe {
         libc::syscall(
             libc::SYS_fsmount,
             fs.as_raw_fd(),
             libc::FSMOUNT_CLOEXEC,
-            libc::MOUNT_ATTR_NODEV | libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NOEXEC,
+            libc::MOUNT_ATTR_NODEV | libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NOEXEC | attrs,
         )
     })?;
     // SAFETY: new fd we own.

@@ -150,6 +150,20 @@ async fn start(network_restricted: bool, background: bool) -> Result<Helper, Sta
         .stdin(Stdio::from(theirs))
         .stdout(Stdio::null())
         .stderr(Stdio::null());
+    // On the host's network, the helper must be in the cgroup whose connections the daemon
+    // refuses (`super::peers`) before it runs anything; without one, nothing may run there.
+    let cgroup = match (network_restricted, super::peers::cgroup()) {
+        (true, _) => None,
+        (false, Ok(cgroup)) => Some(cgroup),
+        (false, Err(why)) => {
+            return Err(StartError::Refused(Failure {
+                stage: "network".into(),
+                message: why.clone(),
+                errno: None,
+                denied: false,
+            }))
+        }
+    };
     // No pre_exec, so std uses posix_spawn; the parent thread waits for the exec, so off the
     // async workers. The child inherits the thread's scheduling policy.
     let (mut child, scheduling) = tokio::task::spawn_blocking(move || {
@@ -162,7 +176,21 @@ async fn start(network_restricted: bool, background: bool) -> Result<Helper, Sta
         if background {
             scheduling.apply(0)?;
         }
-        Ok::<_, io::Error>((spawned?, scheduling))
+        let mut child = spawned?;
+        if let Some(cgroup) = cgroup {
+            let admitted = child
+                .id()
+                .ok_or_else(|| io::Error::other("the helper was reaped"))
+                .and_then(|pid| cgroup.admit(pid));
+            if let Err(err) = admitted {
+                let _ = child.start_kill();
+                return Err(io::Error::new(
+                    err.kind(),
+                    format!("moving the helper into the sandbox cgroup: {err}"),
+                ));
+            }
+        }
+        Ok::<_, io::Error>((child, scheduling))
     })
     .await
     .map_err(io::Error::other)??;

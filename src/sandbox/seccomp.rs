@@ -1,14 +1,21 @@
-//! The seccomp filter, installed last (after everything that needs the denied calls).
+//! The seccomp filters: most attached when the helper starts, the rest last, after the
+//! setup that needs the calls they deny ([`Filters`]).
 //!
 //! Every sandboxed mode denies with EPERM: `ptrace`, `process_vm_readv/writev`, the io_uring
 //! calls (io_uring can open sockets without `socket(2)`), `socket`/`socketpair` for AF_VSOCK
 //! (host services; a network namespace does not isolate vsock), the mount API, `unshare`,
-//! `setns`, `bpf` and the kernel keyring calls. With network restricted, `socket` and
-//! `socketpair` are denied for every family but AF_UNIX; `connect`, `sendto` and friends stay
-//! allowed so local IPC (socketpairs, asyncio's self-pipe) works, and the empty network
+//! `setns`, `bpf` and the kernel keyring calls. Calls that can act on another process by pid
+//! (resource limits, scheduling, priority, I/O priority, NUMA pages) are denied unless they name
+//! the caller (pid 0): as uid 0 the sandbox would otherwise pass their same-owner checks for
+//! every root process, the daemon included. Calls that create or chmod a file with the setuid
+//! or setgid bit are denied: the file would carry root's privilege to whoever runs it on the
+//! host. `openat2` takes its mode in a struct seccomp cannot read, so it answers ENOSYS, which
+//! makes libc and language runtimes fall back to `openat`. With network restricted, `socket`
+//! and `socketpair` are denied for every family but AF_UNIX; `connect`, `sendto` and friends
+//! stay allowed so local IPC (socketpairs, asyncio's self-pipe) works, and the empty network
 //! namespace leaves nothing else to reach. seccompiler's architecture check kills any
-//! non-native call (i386 `int 0x80`); a second filter kills x32 calls, which carry a bit in
-//! the syscall number that a number-keyed filter would not see.
+//! non-native call (i386 `int 0x80`); a second, hand-written filter kills x32 calls, which
+//! carry a bit in the syscall number that a number-keyed filter would not see.
 
 pub use seccompiler::BpfProgram;
 use seccompiler::{
@@ -24,6 +31,14 @@ const ALWAYS_DENIED: &[libc::c_long] = &[
     libc::SYS_io_uring_setup,
     libc::SYS_io_uring_enter,
     libc::SYS_io_uring_register,
+    libc::SYS_bpf,
+    libc::SYS_keyctl,
+    libc::SYS_add_key,
+    libc::SYS_request_key,
+];
+
+/// Denied only once the helper has built the view, which needs them.
+const DENIED_AFTER_SETUP: &[libc::c_long] = &[
     libc::SYS_mount,
     libc::SYS_umount2,
     libc::SYS_pivot_root,
@@ -36,28 +51,103 @@ const ALWAYS_DENIED: &[libc::c_long] = &[
     libc::SYS_mount_setattr,
     libc::SYS_unshare,
     libc::SYS_setns,
-    libc::SYS_bpf,
-    libc::SYS_keyctl,
-    libc::SYS_add_key,
-    libc::SYS_request_key,
 ];
 
-fn family_rule(op: SeccompCmpOp, family: libc::c_int) -> Result<SeccompRule, String> {
-    let condition = SeccompCondition::new(0, SeccompCmpArgLen::Dword, op, family as u64)
+/// Calls whose first argument is a pid (0: the caller).
+const OWN_PROCESS_ONLY: &[libc::c_long] = &[
+    libc::SYS_prlimit64,
+    libc::SYS_sched_setaffinity,
+    libc::SYS_sched_setparam,
+    libc::SYS_sched_setscheduler,
+    libc::SYS_sched_setattr,
+    libc::SYS_migrate_pages,
+    libc::SYS_move_pages,
+];
+
+/// Calls taking `(which, who, ...)`, with the `which` that names one process by `who`
+/// (who 0: the caller); any other `which` (a process group, a user) reaches other processes.
+const ONE_PROCESS_BY_WHICH: &[(libc::c_long, u64)] = &[
+    (libc::SYS_setpriority, libc::PRIO_PROCESS as u64),
+    (libc::SYS_ioprio_set, 1), // IOPRIO_WHO_PROCESS
+];
+
+/// Calls that set a file's mode, and which argument holds it.
+const MODE_SETTERS: &[(libc::c_long, u8)] = &[
+    (libc::SYS_chmod, 1),
+    (libc::SYS_fchmod, 1),
+    (libc::SYS_fchmodat, 2),
+    (libc::SYS_fchmodat2, 2),
+    (libc::SYS_creat, 1),
+    (libc::SYS_mknod, 1),
+    (libc::SYS_mknodat, 2),
+];
+
+/// Calls that set a file's mode only when their flags create one: (call, flags arg, mode arg).
+const CREATING_OPENS: &[(libc::c_long, u8, u8)] =
+    &[(libc::SYS_open, 1, 2), (libc::SYS_openat, 2, 3)];
+
+/// The open flags that create a file (`O_TMPFILE` without the `O_DIRECTORY` it includes).
+const CREATE_FLAGS: &[libc::c_int] = &[libc::O_CREAT, libc::O_TMPFILE & !libc::O_DIRECTORY];
+
+const PRIVILEGE_BITS: &[libc::mode_t] = &[libc::S_ISUID, libc::S_ISGID];
+
+fn rule(conditions: &[(u8, SeccompCmpOp, u64)]) -> Result<SeccompRule, String> {
+    let conditions = conditions
+        .iter()
+        .map(|(arg, op, value)| {
+            SeccompCondition::new(*arg, SeccompCmpArgLen::Dword, op.clone(), *value)
+        })
+        .collect::<Result<_, _>>()
         .map_err(|e| e.to_string())?;
-    SeccompRule::new(vec![condition]).map_err(|e| e.to_string())
+    SeccompRule::new(conditions).map_err(|e| e.to_string())
 }
 
-pub fn filters(network_restricted: bool) -> Result<Vec<BpfProgram>, String> {
+/// `(arg & bit) == bit`.
+fn has(arg: u8, bit: u64) -> (u8, SeccompCmpOp, u64) {
+    (arg, SeccompCmpOp::MaskedEq(bit), bit)
+}
+
+/// The filters, in two parts. `early`: attached when the helper starts, before any plan,
+/// since nothing the helper does until the exec needs what they deny; this is most of the
+/// rules, and attaching a filter costs time in proportion to its length. `late`: attached
+/// last, after the view is built: the mount API, `unshare`, `setns`, and `openat2`.
+pub struct Filters {
+    pub early: Vec<BpfProgram>,
+    pub late: BpfProgram,
+}
+
+pub fn filters(network_restricted: bool) -> Result<Filters, String> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
         ALWAYS_DENIED.iter().map(|&nr| (nr, Vec::new())).collect();
-    let socket_rule = if network_restricted {
+    let (op, family) = if network_restricted {
         (SeccompCmpOp::Ne, libc::AF_UNIX)
     } else {
         (SeccompCmpOp::Eq, libc::AF_VSOCK)
     };
     for nr in [libc::SYS_socket, libc::SYS_socketpair] {
-        rules.insert(nr, vec![family_rule(socket_rule.0.clone(), socket_rule.1)?]);
+        rules.insert(nr, vec![rule(&[(0, op.clone(), family as u64)])?]);
+    }
+    for &nr in OWN_PROCESS_ONLY {
+        rules.insert(nr, vec![rule(&[(0, SeccompCmpOp::Ne, 0)])?]);
+    }
+    for &(nr, which) in ONE_PROCESS_BY_WHICH {
+        let other_which = rule(&[(0, SeccompCmpOp::Ne, which)])?;
+        rules.insert(nr, vec![other_which, rule(&[(1, SeccompCmpOp::Ne, 0)])?]);
+    }
+    for &(nr, mode) in MODE_SETTERS {
+        let bits = PRIVILEGE_BITS
+            .iter()
+            .map(|&bit| rule(&[has(mode, bit.into())]));
+        rules.insert(nr, bits.collect::<Result<_, _>>()?);
+    }
+    for &(nr, flags, mode) in CREATING_OPENS {
+        let mut creating = Vec::new();
+        for &flag in CREATE_FLAGS {
+            for &bit in PRIVILEGE_BITS {
+                creating.push(rule(&[has(flags, flag as u64), has(mode, bit.into())])?);
+            }
+        }
+        rules.insert(nr, creating);
     }
     let arch = std::env::consts::ARCH
         .try_into()
@@ -72,11 +162,43 @@ pub fn filters(network_restricted: bool) -> Result<Vec<BpfProgram>, String> {
     let program: BpfProgram = filter
         .try_into()
         .map_err(|e: seccompiler::BackendError| e.to_string())?;
-    let mut programs = vec![program];
-    programs.extend(x32_filter());
-    Ok(programs)
+    let mut early = vec![program];
+    early.extend(x32_filter());
+    Ok(Filters {
+        early,
+        late: late_filter(),
+    })
 }
 
+/// EPERM for [`DENIED_AFTER_SETUP`], ENOSYS for `openat2` (an action the first filter cannot
+/// give besides EPERM). A plain list of comparisons: the early filter already kills every
+/// non-native call, so the number needs no architecture check.
+fn late_filter() -> BpfProgram {
+    const LD_W_ABS: u16 = 0x20;
+    const JEQ_K: u16 = 0x15;
+    const RET_K: u16 = 0x06;
+    let op = |code, jt, jf, k| sock_filter { code, jt, jf, k };
+    let calls: Vec<(libc::c_long, u8)> = DENIED_AFTER_SETUP
+        .iter()
+        .map(|&nr| (nr, 0))
+        .chain([(libc::SYS_openat2, 1)])
+        .collect();
+    // [load, one comparison per call, ALLOW, EPERM, ENOSYS]
+    let mut program = vec![op(LD_W_ABS, 0, 0, 0)]; // seccomp_data.nr
+    for (index, &(nr, outcome)) in calls.iter().enumerate() {
+        let to_eperm = (calls.len() - index) as u8;
+        program.push(op(JEQ_K, to_eperm + outcome, 0, nr as u32));
+    }
+    program.extend([
+        op(RET_K, 0, 0, libc::SECCOMP_RET_ALLOW),
+        op(RET_K, 0, 0, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32),
+        op(RET_K, 0, 0, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
+    ]);
+    program
+}
+
+/// Kills x32 calls, which carry a bit in the syscall number that a number-keyed filter would
+/// not see.
 #[cfg(target_arch = "x86_64")]
 fn x32_filter() -> Option<BpfProgram> {
     const LD_W_ABS: u16 = 0x20;

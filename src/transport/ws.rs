@@ -63,6 +63,17 @@ pub async fn serve(addr: SocketAddr, registry: Arc<Registry>) -> anyhow::Result<
                 continue;
             }
         };
+        // One netlink round trip, cheaper than a hop to a blocking thread.
+        let from_sandbox = stream
+            .local_addr()
+            .map_or(true, |local| crate::sandbox::peers::refuse(local, peer));
+        if from_sandbox {
+            tracing::warn!(
+                "refused a connection from {peer}: made inside a sandbox, or gone before it could \
+                 be checked"
+            );
+            continue;
+        }
         let Ok(permit) = pending.clone().try_acquire_owned() else {
             tracing::debug!(%peer, "too many connections in their HTTP phase; closing");
             continue;
