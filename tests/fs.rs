@@ -622,6 +622,54 @@ async fn copy_of_a_directory_needs_recursive_and_refuses_itself() {
 }
 
 #[tokio::test]
+async fn copy_stops_at_the_reported_size_and_refuses_devices() {
+    use std::os::unix::process::CommandExt as _;
+    let mut command = Daemon::command(env!("CARGO_BIN_EXE_exec-server"), &[], &[]);
+    // A daemon that copies without end writes at most 64 MiB here (then dies of SIGXFSZ).
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 64 << 20,
+                rlim_max: 64 << 20,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let daemon = Daemon::launch(command);
+    let (client, _) = daemon.session().await;
+    let dir = scratch_dir();
+    // /proc/self/pagemap reports size 0 and reads on for terabytes.
+    let copied = dir.path().join("pagemap");
+    let params = json!({
+        "sourcePath": "file:///proc/self/pagemap",
+        "destinationPath": file_uri(&copied),
+        "recursive": false,
+    });
+    let result = tokio::time::timeout(Duration::from_secs(10), client.request("fs/copy", params))
+        .await
+        .expect("fs/copy of /proc/self/pagemap ends");
+    assert_eq!(result.unwrap(), json!({}));
+    assert_eq!(std::fs::metadata(&copied).unwrap().len(), 0);
+    for device in ["/dev/zero", "/dev/null"] {
+        let params = json!({
+            "sourcePath": format!("file://{device}"),
+            "destinationPath": file_uri(&dir.path().join("device")),
+            "recursive": false,
+        });
+        let error = client.request("fs/copy", params).await.unwrap_err();
+        assert_error(
+            &error,
+            -32600,
+            "fs/copy only supports regular files, directories, and symlinks",
+        );
+    }
+    assert!(!dir.path().join("device").exists());
+}
+
+#[tokio::test]
 async fn recursive_copy_keeps_symlinks_and_skips_fifos() {
     let fs = setup().await;
     std::fs::create_dir_all(fs.path("src/sub/deep")).unwrap();
