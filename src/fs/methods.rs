@@ -6,6 +6,7 @@ use super::host::{blocking, host_path, id_or_new};
 use super::oneshot::{follow, Request};
 use super::read_stream;
 use super::sandbox::{refuse, route, Route};
+use super::WatchBudget;
 use crate::rpc::dispatch::{decode, encode, RequestCtx};
 use crate::rpc::reply::Success;
 use crate::rpc::RpcError;
@@ -181,6 +182,12 @@ async fn watch(ctx: &RequestCtx, params: WatchParams) -> Result<WatchResult, Rpc
     refuse(route(params.sandbox)?, "fs/watch")?;
     let watch_id = id_or_new(params.watch_id, "watch")?;
     let path = host_path(&params.path)?;
+    let registry = &ctx.connection.registry;
+    let budget = WatchBudget {
+        daemon: registry.watched_directories.clone(),
+        daemon_limit: registry.config.max_watched_directories,
+        connection_limit: registry.config.max_watched_directories_per_connection,
+    };
     ctx.connection
         .fs
         .watches
@@ -189,6 +196,7 @@ async fn watch(ctx: &RequestCtx, params: WatchParams) -> Result<WatchResult, Rpc
             path,
             params.recursive,
             ctx.connection.outbound.clone(),
+            budget,
         )
         .await?;
     Ok(WatchResult { watch_id })
