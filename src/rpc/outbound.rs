@@ -235,4 +235,42 @@ mod tests {
         let (stdio, _queue) = Outbound::new(false, 1 << 20);
         assert!(!stdio.enable_binary());
     }
+
+    fn pending<F: std::future::Future>(future: std::pin::Pin<&mut F>) -> bool {
+        futures::FutureExt::now_or_never(future).is_none()
+    }
+
+    #[tokio::test]
+    async fn a_message_holds_its_bytes_until_the_writer_asks_for_the_next() {
+        let budget = 2 * (100 + MESSAGE_OVERHEAD);
+        let (outbound, mut queue) = Outbound::new(false, budget);
+        let text = || "x".repeat(100);
+        outbound.send(text()).await.unwrap();
+        outbound.send(text()).await.unwrap();
+        let third = outbound.send(text());
+        tokio::pin!(third);
+        assert!(pending(third.as_mut()), "the queue is full");
+        queue.recv().await.unwrap();
+        assert!(
+            pending(third.as_mut()),
+            "the first message is still being written"
+        );
+        queue.recv().await.unwrap();
+        assert!(!pending(third.as_mut()), "the first message was written");
+        // Larger than the whole budget: waits for an empty queue, then goes alone.
+        let huge = outbound.send("y".repeat(10 * budget));
+        tokio::pin!(huge);
+        assert!(pending(huge.as_mut()));
+        queue.recv().await.unwrap();
+        assert!(
+            pending(huge.as_mut()),
+            "the third message is still being written"
+        );
+        // Asking for the next message releases the third (nothing is queued yet).
+        assert!(pending(std::pin::pin!(queue.recv())));
+        assert!(!pending(huge.as_mut()));
+        assert!(
+            matches!(queue.recv().await, Some(Message::Text(text)) if text.len() == 10 * budget)
+        );
+    }
 }
