@@ -57,6 +57,40 @@ pub struct Args {
     #[arg(long, env = "EXEC_SERVER_MAX_MESSAGE_BYTES", default_value_t = 64 * 1024 * 1024)]
     pub max_message_bytes: usize,
 
+    /// Requests of one connection handled at once; beyond it the connection is not read
+    /// (backpressure, not errors).
+    #[arg(
+        long,
+        env = "EXEC_SERVER_MAX_REQUESTS_IN_FLIGHT",
+        default_value_t = 256
+    )]
+    pub max_requests_in_flight: usize,
+
+    /// Bytes of replies and notifications queued per connection; beyond it producers wait, and a
+    /// connection that does not read its replies stops being read.
+    #[arg(long, env = "EXEC_SERVER_OUTBOUND_BUFFER_BYTES", default_value_t = 16 * 1024 * 1024)]
+    pub outbound_buffer_bytes: usize,
+
+    /// Largest file `fs/readFile` returns whole; larger ones are read with `fs/open` and
+    /// `fs/readBlock`.
+    #[arg(long, env = "EXEC_SERVER_MAX_READ_FILE_BYTES", default_value_t = 32 * 1024 * 1024)]
+    pub max_read_file_bytes: u64,
+
+    /// Largest response body a buffered `http/request` returns; larger ones are streamed with
+    /// `streamResponse: true`.
+    #[arg(long, env = "EXEC_SERVER_MAX_HTTP_BODY_BYTES", default_value_t = 32 * 1024 * 1024)]
+    pub max_http_body_bytes: usize,
+
+    /// Directories all `fs/watch`es of the daemon may watch together (inotify watches).
+    /// Default: half of /proc/sys/fs/inotify/max_user_watches.
+    #[arg(long, env = "EXEC_SERVER_MAX_WATCHED_DIRECTORIES")]
+    pub max_watched_directories: Option<usize>,
+
+    /// Directories the `fs/watch`es of one connection may watch together.
+    /// Default: an eighth of /proc/sys/fs/inotify/max_user_watches.
+    #[arg(long, env = "EXEC_SERVER_MAX_WATCHED_DIRECTORIES_PER_CONNECTION")]
+    pub max_watched_directories_per_connection: Option<usize>,
+
     /// Interval of WebSocket pings; a peer that sends nothing (not even a pong) for two
     /// intervals is disconnected and its session detached.
     #[arg(long, env = "EXEC_SERVER_PING_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
@@ -122,6 +156,12 @@ pub struct Config {
     pub output_retention_bytes: usize,
     pub output_retention_chunks: usize,
     pub max_message_bytes: usize,
+    pub max_requests_in_flight: usize,
+    pub outbound_buffer_bytes: usize,
+    pub max_read_file_bytes: u64,
+    pub max_http_body_bytes: usize,
+    pub max_watched_directories: usize,
+    pub max_watched_directories_per_connection: usize,
     pub ping_interval: Duration,
     pub upgrade_timeout: Duration,
     pub max_pending_connections: usize,
@@ -155,6 +195,18 @@ impl Args {
             self.max_pending_connections > 0,
             "--max-pending-connections must be positive"
         );
+        for (flag, value) in [
+            ("--max-requests-in-flight", self.max_requests_in_flight),
+            ("--outbound-buffer-bytes", self.outbound_buffer_bytes),
+        ] {
+            anyhow::ensure!(value > 0, "{flag} must be positive");
+        }
+        // The budget is counted in semaphore permits.
+        anyhow::ensure!(
+            u32::try_from(self.outbound_buffer_bytes).is_ok(),
+            "--outbound-buffer-bytes must be below 4 GiB"
+        );
+        let user_watches = max_user_watches();
         Ok(Config {
             connection_token: token,
             session_ttl: self.session_ttl,
@@ -162,6 +214,14 @@ impl Args {
             output_retention_bytes: self.output_retention_bytes,
             output_retention_chunks: self.output_retention_chunks,
             max_message_bytes: self.max_message_bytes,
+            max_requests_in_flight: self.max_requests_in_flight,
+            outbound_buffer_bytes: self.outbound_buffer_bytes,
+            max_read_file_bytes: self.max_read_file_bytes,
+            max_http_body_bytes: self.max_http_body_bytes,
+            max_watched_directories: self.max_watched_directories.unwrap_or(user_watches / 2),
+            max_watched_directories_per_connection: self
+                .max_watched_directories_per_connection
+                .unwrap_or(user_watches / 8),
             ping_interval: self.ping_interval,
             upgrade_timeout: self.upgrade_timeout,
             max_pending_connections: self.max_pending_connections,
@@ -191,4 +251,13 @@ fn read_token_file(path: &Path) -> anyhow::Result<String> {
     let mut text = String::new();
     file.read_to_string(&mut text).with_context(cannot_read)?;
     Ok(text.trim_end_matches(['\r', '\n']).to_owned())
+}
+
+/// The user's inotify watch limit, shared by every process of the user (8192, the kernel's
+/// old default, when unreadable).
+fn max_user_watches() -> usize {
+    std::fs::read_to_string("/proc/sys/fs/inotify/max_user_watches")
+        .ok()
+        .and_then(|text| text.trim().parse().ok())
+        .unwrap_or(8192)
 }

@@ -196,7 +196,7 @@ async fn read_file_enforces_the_size_limits() {
     assert_error(
         &error,
         -32600,
-        "file is too large to read: limit is 3 bytes",
+        "file is too large to read: limit is 3 bytes; read it in blocks with fs/open and fs/readBlock",
     );
     let exact = fs
         .call(
@@ -206,9 +206,10 @@ async fn read_file_enforces_the_size_limits() {
         .await;
     assert_eq!(unb64(&exact["dataBase64"]), b"1234");
 
-    // A sparse file one byte over 512 MiB fails from its metadata, without being read.
+    // A sparse file one byte over the daemon's default cap (32 MiB) fails from its metadata,
+    // without being read, whatever `maxBytes` asks for.
     let big = std::fs::File::create(fs.path("big")).unwrap();
-    big.set_len(512 * 1024 * 1024 + 1).unwrap();
+    big.set_len(32 * 1024 * 1024 + 1).unwrap();
     let started = Instant::now();
     let error = fs
         .fail(
@@ -219,9 +220,45 @@ async fn read_file_enforces_the_size_limits() {
     assert_error(
         &error,
         -32600,
-        "file is too large to read: limit is 536870912 bytes",
+        "file is too large to read: limit is 33554432 bytes; read it in blocks with fs/open and fs/readBlock",
     );
     assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+#[tokio::test]
+async fn read_file_is_capped_by_the_daemon_flag_and_names_fs_open() {
+    let daemon = Daemon::start_with(&["--max-read-file-bytes", "1024"], &[]);
+    let (client, _) = daemon.session().await;
+    let dir = scratch_dir();
+    let (fits, over) = (dir.path().join("fits"), dir.path().join("over"));
+    std::fs::write(&fits, vec![1u8; 1024]).unwrap();
+    std::fs::write(&over, vec![1u8; 1025]).unwrap();
+    let read = client
+        .call("fs/readFile", json!({"path": file_uri(&fits)}))
+        .await;
+    assert_eq!(unb64(&read["dataBase64"]).len(), 1024);
+    for params in [
+        json!({"path": file_uri(&over)}),
+        json!({"path": file_uri(&over), "maxBytes": 1u64 << 30}),
+    ] {
+        let error = client.request("fs/readFile", params).await.unwrap_err();
+        assert_error(
+            &error,
+            -32600,
+            "file is too large to read: limit is 1024 bytes; read it in blocks with fs/open and fs/readBlock",
+        );
+    }
+    // The stream the error names reads it.
+    let handle = client
+        .call("fs/open", json!({"path": file_uri(&over)}))
+        .await;
+    let block = client
+        .call(
+            "fs/readBlock",
+            json!({"handleId": handle["handleId"], "offset": 0, "len": 2048}),
+        )
+        .await;
+    assert_eq!(unb64(&block["chunk"]).len(), 1025);
 }
 
 #[tokio::test]
@@ -586,6 +623,54 @@ async fn copy_copies_files_and_keeps_symlinks_as_symlinks() {
         )
         .await;
     assert_eq!(error["code"], -32004);
+}
+
+#[tokio::test]
+async fn copy_stops_at_the_reported_size_and_refuses_devices() {
+    use std::os::unix::process::CommandExt as _;
+    let mut command = Daemon::command(env!("CARGO_BIN_EXE_exec-server"), &[], &[]);
+    // A daemon that copies without end writes at most 64 MiB here (then dies of SIGXFSZ).
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 64 << 20,
+                rlim_max: 64 << 20,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let daemon = Daemon::launch(command);
+    let (client, _) = daemon.session().await;
+    let dir = scratch_dir();
+    // /proc/self/pagemap reports size 0 and reads on for terabytes.
+    let copied = dir.path().join("pagemap");
+    let params = json!({
+        "sourcePath": "file:///proc/self/pagemap",
+        "destinationPath": file_uri(&copied),
+        "recursive": false,
+    });
+    let result = tokio::time::timeout(Duration::from_secs(10), client.request("fs/copy", params))
+        .await
+        .expect("fs/copy of /proc/self/pagemap ends");
+    assert_eq!(result.unwrap(), json!({}));
+    assert_eq!(std::fs::metadata(&copied).unwrap().len(), 0);
+    for device in ["/dev/zero", "/dev/null"] {
+        let params = json!({
+            "sourcePath": format!("file://{device}"),
+            "destinationPath": file_uri(&dir.path().join("device")),
+            "recursive": false,
+        });
+        let error = client.request("fs/copy", params).await.unwrap_err();
+        assert_error(
+            &error,
+            -32600,
+            "fs/copy only supports regular files, directories, and symlinks",
+        );
+    }
+    assert!(!dir.path().join("device").exists());
 }
 
 #[tokio::test]

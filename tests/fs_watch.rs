@@ -185,3 +185,79 @@ async fn watches_end_with_their_connection() {
     })
     .await;
 }
+
+/// A tree of `subdirectories` directories under a fresh `root`.
+fn tree(root: &Path, subdirectories: usize) {
+    for index in 0..subdirectories {
+        std::fs::create_dir_all(root.join(format!("d{}/e{index}", index % 2))).unwrap();
+    }
+}
+
+#[tokio::test]
+async fn watched_directories_are_budgeted_per_connection_and_daemon_wide() {
+    let daemon = Daemon::start_with(
+        &[
+            "--max-watched-directories-per-connection",
+            "8",
+            "--max-watched-directories",
+            "11",
+        ],
+        &[],
+    );
+    let (client, _) = daemon.session().await;
+    let dir = scratch_dir();
+    let big = dir.path().join("big");
+    tree(&big, 20);
+    // Five directories each: the root, d0, d1, d0/e0 and d1/e1.
+    let small: Vec<_> = (0..3)
+        .map(|i| dir.path().join(format!("small{i}")))
+        .collect();
+    for root in &small {
+        tree(root, 2);
+    }
+    let watch = |id: &str, path: &Path, recursive: bool| json!({"watchId": id, "path": file_uri(path), "recursive": recursive});
+    let refused = |error: Value, scope: &str| {
+        assert_eq!(error["code"], -32602, "{error}");
+        let message = error["message"].as_str().unwrap();
+        assert!(message.contains(scope), "{message}");
+        assert!(message.starts_with("fs/watch would exceed"), "{message}");
+    };
+    let error = client
+        .request("fs/watch", watch("big", &big, true))
+        .await
+        .unwrap_err();
+    refused(error, "the limit of 8 watched directories per connection");
+    client.call("fs/watch", watch("a", &small[0], true)).await;
+    let error = client
+        .request("fs/watch", watch("b", &small[1], true))
+        .await
+        .unwrap_err();
+    refused(error, "5 are in use");
+    // A non-recursive watch is one directory.
+    client
+        .call("fs/watch", watch("one", &small[1], false))
+        .await;
+    // Unwatching returns the budget.
+    client.call("fs/unwatch", json!({"watchId": "a"})).await;
+    client.call("fs/watch", watch("b", &small[1], true)).await;
+
+    // The daemon-wide budget counts every connection: 6 used there, 11 allowed.
+    let (other, _) = daemon.session().await;
+    other.call("fs/watch", watch("c", &small[2], true)).await;
+    let error = other
+        .request("fs/watch", watch("d", &small[0], false))
+        .await
+        .unwrap_err();
+    refused(error, "the limit of 11 watched directories for the daemon");
+    // A connection that leaves gives its budget back.
+    client.close().await;
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while other
+        .request("fs/watch", watch("d", &small[0], false))
+        .await
+        .is_err()
+    {
+        assert!(tokio::time::Instant::now() < deadline, "budget returned");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

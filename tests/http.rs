@@ -512,3 +512,35 @@ async fn https_runs_the_tls_handshake() {
         "a TLS error, from rustls: {message}"
     );
 }
+
+#[tokio::test]
+async fn a_buffered_body_over_the_cap_is_refused_and_names_streaming() {
+    let server = HttpServer::start().await;
+    let daemon = Daemon::start_with(&["--max-http-body-bytes", "1048576"], &[]);
+    let (client, _) = daemon.session().await;
+    let error = client
+        .request("http/request", get(&server.url("/big"), "b"))
+        .await
+        .unwrap_err();
+    assert_eq!(error["code"], -32600, "{error}");
+    assert_eq!(
+        error["message"],
+        "http/request response body exceeds the limit of 1048576 bytes for a buffered response; \
+         send the request with streamResponse: true to receive the body as \
+         http/request/bodyDelta notifications"
+    );
+    // Small bodies are still buffered, and the big one streams.
+    let hello = client
+        .call("http/request", get(&server.url("/hello"), "h"))
+        .await;
+    assert_eq!(unb64(&hello["bodyBase64"]), b"hello world");
+    client
+        .call("http/request", streamed(&server.url("/big"), "s"))
+        .await;
+    let body: Vec<u8> = deltas_until_done(&client, "s")
+        .await
+        .iter()
+        .flat_map(|delta| unb64(&delta["deltaBase64"]))
+        .collect();
+    assert_eq!(body, big_body());
+}

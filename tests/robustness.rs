@@ -113,3 +113,119 @@ async fn finished_processes_leave_no_zombies() {
     })
     .await;
 }
+
+/// VmHWM (peak resident set) of `pid`, in MiB.
+fn peak_rss_mib(pid: i32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: f64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kib / 1024.0
+}
+
+/// A client that floods the daemon with requests whose replies it never reads: large
+/// `fs/readFile` replies, then many small requests. The daemon holds no more than its
+/// outbound budget for it and stops reading it, so its memory stays bounded, and another
+/// client is answered promptly meanwhile.
+#[tokio::test]
+async fn a_client_that_never_reads_its_replies_cannot_grow_the_daemon() {
+    use futures::SinkExt as _;
+    let daemon = Daemon::start();
+    let dir = scratch_dir();
+    let file = dir.path().join("eight-mib");
+    std::fs::write(&file, vec![7u8; 8 << 20]).unwrap();
+    let addr: std::net::SocketAddr = daemon.url["ws://".len()..].parse().unwrap();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let tcp = socket.connect(addr).await.unwrap();
+    let (ws, _) = tokio_tungstenite::client_async(daemon.url.as_str(), tcp)
+        .await
+        .unwrap();
+    // The reading half is never polled.
+    let (mut sink, _never_read) = futures::StreamExt::split(ws);
+    let path = file_uri(&file);
+    let attacker = tokio::spawn(async move {
+        let mut messages = vec![
+            json!({"id": 0, "method": "initialize", "params": {"clientName": "flood"}}),
+            json!({"method": "initialized", "params": {}}),
+        ];
+        messages.extend(
+            (1..=40).map(|id| json!({"id": id, "method": "fs/readFile", "params": {"path": path}})),
+        );
+        messages.extend(
+            (100..40_000).map(|id| json!({"id": id, "method": "environment/info", "params": {}})),
+        );
+        for message in messages {
+            // Blocks for good once the daemon stops reading this connection.
+            if sink.send(Message::text(message.to_string())).await.is_err() {
+                return;
+            }
+        }
+    });
+    let (other, _) = daemon.session().await;
+    let started = std::time::Instant::now();
+    let mut slowest = std::time::Duration::ZERO;
+    while started.elapsed() < std::time::Duration::from_secs(4) {
+        let asked = std::time::Instant::now();
+        other.call("environment/info", json!({})).await;
+        slowest = slowest.max(asked.elapsed());
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let peak = peak_rss_mib(daemon.pid());
+    attacker.abort();
+    eprintln!("peak RSS {peak:.0} MiB; slowest environment/info {slowest:?}");
+    assert!(peak < 150.0, "the daemon peaked at {peak:.0} MiB");
+    assert!(
+        slowest < std::time::Duration::from_secs(1),
+        "environment/info took {slowest:?} meanwhile"
+    );
+}
+
+#[tokio::test]
+async fn over_long_ids_are_invalid_params() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let long = "p".repeat(1 << 20);
+    let mut start = start_params(&long, &["true"]);
+    let error = client
+        .request("process/start", start.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(error["code"], -32602, "{error}");
+    assert_eq!(
+        error["message"],
+        "processId is 1048576 bytes long; the limit is 256 bytes"
+    );
+    let just_fits = "p".repeat(256);
+    start["processId"] = json!(just_fits);
+    client.call("process/start", start).await;
+    client.events_until_closed(&just_fits).await;
+    for (method, params) in [
+        ("process/read", json!({"processId": long})),
+        (
+            "process/write",
+            json!({"processId": "p", "writeId": long, "chunk": ""}),
+        ),
+        (
+            "fs/readBlock",
+            json!({"handleId": long, "offset": 0, "len": 1}),
+        ),
+        ("fs/unwatch", json!({"watchId": long})),
+        (
+            "http/request",
+            json!({"method": "GET", "url": "http://127.0.0.1:1/", "requestId": long}),
+        ),
+    ] {
+        let error = client.request(method, params).await.unwrap_err();
+        assert_eq!(error["code"], -32602, "{method}: {error}");
+        assert!(
+            error["message"]
+                .as_str()
+                .unwrap()
+                .ends_with("the limit is 256 bytes"),
+            "{method}: {error}"
+        );
+    }
+}

@@ -129,11 +129,20 @@ impl Daemon {
     }
 
     fn rss_kib(&self) -> f64 {
+        self.status_kib("VmRSS:")
+    }
+
+    /// The peak resident set since the daemon started.
+    fn peak_rss_kib(&self) -> f64 {
+        self.status_kib("VmHWM:")
+    }
+
+    fn status_kib(&self, field: &str) -> f64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
             .unwrap_or_default();
         status
             .lines()
-            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .find_map(|line| line.strip_prefix(field))
             .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
             .unwrap_or(f64::NAN)
     }
@@ -455,7 +464,174 @@ async fn run(size: &Size, binary: &Path) -> anyhow::Result<Map<String, Value>> {
 
     eprintln!("bench: memory at scale");
     scale(binary, size, &mut r).await?;
+
+    eprintln!("bench: exhaustion attacks by a client that never reads");
+    attacks(binary, &mut r).await?;
     Ok(r.0)
+}
+
+/// How long each attack runs.
+const ATTACK_TIME: Duration = Duration::from_secs(3);
+
+/// Clients asking `environment/info` while an attack runs.
+const BYSTANDERS: usize = 50;
+
+/// A WebSocket client that writes requests and never reads its socket (a tiny receive
+/// buffer, so the daemon soon cannot write to it either). Frames are written by hand.
+struct Flooder(tokio::net::TcpStream);
+
+impl Flooder {
+    async fn connect(url: &str) -> anyhow::Result<Self> {
+        use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
+        let addr = url.strip_prefix("ws://").context("a ws:// URL")?;
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.set_recv_buffer_size(4096)?;
+        let mut tcp = socket.connect(addr.parse()?).await?;
+        let upgrade = format!(
+            "GET / HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        );
+        tcp.write_all(upgrade.as_bytes()).await?;
+        // The 101 response, up to its blank line; nothing is read after it.
+        let mut reader = tokio::io::BufReader::with_capacity(1, &mut tcp);
+        let mut line = String::new();
+        while line != "\r\n" {
+            line.clear();
+            anyhow::ensure!(reader.read_line(&mut line).await? > 0, "no upgrade");
+        }
+        let mut flooder = Self(tcp);
+        flooder
+            .send(&json!({"id": 0, "method": "initialize", "params": {"clientName": "flood"}}))
+            .await?;
+        flooder.send(&json!({"method": "initialized"})).await?;
+        Ok(flooder)
+    }
+
+    /// One masked text frame; the mask key is zero (clients must mask, any key will do).
+    async fn send(&mut self, message: &Value) -> std::io::Result<()> {
+        use tokio::io::AsyncWriteExt as _;
+        let payload = message.to_string().into_bytes();
+        let mut frame = vec![0x81u8];
+        match payload.len() {
+            len if len < 126 => frame.push(0x80 | len as u8),
+            len if len <= 0xffff => {
+                frame.push(0x80 | 126);
+                frame.extend((len as u16).to_be_bytes());
+            }
+            len => {
+                frame.push(0x80 | 127);
+                frame.extend((len as u64).to_be_bytes());
+            }
+        }
+        frame.extend([0; 4]);
+        frame.extend(payload);
+        self.0.write_all(&frame).await
+    }
+
+    /// Sends every request, until the daemon stops reading (then this waits for good).
+    async fn flood(mut self, requests: impl Iterator<Item = Value>) -> anyhow::Result<()> {
+        for request in requests {
+            self.send(&request).await?;
+        }
+        std::future::pending().await
+    }
+}
+
+/// Serves one HTTP response of `bytes` zero bytes to every connection, on loopback.
+async fn big_body_server(bytes: usize) -> anyhow::Result<(String, tokio::task::JoinHandle<()>)> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/", listener.local_addr()?);
+    let server = tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                // The request is small and never read in full: the response does not depend
+                // on it.
+                let _ = tcp.read(&mut [0; 4096]).await;
+                let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {bytes}\r\n\r\n");
+                let _ = tcp.write_all(head.as_bytes()).await;
+                let block = vec![0u8; 1 << 20];
+                for _ in 0..bytes.div_ceil(block.len()) {
+                    if tcp.write_all(&block).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    Ok((url, server))
+}
+
+/// Each attack on a fresh daemon with default flags: its peak RSS, and the p99
+/// `environment/info` round trip of [`BYSTANDERS`] other clients meanwhile.
+async fn attacks(binary: &Path, r: &mut Results) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("32mib.bin");
+    write_file(&file, 32 << 20)?;
+    let file = path_uri(file.to_str().context("path is not UTF-8")?)?.to_string();
+    let (http_url, server) = big_body_server(256 << 20).await?;
+    let long_id = "p".repeat(1 << 20);
+    let attacks: [(&str, Vec<Value>); 4] = [
+        (
+            "flood",
+            (1..=40_000)
+                .map(|id| json!({"id": id, "method": "environment/info", "params": {}}))
+                .collect(),
+        ),
+        (
+            "readfile",
+            (1..=24)
+                .map(|id| json!({"id": id, "method": "fs/readFile", "params": {"path": file}}))
+                .collect(),
+        ),
+        (
+            "process_id",
+            vec![json!({"id": 1, "method": "process/start", "params": {
+                "processId": long_id, "cwd": "file:///", "env": {"PATH": PATH}, "tty": false,
+                "argv": ["timeout", "10", "sh", "-c", "while :; do echo x; done"]}})],
+        ),
+        (
+            "http_body",
+            vec![json!({"id": 1, "method": "http/request",
+                "params": {"method": "GET", "url": http_url, "requestId": "r"}})],
+        ),
+    ];
+    for (name, requests) in attacks {
+        let daemon = Daemon::start(binary, &[])?;
+        let mut bystanders = Vec::with_capacity(BYSTANDERS);
+        for _ in 0..BYSTANDERS {
+            bystanders.push(Client::connect(ClientOptions::new(daemon.url.clone())).await?);
+        }
+        let attack = tokio::spawn(
+            Flooder::connect(&daemon.url)
+                .await?
+                .flood(requests.into_iter()),
+        );
+        let until = Instant::now() + ATTACK_TIME;
+        let rounds = bystanders.iter().map(|client| async move {
+            let mut samples = Vec::new();
+            while Instant::now() < until {
+                let started = Instant::now();
+                client.call("environment/info", json!({})).await?;
+                samples.push(started.elapsed().as_secs_f64() * 1e3);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            anyhow::Ok(samples)
+        });
+        let mut samples = Vec::new();
+        for outcome in futures::future::join_all(rounds).await {
+            samples.extend(outcome?);
+        }
+        let peak = daemon.peak_rss_kib() / 1024.0;
+        attack.abort();
+        r.put(&format!("attack_{name}_rss_mib"), Some(peak));
+        r.put(
+            &format!("attack_{name}_info_p99_ms"),
+            Some(stats(&mut samples).1),
+        );
+    }
+    server.abort();
+    Ok(())
 }
 
 /// MB/s of `script`'s output delivered as `process/output` notifications.
@@ -681,6 +857,42 @@ const ROWS: &[Row] = &[
         baselines: &[],
         target: "",
         met: |_| None,
+    },
+    Row {
+        what: "peak RSS, MiB, while a client that never reads sends 40,000 `environment/info`",
+        ours: "attack_flood_rss_mib",
+        baselines: &[("p99 `environment/info` of 50 others, ms", "attack_flood_info_p99_ms")],
+        target: "≤ 256 MiB, p99 ≤ 50 ms",
+        met: |r| Some(
+            r.get("attack_flood_rss_mib")? <= 256.0 && r.get("attack_flood_info_p99_ms")? <= 50.0
+        ),
+    },
+    Row {
+        what: "peak RSS, MiB, while a client that never reads sends 24 `fs/readFile` of 32 MiB",
+        ours: "attack_readfile_rss_mib",
+        baselines: &[("p99 `environment/info` of 50 others, ms", "attack_readfile_info_p99_ms")],
+        target: "≤ 256 MiB, p99 ≤ 50 ms",
+        met: |r| Some(
+            r.get("attack_readfile_rss_mib")? <= 256.0 && r.get("attack_readfile_info_p99_ms")? <= 50.0
+        ),
+    },
+    Row {
+        what: "peak RSS, MiB, while a client that never reads starts a process with a 1 MiB `processId`",
+        ours: "attack_process_id_rss_mib",
+        baselines: &[("p99 `environment/info` of 50 others, ms", "attack_process_id_info_p99_ms")],
+        target: "≤ 256 MiB, p99 ≤ 50 ms",
+        met: |r| Some(
+            r.get("attack_process_id_rss_mib")? <= 256.0 && r.get("attack_process_id_info_p99_ms")? <= 50.0
+        ),
+    },
+    Row {
+        what: "peak RSS, MiB, while a client that never reads asks a buffered `http/request` of a 256 MiB body",
+        ours: "attack_http_body_rss_mib",
+        baselines: &[("p99 `environment/info` of 50 others, ms", "attack_http_body_info_p99_ms")],
+        target: "≤ 256 MiB, p99 ≤ 50 ms",
+        met: |r| Some(
+            r.get("attack_http_body_rss_mib")? <= 256.0 && r.get("attack_http_body_info_p99_ms")? <= 50.0
+        ),
     },
     Row {
         what: "resume to caught-up output, ms (median)",

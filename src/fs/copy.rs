@@ -58,7 +58,10 @@ fn copy_leaf(kind: FileType, source: &Path, destination: &Path) -> Result<bool, 
             .open(destination),
         destination,
     )?;
-    // std::io::copy uses copy_file_range between files, so the bytes stay in the kernel.
+    // At most the size measured at open: pseudo-files (/proc/self/pagemap reports 0 and reads
+    // on for terabytes) would otherwise fill the disk, and a file growing meanwhile is cut
+    // there. std::io::copy uses copy_file_range between files, so the bytes stay in the kernel.
+    let mut input = std::io::Read::take(&mut input, meta.len());
     with_path(std::io::copy(&mut input, &mut output), destination)?;
     with_path(output.set_permissions(meta.permissions()), destination)?;
     Ok(true)

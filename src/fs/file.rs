@@ -12,7 +12,9 @@ use std::path::Path;
 const READ_BUFFER: usize = 256 * 1024;
 
 fn too_large(limit: u64) -> RpcError {
-    RpcError::invalid_request(format!("file is too large to read: limit is {limit} bytes"))
+    RpcError::invalid_request(format!(
+        "file is too large to read: limit is {limit} bytes; read it in blocks with fs/open and fs/readBlock"
+    ))
 }
 
 /// The file's content as standard base64, read in chunks straight into the encoder so the

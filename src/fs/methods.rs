@@ -6,6 +6,7 @@ use super::host::{blocking, host_path, id_or_new};
 use super::oneshot::{follow, Request};
 use super::read_stream;
 use super::sandbox::{refuse, route, Route};
+use super::WatchBudget;
 use crate::rpc::dispatch::{decode, encode, RequestCtx};
 use crate::rpc::reply::Success;
 use crate::rpc::RpcError;
@@ -27,11 +28,36 @@ pub async fn handle(
         method::FS_WATCH => encode(watch(ctx, decode(params)?).await),
         method::FS_UNWATCH => encode(unwatch(ctx, decode(params)?).await),
         _ => match Request::decode(name, params) {
-            Some(request) => one_shot(request?).await,
+            Some(request) => {
+                let mut request = request?;
+                if let Request::ReadFile(params) = &mut request {
+                    budget_read_file(ctx, params).await;
+                }
+                one_shot(request).await
+            }
             None => Err(RpcError::method_not_found(name)),
         },
     };
     json.map(Success::Json)
+}
+
+/// Applies the daemon's cap on whole-file reads (the helper reads `maxBytes` too) and reserves
+/// outbound budget for the reply: the encoded file, twice, as the reply `Value` and its text
+/// exist together for a moment. A size that cannot be known (stat fails, or 0 under /proc)
+/// reserves for the cap.
+async fn budget_read_file(ctx: &RequestCtx, params: &mut ReadFileParams) {
+    let cap = ctx.connection.registry.config.max_read_file_bytes;
+    let limit = params.max_bytes.map_or(cap, |max| max.min(cap));
+    params.max_bytes = Some(limit);
+    let size = match host_path(&params.path) {
+        Ok(path) if follow(params.follow_symlinks) => tokio::fs::metadata(path).await,
+        Ok(path) => tokio::fs::symlink_metadata(path).await,
+        Err(_) => return,
+    }
+    .map_or(0, |meta| meta.len());
+    let size = if size == 0 { limit } else { size.min(limit) };
+    let encoded = usize::try_from(size.div_ceil(3) * 4).unwrap_or(usize::MAX);
+    ctx.reserve_reply(encoded.saturating_mul(2)).await;
 }
 
 /// Past the sandbox gate, the same operation runs in the daemon or confined in the helper.
@@ -156,6 +182,12 @@ async fn watch(ctx: &RequestCtx, params: WatchParams) -> Result<WatchResult, Rpc
     refuse(route(params.sandbox)?, "fs/watch")?;
     let watch_id = id_or_new(params.watch_id, "watch")?;
     let path = host_path(&params.path)?;
+    let registry = &ctx.connection.registry;
+    let budget = WatchBudget {
+        daemon: registry.watched_directories.clone(),
+        daemon_limit: registry.config.max_watched_directories,
+        connection_limit: registry.config.max_watched_directories_per_connection,
+    };
     ctx.connection
         .fs
         .watches
@@ -164,6 +196,7 @@ async fn watch(ctx: &RequestCtx, params: WatchParams) -> Result<WatchResult, Rpc
             path,
             params.recursive,
             ctx.connection.outbound.clone(),
+            budget,
         )
         .await?;
     Ok(WatchResult { watch_id })

@@ -24,6 +24,8 @@ mod walk;
 mod watch;
 mod write_stream;
 
+pub use watch::{WatchBudget, WatchedDirectories};
+
 /// Per-connection filesystem state: open handles and watches. Dropped with the connection,
 /// which closes every file, discards staged writes and stops every watch.
 #[derive(Default)]

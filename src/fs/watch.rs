@@ -15,7 +15,7 @@ use notify::event::{EventKind, Flag, ModifyKind};
 use notify::{RecursiveMode, Watcher as _};
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -29,8 +29,78 @@ pub const MAX_CHANGES: usize = 1024;
 /// How long changes are gathered into one notification after the first arrives.
 const COALESCE: Duration = Duration::from_millis(50);
 
+/// Directories watched (each an inotify watch, of which the user has
+/// /proc/sys/fs/inotify/max_user_watches shared with every other process), daemon-wide or by
+/// one connection.
+#[derive(Clone, Default)]
+pub struct WatchedDirectories(Arc<AtomicUsize>);
+
+/// Directories a watch counts in a [`WatchedDirectories`], given back when it is dropped.
+struct Counted {
+    of: Arc<AtomicUsize>,
+    directories: usize,
+}
+
+impl WatchedDirectories {
+    /// Counts `directories` more, unless that would exceed `limit`.
+    fn count(&self, directories: usize, limit: usize, scope: &str) -> Result<Counted, RpcError> {
+        self.0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(directories)
+                    .filter(|&total| total <= limit)
+            })
+            .map_err(|used| over_budget(directories, scope, limit, used))?;
+        Ok(Counted {
+            of: self.0.clone(),
+            directories,
+        })
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.of.fetch_sub(self.directories, Ordering::AcqRel);
+    }
+}
+
+fn over_budget(directories: usize, scope: &str, limit: usize, used: usize) -> RpcError {
+    RpcError::invalid_params(format!(
+        "fs/watch would exceed the limit of {limit} watched directories {scope}: the tree has \
+         at least {directories} and {used} are in use; watch a smaller tree, or unwatch others"
+    ))
+}
+
+/// The directories a watch of `path` adds, stopping once past `limit` (the walk is bounded by
+/// the budget, not by the tree). Symlinks are not followed, as the watcher does not.
+fn directories_under(path: &std::path::Path, recursive: bool, limit: usize) -> usize {
+    let mut count = 1;
+    let mut pending = vec![path.to_path_buf()];
+    while recursive && count <= limit {
+        let Some(dir) = pending.pop() else { break };
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+                count += 1;
+                pending.push(entry.path());
+            }
+        }
+    }
+    count
+}
+
+/// The limits a watch is counted against.
+pub struct WatchBudget {
+    pub daemon: WatchedDirectories,
+    pub daemon_limit: usize,
+    pub connection_limit: usize,
+}
+
 struct Watch {
     _watcher: notify::RecommendedWatcher,
+    /// Held for as long as the watcher exists.
+    _counted: [Counted; 2],
     /// True while notifications may be sent; unwatch clears it under the lock, so nothing is
     /// sent for a watch after its `fs/unwatch` reply.
     live: Arc<tokio::sync::Mutex<bool>>,
@@ -46,6 +116,7 @@ impl Drop for Watch {
 #[derive(Default)]
 pub struct Watches {
     table: Mutex<HashMap<String, Watch>>,
+    directories: WatchedDirectories,
 }
 
 impl Watches {
@@ -61,14 +132,25 @@ impl Watches {
         path: PathBuf,
         recursive: bool,
         outbound: Outbound,
+        budget: WatchBudget,
     ) -> Result<(), RpcError> {
         room(&self.table(), &id)?;
         let (tx, rx) = mpsc::channel(QUEUE);
         let overflowed = Arc::new(AtomicBool::new(false));
         let flag = overflowed.clone();
-        let watcher = blocking(move || {
+        let walk_limit = budget.daemon_limit.min(budget.connection_limit);
+        let connection = self.directories.clone();
+        let (watcher, counted) = blocking(move || {
             // Report a missing path as the usual -32004 I/O error.
             with_path(std::fs::symlink_metadata(&path), &path)?;
+            // Counted before any watch is added, so an over-budget tree costs no watches.
+            let directories = directories_under(&path, recursive, walk_limit);
+            let counted = [
+                connection.count(directories, budget.connection_limit, "per connection")?,
+                budget
+                    .daemon
+                    .count(directories, budget.daemon_limit, "for the daemon")?,
+            ];
             let handler = move |event| {
                 if tx.try_send(event).is_err() {
                     flag.store(true, Ordering::Relaxed);
@@ -83,7 +165,7 @@ impl Watches {
                 RecursiveMode::NonRecursive
             };
             watcher.watch(&path, mode).map_err(watch_error)?;
-            Ok(watcher)
+            Ok((watcher, counted))
         })
         .await?;
         let live = Arc::new(tokio::sync::Mutex::new(true));
@@ -91,6 +173,7 @@ impl Watches {
             .abort_handle();
         let watch = Watch {
             _watcher: watcher,
+            _counted: counted,
             live,
             forwarder,
         };

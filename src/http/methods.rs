@@ -36,16 +36,7 @@ async fn http_request(
     let status = response.status().as_u16();
     let headers = response_headers(response.headers());
     let body = match reservation {
-        None => response
-            .bytes()
-            .await
-            .map_err(|err| {
-                RpcError::internal(format!(
-                    "failed to read http/request response body: {}",
-                    describe(&err)
-                ))
-            })?
-            .into(),
+        None => buffered_body(ctx, response).await?,
         Some(reservation) => {
             // The reply (status and headers) must reach the client before the first delta.
             let stream = body::stream(
@@ -65,6 +56,43 @@ async fn http_request(
         headers,
         body_base64: Base64Bytes(body),
     })
+}
+
+/// The whole body, up to the daemon's limit. Outbound budget is reserved first for what the
+/// reply holds at its peak: the body, and its base64 as a `Value` and as text.
+async fn buffered_body(
+    ctx: &RequestCtx,
+    mut response: reqwest::Response,
+) -> Result<Vec<u8>, RpcError> {
+    let limit = ctx.connection.registry.config.max_http_body_bytes;
+    let too_large = || {
+        RpcError::invalid_request(format!(
+            "http/request response body exceeds the limit of {limit} bytes for a buffered \
+             response; send the request with streamResponse: true to receive the body as \
+             http/request/bodyDelta notifications"
+        ))
+    };
+    let known = match response.content_length() {
+        Some(length) if length > limit as u64 => return Err(too_large()),
+        known => known.map(|length| length as usize),
+    };
+    let expected = known.unwrap_or(limit);
+    ctx.reserve_reply(expected.saturating_add(expected.div_ceil(3).saturating_mul(8)))
+        .await;
+    let mut body = Vec::with_capacity(known.unwrap_or(0));
+    loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) if body.len() + chunk.len() > limit => return Err(too_large()),
+            Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+            Ok(None) => return Ok(body),
+            Err(err) => {
+                return Err(RpcError::internal(format!(
+                    "failed to read http/request response body: {}",
+                    describe(&err)
+                )))
+            }
+        }
+    }
 }
 
 /// In order, repeats kept, names lower-case; a value that is not UTF-8 is dropped.

@@ -111,7 +111,7 @@ mod tests {
 
     #[test]
     fn hand_encoded_output_matches_the_wire_type() {
-        let (outbound, _queue) = Outbound::new(true);
+        let (outbound, _queue) = Outbound::new(true, 1 << 20);
         let chunk = Chunk {
             seq: 7,
             stream: OutputStream::Stderr,

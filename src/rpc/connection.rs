@@ -64,6 +64,7 @@ pub async fn serve(
     at_end: AtEnd,
 ) {
     let max_message_bytes = registry.config.max_message_bytes;
+    let max_in_flight = registry.config.max_requests_in_flight;
     let shared = Arc::new(ConnectionShared {
         id: NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed),
         outbound,
@@ -83,7 +84,8 @@ pub async fn serve(
     let mut frames = std::pin::pin!(frames);
     loop {
         tokio::select! {
-            frame = frames.next() => {
+            // At the cap the connection is not read: the client's requests wait in the socket.
+            frame = frames.next(), if connection.requests.len() < max_in_flight => {
                 let Some(frame) = frame else { break };
                 if let Flow::Close = connection.handle_frame(frame).await {
                     break;
@@ -102,6 +104,9 @@ pub async fn serve(
             .registry
             .detach(session, connection.shared.id);
     }
+    // What the connection buffered (requests, replies) is freed now, not at a session expiry.
+    drop(connection);
+    crate::memory::release_soon();
 }
 
 impl Connection {
@@ -172,9 +177,8 @@ impl Connection {
                     // Freed before the reply is queued: a client may reuse the id once it sees it.
                     drop(claim);
                     let outbound = &ctx.connection.outbound;
-                    let _ = outbound
-                        .send_message(reply::message(outbound, id, outcome, strict))
-                        .await;
+                    let message = reply::message(outbound, id, outcome, strict);
+                    let _ = outbound.send_within(message, ctx.take_reserved()).await;
                     ctx.replied();
                 });
                 Flow::Continue
@@ -298,6 +302,9 @@ impl Connection {
                 } => match self.admit(&method, &id) {
                     Ok((ctx, claim)) => replies.push(Box::pin(async move {
                         let outcome = dispatch(&ctx, &method, params).await;
+                        // A reservation held until the whole batch is sent would make a second
+                        // large reply in the batch wait for the first forever.
+                        drop(ctx.take_reserved());
                         let outcome = outcome.map(reply::Success::into_value);
                         (envelope::reply(id, outcome, strict), Some((ctx, claim)))
                     })),

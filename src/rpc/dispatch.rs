@@ -1,6 +1,6 @@
 //! Routes a request to the module that owns its method family.
 
-use super::outbound::Outbound;
+use super::outbound::{Budget, Outbound};
 use super::reply::Success;
 use super::RpcError;
 use crate::session::{Registry, Session};
@@ -14,6 +14,8 @@ pub struct RequestCtx {
     pub connection: Arc<ConnectionShared>,
     pub session: Arc<Session>,
     after_reply: Mutex<Vec<Box<dyn FnOnce() + Send>>>,
+    /// Outbound budget held for the reply being built (see [`RequestCtx::reserve_reply`]).
+    reserved: Mutex<Budget>,
 }
 
 /// The parts of a connection that outlive a single request.
@@ -33,7 +35,21 @@ impl RequestCtx {
             connection,
             session,
             after_reply: Mutex::default(),
+            reserved: Mutex::default(),
         }
+    }
+
+    /// Waits for `bytes` of the connection's outbound budget before a handler builds a large
+    /// reply, so that the memory is held within the budget from the start: concurrent large
+    /// replies take turns instead of all being built at once and then waiting to be queued.
+    pub async fn reserve_reply(&self, bytes: usize) {
+        let budget = self.connection.outbound.reserve(bytes).await;
+        *self.reserved.lock().unwrap() = budget;
+    }
+
+    /// The budget reserved for the reply, for the connection to queue the reply within.
+    pub(super) fn take_reserved(&self) -> Budget {
+        std::mem::take(&mut *self.reserved.lock().unwrap())
     }
 
     /// Runs `hook` once this request's reply is queued on the connection, whatever the
@@ -66,11 +82,36 @@ pub fn family(method: &str) -> &str {
     method.split_once('/').map_or(method, |(family, _)| family)
 }
 
+/// Longest id a client may choose.
+pub const MAX_ID_BYTES: usize = 256;
+
+/// Params members that name something the client chose. A long one would be repeated in every
+/// notification and error about it (a 1 MiB `processId` in every `process/output`).
+const ID_MEMBERS: &[&str] = &["processId", "handleId", "watchId", "requestId", "writeId"];
+
+fn check_ids(params: Option<&Value>) -> Result<(), RpcError> {
+    let Some(Value::Object(params)) = params else {
+        return Ok(());
+    };
+    for member in ID_MEMBERS {
+        if let Some(Value::String(id)) = params.get(*member) {
+            if id.len() > MAX_ID_BYTES {
+                return Err(RpcError::invalid_params(format!(
+                    "{member} is {} bytes long; the limit is {MAX_ID_BYTES} bytes",
+                    id.len()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 pub async fn dispatch(
     ctx: &RequestCtx,
     method: &str,
     params: Option<Value>,
 ) -> Result<Success, RpcError> {
+    check_ids(params.as_ref())?;
     match family(method) {
         "process" => crate::process::methods::handle(ctx, method, params)
             .await

@@ -5,10 +5,10 @@ use exec_server_protocol::binary;
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
-/// Messages queued per connection before senders wait (backpressure from a slow client).
-const QUEUE_CAPACITY: usize = 256;
+/// What a queued message costs beyond its bytes, so that empty messages count too.
+const MESSAGE_OVERHEAD: usize = 64;
 
 /// One message for the transport to send as it is.
 #[derive(Debug)]
@@ -18,9 +18,57 @@ pub enum Message {
     Binary(Vec<u8>),
 }
 
+impl Message {
+    fn len(&self) -> usize {
+        match self {
+            Self::Text(text) => text.len(),
+            Self::Binary(bytes) => bytes.len(),
+        }
+    }
+}
+
+/// Bytes of a connection's outbound budget held by a message until the transport wrote it, or
+/// by a request for the reply it is building.
+#[derive(Debug, Default)]
+pub struct Budget(Option<OwnedSemaphorePermit>);
+
+impl Budget {
+    fn bytes(&self) -> usize {
+        self.0.as_ref().map_or(0, OwnedSemaphorePermit::num_permits)
+    }
+
+    /// One budget holding both, for replies sent together (a batch).
+    pub fn merge(&mut self, other: Budget) {
+        match (&mut self.0, other.0) {
+            (Some(mine), Some(other)) => mine.merge(other),
+            (mine, other) => *mine = mine.take().or(other),
+        }
+    }
+}
+
+/// The receiving half, read by the transport's writer.
+pub struct Queue {
+    rx: mpsc::UnboundedReceiver<(Message, Budget)>,
+    /// The budget of the message handed out last: the writer asks for the next message only
+    /// after writing that one, so its bytes count until they left the daemon.
+    sending: Budget,
+}
+
+impl Queue {
+    pub async fn recv(&mut self) -> Option<Message> {
+        self.sending = Budget::default();
+        let (message, budget) = self.rx.recv().await?;
+        self.sending = budget;
+        Some(message)
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Outbound {
-    tx: mpsc::Sender<Message>,
+    /// Unbounded in count: `budget` bounds the bytes, which is what costs memory.
+    tx: mpsc::UnboundedSender<(Message, Budget)>,
+    budget: Arc<Semaphore>,
+    budget_bytes: usize,
     /// Whether the client speaks strict JSON-RPC 2.0, so notifications carry `"jsonrpc"` too.
     strict: Arc<AtomicBool>,
     /// Whether the transport can carry binary messages (WebSocket, not stdio).
@@ -33,17 +81,36 @@ pub struct Outbound {
 pub struct Closed;
 
 impl Outbound {
-    pub fn new(binary_capable: bool) -> (Self, mpsc::Receiver<Message>) {
-        let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
+    /// A connection's queue, whose messages may hold `budget_bytes` at most (a larger message
+    /// waits until the queue is empty).
+    pub fn new(binary_capable: bool, budget_bytes: usize) -> (Self, Queue) {
+        let (tx, rx) = mpsc::unbounded_channel();
         (
             Self {
                 tx,
+                budget: Arc::new(Semaphore::new(budget_bytes)),
+                budget_bytes,
                 strict: Arc::new(AtomicBool::new(false)),
                 binary_capable,
                 binary: Arc::new(AtomicBool::new(false)),
             },
-            rx,
+            Queue {
+                rx,
+                sending: Budget::default(),
+            },
         )
+    }
+
+    /// Waits until `bytes` of the budget are free and holds them (all of it for more).
+    pub async fn reserve(&self, bytes: usize) -> Budget {
+        let bytes = bytes.clamp(1, self.budget_bytes);
+        let permit = self
+            .budget
+            .clone()
+            .acquire_many_owned(u32::try_from(bytes).expect("the budget fits in u32"))
+            .await
+            .expect("the budget semaphore is never closed");
+        Budget(Some(permit))
     }
 
     pub fn set_strict(&self) {
@@ -61,7 +128,21 @@ impl Outbound {
     }
 
     pub async fn send_message(&self, message: Message) -> Result<(), Closed> {
-        self.tx.send(message).await.map_err(|_| Closed)
+        self.send_within(message, Budget::default()).await
+    }
+
+    /// Queues `message` within the budget `reserved` for it, or waits for its cost.
+    pub async fn send_within(&self, message: Message, mut reserved: Budget) -> Result<(), Closed> {
+        let cost = (message.len() + MESSAGE_OVERHEAD).min(self.budget_bytes);
+        if reserved.bytes() < cost {
+            if self.tx.is_closed() {
+                return Err(Closed);
+            }
+            // Released before waiting: nobody waits while holding budget, so no deadlock.
+            drop(std::mem::take(&mut reserved));
+            reserved = self.reserve(cost).await;
+        }
+        self.tx.send((message, reserved)).map_err(|_| Closed)
     }
 
     pub async fn send_value(&self, value: &serde_json::Value) -> Result<(), Closed> {
@@ -133,7 +214,7 @@ mod tests {
 
     #[test]
     fn a_chunk_joins_the_last_object_as_base64_or_rides_as_the_payload() {
-        let (outbound, _queue) = Outbound::new(true);
+        let (outbound, _queue) = Outbound::new(true, 1 << 20);
         let parse = |message: Message| match message {
             Message::Text(text) => serde_json::from_str::<Value>(&text).unwrap(),
             Message::Binary(_) => panic!("binary before the opt-in"),
@@ -151,7 +232,45 @@ mod tests {
             panic!("text after the opt-in");
         };
         assert_eq!(bytes, b"{\"id\":3,\"result\":{}}\0\0");
-        let (stdio, _queue) = Outbound::new(false);
+        let (stdio, _queue) = Outbound::new(false, 1 << 20);
         assert!(!stdio.enable_binary());
+    }
+
+    fn pending<F: std::future::Future>(future: std::pin::Pin<&mut F>) -> bool {
+        futures::FutureExt::now_or_never(future).is_none()
+    }
+
+    #[tokio::test]
+    async fn a_message_holds_its_bytes_until_the_writer_asks_for_the_next() {
+        let budget = 2 * (100 + MESSAGE_OVERHEAD);
+        let (outbound, mut queue) = Outbound::new(false, budget);
+        let text = || "x".repeat(100);
+        outbound.send(text()).await.unwrap();
+        outbound.send(text()).await.unwrap();
+        let third = outbound.send(text());
+        tokio::pin!(third);
+        assert!(pending(third.as_mut()), "the queue is full");
+        queue.recv().await.unwrap();
+        assert!(
+            pending(third.as_mut()),
+            "the first message is still being written"
+        );
+        queue.recv().await.unwrap();
+        assert!(!pending(third.as_mut()), "the first message was written");
+        // Larger than the whole budget: waits for an empty queue, then goes alone.
+        let huge = outbound.send("y".repeat(10 * budget));
+        tokio::pin!(huge);
+        assert!(pending(huge.as_mut()));
+        queue.recv().await.unwrap();
+        assert!(
+            pending(huge.as_mut()),
+            "the third message is still being written"
+        );
+        // Asking for the next message releases the third (nothing is queued yet).
+        assert!(pending(std::pin::pin!(queue.recv())));
+        assert!(!pending(huge.as_mut()));
+        assert!(
+            matches!(queue.recv().await, Some(Message::Text(text)) if text.len() == 10 * budget)
+        );
     }
 }

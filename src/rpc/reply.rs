@@ -56,7 +56,7 @@ mod tests {
 
     #[test]
     fn a_chunked_reply_reads_like_the_generic_one_in_both_dialects() {
-        let (outbound, _queue) = Outbound::new(false);
+        let (outbound, _queue) = Outbound::new(false, 1 << 20);
         for strict in [false, true] {
             let outcome = || {
                 Ok(Success::WithChunk {

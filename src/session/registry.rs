@@ -14,6 +14,8 @@ const REAP_GRACE: Duration = Duration::from_secs(2);
 pub struct Registry {
     sessions: Mutex<HashMap<String, Entry>>,
     pub config: Arc<Config>,
+    /// Directories watched by every connection's `fs/watch`es together.
+    pub watched_directories: crate::fs::WatchedDirectories,
 }
 
 struct Entry {
@@ -29,6 +31,7 @@ impl Registry {
         Arc::new(Self {
             sessions: Mutex::new(HashMap::new()),
             config,
+            watched_directories: Default::default(),
         })
     }
 

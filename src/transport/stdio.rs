@@ -11,7 +11,7 @@ use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, FramedRead};
 pub async fn serve(registry: Arc<Registry>) -> anyhow::Result<()> {
     tracing::info!("exec-server listening on stdio");
     // One message per line: no room for binary payloads.
-    let (outbound, mut queue) = Outbound::new(false);
+    let (outbound, mut queue) = Outbound::new(false, registry.config.outbound_buffer_bytes);
     let writer = tokio::spawn(async move {
         let mut stdout = tokio::io::stdout();
         while let Some(message) = queue.recv().await {

@@ -144,7 +144,7 @@ fn bearer_matches(authorization: Option<&HeaderValue>, token: &str) -> bool {
 
 async fn run(socket: WebSocket, registry: Arc<Registry>, peer: SocketAddr) {
     let (mut sink, stream) = socket.split();
-    let (outbound, mut queue) = Outbound::new(true);
+    let (outbound, mut queue) = Outbound::new(true, registry.config.outbound_buffer_bytes);
     let ping_interval = registry.config.ping_interval;
     // Set by the reading side when the peer broke the protocol; sent in our Close frame.
     let close_code = Arc::new(AtomicU16::new(0));
