@@ -227,6 +227,7 @@ fn run(
     .and_then(|()| mounts::own_proc())
     .map_err(fail("mounts"))?;
     if let Some(fs) = &mut plan.fs {
+        proc_identities_from_own_proc(&mut fs.identities);
         if let Some((grant, id)) = own_terminal() {
             fs.identities.insert(grant.path.clone(), id);
             fs.grants.push(grant);
@@ -385,4 +386,17 @@ fn drop_capabilities() -> std::io::Result<()> {
         return Err(std::io::Error::other("capabilities were retained"));
     }
     Ok(())
+}
+
+/// The daemon took the identities of `/proc` paths on the host's procfs; the sandbox now sees
+/// its own instance (`mounts::own_proc`), which this helper just mounted read-only and where
+/// nothing can plant a link, so those identities are taken again from it.
+fn proc_identities_from_own_proc(identities: &mut mounts::Identities) {
+    for (path, id) in identities.iter_mut() {
+        if path.starts_with("/proc") {
+            if let Ok(meta) = std::fs::symlink_metadata(path) {
+                *id = crate::sandbox::plan::Identity::of(&meta);
+            }
+        }
+    }
 }
