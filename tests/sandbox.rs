@@ -980,16 +980,7 @@ async fn the_sandbox_sees_and_affects_only_its_own_processes() {
     let probe = format!(
         r#"
 import ctypes, errno, os, resource, signal
-libc = ctypes.CDLL(None, use_errno=True)
-def attempt(name, fn):
-    try:
-        fn(); print(name, 'OK')
-    except OSError as e:
-        print(name, 'ERR', errno.errorcode.get(e.errno, e.errno))
-def syscall(nr, *args):
-    if libc.syscall(nr, *args) < 0:
-        e = ctypes.get_errno(); raise OSError(e, os.strerror(e))
-mask = ctypes.c_ulong(1)
+{PY_ATTEMPT}mask = ctypes.c_ulong(1)
 for who, pid in (('daemon', {dpid}), ('other', {vpid})):
     attempt(who + ' nofile', lambda: resource.prlimit(pid, resource.RLIMIT_NOFILE, (8, 8)))
     attempt(who + ' cpu', lambda: resource.prlimit(pid, resource.RLIMIT_CPU, (1, 1)))

@@ -601,15 +601,7 @@ async fn sigterm_kills_every_process_and_exits_cleanly() {
 
 #[test]
 fn stdio_answers_every_request_read_before_eof() {
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_exec-server"))
-        .args(["--listen", "stdio://"])
-        .env("EXEC_SERVER_LOG", "warn")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let (mut child, mut stdin, mut stdout) = stdio_daemon();
     let reply_id = |line: &str| {
         serde_json::from_str::<Value>(line)
             .unwrap()
@@ -673,15 +665,7 @@ async fn session_ids_are_logged_only_as_digests() {
 
 #[test]
 fn stdio_mode_serves_one_connection_and_exits_at_eof() {
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_exec-server"))
-        .args(["--listen", "stdio://"])
-        .env("EXEC_SERVER_LOG", "warn")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let (mut child, mut stdin, mut stdout) = stdio_daemon();
     let mut line = String::new();
     writeln!(
         stdin,
@@ -729,4 +713,22 @@ fn stdio_mode_serves_one_connection_and_exits_at_eof() {
         !pid_alive(pid.unwrap()),
         "EOF ends the connection and kills its processes"
     );
+}
+
+/// The daemon serving one JSON-RPC connection on its stdin and stdout.
+fn stdio_daemon() -> (
+    std::process::Child,
+    std::process::ChildStdin,
+    std::io::BufReader<std::process::ChildStdout>,
+) {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_exec-server"))
+        .args(["--listen", "stdio://"])
+        .env("EXEC_SERVER_LOG", "warn")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdin = child.stdin.take().unwrap();
+    let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    (child, stdin, stdout)
 }

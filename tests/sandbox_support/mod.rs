@@ -175,3 +175,17 @@ pub fn assert_ok(outcome: &Outcome) {
     assert_eq!(outcome.code, 0, "{outcome:?}");
     assert!(!outcome.denied, "{outcome:?}");
 }
+
+/// Python for probes that try calls and print `NAME OK` or `NAME ERR <errno name>` per call:
+/// `attempt(name, fn)` and `syscall(nr, *args)` (raw, raising OSError). Needs `ctypes`,
+/// `errno` and `os` imported first.
+pub const PY_ATTEMPT: &str = r#"libc = ctypes.CDLL(None, use_errno=True)
+def attempt(name, fn):
+    try:
+        fn(); print(name, 'OK')
+    except OSError as e:
+        print(name, 'ERR', errno.errorcode.get(e.errno, e.errno))
+def syscall(nr, *args):
+    if libc.syscall(nr, *args) < 0:
+        e = ctypes.get_errno(); raise OSError(e, os.strerror(e))
+"#;
