@@ -10,6 +10,7 @@ fn main() -> std::process::ExitCode {
     exec_server::fs::helper::main_if_fs_op();
     // Record the daemon's own binary before anything could replace it.
     exec_server::sandbox::guard::init();
+    exec_server::memory::map_large_buffers();
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|err| err.exit());
     match cli.command {

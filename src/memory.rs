@@ -25,6 +25,20 @@ pub fn release_soon() {
     wake.notify_one();
 }
 
+/// Buffers of 4 MiB and more (whole-file replies, buffered bodies; not the 1 MiB blocks of
+/// streams, which would pay a map per block) are mapped on their own and unmapped
+/// when freed. glibc otherwise raises its mmap threshold after the first such free (up to
+/// 32 MiB), so later ones land in the heap and stay resident until a trim that may already
+/// have run: a client that left kept tens of MiB. Call once, before any thread starts.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub fn map_large_buffers() {
+    // SAFETY: plain allocator tuning call, before other threads exist.
+    unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 4 << 20) };
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn map_large_buffers() {}
+
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn trim() {
     // SAFETY: malloc_trim only walks the allocator's own free lists.

@@ -115,11 +115,12 @@ async fn finished_processes_leave_no_zombies() {
 }
 
 /// VmHWM (peak resident set) of `pid`, in MiB.
-fn peak_rss_mib(pid: i32) -> f64 {
+/// A memory figure of `/proc/PID/status` (`VmHWM`, `VmRSS`), in MiB.
+fn status_mib(pid: i32, field: &str) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let kib: f64 = status
         .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap();
     kib / 1024.0
@@ -128,11 +129,13 @@ fn peak_rss_mib(pid: i32) -> f64 {
 /// A client that floods the daemon with requests whose replies it never reads: large
 /// `fs/readFile` replies, then many small requests. The daemon holds no more than its
 /// outbound budget for it and stops reading it, so its memory stays bounded, and another
-/// client is answered promptly meanwhile.
+/// client is answered promptly meanwhile. When the client leaves, the memory is returned.
 #[tokio::test]
 async fn a_client_that_never_reads_its_replies_cannot_grow_the_daemon() {
     use futures::SinkExt as _;
     let daemon = Daemon::start();
+    let (other, _) = daemon.session().await;
+    let before = status_mib(daemon.pid(), "VmRSS");
     let dir = scratch_dir();
     let file = dir.path().join("eight-mib");
     std::fs::write(&file, vec![7u8; 8 << 20]).unwrap();
@@ -144,7 +147,7 @@ async fn a_client_that_never_reads_its_replies_cannot_grow_the_daemon() {
         .await
         .unwrap();
     // The reading half is never polled.
-    let (mut sink, _never_read) = futures::StreamExt::split(ws);
+    let (mut sink, never_read) = futures::StreamExt::split(ws);
     let path = file_uri(&file);
     let attacker = tokio::spawn(async move {
         let mut messages = vec![
@@ -164,7 +167,6 @@ async fn a_client_that_never_reads_its_replies_cannot_grow_the_daemon() {
             }
         }
     });
-    let (other, _) = daemon.session().await;
     let started = std::time::Instant::now();
     let mut slowest = std::time::Duration::ZERO;
     while started.elapsed() < std::time::Duration::from_secs(4) {
@@ -173,13 +175,28 @@ async fn a_client_that_never_reads_its_replies_cannot_grow_the_daemon() {
         slowest = slowest.max(asked.elapsed());
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    let peak = peak_rss_mib(daemon.pid());
+    let peak = status_mib(daemon.pid(), "VmHWM");
     attacker.abort();
     eprintln!("peak RSS {peak:.0} MiB; slowest environment/info {slowest:?}");
     assert!(peak < 150.0, "the daemon peaked at {peak:.0} MiB");
     assert!(
         slowest < std::time::Duration::from_secs(1),
         "environment/info took {slowest:?} meanwhile"
+    );
+    let _ = attacker.await;
+    drop(never_read);
+    // Back within half of what the attack added.
+    let returned = |rss: f64| rss < before + (peak - before) / 2.0;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut rss = status_mib(daemon.pid(), "VmRSS");
+    while !returned(rss) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        rss = status_mib(daemon.pid(), "VmRSS");
+    }
+    eprintln!("RSS before {before:.0} MiB, after the client left {rss:.0} MiB");
+    assert!(
+        returned(rss),
+        "{rss:.0} MiB still resident after the client left (peak {peak:.0})"
     );
 }
 
