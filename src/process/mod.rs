@@ -119,7 +119,7 @@ impl ProcessTable {
             slots.insert(id.clone(), Slot::Starting(token));
         }
         let spawned = match &mut launch {
-            None => spawn::spawn(&spec).map_err(|err| spawn::start_error(&spec.program, err)),
+            None => spawn::start(&spec),
             Some(launch) => launch.spawn(&spec).await,
         };
         let spawned = match spawned {

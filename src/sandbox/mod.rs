@@ -292,7 +292,7 @@ pub async fn run_self(
         }
     };
     let spawned = match &mut launch {
-        None => spawn::spawn(&spec).map_err(|err| spawn::start_error(&spec.program, err)),
+        None => spawn::start(&spec),
         Some(launch) => launch.spawn(&spec).await,
     }?;
     // Only the child may hold the other end, so its exit ends the conversation.
