@@ -143,9 +143,7 @@ impl ProcessTable {
                 }
             },
         };
-        let denial = sandbox
-            .as_ref()
-            .map(|sandboxed| Scanner::new(sandboxed.context.clone()));
+        let denial = sandbox.as_ref().map(Sandboxed::scanner);
         let config = &self.inner.config;
         let (streams, stdin, pty_size): (Vec<(OutputStream, Box<dyn ChildOutput>)>, _, _) =
             match spawned.io {
