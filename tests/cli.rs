@@ -101,6 +101,23 @@ fn run_with_tty_gets_a_terminal() {
 }
 
 #[test]
+fn run_names_a_missing_working_directory() {
+    let daemon = Daemon::start();
+    let output = cli(
+        &daemon,
+        &["run", "--cwd", "/nonexistent", "--", "true"],
+        b"",
+    );
+    assert_eq!(output.status.code(), Some(255), "{output:?}");
+    assert!(
+        text(&output.stderr).contains(
+            "failed to start `true`: the working directory `/nonexistent` does not exist"
+        ),
+        "{output:?}"
+    );
+}
+
+#[test]
 fn run_reports_an_unreachable_daemon() {
     let output = Command::new(env!("CARGO_BIN_EXE_exec-server"))
         .args(["run", "--url", "ws://127.0.0.1:1", "--", "true"])

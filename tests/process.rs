@@ -418,6 +418,27 @@ async fn start_errors_are_clear() {
     client
         .call("process/start", start_params("m", &["true"]))
         .await;
+    // A spawn failure names the working directory when that is what is missing.
+    let file = tempfile::NamedTempFile::new().unwrap();
+    for (cwd, why) in [
+        (std::path::Path::new("/nonexistent/cwd"), "does not exist"),
+        (file.path(), "is not a directory"),
+    ] {
+        for tty in [false, true] {
+            let mut params = start_params("c", &["true"]);
+            params["cwd"] = json!(file_uri(cwd));
+            params["tty"] = json!(tty);
+            let err = client.request("process/start", params).await.unwrap_err();
+            assert_eq!(
+                err,
+                json!({"code": -32603, "message": format!(
+                    "failed to start `true`: the working directory `{}` {why}",
+                    cwd.display()
+                )}),
+                "tty {tty}"
+            );
+        }
+    }
     client
         .call("process/start", start_params("dup", &["sleep", "5"]))
         .await;

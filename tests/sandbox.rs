@@ -365,40 +365,63 @@ async fn terminate_kills_the_sandboxed_group() {
     .await;
 }
 
+/// A program the sandbox refuses to execute is a started process that exits 126 (as from a
+/// shell) with `sandboxDenied`, on `process/exited` and `process/read` alike: the codex client's
+/// approve-and-retry flow reads the exit, not a start error.
 #[tokio::test]
-async fn exec_failures_are_reported_by_the_start() {
+async fn a_program_the_sandbox_refuses_to_execute_exits_126_denied() {
     let daemon = Daemon::start();
     let (client, _) = daemon.session().await;
     let d = Dirs::new();
-    // Reads restricted to the platform set: the interpreter under /root is not executable.
-    let minimal = restricted(
-        &d.ws,
-        vec![
-            entry(special("minimal"), "read"),
-            entry(special("project_roots"), "write"),
-        ],
-        "enabled",
-    );
-    let error = client
-        .request(
+    // Only the workspace is granted: /bin/cat can be neither read nor executed.
+    let workspace_only = restricted(&d.ws, vec![entry(path(&d.ws), "write")], "enabled");
+    let started = client
+        .call(
             "process/start",
-            params("py", &[python(), "-c", "print(1)"], &d.ws, minimal.clone()),
+            params("cat", &["/bin/cat", "f"], &d.ws, workspace_only.clone()),
         )
-        .await
-        .unwrap_err();
-    assert_eq!(error["code"], -32603, "{error}");
-    assert!(
-        error["message"]
-            .as_str()
-            .unwrap()
-            .contains("Permission denied"),
-        "{error}"
+        .await;
+    assert_eq!(started["sandboxType"], "linuxSeccomp", "{started}");
+    let events = client.events_until_closed("cat").await;
+    let methods: Vec<&str> = events
+        .iter()
+        .map(|e| e["method"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        methods,
+        ["process/output", "process/exited", "process/closed"],
+        "{events:?}"
     );
-    assert_eq!(error["data"]["sandboxDenied"], true, "{error}");
+    let seqs: Vec<u64> = events
+        .iter()
+        .map(|e| e["params"]["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, [1, 2, 3], "{events:?}");
+    assert_eq!(events[0]["params"]["stream"], "stderr", "{events:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&output_of(&events)),
+        "exec-server: cannot execute `/bin/cat`: Permission denied (refused by the sandbox)\n"
+    );
+    assert_eq!(events[1]["params"]["exitCode"], 126, "{events:?}");
+    assert_eq!(events[1]["params"]["sandboxDenied"], true, "{events:?}");
+    let (bytes, last) = read_all(&client, "cat").await;
+    assert!(
+        String::from_utf8_lossy(&bytes).contains("refused by the sandbox"),
+        "{last}"
+    );
+    assert_eq!(last["exitCode"], 126, "{last}");
+    assert_eq!(last["sandboxDenied"], true, "{last}");
+    // On a PTY alike.
+    let mut on_tty = params("tty", &["/bin/cat"], &d.ws, workspace_only.clone());
+    on_tty["tty"] = json!(true);
+    let outcome = run(&client, on_tty).await;
+    assert_eq!(outcome.code, 126, "{outcome:?}");
+    assert_denied(&outcome, "refused by the sandbox");
+    // A program that does not exist is a start error, sandboxed or not, and registers nothing.
     let error = client
         .request(
             "process/start",
-            params("none", &["no-such-program-xyz"], &d.ws, minimal),
+            params("none", &["no-such-program-xyz"], &d.ws, workspace_only),
         )
         .await
         .unwrap_err();
@@ -411,7 +434,6 @@ async fn exec_failures_are_reported_by_the_start() {
         "{error}"
     );
     assert_eq!(error["data"]["sandboxDenied"], false, "{error}");
-    // The id is free again: nothing was registered.
     assert_ok(
         &sh(
             &client,

@@ -119,7 +119,7 @@ impl ProcessTable {
             slots.insert(id.clone(), Slot::Starting(token));
         }
         let spawned = match &mut launch {
-            None => spawn::spawn(&spec).map_err(|err| spawn::start_error(&spec.program, err)),
+            None => spawn::start(&spec),
             Some(launch) => launch.spawn(&spec).await,
         };
         let spawned = match spawned {
@@ -143,9 +143,7 @@ impl ProcessTable {
                 }
             },
         };
-        let denial = sandbox
-            .as_ref()
-            .map(|sandboxed| Scanner::new(sandboxed.context.clone()));
+        let denial = sandbox.as_ref().map(Sandboxed::scanner);
         let config = &self.inner.config;
         let (streams, stdin, pty_size): (Vec<(OutputStream, Box<dyn ChildOutput>)>, _, _) =
             match spawned.io {

@@ -50,7 +50,7 @@ pub const OUTPUT_PIPE_BYTES: usize = 256 * 1024;
 
 pub const DEFAULT_SIZE: TerminalSize = TerminalSize { rows: 24, cols: 80 };
 
-pub fn spawn(spec: &LaunchSpec) -> std::io::Result<Spawned> {
+fn spawn(spec: &LaunchSpec) -> std::io::Result<Spawned> {
     if spec.tty {
         spawn_pty(spec)
     } else {
@@ -192,6 +192,30 @@ pub fn detached_stdio(spec: &LaunchSpec) -> std::io::Result<(ChildIo, [OwnedFd; 
 fn grow_output_pipe(fd: std::os::fd::RawFd) {
     // SAFETY: fcntl on a pipe fd we own.
     unsafe { libc::fcntl(fd, libc::F_SETPIPE_SZ, OUTPUT_PIPE_BYTES as libc::c_int) };
+}
+
+/// Starts `spec` as [`spawn`] does; a failure is the start error, naming the working directory
+/// when that is what is missing (the OS reports it as the program's ENOENT or ENOTDIR).
+pub fn start(spec: &LaunchSpec) -> Result<Spawned, RpcError> {
+    spawn(spec).map_err(|err| {
+        // Looked at only after a failure, so a normal launch pays nothing for it.
+        let cwd = spec.cwd.display();
+        match std::fs::metadata(&spec.cwd) {
+            Err(missing)
+                if matches!(missing.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) =>
+            {
+                start_error(
+                    &spec.program,
+                    format!("the working directory `{cwd}` does not exist"),
+                )
+            }
+            Ok(meta) if !meta.is_dir() => start_error(
+                &spec.program,
+                format!("the working directory `{cwd}` is not a directory"),
+            ),
+            _ => start_error(&spec.program, err),
+        }
+    })
 }
 
 /// The error for a program that could not be started.

@@ -1,8 +1,9 @@
 //! `sandboxDenied`: was a sandboxed process's failure caused by the sandbox?
 //!
 //! Tiers, most certain first:
-//! 1. A setup failure reported by the helper (see `Launch::confirm`): the launch itself fails,
-//!    with `error.data.sandboxDenied`.
+//! 1. A failure reported by the helper (see `Launch::confirm`): an exec the sandbox refused is
+//!    a process that exits 126, denied; any other setup failure fails the launch itself, with
+//!    `error.data.sandboxDenied`.
 //! 2. Death by SIGSYS: the seccomp kill action fired.
 //! 3. Denial messages (`Permission denied`, `Operation not permitted`, `Read-only file system`,
 //!    `Invalid cross-device link`, `Device or resource busy`) naming a path the policy does not let the process write:
@@ -75,11 +76,12 @@ pub struct Scanner {
 }
 
 impl Scanner {
-    pub fn new(context: std::sync::Arc<DenialContext>) -> Self {
+    /// `denied`: the sandbox is already known to have stopped the process (it refused the exec).
+    pub fn new(context: std::sync::Arc<DenialContext>, denied: bool) -> Self {
         Self {
             context,
             partial: Default::default(),
-            evidence: false,
+            evidence: denied,
         }
     }
 
@@ -321,7 +323,7 @@ mod tests {
     }
 
     fn denied(lines: &str, code: i32) -> bool {
-        let mut scanner = Scanner::new(context(true));
+        let mut scanner = Scanner::new(context(true), false);
         scanner.feed(OutputStream::Stderr, lines.as_bytes());
         scanner.verdict(code, None)
     }
@@ -382,7 +384,7 @@ mod tests {
             "touch: cannot touch '/etc/x': Read-only file system",
             0
         ));
-        let mut scanner = Scanner::new(context(false));
+        let mut scanner = Scanner::new(context(false), false);
         scanner.feed(OutputStream::Stdout, b"curl: (7) Failed to connect to x\n");
         assert!(!scanner.verdict(7, None), "network is not restricted");
     }
@@ -415,9 +417,9 @@ mod tests {
 
     #[test]
     fn sigsys_and_split_lines() {
-        let mut scanner = Scanner::new(context(false));
+        let mut scanner = Scanner::new(context(false), false);
         assert!(scanner.verdict(159, Some(libc::SIGSYS)));
-        let mut scanner = Scanner::new(context(false));
+        let mut scanner = Scanner::new(context(false), false);
         scanner.feed(OutputStream::Stderr, b"touch: cannot touch '/e");
         scanner.feed(OutputStream::Stderr, b"tc/x': Permission denied");
         assert!(scanner.verdict(1, None));

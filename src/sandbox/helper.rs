@@ -16,7 +16,9 @@
 //! private `/proc` showing only the sandbox's own processes, cwd, Landlock, capabilities and
 //! securebits, no_new_privs, close-on-exec for every fd above 2, the last seccomp filter, the
 //! program's environment (the helper itself runs with an empty one), and `execvp`. A failure at any step is written as one JSON [`Failure`] to the control socket,
-//! which is close-on-exec, so a successful exec writes nothing and the daemon sees EOF.
+//! which is close-on-exec, so a successful exec writes nothing and the daemon sees EOF. An exec
+//! the sandbox refused is also explained on the program's stderr, and the helper exits 126 in
+//! its place: the daemon reports that as the process's exit.
 
 use super::plan::{Failure, Identity, Plan, EXEC_STAGE, MAX_PLAN_BYTES};
 use super::{landlock, mounts, seccomp};
@@ -71,10 +73,16 @@ pub fn main_if_helper() {
         Err(failure) => failure,
     };
     let _ = control.write_all(&serde_json::to_vec(&failure).unwrap_or_default());
-    eprintln!(
-        "exec-server sandbox: {}: {}",
-        failure.stage, failure.message
-    );
+    // A refused exec is the program's own outcome (the daemon reports it as the process's exit,
+    // 126 as from a shell), so the reason is written for its reader, on its stderr.
+    if failure.denied {
+        eprintln!("exec-server: {} (refused by the sandbox)", failure.message);
+    } else {
+        eprintln!(
+            "exec-server sandbox: {}: {}",
+            failure.stage, failure.message
+        );
+    }
     std::process::exit(if failure.stage == EXEC_STAGE {
         if failure.errno == Some(libc::ENOENT) {
             127
@@ -270,11 +278,7 @@ fn run(
     let errno = err as i32;
     Err(Failure {
         stage: EXEC_STAGE.into(),
-        message: format!(
-            "cannot execute `{}`: {}",
-            plan.program,
-            std::io::Error::from_raw_os_error(errno)
-        ),
+        message: format!("cannot execute `{}`: {}", plan.program, err.desc()),
         errno: Some(errno),
         denied: matches!(errno, libc::EACCES | libc::EPERM) && executable_by_mode(&plan.program),
     })

@@ -23,7 +23,7 @@ mod seccomp;
 
 use crate::process::spawn::{self, ChildIo, LaunchSpec, Spawned, DEFAULT_SIZE};
 use crate::rpc::RpcError;
-use denial::DenialContext;
+use denial::{DenialContext, Scanner};
 use exec_server_protocol::process::StartParams;
 use exec_server_protocol::sandbox::{FileSystemSandboxContext, FsAccess, NetworkAccess};
 use plan::{Failure, FsPlan, Identity, Plan, EXEC_STAGE, MAX_PLAN_BYTES};
@@ -292,7 +292,7 @@ pub async fn run_self(
         }
     };
     let spawned = match &mut launch {
-        None => spawn::spawn(&spec).map_err(|err| spawn::start_error(&spec.program, err)),
+        None => spawn::start(&spec),
         Some(launch) => launch.spawn(&spec).await,
     }?;
     // Only the child may hold the other end, so its exit ends the conversation.
@@ -301,7 +301,7 @@ pub async fn run_self(
     // Held until the child is reaped: its placeholders must outlive it.
     let sandboxed = match launch {
         None => None,
-        Some(launch) => match launch.confirm().await {
+        Some(launch) => match launch.confirm().await.and_then(Sandboxed::executed) {
             Ok(sandboxed) => Some(sandboxed),
             Err(err) => {
                 let _ = child.kill().await;
@@ -436,6 +436,9 @@ pub struct Sandboxed {
     /// view unmounted) when this is dropped, after the exit is reported, rather than by the
     /// exiting process before its parent learns of the exit.
     mount_namespace: Option<OwnedFd>,
+    /// The sandbox refused to execute the program: the helper wrote why on the program's
+    /// stderr and exits 126 in its place. The start error, for a caller that needs the program.
+    refusal: Option<RpcError>,
 }
 
 impl Sandboxed {
@@ -446,6 +449,19 @@ impl Sandboxed {
 
     pub fn has_placeholders(&self) -> bool {
         !self.leases.is_empty()
+    }
+
+    /// The classifier for this launch's exit, already certain when the exec was refused.
+    pub fn scanner(&self) -> Scanner {
+        Scanner::new(self.context.clone(), self.refusal.is_some())
+    }
+
+    /// Err when the sandbox refused to execute the program, for callers that need its output.
+    fn executed(self) -> Result<Self, RpcError> {
+        match self.refusal {
+            Some(err) => Err(err),
+            None => Ok(self),
+        }
     }
 }
 
@@ -469,6 +485,7 @@ impl Prepared {
                 context: self.context,
                 leases: self.leases,
                 mount_namespace: None,
+                refusal: None,
             },
             control: None,
         })
@@ -500,7 +517,9 @@ impl Launch {
     }
 
     /// After [`Launch::spawn`]: waits until the helper executed the program (EOF on the control
-    /// socket) or reports why it could not. Err: nothing ran; the caller reaps the helper.
+    /// socket) or reports why it could not. Err: nothing ran; the caller reaps the helper. An
+    /// exec the sandbox refused is Ok, with [`Sandboxed::scanner`] certain of the denial: the
+    /// helper exits 126 like a program that ran, so the process is reported through its exit.
     pub async fn confirm(self) -> Result<Sandboxed, RpcError> {
         use tokio::io::AsyncReadExt as _;
         let Launch {
@@ -534,7 +553,13 @@ impl Launch {
         let failure: Failure = serde_json::from_slice(&text).map_err(|err| {
             RpcError::internal(format!("the sandbox helper sent a malformed status: {err}"))
         })?;
-        Err(failure_error(&program, failure))
+        let denied = failure.stage == EXEC_STAGE && failure.denied;
+        let err = failure_error(&program, failure);
+        if denied {
+            sandboxed.refusal = Some(err);
+            return Ok(sandboxed);
+        }
+        Err(err)
     }
 }
 
