@@ -104,15 +104,11 @@ async fn open_and_read_block_validate_their_params() {
     std::fs::write(&path, b"data").unwrap();
     let long = "x".repeat(33);
     let error = open(&client, &long, &path).await.unwrap_err();
-    assert_error(
-        &error,
-        -32600,
-        "file read handle ID must not exceed 32 bytes",
-    );
+    assert_error(&error, -32600, "file handle ID must not exceed 32 bytes");
     open(&client, &"y".repeat(32), &path).await.unwrap();
     open(&client, "dup", &path).await.unwrap();
     let error = open(&client, "dup", &path).await.unwrap_err();
-    assert_error(&error, -32600, "file read handle `dup` already exists");
+    assert_error(&error, -32600, "file handle `dup` already exists");
     for len in [0, MIB + 1] {
         let error = client
             .request(
@@ -235,7 +231,7 @@ async fn the_128_handle_limit_is_per_connection_and_close_releases_it() {
     assert_error(
         &error,
         -32600,
-        "at most 128 file reads may be open per connection",
+        "at most 128 file handles may be open per connection",
     );
     assert_eq!(open_fds(daemon.pid()), baseline + 128);
 
@@ -260,6 +256,30 @@ async fn the_128_handle_limit_is_per_connection_and_close_releases_it() {
     for index in 0..128 {
         open(&third, &format!("h{index}"), &path).await.unwrap();
     }
+}
+
+/// Opens still in flight hold their slot: a burst of 200 concurrent opens on one connection
+/// gets exactly 128 handles, and the rest are refused before anything is opened.
+#[tokio::test]
+async fn a_burst_of_concurrent_opens_gets_at_most_128_handles() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let dir = scratch_dir();
+    let path = dir.path().join("f");
+    std::fs::write(&path, b"x").unwrap();
+    let baseline = open_fds(daemon.pid());
+    let ids: Vec<String> = (0..200).map(|index| format!("b{index}")).collect();
+    let outcomes = futures::future::join_all(ids.iter().map(|id| open(&client, id, &path))).await;
+    let (opened, refused): (Vec<_>, Vec<_>) = outcomes.into_iter().partition(Result::is_ok);
+    assert_eq!(opened.len(), 128);
+    for error in refused {
+        assert_error(
+            &error.unwrap_err(),
+            -32600,
+            "at most 128 file handles may be open per connection",
+        );
+    }
+    assert_eq!(open_fds(daemon.pid()), baseline + 128);
 }
 
 #[tokio::test]

@@ -617,3 +617,32 @@ async fn read_max_bytes_pages_through_output() {
     assert_eq!(rest["chunks"].as_array().unwrap().len(), 2);
     assert_eq!(rest["nextSeq"], 4);
 }
+
+/// `trace` (the client's span context) is accepted on `process/start` and becomes the parent
+/// field of the launch span, so the daemon's log lines of that launch carry it.
+#[tokio::test]
+async fn start_records_the_client_trace_as_the_launch_span_parent() {
+    use std::io::Read as _;
+    let mut command = Daemon::command(env!("CARGO_BIN_EXE_exec-server"), &[], &[]);
+    command
+        .env("EXEC_SERVER_LOG", "info")
+        .stderr(std::process::Stdio::piped());
+    let mut daemon = Daemon::launch(command);
+    let mut stderr = daemon.take_stderr().unwrap();
+    let (client, _) = daemon.session().await;
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let mut params = start_params("traced", &["true"]);
+    params["trace"] = json!({"traceparent": traceparent});
+    client.call("process/start", params).await;
+    let (_, last) = read_all(&client, "traced").await;
+    assert_eq!(last["exitCode"], 0, "{last}");
+    drop(client);
+    drop(daemon);
+    let mut log = String::new();
+    stderr.read_to_string(&mut log).unwrap();
+    let line = log
+        .lines()
+        .find(|line| line.contains("process started"))
+        .unwrap_or_else(|| panic!("no launch log line in {log}"));
+    assert!(line.contains(traceparent), "{line}");
+}

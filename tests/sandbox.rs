@@ -1103,3 +1103,81 @@ print('pids', sorted(int(p) for p in os.listdir('/proc') if p.isdigit()) == [os.
         .call("process/terminate", json!({"processId": "victim"}))
         .await;
 }
+
+/// Newer clients omit `workspaceRoots` when empty and send `[cwd]` themselves when they mean
+/// it, so an absent or empty list grants nothing through `project_roots`, never the cwd.
+#[tokio::test]
+async fn empty_workspace_roots_grant_nothing_through_project_roots() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    std::fs::write(d.ws("excluded.txt"), "secret\n").unwrap();
+    let script = format!("cat {}", d.ws("excluded.txt").display());
+    let entries = || {
+        vec![
+            entry(special("minimal"), "read"),
+            entry(special("project_roots"), "read"),
+        ]
+    };
+    let mut absent = restricted(&d.ws, entries(), "enabled");
+    absent.as_object_mut().unwrap().remove("workspaceRoots");
+    let mut empty = restricted(&d.ws, entries(), "enabled");
+    empty["workspaceRoots"] = json!([]);
+    // The same entries under `policyContext`, whose empty roots win over the flat ones.
+    let mut context_empty = restricted(&d.ws, entries(), "enabled");
+    context_empty["policyContext"] = json!({"cwd": uri(&d.ws)});
+    for (id, sandbox) in [
+        ("absent", absent),
+        ("empty", empty),
+        ("context-empty", context_empty),
+    ] {
+        let outcome = sh(&client, id, &d.ws, &sandbox, &script).await;
+        assert_ne!(outcome.code, 0, "{id}: {outcome:?}");
+        assert!(!outcome.output.contains("secret"), "{id}: {outcome:?}");
+    }
+    let granted = restricted(&d.ws, entries(), "enabled");
+    let outcome = sh(&client, "granted", &d.ws, &granted, &script).await;
+    assert_ok(&outcome);
+    assert_eq!(outcome.output, "secret\n");
+}
+
+/// `policyContext` is where newer clients put the policy's cwd and roots: it anchors
+/// `project_roots` for process/start and stands in for the flat `cwd` on fs calls.
+#[tokio::test]
+async fn policy_context_anchors_process_and_fs_sandboxes() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    let sub = d.ws("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let context_only = json!({
+        "permissions": {"type": "managed", "network": "enabled",
+            "file_system": {"type": "restricted", "entries": [
+                entry(special("root"), "read"),
+                entry(special("project_roots"), "write"),
+            ]}},
+        "policyContext": {"cwd": uri(&d.ws), "workspaceRoots": [uri(&sub)]},
+    });
+    let script = format!(
+        "echo in > {}/in.txt && echo out > {}/out.txt",
+        sub.display(),
+        d.ws.display()
+    );
+    let outcome = sh(&client, "ctx", &d.ws, &context_only, &script).await;
+    assert_denied(&outcome, "out.txt");
+    assert_eq!(std::fs::read_to_string(sub.join("in.txt")).unwrap(), "in\n");
+    assert!(!d.ws("out.txt").exists());
+
+    let write = |path: &Path| json!({"path": uri(path), "dataBase64": b64(b"x"), "sandbox": context_only.clone()});
+    client
+        .request("fs/writeFile", write(&sub.join("fs.txt")))
+        .await
+        .expect("a write inside the policyContext root");
+    assert_eq!(std::fs::read(sub.join("fs.txt")).unwrap(), b"x");
+    let error = client
+        .request("fs/writeFile", write(&d.ws("fs.txt")))
+        .await
+        .expect_err("a write outside the policyContext root");
+    assert_eq!(error["data"]["sandboxDenied"], true, "{error}");
+    assert!(!d.ws("fs.txt").exists());
+}

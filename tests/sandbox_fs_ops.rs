@@ -455,6 +455,7 @@ async fn watches_unenforceable_intents_and_unloadable_helpers_fail_cleanly() {
     let write = json!({"path": uri(&d.ws("x")), "dataBase64": b64(b"x")});
     let mut no_cwd = read_restricted(&d.ws);
     no_cwd.as_object_mut().unwrap().remove("cwd");
+    no_cwd.as_object_mut().unwrap().remove("workspaceRoots");
     let unknown = restricted(
         &d.ws,
         vec![

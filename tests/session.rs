@@ -369,3 +369,42 @@ async fn a_frozen_client_is_detached_within_two_ping_intervals() {
         .await;
     drop(frozen);
 }
+
+/// A resumed `initialize` reports the executor the session started with, field for field,
+/// even when what `environment/info` would say has changed since (here the daemon's own
+/// working directory was renamed).
+#[tokio::test]
+async fn a_resumed_initialize_result_equals_the_original() {
+    let scratch = scratch_dir();
+    let (before, after) = (scratch.path().join("a"), scratch.path().join("b"));
+    std::fs::create_dir(&before).unwrap();
+    let mut command = Daemon::command(env!("CARGO_BIN_EXE_exec-server"), &[], &[]);
+    command.current_dir(&before);
+    let daemon = Daemon::launch(command);
+    let params = json!({"clientName": "e2e", "binaryPayloads": true});
+    let client = daemon.client().await;
+    let original = client.request("initialize", params.clone()).await.unwrap();
+    client.notify("initialized", json!({})).await;
+    client.close().await;
+    std::fs::rename(&before, &after).unwrap();
+
+    let mut resume = params;
+    resume["resumeSessionId"] = original["sessionId"].clone();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let resumed = loop {
+        let client = daemon.client().await;
+        match client.request("initialize", resume.clone()).await {
+            Ok(result) => break result,
+            Err(error) if error["code"] == -32010 && tokio::time::Instant::now() < deadline => {
+                client.close().await;
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            Err(error) => panic!("resume failed: {error}"),
+        }
+    };
+    assert_eq!(resumed, original);
+    let info = daemon.client().await;
+    info.initialize(None).await.unwrap();
+    let now = info.call("environment/info", json!({})).await;
+    assert_ne!(now["cwd"], original["environmentInfo"]["cwd"], "{now}");
+}

@@ -37,6 +37,7 @@ impl Command {
                 sandbox: None,
                 enforce_managed_network: false,
                 managed_network: None,
+                trace: None,
             },
         }
     }

@@ -61,6 +61,10 @@ pub struct StartParams {
     pub enforce_managed_network: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub managed_network: Option<ManagedNetwork>,
+    /// The client's span context (W3C, e.g. `{traceparent, tracestate?}`), kept opaque: the
+    /// daemon records it as the parent of its launch span.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<serde_json::Value>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -10,12 +10,17 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "camelCase")]
 pub struct FileSystemSandboxContext {
     pub permissions: PermissionProfile,
-    /// The policy's anchor directory; defaults to the request's cwd.
+    /// The policy's anchor directory; defaults to the request's cwd. Older clients' field:
+    /// `policyContext.cwd` wins when set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<PathUri>,
-    /// What `project_roots` entries expand to; defaults to `[cwd]`.
+    /// What `project_roots` entries expand to; empty or absent grants nothing through them
+    /// (clients send `[cwd]` when they mean it). Ignored when `policyContext` is present.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workspace_roots: Vec<PathUri>,
+    /// Newer clients' source of the policy's cwd and roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_context: Option<PolicyContext>,
     #[serde(default)]
     pub windows_sandbox_level: WindowsSandboxLevel,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -29,6 +34,17 @@ pub struct FileSystemSandboxContext {
     pub temporary_directories: Vec<PathUri>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub windows_sandbox_proxy_settings_mode: Option<String>,
+}
+
+/// Where the policy is anchored, as newer clients send it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyContext {
+    /// Falls back to the flat `cwd`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<PathUri>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workspace_roots: Vec<PathUri>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -135,6 +151,23 @@ pub struct ManagedNetwork {
 }
 
 impl FileSystemSandboxContext {
+    /// The policy's cwd: `policyContext.cwd`, else the flat `cwd`.
+    pub fn policy_cwd(&self) -> Option<&PathUri> {
+        self.policy_context
+            .as_ref()
+            .and_then(|context| context.cwd.as_ref())
+            .or(self.cwd.as_ref())
+    }
+
+    /// What `project_roots` entries expand to, as sent: `policyContext`'s when present, else
+    /// the flat list. Never defaulted to the cwd.
+    pub fn policy_workspace_roots(&self) -> &[PathUri] {
+        match &self.policy_context {
+            Some(context) => &context.workspace_roots,
+            None => &self.workspace_roots,
+        }
+    }
+
     /// Whether the intent restricts anything this daemon must enforce: a managed profile with
     /// network off, or a restricted file system that is not plain full-disk write. Full-disk
     /// write means a `root` write entry with no entry that narrows it (a `read` or `deny`

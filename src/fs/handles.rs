@@ -8,7 +8,7 @@ use super::write_stream::{WriteHandle, WriteTransfer};
 use crate::rpc::RpcError;
 use exec_server_protocol::fs::OpenMode;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -73,48 +73,74 @@ impl Handle {
 
 #[derive(Default)]
 pub struct Handles {
-    table: Mutex<HashMap<String, Arc<Handle>>>,
+    table: Mutex<Table>,
+}
+
+/// Open handles, and the ids of `fs/open` calls still opening: those hold a slot too, so a
+/// burst of opens cannot overshoot the limit or race for one id (as upstream counts them).
+#[derive(Default)]
+struct Table {
+    open: HashMap<String, Arc<Handle>>,
+    opening: HashSet<String>,
+}
+
+/// A slot held by an `fs/open` in flight; released on drop unless filled.
+pub struct Reservation<'a> {
+    handles: &'a Handles,
+    /// None once filled.
+    id: Option<String>,
 }
 
 impl Handles {
-    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Handle>>> {
-        // A poisoned lock still holds a consistent map: every update is a single insert/remove.
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
+        // A poisoned lock still holds a consistent table: every update is a single insert/remove.
         self.table
             .lock()
             .unwrap_or_else(|poison| poison.into_inner())
     }
 
-    /// Whether `id` could be inserted now; checked before opening so a full table costs nothing.
-    pub fn check_room(&self, id: &str) -> Result<(), RpcError> {
-        room(&self.table(), id)
-    }
-
-    pub fn insert(&self, id: String, handle: Handle) -> Result<(), RpcError> {
+    /// Holds a slot for `id` before anything is opened, so a full table costs nothing.
+    pub fn reserve(&self, id: String) -> Result<Reservation<'_>, RpcError> {
         let mut table = self.table();
-        room(&table, &id)?;
-        table.insert(id, Arc::new(handle));
-        Ok(())
+        if table.open.contains_key(&id) || table.opening.contains(&id) {
+            return Err(RpcError::invalid_request(format!(
+                "file handle `{id}` already exists"
+            )));
+        }
+        if table.open.len() + table.opening.len() >= MAX_OPEN_HANDLES {
+            return Err(RpcError::invalid_request(format!(
+                "at most {MAX_OPEN_HANDLES} file handles may be open per connection"
+            )));
+        }
+        table.opening.insert(id.clone());
+        Ok(Reservation {
+            handles: self,
+            id: Some(id),
+        })
     }
 
     pub fn get(&self, id: &str) -> Option<Arc<Handle>> {
-        self.table().get(id).cloned()
+        self.table().open.get(id).cloned()
     }
 
     pub fn remove(&self, id: &str) -> Option<Arc<Handle>> {
-        self.table().remove(id)
+        self.table().open.remove(id)
     }
 }
 
-fn room(table: &HashMap<String, Arc<Handle>>, id: &str) -> Result<(), RpcError> {
-    if table.contains_key(id) {
-        return Err(RpcError::invalid_request(format!(
-            "file read handle `{id}` already exists"
-        )));
+impl Reservation<'_> {
+    pub fn fill(mut self, handle: Handle) {
+        let id = self.id.take().expect("a reservation is filled once");
+        let mut table = self.handles.table();
+        table.opening.remove(&id);
+        table.open.insert(id, Arc::new(handle));
     }
-    if table.len() >= MAX_OPEN_HANDLES {
-        return Err(RpcError::invalid_request(format!(
-            "at most {MAX_OPEN_HANDLES} file reads may be open per connection"
-        )));
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = &self.id {
+            self.handles.table().opening.remove(id);
+        }
     }
-    Ok(())
 }

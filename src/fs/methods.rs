@@ -70,8 +70,8 @@ async fn one_shot(mut request: Request) -> Result<Value, RpcError> {
 
 async fn open(ctx: &RequestCtx, mut params: OpenParams) -> Result<HandleResult, RpcError> {
     let handles = &ctx.connection.fs.handles;
-    let handle_id = id_or_new(params.handle_id.take(), "file read handle")?;
-    handles.check_room(&handle_id)?;
+    let handle_id = id_or_new(params.handle_id.take(), "file handle")?;
+    let reservation = handles.reserve(handle_id.clone())?;
     let handle = match route(params.sandbox.take())? {
         Route::Direct => {
             let path = host_path(&params.path)?;
@@ -81,7 +81,7 @@ async fn open(ctx: &RequestCtx, mut params: OpenParams) -> Result<HandleResult, 
         }
         Route::Confined(confined) => confined.open(params).await?,
     };
-    handles.insert(handle_id.clone(), handle)?;
+    reservation.fill(handle);
     Ok(HandleResult { handle_id })
 }
 

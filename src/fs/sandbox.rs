@@ -60,7 +60,7 @@ pub fn route(sandbox: Option<FileSystemSandboxContext>) -> Result<Route, RpcErro
     if !restricted {
         return Ok(Route::Direct);
     }
-    let cwd = match &sandbox.cwd {
+    let cwd = match sandbox.policy_cwd() {
         Some(uri) => uri.to_path().map_err(|err| {
             RpcError::invalid_params(format!(
                 "sandbox cwd URI `{uri}` is not valid on this exec-server host: {err}"
@@ -80,8 +80,8 @@ pub fn route(sandbox: Option<FileSystemSandboxContext>) -> Result<Route, RpcErro
     Ok(Route::Confined(Confined(Arc::new(Intent { sandbox, cwd }))))
 }
 
-/// A request has no cwd of its own: entries relative to the workspace need `sandbox.cwd` (or
-/// explicit `workspaceRoots`), as in the reference.
+/// A request has no cwd of its own: entries relative to the workspace need a policy cwd (or
+/// explicit workspace roots), as in the reference.
 fn needs_cwd(sandbox: &FileSystemSandboxContext) -> bool {
     let PermissionProfile::Managed {
         file_system: FileSystemPermissions::Restricted { entries, .. },
@@ -90,7 +90,7 @@ fn needs_cwd(sandbox: &FileSystemSandboxContext) -> bool {
     else {
         return false;
     };
-    sandbox.workspace_roots.is_empty()
+    sandbox.policy_workspace_roots().is_empty()
         && entries.iter().any(|entry| match &entry.path {
             FsPath::Special { value } => value.kind == SpecialKind::ProjectRoots,
             FsPath::GlobPattern { pattern } => !Path::new(pattern).is_absolute(),

@@ -12,6 +12,7 @@ use exec_server_protocol::rpc::method;
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 pub async fn handle(
     ctx: &RequestCtx,
@@ -19,7 +20,20 @@ pub async fn handle(
     params: Option<Value>,
 ) -> Result<Value, RpcError> {
     match name {
-        method::PROCESS_START => encode(start(ctx, decode(params)?).await),
+        method::PROCESS_START => {
+            let params: StartParams = decode(params)?;
+            // The client's span context is the launch span's parent; this daemon exports no
+            // traces itself, so it is recorded for log correlation.
+            let span = tracing::info_span!(
+                "process_start",
+                process_id = %params.process_id,
+                parent = tracing::field::Empty
+            );
+            if let Some(trace) = &params.trace {
+                span.record("parent", tracing::field::display(trace));
+            }
+            encode(start(ctx, params).instrument(span).await)
+        }
         method::PROCESS_READ => encode(read(ctx, decode(params)?).await),
         method::PROCESS_WRITE => encode(write(ctx, decode(params)?)),
         method::PROCESS_SIGNAL => encode(signal(ctx, decode(params)?)),
@@ -70,6 +84,7 @@ async fn start(ctx: &RequestCtx, params: StartParams) -> Result<StartResult, Rpc
         .processes
         .start(params.process_id.clone(), spec, launch)
         .await?;
+    tracing::info!(sandbox = ?sandbox_type, "process started");
     Ok(StartResult {
         process_id: params.process_id,
         sandbox_type,

@@ -230,7 +230,7 @@ impl Connection {
         tracing::info!(session = %crate::session::log_digest(&session.id), client = %params.client_name, resumed = params.resume_session_id.is_some(), "session attached");
         let result = InitializeResult {
             session_id: session.id.clone(),
-            environment_info: Some(crate::environment::info()),
+            environment_info: Some(session.environment_info.clone()),
             binary_payloads,
         };
         self.session = Some(session);

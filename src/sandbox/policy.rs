@@ -269,7 +269,7 @@ pub fn resolve(
     else {
         unreachable!("an unrestricted file system does not restrict");
     };
-    let context = Context::new(sandbox, request_cwd)?;
+    let context = Context::new(sandbox)?;
     let cwd = anchor(request_cwd, "cwd")?;
     let depth = glob_scan_max_depth
         .unwrap_or(glob::DEFAULT_MAX_DEPTH)
@@ -342,24 +342,21 @@ struct Candidate {
 }
 
 impl Context {
-    fn new(sandbox: &FileSystemSandboxContext, request_cwd: &Path) -> Result<Self, RpcError> {
-        let policy_cwd = match &sandbox.cwd {
-            Some(uri) => host_path(uri, "sandbox cwd")?,
-            None => request_cwd.to_path_buf(),
-        };
-        let roots = if sandbox.workspace_roots.is_empty() {
-            vec![policy_cwd]
-        } else {
-            sandbox
-                .workspace_roots
-                .iter()
-                .map(|uri| host_path(uri, "workspace root"))
-                .collect::<Result<_, _>>()?
-        };
-        let anchors: Vec<Anchored> = roots
+    fn new(sandbox: &FileSystemSandboxContext) -> Result<Self, RpcError> {
+        // Only a bad URI matters here: roots are never defaulted to the cwd.
+        if let Some(uri) = sandbox.policy_cwd() {
+            host_path(uri, "sandbox cwd")?;
+        }
+        let anchors: Vec<Anchored> = sandbox
+            .policy_workspace_roots()
             .iter()
-            .map(|root| anchor(root, "workspace root"))
-            .collect::<Result<_, _>>()?;
+            .map(|uri| {
+                Ok(anchor(
+                    &host_path(uri, "workspace root")?,
+                    "workspace root",
+                )?)
+            })
+            .collect::<Result<_, RpcError>>()?;
         let workspace_roots = anchors
             .iter()
             .map(|anchored| anchored.canonical.clone())

@@ -8,6 +8,7 @@ pub use registry::Registry;
 use crate::config::Config;
 use crate::process::ProcessTable;
 use crate::rpc::outbound::Outbound;
+use exec_server_protocol::environment::EnvironmentInfo;
 use std::sync::Arc;
 use tokio::sync::watch;
 
@@ -31,6 +32,9 @@ pub struct Attachment {
 pub struct Session {
     pub id: String,
     pub processes: ProcessTable,
+    /// What `initialize` reported when the session was created; a resume reports it again so
+    /// the client sees the same executor it started with, field for field.
+    pub environment_info: EnvironmentInfo,
     attachment: watch::Sender<Option<Attachment>>,
 }
 
@@ -40,6 +44,7 @@ impl Session {
         Self {
             id,
             processes: ProcessTable::new(config, receiver),
+            environment_info: crate::environment::info(),
             attachment: sender,
         }
     }

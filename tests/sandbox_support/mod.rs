@@ -88,12 +88,14 @@ pub fn path(p: &Path) -> Value {
     json!({"type": "path", "path": uri(p)})
 }
 
-/// A managed restricted profile with these entries, anchored at `ws`.
+/// A managed restricted profile with these entries, anchored at `ws`, which is also its one
+/// workspace root (sent explicitly, as clients do: roots never default to the cwd).
 pub fn restricted(ws: &Path, entries: Vec<Value>, network: &str) -> Value {
     json!({
         "permissions": {"type": "managed", "network": network,
             "file_system": {"type": "restricted", "entries": entries}},
         "cwd": uri(ws),
+        "workspaceRoots": [uri(ws)],
         "windowsSandboxLevel": "disabled",
     })
 }
