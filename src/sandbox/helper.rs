@@ -6,14 +6,14 @@
 //! exec of the daemon's binary and the creation of a network namespace are the slowest steps
 //! of a launch, and neither depends on the plan. Its stdin is the control socket. Before any
 //! plan, it becomes a session leader (so `killpg` works from the instant the daemon hands it
-//! out), creates its own empty network namespace when network is restricted, attaches most
-//! of its seccomp rules (all that the setup below does not need lifted), and writes [`READY`]
+//! out), creates its own empty network namespace when network is restricted, its own mount
+//! namespace (a follower of the host's mounts) with a private `/proc` showing only the
+//! sandbox's own processes, attaches most of its seccomp rules (all that the setup below does not need lifted), and writes [`READY`]
 //! (or, when any of that fails, its [`Failure`], as below).
 //!
 //! It then waits for one launch: the program's stdin, stdout and stderr (SCM_RIGHTS, with the
 //! first byte), then the [`Plan`] up to EOF. In order: stdio (and the controlling terminal for
-//! a PTY), a private mount namespace, the mount view when the file system is restricted, a
-//! private `/proc` showing only the sandbox's own processes, cwd, Landlock, capabilities and
+//! a PTY), the mount view when the file system is restricted, cwd, Landlock, capabilities and
 //! securebits, no_new_privs, close-on-exec for every fd above 2, the last seccomp filter, the
 //! program's environment (the helper itself runs with an empty one), and `execvp`. A failure at any step is written as one JSON [`Failure`] to the control socket,
 //! which is close-on-exec, so a successful exec writes nothing and the daemon sees EOF. An exec
@@ -140,6 +140,16 @@ fn start(
     if network_restricted && unsafe { libc::unshare(libc::CLONE_NEWNET) } < 0 {
         return Err(os_fail("namespaces")(std::io::Error::last_os_error()));
     }
+    // Every launch gets its own mount namespace, if only for its own /proc. Made here, off
+    // the launch path, as a follower of the host's mounts, so the view a launch builds from it
+    // is still the host's as it is at the launch.
+    // SAFETY: plain syscall; the process is single-threaded.
+    if unsafe { libc::unshare(libc::CLONE_NEWNS) } < 0 {
+        return Err(os_fail("namespaces")(std::io::Error::last_os_error()));
+    }
+    mounts::follow_host()
+        .and_then(|()| mounts::own_proc())
+        .map_err(fail("mounts"))?;
     seccomp::apply(&filters.early).map_err(fail("seccomp"))?;
     control.write_all(&[READY]).map_err(os_fail("control"))?;
     Ok(filters.late)
@@ -223,18 +233,8 @@ fn run(
     let program =
         CString::new(plan.program.as_bytes()).map_err(|e| fail("policy")(e.to_string()))?;
 
-    // Every launch gets its own mount namespace, if only for its own /proc.
-    // SAFETY: plain syscall; the process is single-threaded.
-    if unsafe { libc::unshare(libc::CLONE_NEWNS) } < 0 {
-        return Err(os_fail("namespaces")(std::io::Error::last_os_error()));
-    }
-    match &plan.fs {
-        Some(fs) => mounts::apply(&fs.mounts, &fs.identities),
-        None => mounts::follow_host(),
-    }
-    .and_then(|()| mounts::own_proc())
-    .map_err(fail("mounts"))?;
     if let Some(fs) = &mut plan.fs {
+        mounts::apply(&fs.mounts, &fs.identities).map_err(fail("mounts"))?;
         proc_identities_from_own_proc(&mut fs.identities);
         if let Some((grant, id)) = own_terminal() {
             fs.identities.insert(grant.path.clone(), id);

@@ -271,8 +271,9 @@ pub fn is_dir(stat: &nix::sys::stat::FileStat) -> bool {
     stat.st_mode & libc::S_IFMT == libc::S_IFDIR
 }
 
-/// For a file system the plan leaves unrestricted (the caller has unshared the mount
-/// namespace): host mounts keep propagating in, and nothing done here propagates out.
+/// For a helper's new mount namespace (the caller has unshared it): host mounts keep
+/// propagating in until a launch's view makes them private, and nothing done here propagates
+/// out.
 pub fn follow_host() -> Result<(), String> {
     propagation(libc::MS_SLAVE).map_err(|err| format!("making mounts slaves: {err}"))
 }
