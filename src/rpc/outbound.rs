@@ -36,14 +36,6 @@ impl Budget {
     fn bytes(&self) -> usize {
         self.0.as_ref().map_or(0, OwnedSemaphorePermit::num_permits)
     }
-
-    /// One budget holding both, for replies sent together (a batch).
-    pub fn merge(&mut self, other: Budget) {
-        match (&mut self.0, other.0) {
-            (Some(mine), Some(other)) => mine.merge(other),
-            (mine, other) => *mine = mine.take().or(other),
-        }
-    }
 }
 
 /// The receiving half, read by the transport's writer.

@@ -398,8 +398,9 @@ fn drop_capabilities() -> std::io::Result<()> {
 fn proc_identities_from_own_proc(identities: &mut mounts::Identities) {
     for (path, id) in identities.iter_mut() {
         if path.starts_with("/proc") {
-            if let Ok(meta) = std::fs::symlink_metadata(path) {
-                *id = crate::sandbox::plan::Identity::of(&meta);
+            // As the daemon took it (`Identity::stat`), only on this instance.
+            if let Ok(own) = crate::sandbox::plan::Identity::stat(path) {
+                *id = own;
             }
         }
     }
