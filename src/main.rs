@@ -6,8 +6,6 @@ fn main() -> std::process::ExitCode {
     // First, before flags and before any runtime or thread: the sandbox helper must start as a
     // fresh single-threaded process.
     exec_server::sandbox::helper::main_if_helper();
-    // The sandboxed fs helper, likewise: it runs one blocking operation and exits.
-    exec_server::fs::helper::main_if_fs_op();
     // Record the daemon's own binary before anything could replace it.
     exec_server::sandbox::guard::init();
     exec_server::memory::map_large_buffers();

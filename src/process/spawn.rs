@@ -20,7 +20,7 @@ pub struct LaunchSpec {
     pub tty: bool,
     pub pipe_stdin: bool,
     /// When set (pipes only), the child's stdin is a duplicate of this descriptor instead of a
-    /// pipe or /dev/null: `sandbox::run_self` hands its helper one end of a socket pair.
+    /// pipe or /dev/null: `sandbox::run_fs_op` hands its helper one end of a socket pair.
     pub stdin_fd: Option<Arc<OwnedFd>>,
     pub size: TerminalSize,
 }

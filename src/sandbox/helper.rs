@@ -19,6 +19,11 @@
 //! which is close-on-exec, so a successful exec writes nothing and the daemon sees EOF. An exec
 //! the sandbox refused is also explained on the program's stderr, and the helper exits 126 in
 //! its place: the daemon reports that as the process's exit.
+//!
+//! A plan for an `fs/*` operation ([`Plan::fs_op`]) stops before the environment: the helper
+//! closes the control socket (EOF, as after an exec) and every other descriptor above 2, and
+//! runs the operation itself ([`crate::fs::helper`]) with nothing loaded or looked up after the
+//! sandbox is in place, so the intent need not grant the daemon's binary or its libraries.
 
 use super::plan::{Failure, Identity, Plan, EXEC_STAGE, MAX_PLAN_BYTES};
 use super::{landlock, mounts, seccomp};
@@ -69,7 +74,20 @@ pub fn main_if_helper() {
     let failure = match start(&mut control, network_restricted)
         .and_then(|late| run(&control, network_restricted, &late))
     {
-        Ok(never) => match never {},
+        Ok(FsOp) => {
+            // EOF on the control socket tells the daemon the sandbox is in place, as an exec
+            // would; and without an exec nothing else closes.
+            drop(control);
+            // SAFETY: plain syscall; no descriptor above 2 is owned by anything still alive.
+            if unsafe { libc::close_range(3, libc::c_uint::MAX, 0) } != 0 {
+                eprintln!(
+                    "exec-server sandbox: fds: {}",
+                    std::io::Error::last_os_error()
+                );
+                std::process::exit(125);
+            }
+            crate::fs::helper::serve()
+        }
         Err(failure) => failure,
     };
     let _ = control.write_all(&serde_json::to_vec(&failure).unwrap_or_default());
@@ -112,7 +130,8 @@ fn os_fail(stage: &str) -> impl Fn(std::io::Error) -> Failure + '_ {
     }
 }
 
-enum Never {}
+/// The plan asks for an fs operation in place of a program, and the sandbox is in place.
+struct FsOp;
 
 /// The control socket, moved off stdin (which becomes the program's) and close-on-exec.
 fn control_socket() -> Result<UnixStream, Failure> {
@@ -203,7 +222,7 @@ fn run(
     control: &UnixStream,
     network_restricted: bool,
     late_filter: &seccomp::BpfProgram,
-) -> Result<Never, Failure> {
+) -> Result<FsOp, Failure> {
     let (stdio, text) = receive(control)?;
     for (target, fd) in stdio.iter().enumerate() {
         // SAFETY: plain dup2 onto the standard descriptors, which the program is to inherit.
@@ -263,6 +282,9 @@ fn run(
         return Err(os_fail("fds")(std::io::Error::last_os_error()));
     }
     seccomp::apply(std::slice::from_ref(late_filter)).map_err(fail("seccomp"))?;
+    if plan.fs_op {
+        return Ok(FsOp);
+    }
 
     // Only now, with everything in place, the program's environment (execvp searches its PATH).
     for (key, value) in &plan.env {

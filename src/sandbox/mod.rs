@@ -4,7 +4,8 @@
 //! The daemon resolves the intent ([`policy`]), protects its own state ([`guard`]) and the
 //! workspace metadata ([`protected`]), and turns the result into a [`plan::Plan`]. The launch
 //! then runs the daemon's own binary as a helper ([`helper`]), which applies the plan to itself
-//! and executes the real program. Everything that cannot be enforced fails the request
+//! and executes the real program, or, for a sandboxed `fs/*` call ([`run_fs_op`]), runs the
+//! operation itself. Everything that cannot be enforced fails the request
 //! (-32602) before anything runs. [`denial`] classifies exits as sandbox denials; [`peers`]
 //! keeps sandboxed processes off the daemon's own listener.
 
@@ -142,6 +143,7 @@ pub fn prepare(
         env: Default::default(),
         network_restricted,
         tty: false,
+        fs_op: false,
         fs: fs.as_deref().map(|rules| fs_plan(rules, cwd)).transpose()?,
     };
     let context = Arc::new(DenialContext {
@@ -216,44 +218,43 @@ fn fs_plan(rules: &[policy::Rule], cwd: &Path) -> Result<FsPlan, InspectError> {
     })
 }
 
-/// The output of [`run_self`].
+/// The output of [`run_fs_op`].
 #[derive(Debug)]
-pub struct SelfOutput {
+pub struct FsOpOutput {
     pub stdout: Vec<u8>,
     pub stderr: Vec<u8>,
     pub exit_code: i32,
-    /// Descriptors the program passed back over its stdin socket (SCM_RIGHTS), close-on-exec.
+    /// Descriptors the operation passed back over its stdin socket (SCM_RIGHTS), close-on-exec.
     pub fds: Vec<OwnedFd>,
-    /// What the classifier knows about this run's policy; None when it ran unsandboxed.
-    pub context: Option<Arc<DenialContext>>,
+    /// What the classifier knows about this run's policy.
+    pub context: Arc<DenialContext>,
     /// The placeholders this run held for missing protected names: empty directories that
     /// existed only while it ran (listings inside the sandbox showed them).
     pub placeholders: Vec<std::path::PathBuf>,
 }
 
-/// Most descriptors [`run_self`] accepts back from one run; more are closed by the kernel.
+/// Most descriptors [`run_fs_op`] accepts back from one run; more are closed by the kernel.
 const MAX_PASSED_FDS: usize = 4;
 
-/// Runs the daemon's own binary with `args` under `sandbox`, as a process started in `cwd`
-/// would be confined, with `stdin` as its input; for sandboxed `fs/*` operations
-/// (`args = ["__fs-op"]`, one JSON request on stdin, the JSON result on stdout), so the kernel
-/// enforces the intent on the operation itself. Stdin is one end of a Unix socket pair: the
-/// program reads it to EOF and may send descriptors it opened back over it ([`SelfOutput::fds`]).
-/// The binary gets read+execute for this run only; the platform libraries it loads must be
-/// readable under the intent (`minimal` or `root`), or the run fails like any program the
-/// sandbox cannot execute (-32603, `data.sandboxDenied`). An intent that needs no enforcement
-/// runs the binary unsandboxed.
-pub async fn run_self(
+/// How a sandboxed fs operation is named in messages.
+const FS_OP: &str = "exec-server fs operation";
+
+/// Runs one sandboxed `fs/*` operation under `sandbox`, confined as a process started in `cwd`
+/// would be, so the kernel enforces the intent on the operation itself. A sandbox helper
+/// applies the plan to itself and then runs the operation in-process ([`plan::Plan::fs_op`]):
+/// it reads `request` (one JSON request) from stdin to EOF and writes the JSON result on
+/// stdout. Nothing is executed, so the intent need not grant the daemon's binary or the
+/// platform libraries, and the operation gets exactly what the intent grants. Stdin is one end
+/// of a Unix socket pair: the operation may send descriptors it opened back over it
+/// ([`FsOpOutput::fds`]). The intent must restrict the file system (`crate::fs::sandbox`
+/// runs every other call directly).
+pub async fn run_fs_op(
     sandbox: &FileSystemSandboxContext,
     cwd: &Path,
-    args: &[&str],
-    stdin: Vec<u8>,
-) -> Result<SelfOutput, RpcError> {
+    request: Vec<u8>,
+) -> Result<FsOpOutput, RpcError> {
     use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let (binary, grant) = self_binary();
-    let mut argv = vec![binary.display().to_string()];
-    argv.extend(args.iter().map(|arg| arg.to_string()));
     let (ours, theirs) = socketpair(
         AddressFamily::Unix,
         SockType::Stream,
@@ -262,9 +263,9 @@ pub async fn run_self(
     )
     .map_err(|e| RpcError::internal(format!("cannot create a socket pair: {e}")))?;
     let mut spec = LaunchSpec {
-        program: argv[0].clone(),
-        args: argv[1..].to_vec(),
-        arg0: Some("exec-server".into()),
+        program: FS_OP.into(),
+        args: Vec::new(),
+        arg0: None,
         cwd: cwd.to_path_buf(),
         env: Default::default(),
         tty: false,
@@ -272,42 +273,34 @@ pub async fn run_self(
         stdin_fd: Some(Arc::new(theirs)),
         size: DEFAULT_SIZE,
     };
+    let argv = [FS_OP.to_owned()];
     // A resolution that walks directory trees runs off the async workers.
     let prepared = if prepare_walks(sandbox) {
-        let (sandbox, cwd, argv) = (sandbox.clone(), cwd.to_path_buf(), argv.clone());
-        tokio::task::spawn_blocking(move || prepare(&sandbox, &cwd, &argv, Some("exec-server")))
+        let (sandbox, cwd) = (sandbox.clone(), cwd.to_path_buf());
+        tokio::task::spawn_blocking(move || prepare(&sandbox, &cwd, &argv, None))
             .await
             .map_err(|err| RpcError::internal(err.to_string()))??
     } else {
-        prepare(sandbox, cwd, &argv, Some("exec-server"))?
+        prepare(sandbox, cwd, &argv, None)?
     };
-    let mut launch = match prepared {
-        None => None,
-        Some(mut prepared) => {
-            if let (Some(fs), Some(path)) = (&mut prepared.plan.fs, grant) {
-                record(&mut fs.identities, &path)?;
-                fs.grants.push(landlock::Grant { path, write: false });
-            }
-            Some(prepared.launch(&mut spec)?)
-        }
+    let Some(mut prepared) = prepared else {
+        return Err(RpcError::internal(
+            "a sandboxed fs operation needs an intent that restricts the file system",
+        ));
     };
-    let spawned = match &mut launch {
-        None => spawn::start(&spec),
-        Some(launch) => launch.spawn(&spec).await,
-    }?;
-    // Only the child may hold the other end, so its exit ends the conversation.
+    prepared.plan.fs_op = true;
+    let mut launch = prepared.launch(&mut spec)?;
+    let spawned = launch.spawn(&spec).await?;
+    // Only the helper may hold the other end, so its exit ends the conversation.
     drop(spec);
     let mut child = spawned.child;
-    // Held until the child is reaped: its placeholders must outlive it.
-    let sandboxed = match launch {
-        None => None,
-        Some(launch) => match launch.confirm().await.and_then(Sandboxed::executed) {
-            Ok(sandboxed) => Some(sandboxed),
-            Err(err) => {
-                let _ = child.kill().await;
-                return Err(err);
-            }
-        },
+    // Held until the helper is reaped: its placeholders must outlive it.
+    let sandboxed = match launch.confirm().await {
+        Ok(sandboxed) => sandboxed,
+        Err(err) => {
+            let _ = child.kill().await;
+            return Err(err);
+        }
     };
     let ChildIo::Pipes {
         stdin: None,
@@ -323,7 +316,7 @@ pub async fn run_self(
     let mut input = tokio::net::UnixStream::from_std(socket).map_err(io_error)?;
     let feed = async move {
         // A helper that stops reading (it failed) ends the feed; its output says why.
-        if input.write_all(&stdin).await.is_ok() {
+        if input.write_all(&request).await.is_ok() {
             let _ = input.shutdown().await;
         }
         input
@@ -342,20 +335,13 @@ pub async fn run_self(
         .await
         .map_err(|e| RpcError::internal(format!("waiting for the sandboxed helper: {e}")))?;
     let fds = received_fds(&input.into_std().map_err(io_error)?);
-    let (context, placeholders) = match &sandboxed {
-        Some(sandboxed) => (
-            Some(sandboxed.context.clone()),
-            sandboxed.leases.paths().to_vec(),
-        ),
-        None => (None, Vec::new()),
-    };
-    Ok(SelfOutput {
+    Ok(FsOpOutput {
         stdout: out,
         stderr: err,
         exit_code: spawn::exit_code(status).0,
         fds,
-        context,
-        placeholders,
+        context: sandboxed.context.clone(),
+        placeholders: sandboxed.leases.paths().to_vec(),
     })
 }
 
@@ -393,27 +379,9 @@ fn received_fds(socket: &std::os::unix::net::UnixStream) -> Vec<OwnedFd> {
     fds
 }
 
-/// The daemon's own image, even if its file was replaced since it started.
+/// The daemon's own image, even if its file was replaced since it started: what the pool
+/// starts as helpers.
 const SELF_EXE: &str = "/proc/self/exe";
-
-static SELF_BINARY: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-
-/// Sets the binary used as the helper and by [`run_self`], for a program that links this crate
-/// but is not the daemon (a test). The daemon never calls it: it uses its own image.
-pub fn set_self_binary(path: std::path::PathBuf) {
-    let _ = SELF_BINARY.set(path);
-}
-
-/// What to execute as "self", and the canonical file a sandbox must grant to execute it.
-fn self_binary() -> (std::path::PathBuf, Option<std::path::PathBuf>) {
-    match SELF_BINARY.get() {
-        Some(path) => (path.clone(), std::fs::canonicalize(path).ok()),
-        None => (
-            SELF_EXE.into(),
-            guard::init().binary().map(Path::to_path_buf),
-        ),
-    }
-}
 
 /// A sandboxed launch in progress.
 pub struct Launch {
@@ -437,8 +405,8 @@ pub struct Sandboxed {
     /// exiting process before its parent learns of the exit.
     mount_namespace: Option<OwnedFd>,
     /// The sandbox refused to execute the program: the helper wrote why on the program's
-    /// stderr and exits 126 in its place. The start error, for a caller that needs the program.
-    refusal: Option<RpcError>,
+    /// stderr and exits 126 in its place.
+    refused: bool,
 }
 
 impl Sandboxed {
@@ -453,15 +421,7 @@ impl Sandboxed {
 
     /// The classifier for this launch's exit, already certain when the exec was refused.
     pub fn scanner(&self) -> Scanner {
-        Scanner::new(self.context.clone(), self.refusal.is_some())
-    }
-
-    /// Err when the sandbox refused to execute the program, for callers that need its output.
-    fn executed(self) -> Result<Self, RpcError> {
-        match self.refusal {
-            Some(err) => Err(err),
-            None => Ok(self),
-        }
+        Scanner::new(self.context.clone(), self.refused)
     }
 }
 
@@ -485,7 +445,7 @@ impl Prepared {
                 context: self.context,
                 leases: self.leases,
                 mount_namespace: None,
-                refusal: None,
+                refused: false,
             },
             control: None,
         })
@@ -553,13 +513,11 @@ impl Launch {
         let failure: Failure = serde_json::from_slice(&text).map_err(|err| {
             RpcError::internal(format!("the sandbox helper sent a malformed status: {err}"))
         })?;
-        let denied = failure.stage == EXEC_STAGE && failure.denied;
-        let err = failure_error(&program, failure);
-        if denied {
-            sandboxed.refusal = Some(err);
+        if failure.stage == EXEC_STAGE && failure.denied {
+            sandboxed.refused = true;
             return Ok(sandboxed);
         }
-        Err(err)
+        Err(failure_error(&program, failure))
     }
 }
 
@@ -584,7 +542,7 @@ fn failure_error(program: &str, failure: Failure) -> RpcError {
     }
 }
 
-/// For a program [`run_self`] started: passes `fd` back to the daemon over stdin (the socket).
+/// For an operation [`run_fs_op`] runs: passes `fd` back to the daemon over stdin (the socket).
 pub fn pass_back(fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<()> {
     use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
     // A stream socket carries control data only along with at least one byte.

@@ -136,7 +136,7 @@ async fn start(network_restricted: bool, background: bool) -> Result<Helper, Sta
         SockFlag::SOCK_CLOEXEC,
     )
     .map_err(io::Error::from)?;
-    let mut command = tokio::process::Command::new(super::self_binary().0);
+    let mut command = tokio::process::Command::new(super::SELF_EXE);
     command
         .arg0("exec-server")
         .arg(HELPER_ARG)
