@@ -285,7 +285,7 @@ pub async fn run_fs_op(
     };
     let Some(mut prepared) = prepared else {
         return Err(RpcError::internal(
-            "a sandboxed fs operation needs an intent that restricts the file system",
+            "a sandboxed fs operation needs an intent that restricts something",
         ));
     };
     prepared.plan.fs_op = true;
