@@ -227,6 +227,20 @@ async fn a_refused_connection_is_reported_as_sandbox_denied() {
     )
     .await;
     assert_denied(&bind, "Permission denied");
+    // No ports at all: not even the proxy is reachable.
+    let none = managed_py(
+        &client,
+        "none",
+        &d.ws,
+        &[],
+        false,
+        &format!(
+            "import socket; socket.create_connection(('127.0.0.1', {}))",
+            proxy.port
+        ),
+    )
+    .await;
+    assert_denied(&none, "Connection refused");
     assert_eq!(server.hits(), 0);
     assert!(proxy.requests().is_empty());
 }
@@ -441,4 +455,27 @@ async fn bad_managed_network_requests_are_refused() {
         .await
         .unwrap_err();
     assert_eq!(err["code"], -32602, "{err}");
+}
+
+/// A launch holds at most 64 relayed connections at once; the daemon closes the rest as it
+/// accepts them.
+#[tokio::test]
+async fn relayed_connections_are_bounded_per_launch() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    let proxy = HttpProxy::start().await;
+    let code = format!(
+        r#"
+import select, socket, time
+conns = [socket.create_connection(('127.0.0.1', {}), timeout=5) for _ in range(70)]
+time.sleep(1)
+readable, _, _ = select.select(conns, [], [], 0)
+print('closed', sum(1 for c in readable if c.recv(1) == b''))
+"#,
+        proxy.port
+    );
+    let outcome = managed_py(&client, "many", &d.ws, &[proxy.port], false, &code).await;
+    assert_ok(&outcome);
+    assert_eq!(outcome.output, "closed 6\n");
 }

@@ -44,10 +44,12 @@ pub fn open(control: &UnixStream, ports: &[u16]) -> io::Result<()> {
         .map(|&port| std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port)))
         .collect::<io::Result<Vec<_>>>()?;
     let fds: Vec<RawFd> = listeners.iter().map(|l| l.as_raw_fd()).collect();
+    // No ports: the marker alone (the daemon has nothing to bridge).
+    let rights = [ControlMessage::ScmRights(&fds)];
     sendmsg::<()>(
         control.as_raw_fd(),
         &[io::IoSlice::new(&[LISTENERS])],
-        &[ControlMessage::ScmRights(&fds)],
+        if fds.is_empty() { &[] } else { &rights },
         MsgFlags::MSG_NOSIGNAL,
         None,
     )?;
@@ -119,7 +121,7 @@ pub async fn receive(control: &tokio::net::UnixStream) -> io::Result<(Vec<OwnedF
         }
     };
     Ok(match data[..bytes].split_first() {
-        Some((&LISTENERS, rest)) if !fds.is_empty() => (fds, rest.to_vec()),
+        Some((&LISTENERS, rest)) => (fds, rest.to_vec()),
         _ => (Vec::new(), data[..bytes].to_vec()),
     })
 }
