@@ -181,7 +181,7 @@ async fn serve(listener: tokio::net::TcpListener, port: u16, permits: Arc<tokio:
                             drop(permit);
                         });
                     }
-                    Err(_) => tracing::warn!(port, "too many managed-network connections; closing one"),
+                    Err(_) => tracing::debug!(port, "too many relayed connections; closing one"),
                 },
                 Err(err) => {
                     tracing::warn!(port, "accepting a managed-network connection: {err}");

@@ -14,9 +14,8 @@
 //!
 //! It then waits for one launch: the program's stdin, stdout and stderr (SCM_RIGHTS, with the
 //! first byte), then the [`Plan`] up to EOF. In order: stdio (and the controlling terminal for
-//! a PTY), the managed network's listeners ([`super::bridge::open`], sent back before anything
-//! else can fail), the mount view when the file system is restricted, cwd, Landlock, capabilities and
-//! securebits, no_new_privs, close-on-exec for every fd above 2, the last seccomp filter, the
+//! a PTY), the managed network's listeners ([`super::bridge::open`]), the mount view when the
+//! file system is restricted, cwd, Landlock, capabilities and securebits, no_new_privs, close-on-exec for every fd above 2, the last seccomp filter, the
 //! program's environment (the helper itself runs with an empty one), and `execvp`. A failure at any step is written as one JSON [`Failure`] to the control socket,
 //! which is close-on-exec, so a successful exec writes nothing and the daemon sees EOF. An exec
 //! the sandbox refused is also explained on the program's stderr, and the helper exits 126 in

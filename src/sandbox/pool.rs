@@ -5,8 +5,8 @@
 //! helper that is already waiting (see [`super::helper`]) and a replacement is started in the
 //! background. Helpers are kept per network mode ([`NetworkMode`]), since a restricting one has
 //! already made its own namespace; none exists until the first sandboxed launch of that mode,
-//! so a daemon whose clients never ask for a managed network never starts such a helper. A launch that
-//! finds none waiting starts one itself. Every helper serves exactly one launch.
+//! so a daemon whose clients never ask for a managed network never starts such a helper. A
+//! launch that finds none waiting starts one itself. Every helper serves exactly one launch.
 
 use super::helper::{HELPER_ARG, READY};
 use super::plan::{Failure, NetworkMode};

@@ -14,9 +14,10 @@
 //! and `socketpair` are denied for every family but AF_UNIX; `connect`, `sendto` and friends
 //! stay allowed so local IPC (socketpairs, asyncio's self-pipe) works, and the empty network
 //! namespace leaves nothing else to reach. With a managed network, `socket` also allows
-//! AF_INET/AF_INET6 TCP stream sockets, and nothing else of those families (no UDP, no raw). seccompiler's architecture check kills any
-//! non-native call (i386 `int 0x80`); a second, hand-written filter kills x32 calls, which
-//! carry a bit in the syscall number that a number-keyed filter would not see.
+//! AF_INET/AF_INET6 TCP stream sockets, and nothing else of those families (no UDP, no raw).
+//! seccompiler's architecture check kills any non-native call (i386 `int 0x80`); a second,
+//! hand-written filter kills x32 calls, which carry a bit in the syscall number that a
+//! number-keyed filter would not see.
 
 use super::plan::NetworkMode;
 pub use seccompiler::BpfProgram;
