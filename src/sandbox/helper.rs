@@ -1,4 +1,5 @@
-//! The sandbox helper: `exec-server __sandbox-exec <restricted|enabled>` (the network mode).
+//! The sandbox helper: `exec-server __sandbox-exec <restricted|enabled|managed>` (the network
+//! mode, [`NetworkMode`]).
 //!
 //! The daemon re-executes its own binary with this hidden first argument; `main` dispatches to
 //! [`main_if_helper`] before parsing flags and before any runtime exists, so the helper is a
@@ -6,15 +7,15 @@
 //! exec of the daemon's binary and the creation of a network namespace are the slowest steps
 //! of a launch, and neither depends on the plan. Its stdin is the control socket. Before any
 //! plan, it becomes a session leader (so `killpg` works from the instant the daemon hands it
-//! out), creates its own empty network namespace when network is restricted, its own mount
+//! out), creates its own empty network namespace unless network is enabled, its own mount
 //! namespace (a follower of the host's mounts) with a private `/proc` showing only the
 //! sandbox's own processes, attaches most of its seccomp rules (all that the setup below does not need lifted), and writes [`READY`]
 //! (or, when any of that fails, its [`Failure`], as below).
 //!
 //! It then waits for one launch: the program's stdin, stdout and stderr (SCM_RIGHTS, with the
 //! first byte), then the [`Plan`] up to EOF. In order: stdio (and the controlling terminal for
-//! a PTY), the mount view when the file system is restricted, cwd, Landlock, capabilities and
-//! securebits, no_new_privs, close-on-exec for every fd above 2, the last seccomp filter, the
+//! a PTY), the managed network's listeners ([`super::bridge::open`]), the mount view when the
+//! file system is restricted, cwd, Landlock, capabilities and securebits, no_new_privs, close-on-exec for every fd above 2, the last seccomp filter, the
 //! program's environment (the helper itself runs with an empty one), and `execvp`. A failure at any step is written as one JSON [`Failure`] to the control socket,
 //! which is close-on-exec, so a successful exec writes nothing and the daemon sees EOF. An exec
 //! the sandbox refused is also explained on the program's stderr, and the helper exits 126 in
@@ -25,7 +26,7 @@
 //! runs the operation itself ([`crate::fs::helper`]) with nothing loaded or looked up after the
 //! sandbox is in place, so the intent need not grant the daemon's binary or its libraries.
 
-use super::plan::{Failure, Identity, Plan, EXEC_STAGE, MAX_PLAN_BYTES};
+use super::plan::{Failure, Identity, NetworkMode, Plan, EXEC_STAGE, MAX_PLAN_BYTES};
 use super::{landlock, mounts, seccomp};
 use std::ffi::{CString, OsStr};
 use std::io::{Read as _, Write as _};
@@ -34,11 +35,6 @@ use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::net::UnixStream;
 
 pub const HELPER_ARG: &str = "__sandbox-exec";
-
-/// The network-mode argument for a helper that restricts network.
-pub const NETWORK_RESTRICTED: &str = "restricted";
-/// The network-mode argument for a helper that leaves network enabled.
-pub const NETWORK_ENABLED: &str = "enabled";
 
 /// Written once on the control socket when the helper is ready for its plan.
 pub const READY: u8 = b'R';
@@ -49,16 +45,17 @@ pub fn main_if_helper() {
     if args.next().as_deref() != Some(OsStr::new(HELPER_ARG)) {
         return;
     }
-    let network_restricted = match args.next().as_deref().and_then(OsStr::to_str) {
-        Some(NETWORK_RESTRICTED) => true,
-        Some(NETWORK_ENABLED) => false,
-        _ => {
-            eprintln!(
-                "exec-server {HELPER_ARG}: usage: {HELPER_ARG} \
-                 <{NETWORK_RESTRICTED}|{NETWORK_ENABLED}> (stdin: the control socket)"
-            );
-            std::process::exit(125);
-        }
+    let Some(network) = args
+        .next()
+        .as_deref()
+        .and_then(OsStr::to_str)
+        .and_then(NetworkMode::from_arg)
+    else {
+        eprintln!(
+            "exec-server {HELPER_ARG}: usage: {HELPER_ARG} \
+             <restricted|enabled|managed> (stdin: the control socket)"
+        );
+        std::process::exit(125);
     };
     let mut control = match control_socket() {
         Ok(control) => control,
@@ -71,8 +68,7 @@ pub fn main_if_helper() {
         }
     };
     // A failure before the plan (instead of READY) reaches the daemon the same way as one after.
-    let failure = match start(&mut control, network_restricted)
-        .and_then(|late| run(&control, network_restricted, &late))
+    let failure = match start(&mut control, network).and_then(|late| run(&control, network, &late))
     {
         Ok(FsOp) => {
             // EOF on the control socket tells the daemon the sandbox is in place, as an exec
@@ -146,17 +142,14 @@ fn control_socket() -> Result<UnixStream, Failure> {
 
 /// Everything that does not depend on the plan, then READY; returns the seccomp filter still
 /// to attach.
-fn start(
-    control: &mut UnixStream,
-    network_restricted: bool,
-) -> Result<seccomp::BpfProgram, Failure> {
+fn start(control: &mut UnixStream, network: NetworkMode) -> Result<seccomp::BpfProgram, Failure> {
     // SAFETY: plain syscalls without pointers.
     if unsafe { libc::getsid(0) != libc::getpid() } && unsafe { libc::setsid() } < 0 {
         return Err(os_fail("session")(std::io::Error::last_os_error()));
     }
-    let filters = seccomp::filters(network_restricted).map_err(fail("seccomp"))?;
+    let filters = seccomp::filters(network).map_err(fail("seccomp"))?;
     // SAFETY: plain syscall; the process is single-threaded.
-    if network_restricted && unsafe { libc::unshare(libc::CLONE_NEWNET) } < 0 {
+    if network != NetworkMode::Enabled && unsafe { libc::unshare(libc::CLONE_NEWNET) } < 0 {
         return Err(os_fail("namespaces")(std::io::Error::last_os_error()));
     }
     // Every launch gets its own mount namespace, if only for its own /proc. Made here, off
@@ -220,7 +213,7 @@ fn receive(control: &UnixStream) -> Result<([OwnedFd; 3], Vec<u8>), Failure> {
 
 fn run(
     control: &UnixStream,
-    network_restricted: bool,
+    network: NetworkMode,
     late_filter: &seccomp::BpfProgram,
 ) -> Result<FsOp, Failure> {
     let (stdio, text) = receive(control)?;
@@ -233,10 +226,13 @@ fn run(
     drop(stdio);
     let mut plan: Plan =
         serde_json::from_slice(&text).map_err(|e| fail("policy")(e.to_string()))?;
-    if plan.network_restricted != network_restricted {
+    if plan.network_mode() != network {
         return Err(fail("policy")(
             "the plan's network mode is not this helper's".into(),
         ));
+    }
+    if let Some(managed) = &plan.managed_network {
+        super::bridge::open(control, &managed.ports).map_err(os_fail("network"))?;
     }
     // A PTY's session leader takes its terminal as the controlling one, as pty-process does.
     // SAFETY: plain ioctl on our stdin.
@@ -269,8 +265,15 @@ fn run(
         // The old cwd may sit on a mount that the view has since covered.
         std::env::set_current_dir(&plan.cwd).map_err(os_fail("cwd"))?;
     }
-    landlock::restrict(plan.fs.as_ref().map(|fs| (&fs.grants[..], &fs.identities)))
-        .map_err(fail("landlock"))?;
+    let no_tcp_bind = plan
+        .managed_network
+        .as_ref()
+        .is_some_and(|managed| !managed.allow_local_binding);
+    landlock::restrict(
+        plan.fs.as_ref().map(|fs| (&fs.grants[..], &fs.identities)),
+        no_tcp_bind,
+    )
+    .map_err(fail("landlock"))?;
     drop_capabilities().map_err(os_fail("capabilities"))?;
     // SAFETY: plain prctl.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {

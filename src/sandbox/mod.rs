@@ -7,8 +7,10 @@
 //! and executes the real program, or, for a sandboxed `fs/*` call ([`run_fs_op`]), runs the
 //! operation itself. Everything that cannot be enforced fails the request
 //! (-32602) before anything runs. [`denial`] classifies exits as sandbox denials; [`peers`]
-//! keeps sandboxed processes off the daemon's own listener.
+//! keeps sandboxed processes off the daemon's own listener; [`bridge`] gives a managed network
+//! its loopback proxy ports.
 
+mod bridge;
 pub mod denial;
 mod glob;
 pub mod guard;
@@ -26,8 +28,10 @@ use crate::process::spawn::{self, ChildIo, LaunchSpec, Spawned, DEFAULT_SIZE};
 use crate::rpc::RpcError;
 use denial::{DenialContext, Scanner};
 use exec_server_protocol::process::StartParams;
-use exec_server_protocol::sandbox::{FileSystemSandboxContext, FsAccess, NetworkAccess};
-use plan::{Failure, FsPlan, Identity, Plan, EXEC_STAGE, MAX_PLAN_BYTES};
+use exec_server_protocol::sandbox::{
+    FileSystemSandboxContext, FsAccess, ManagedNetwork, NetworkAccess,
+};
+use plan::{Failure, FsPlan, Identity, ManagedPlan, NetworkMode, Plan, EXEC_STAGE, MAX_PLAN_BYTES};
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -86,18 +90,68 @@ pub fn prepare_walks(sandbox: &FileSystemSandboxContext) -> bool {
     policy::expands_globs(sandbox) || guard::init().searches_for_links()
 }
 
-/// Resolves `params.sandbox` for a `process/start` in `cwd`. Ok(None): run unsandboxed.
+/// Resolves `params.sandbox` and the managed network for a `process/start` in `cwd`.
+/// Ok(None): run unsandboxed. `enforceManagedNetwork` always sandboxes the network (only the
+/// listed loopback ports are reachable), whatever `sandbox` says of it, and the file system as
+/// `sandbox` says (unrestricted without one); `managedNetwork` alone changes nothing.
 pub fn prepare_start(params: &StartParams, cwd: &Path) -> Result<Option<Prepared>, RpcError> {
-    if params.enforce_managed_network || params.managed_network.is_some() {
+    let managed = managed_plan(params)?;
+    let policy = match &params.sandbox {
+        Some(sandbox) => policy::resolve(sandbox, cwd)?,
+        None => None,
+    };
+    let policy = match (policy, &managed) {
+        (Some(policy), _) => policy,
+        (None, Some(_)) => policy::Policy {
+            rules: None,
+            network: NetworkAccess::Restricted,
+            cwd: cwd.to_path_buf(),
+        },
+        (None, None) => return Ok(None),
+    };
+    prepare_policy(policy, &params.argv, params.arg0.as_deref(), managed).map(Some)
+}
+
+/// The managed network `params` asks to enforce, validated; None when it asks for none.
+fn managed_plan(params: &StartParams) -> Result<Option<ManagedPlan>, RpcError> {
+    let Some(ManagedNetwork {
+        loopback_ports,
+        allow_local_binding,
+    }) = &params.managed_network
+    else {
+        return match params.enforce_managed_network {
+            true => Err(RpcError::invalid_params(
+                "enforceManagedNetwork requires managedNetwork (the proxy's loopback ports); \
+                 refusing to run without it",
+            )),
+            false => Ok(None),
+        };
+    };
+    let mut ports = loopback_ports.clone();
+    ports.sort_unstable();
+    ports.dedup();
+    if ports.len() > bridge::MAX_PORTS {
+        return Err(RpcError::invalid_params(format!(
+            "managedNetwork.loopbackPorts lists {} ports; at most {} are supported",
+            ports.len(),
+            bridge::MAX_PORTS
+        )));
+    }
+    if ports.first() == Some(&0) {
         return Err(RpcError::invalid_params(
-            "managed network (loopback proxy ports) is not implemented by this executor; \
-             refusing to run without it",
+            "managedNetwork.loopbackPorts: 0 is not a port (1-65535)",
         ));
     }
-    match &params.sandbox {
-        None => Ok(None),
-        Some(sandbox) => prepare(sandbox, cwd, &params.argv, params.arg0.as_deref()),
+    if let Some(port) = ports.iter().find(|&&port| peers::is_own_port(port)) {
+        return Err(RpcError::invalid_params(format!(
+            "managedNetwork.loopbackPorts: {port} is this exec-server's own listener, which no \
+             sandbox may reach"
+        )));
     }
+    Ok(params.enforce_managed_network.then_some(ManagedPlan {
+        ports,
+        allow_local_binding: *allow_local_binding,
+    }))
 }
 
 /// Resolves `sandbox` for running `argv` (argv[0] shown as `arg0`) in `cwd`. Ok(None): the
@@ -108,11 +162,21 @@ pub fn prepare(
     argv: &[String],
     arg0: Option<&str>,
 ) -> Result<Option<Prepared>, RpcError> {
+    match policy::resolve(sandbox, cwd)? {
+        None => Ok(None),
+        Some(policy) => prepare_policy(policy, argv, arg0, None).map(Some),
+    }
+}
+
+/// The launch of `argv` under `policy`, with `managed` network if any.
+fn prepare_policy(
+    policy: policy::Policy,
+    argv: &[String],
+    arg0: Option<&str>,
+    managed: Option<ManagedPlan>,
+) -> Result<Prepared, RpcError> {
     let Some(program) = argv.first() else {
         return Err(RpcError::invalid_params("argv must not be empty"));
-    };
-    let Some(policy) = policy::resolve(sandbox, cwd)? else {
-        return Ok(None);
     };
     if let Some(reason) = unsupported() {
         return Err(RpcError::invalid_params(reason));
@@ -133,7 +197,7 @@ pub fn prepare(
             Some(rules)
         }
     };
-    let network_restricted = policy.network == NetworkAccess::Restricted;
+    let network_restricted = policy.network == NetworkAccess::Restricted || managed.is_some();
     let mut shown = vec![arg0.unwrap_or(program).to_owned()];
     shown.extend(argv.iter().skip(1).cloned());
     let plan = Plan {
@@ -142,6 +206,7 @@ pub fn prepare(
         cwd: cwd.to_path_buf(),
         env: Default::default(),
         network_restricted,
+        managed_network: managed.clone(),
         tty: false,
         fs_op: false,
         fs: fs.as_deref().map(|rules| fs_plan(rules, cwd)).transpose()?,
@@ -149,14 +214,15 @@ pub fn prepare(
     let context = Arc::new(DenialContext {
         rules: fs,
         network_restricted,
+        managed_network: managed,
         cwd: cwd.to_path_buf(),
         program: program.clone(),
     });
-    Ok(Some(Prepared {
+    Ok(Prepared {
         plan,
         context,
         leases,
-    }))
+    })
 }
 
 /// A path of the plan that could not be inspected for its identity.
@@ -387,7 +453,9 @@ const SELF_EXE: &str = "/proc/self/exe";
 pub struct Launch {
     /// The serialized plan.
     plan: Vec<u8>,
-    network_restricted: bool,
+    network: NetworkMode,
+    /// The managed network's ports, bridged once the program runs.
+    managed_ports: Option<Vec<u16>>,
     program: String,
     sandboxed: Sandboxed,
     /// The helper's control socket and pid, once it has the plan.
@@ -407,6 +475,8 @@ pub struct Sandboxed {
     /// The sandbox refused to execute the program: the helper wrote why on the program's
     /// stderr and exits 126 in its place.
     refused: bool,
+    /// The managed network's relays, closed when this is dropped (after the exit).
+    bridge: Option<bridge::Bridge>,
 }
 
 impl Sandboxed {
@@ -439,13 +509,15 @@ impl Prepared {
         }
         Ok(Launch {
             plan,
-            network_restricted: self.plan.network_restricted,
+            network: self.plan.network_mode(),
+            managed_ports: self.plan.managed_network.map(|managed| managed.ports),
             program: self.plan.program,
             sandboxed: Sandboxed {
                 context: self.context,
                 leases: self.leases,
                 mount_namespace: None,
                 refused: false,
+                bridge: None,
             },
             control: None,
         })
@@ -458,7 +530,7 @@ impl Launch {
     pub async fn spawn(&mut self, spec: &LaunchSpec) -> Result<Spawned, RpcError> {
         let cannot_start = |err| spawn::start_error(&self.program, err);
         let (io, stdio) = spawn::detached_stdio(spec).map_err(cannot_start)?;
-        let helper = match pool::take(self.network_restricted).await {
+        let helper = match pool::take(self.network).await {
             Ok(helper) => helper,
             Err(pool::StartError::Io(err)) => return Err(cannot_start(err)),
             Err(pool::StartError::Refused(failure)) => {
@@ -486,11 +558,19 @@ impl Launch {
             program,
             mut sandboxed,
             control,
+            managed_ports,
             ..
         } = self;
         let (mut control, pid) = control.expect("confirm follows a spawn");
         let mut text = Vec::new();
-        match tokio::time::timeout(SETUP_TIMEOUT, control.read_to_end(&mut text)).await {
+        let mut listeners = Vec::new();
+        let status = async {
+            if managed_ports.is_some() {
+                (listeners, text) = bridge::receive(&control).await?;
+            }
+            control.read_to_end(&mut text).await
+        };
+        match tokio::time::timeout(SETUP_TIMEOUT, status).await {
             Ok(Ok(_)) => {}
             Ok(Err(err)) => {
                 return Err(RpcError::internal(format!(
@@ -504,6 +584,13 @@ impl Launch {
             }
         }
         if text.is_empty() {
+            if let Some(ports) = &managed_ports {
+                // Until now the program's connections wait in the listeners' backlogs.
+                let bridge = bridge::Bridge::start(listeners, ports).map_err(|err| {
+                    RpcError::internal(format!("cannot bridge the managed network: {err}"))
+                })?;
+                sandboxed.bridge = Some(bridge);
+            }
             // A program that already exited has torn its namespace down itself.
             sandboxed.mount_namespace = std::fs::File::open(format!("/proc/{pid}/ns/mnt"))
                 .ok()

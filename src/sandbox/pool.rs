@@ -3,12 +3,13 @@
 //! Re-executing the daemon's binary and creating a network namespace cost more than everything
 //! else in a sandboxed launch together, and neither depends on the plan, so each launch takes a
 //! helper that is already waiting (see [`super::helper`]) and a replacement is started in the
-//! background. Helpers are kept per network mode, since a restricting one has already made its
-//! own namespace; none exists until the first sandboxed launch of that mode. A launch that
-//! finds none waiting starts one itself. Every helper serves exactly one launch.
+//! background. Helpers are kept per network mode ([`NetworkMode`]), since a restricting one has
+//! already made its own namespace; none exists until the first sandboxed launch of that mode,
+//! so a daemon whose clients never ask for a managed network never starts such a helper. A
+//! launch that finds none waiting starts one itself. Every helper serves exactly one launch.
 
-use super::helper::{HELPER_ARG, NETWORK_ENABLED, NETWORK_RESTRICTED, READY};
-use super::plan::Failure;
+use super::helper::{HELPER_ARG, READY};
+use super::plan::{Failure, NetworkMode};
 use std::io;
 use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::process::Stdio;
@@ -33,9 +34,10 @@ pub struct Helper {
 struct Pool {
     /// The runtime the helpers' `Child`ren are registered with (a test process has several).
     runtime: Option<tokio::runtime::Id>,
-    /// Per network mode (index: restricted), ready helpers and helpers being started.
-    idle: [Vec<Helper>; 2],
-    starting: [usize; 2],
+    /// Per network mode (index: [`NetworkMode::index`]), ready helpers and helpers being
+    /// started.
+    idle: [Vec<Helper>; NetworkMode::ALL.len()],
+    starting: [usize; NetworkMode::ALL.len()],
 }
 
 static POOL: Mutex<Option<Pool>> = Mutex::new(None);
@@ -65,8 +67,8 @@ impl From<io::Error> for StartError {
 }
 
 /// A ready helper for this network mode: a waiting one, or a new one.
-pub async fn take(network_restricted: bool) -> Result<Helper, StartError> {
-    let kind = usize::from(network_restricted);
+pub async fn take(network: NetworkMode) -> Result<Helper, StartError> {
+    let kind = network.index();
     let runtime = tokio::runtime::Handle::current().id();
     let waiting = {
         let mut guard = POOL.lock().unwrap();
@@ -81,19 +83,19 @@ pub async fn take(network_restricted: bool) -> Result<Helper, StartError> {
         std::iter::from_fn(|| pool.idle[kind].pop())
             .find_map(|mut helper| matches!(helper.child.try_wait(), Ok(None)).then_some(helper))
     };
-    refill(network_restricted, runtime);
+    refill(network, runtime);
     if let Some(helper) = waiting {
         match helper.scheduling.restore(helper.child.id()) {
             Ok(()) => return Ok(helper),
             Err(err) => tracing::warn!("cannot reschedule a waiting sandbox helper: {err}"),
         }
     }
-    start(network_restricted, false).await
+    start(network, false).await
 }
 
 /// Starts replacements in the background until the mode has its idle helpers.
-fn refill(network_restricted: bool, runtime: tokio::runtime::Id) {
-    let kind = usize::from(network_restricted);
+fn refill(network: NetworkMode, runtime: tokio::runtime::Id) {
+    let kind = network.index();
     let missing = {
         let mut guard = POOL.lock().unwrap();
         let Some(pool) = guard.as_mut() else { return };
@@ -102,14 +104,14 @@ fn refill(network_restricted: bool, runtime: tokio::runtime::Id) {
         missing
     };
     for _ in 0..missing {
-        tokio::spawn(replace(network_restricted, runtime));
+        tokio::spawn(replace(network, runtime));
     }
 }
 
 /// Starts one background helper for the pool (counted in `starting` by the caller).
-async fn replace(network_restricted: bool, runtime: tokio::runtime::Id) {
-    let kind = usize::from(network_restricted);
-    let started = start(network_restricted, true).await;
+async fn replace(network: NetworkMode, runtime: tokio::runtime::Id) {
+    let kind = network.index();
+    let started = start(network, true).await;
     let mut guard = POOL.lock().unwrap();
     // A pool reset for another runtime has forgotten this start.
     let Some(pool) = guard.as_mut().filter(|pool| pool.runtime == Some(runtime)) else {
@@ -126,7 +128,7 @@ async fn replace(network_restricted: bool, runtime: tokio::runtime::Id) {
 /// replacement) starts with the idle scheduling policy, so that its exec only takes CPU time
 /// that launches in progress do not want; it gets the daemon's back when handed out. Only a
 /// daemon that can give it back does so ([`Scheduling::idle_is_reversible`]).
-async fn start(network_restricted: bool, background: bool) -> Result<Helper, StartError> {
+async fn start(network: NetworkMode, background: bool) -> Result<Helper, StartError> {
     use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
     // Created blocking: the helper's end must stay blocking; ours is switched below.
     let (ours, theirs) = socketpair(
@@ -140,11 +142,7 @@ async fn start(network_restricted: bool, background: bool) -> Result<Helper, Sta
     command
         .arg0("exec-server")
         .arg(HELPER_ARG)
-        .arg(if network_restricted {
-            NETWORK_RESTRICTED
-        } else {
-            NETWORK_ENABLED
-        })
+        .arg(network.arg())
         .current_dir("/")
         .env_clear()
         .stdin(Stdio::from(theirs))
@@ -152,10 +150,10 @@ async fn start(network_restricted: bool, background: bool) -> Result<Helper, Sta
         .stderr(Stdio::null());
     // On the host's network, the helper must be in the cgroup whose connections the daemon
     // refuses (`super::peers`) before it runs anything; without one, nothing may run there.
-    let cgroup = match (network_restricted, super::peers::cgroup()) {
-        (true, _) => None,
-        (false, Ok(cgroup)) => Some(cgroup),
-        (false, Err(why)) => {
+    let cgroup = match (network, super::peers::cgroup()) {
+        (NetworkMode::Restricted | NetworkMode::Managed, _) => None,
+        (NetworkMode::Enabled, Ok(cgroup)) => Some(cgroup),
+        (NetworkMode::Enabled, Err(why)) => {
             return Err(StartError::Refused(Failure {
                 stage: "network".into(),
                 message: why.clone(),
