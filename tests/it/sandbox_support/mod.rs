@@ -1,5 +1,4 @@
 //! Shared pieces of the sandbox suites: workspaces, profiles and a probe runner.
-#![allow(dead_code)]
 
 use crate::common::*;
 use serde_json::{json, Value};

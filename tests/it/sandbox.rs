@@ -2,8 +2,8 @@
 //! capabilities, no_new_privs, seccomp, scopes), arg0 and PTY support, process control, and the
 //! `sandboxDenied` classifier's false-positive controls.
 
-mod common;
-mod sandbox_support;
+use crate::common;
+use crate::sandbox_support;
 
 use common::*;
 use sandbox_support::*;

@@ -2,8 +2,8 @@
 //! intent, so the kernel decides. Every escape is really attempted and the disk is
 //! checked afterwards.
 
-mod common;
-mod sandbox_support;
+use crate::common;
+use crate::sandbox_support;
 
 use common::*;
 use sandbox_support::*;

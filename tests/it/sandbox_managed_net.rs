@@ -3,10 +3,9 @@
 //! nothing else. Every probe targets a listener this test starts on the host's loopback (or an
 //! address with no route from the sandbox), so nothing leaves the machine.
 
-mod common;
-#[path = "support/http_proxy.rs"]
-mod http_proxy;
-mod sandbox_support;
+use crate::common;
+use crate::sandbox_support;
+use crate::support::http_proxy;
 
 use common::http_server::HttpServer;
 use common::*;

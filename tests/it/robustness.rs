@@ -1,7 +1,7 @@
 //! Hostile input of every kind gets a clear JSON-RPC error; the daemon never panics, leaks a
 //! process, or leaves a zombie.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{json, Value};
