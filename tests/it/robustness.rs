@@ -4,19 +4,9 @@
 use crate::common;
 
 use common::*;
+use exec_server_protocol::methods::REQUESTS as METHODS;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
-
-const METHODS: &[&str] = &[
-    "initialize",
-    "process/start",
-    "process/read",
-    "process/write",
-    "process/signal",
-    "process/terminate",
-    "process/resize",
-    "process/closeStdin",
-];
 
 fn hostile_params() -> Vec<Value> {
     vec![
