@@ -15,5 +15,6 @@ pub mod memory;
 pub mod process;
 pub mod rpc;
 pub mod sandbox;
+mod server;
 pub mod session;
 pub mod transport;

@@ -10,11 +10,10 @@
 
 use super::handles::{Handle, Transfer};
 use super::host::host_path;
-use super::oneshot::{follow, Request};
+use super::oneshot::{follow, one_shots, OneShot, OneShotVisitor};
 use super::staged::StagedName;
 use super::write_stream::WriteTransfer;
-use crate::rpc::dispatch::decode;
-use crate::rpc::RpcError;
+use crate::rpc::{decode, RpcError};
 use exec_server_protocol::fs::OpenParams;
 use exec_server_protocol::rpc::{method, ErrorObject};
 use serde::{Deserialize, Serialize};
@@ -73,10 +72,31 @@ fn handle() -> Result<Value, RpcError> {
             StagedName::new(params.temp, params.target).install()?;
             Ok(Value::Null)
         }
-        name => match Request::decode(name, request.params) {
-            Some(request) => request?.run(),
-            None => Err(RpcError::method_not_found(name)),
-        },
+        name => {
+            let mut run = RunNamed {
+                name,
+                params: request.params,
+                outcome: None,
+            };
+            one_shots(&mut run);
+            run.outcome
+                .unwrap_or_else(|| Err(RpcError::method_not_found(name)))
+        }
+    }
+}
+
+/// Runs the one-shot method called `name`, if there is one.
+struct RunNamed<'a> {
+    name: &'a str,
+    params: Option<Value>,
+    outcome: Option<Result<Value, RpcError>>,
+}
+
+impl OneShotVisitor for RunNamed<'_> {
+    fn visit<M: OneShot>(&mut self) {
+        if M::NAME == self.name {
+            self.outcome = Some(decode(self.params.take()).and_then(M::run));
+        }
     }
 }
 

@@ -14,7 +14,7 @@ mod file;
 mod handles;
 pub mod helper;
 mod host;
-pub mod methods;
+mod methods;
 mod oneshot;
 mod ops;
 mod read_stream;
@@ -24,6 +24,8 @@ mod walk;
 mod watch;
 mod write_stream;
 
+pub(crate) use methods::{close, one_shot, open, read_block, unwatch, watch, write_block};
+pub(crate) use oneshot::{one_shots, OneShot, OneShotVisitor};
 pub use watch::{WatchBudget, WatchedDirectories};
 
 /// Per-connection filesystem state: open handles and watches. Dropped with the connection,

@@ -11,17 +11,16 @@
 
 use super::handles::Handle;
 use super::helper::{HelperReply, HelperRequest, INSTALL_STAGED};
-use super::oneshot::Request;
+use super::oneshot::{host_touches, OneShot};
 use super::staged::StagedName;
 use crate::rpc::RpcError;
 use crate::sandbox::denial::DenialContext;
 use crate::sandbox::{run_fs_op, FsOpOutput};
-use exec_server_protocol::fs::{OpenMode, OpenParams, ReadDirectoryResult, WalkResult};
+use exec_server_protocol::fs::{OpenMode, OpenParams};
 use exec_server_protocol::rpc::method;
 use exec_server_protocol::sandbox::{
     FileSystemPermissions, FileSystemSandboxContext, FsPath, PermissionProfile, SpecialKind,
 };
-use serde::Deserialize as _;
 use serde_json::Value;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -113,13 +112,20 @@ pub fn refuse(route: Route, what: &str) -> Result<(), RpcError> {
 impl Confined {
     /// Runs a one-shot operation in the sandbox. Listings leave out the placeholders that held
     /// missing protected names while the helper ran, so results match the direct path.
-    pub async fn one_shot(&self, request: Request) -> Result<Value, RpcError> {
-        let touches = request.touches();
-        let (mut result, output) = self
-            .call(request.method(), request.params(), &touches)
-            .await?;
+    pub(crate) async fn one_shot<M: OneShot>(&self, params: M::Params) -> Result<Value, RpcError> {
+        let touches = host_touches::<M>(&params);
+        let wire = serde_json::to_value(&params).expect("wire types always serialize");
+        let (mut result, output) = self.call(M::NAME, wire, &touches).await?;
         if !output.placeholders.is_empty() {
-            hide_placeholders(&request, &mut result, &output.placeholders);
+            // Empty read-only directories that existed only while the helper ran.
+            let is_placeholder = |path: &Path| {
+                let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+                    return false;
+                };
+                std::fs::canonicalize(parent)
+                    .is_ok_and(|parent| output.placeholders.contains(&parent.join(name)))
+            };
+            M::hide_placeholders(&params, &mut result, &is_placeholder);
         }
         Ok(result)
     }
@@ -255,43 +261,5 @@ fn mark_denied(error: &mut RpcError) {
         .get_or_insert_with(|| Value::Object(Default::default()));
     if let Value::Object(map) = data {
         map.insert("sandboxDenied".into(), Value::Bool(true));
-    }
-}
-
-/// Drops listing entries that are placeholders: empty read-only directories that existed only
-/// while the helper ran.
-fn hide_placeholders(request: &Request, result: &mut Value, placeholders: &[PathBuf]) {
-    let is_placeholder = |path: &Path| {
-        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-            return false;
-        };
-        std::fs::canonicalize(parent).is_ok_and(|parent| placeholders.contains(&parent.join(name)))
-    };
-    match request {
-        Request::ReadDirectory(params) => {
-            let (Ok(dir), Ok(mut listing)) = (
-                params.path.to_path(),
-                ReadDirectoryResult::deserialize(&*result),
-            ) else {
-                return;
-            };
-            listing
-                .entries
-                .retain(|entry| !is_placeholder(&dir.join(&entry.file_name)));
-            *result = serde_json::to_value(listing).expect("wire types always serialize");
-        }
-        Request::Walk(_) => {
-            let Ok(mut walk) = WalkResult::deserialize(&*result) else {
-                return;
-            };
-            walk.entries.retain(|entry| {
-                entry
-                    .path
-                    .to_path()
-                    .map_or(true, |path| !is_placeholder(&path))
-            });
-            *result = serde_json::to_value(walk).expect("wire types always serialize");
-        }
-        _ => {}
     }
 }

@@ -2,49 +2,32 @@
 
 use super::spawn::{LaunchSpec, DEFAULT_SIZE};
 use super::{env, Lookup, ManagedProcess};
-use crate::rpc::dispatch::{decode, encode, RequestCtx};
 use crate::rpc::RpcError;
 use crate::sandbox;
+use crate::session::Session;
 use bytes::Bytes;
 use exec_server_protocol::base64_bytes::Base64Bytes;
+use exec_server_protocol::fs::EmptyResult;
 use exec_server_protocol::process::*;
-use exec_server_protocol::rpc::method;
-use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
 
-pub async fn handle(
-    ctx: &RequestCtx,
-    name: &str,
-    params: Option<Value>,
-) -> Result<Value, RpcError> {
-    match name {
-        method::PROCESS_START => {
-            let params: StartParams = decode(params)?;
-            // The client's span context is the launch span's parent; this daemon exports no
-            // traces itself, so it is recorded for log correlation.
-            let span = tracing::info_span!(
-                "process_start",
-                process_id = %params.process_id,
-                parent = tracing::field::Empty
-            );
-            if let Some(trace) = &params.trace {
-                span.record("parent", tracing::field::display(trace));
-            }
-            encode(start(ctx, params).instrument(span).await)
-        }
-        method::PROCESS_READ => encode(read(ctx, decode(params)?).await),
-        method::PROCESS_WRITE => encode(write(ctx, decode(params)?)),
-        method::PROCESS_SIGNAL => encode(signal(ctx, decode(params)?)),
-        method::PROCESS_TERMINATE => encode(terminate(ctx, decode(params)?)),
-        method::PROCESS_RESIZE => encode(resize(ctx, decode(params)?)),
-        method::PROCESS_CLOSE_STDIN => encode(close_stdin(ctx, decode(params)?)),
-        _ => Err(RpcError::method_not_found(name)),
+pub(crate) async fn start(session: &Session, params: StartParams) -> Result<StartResult, RpcError> {
+    // The client's span context is the launch span's parent; this daemon exports no traces
+    // itself, so it is recorded for log correlation.
+    let span = tracing::info_span!(
+        "process_start",
+        process_id = %params.process_id,
+        parent = tracing::field::Empty
+    );
+    if let Some(trace) = &params.trace {
+        span.record("parent", tracing::field::display(trace));
     }
+    launch(session, params).instrument(span).await
 }
 
-async fn start(ctx: &RequestCtx, params: StartParams) -> Result<StartResult, RpcError> {
+async fn launch(session: &Session, params: StartParams) -> Result<StartResult, RpcError> {
     let Some((program, args)) = params.argv.split_first() else {
         return Err(RpcError::invalid_params("argv must not be empty"));
     };
@@ -80,7 +63,7 @@ async fn start(ctx: &RequestCtx, params: StartParams) -> Result<StartResult, Rpc
         None => (None, SandboxType::None),
         Some(prepared) => (Some(prepared.launch(&mut spec)?), SandboxType::LinuxSeccomp),
     };
-    ctx.session
+    session
         .processes
         .start(params.process_id.clone(), spec, launch)
         .await?;
@@ -91,8 +74,8 @@ async fn start(ctx: &RequestCtx, params: StartParams) -> Result<StartResult, Rpc
     })
 }
 
-fn require(ctx: &RequestCtx, id: &str) -> Result<Arc<ManagedProcess>, RpcError> {
-    match ctx.session.processes.lookup(id) {
+fn require(session: &Session, id: &str) -> Result<Arc<ManagedProcess>, RpcError> {
+    match session.processes.lookup(id) {
         Lookup::Ready(process) => Ok(process),
         Lookup::Starting => Err(RpcError::invalid_request(format!(
             "process id {id} is starting"
@@ -103,12 +86,16 @@ fn require(ctx: &RequestCtx, id: &str) -> Result<Arc<ManagedProcess>, RpcError> 
     }
 }
 
-async fn read(ctx: &RequestCtx, params: ReadParams) -> Result<ReadResult, RpcError> {
-    let process = require(ctx, &params.process_id)?;
+pub(crate) async fn read(
+    session: &Session,
+    connection_id: u64,
+    params: ReadParams,
+) -> Result<ReadResult, RpcError> {
+    let process = require(session, &params.process_id)?;
     let after_seq = params.after_seq.unwrap_or(0);
     let deadline = tokio::time::Instant::now() + Duration::from_millis(params.wait_ms.unwrap_or(0));
     let mut changes = process.subscribe();
-    let mut attachment = ctx.session.attachment();
+    let mut attachment = session.attachment();
     let snapshot = loop {
         changes.borrow_and_update();
         let snapshot = process.read(after_seq, params.max_bytes);
@@ -117,11 +104,11 @@ async fn read(ctx: &RequestCtx, params: ReadParams) -> Result<ReadResult, RpcErr
         }
         tokio::select! {
             _ = changes.changed() => {}
-            _ = attachment.changed() => ctx.ensure_attached()?,
+            _ = attachment.changed() => session.ensure_attached(connection_id)?,
             _ = tokio::time::sleep_until(deadline) => {}
         }
     };
-    ctx.ensure_attached()?;
+    session.ensure_attached(connection_id)?;
     Ok(ReadResult {
         chunks: snapshot
             .chunks
@@ -143,11 +130,11 @@ async fn read(ctx: &RequestCtx, params: ReadParams) -> Result<ReadResult, RpcErr
     })
 }
 
-fn write(ctx: &RequestCtx, params: WriteParams) -> Result<WriteResult, RpcError> {
+pub(crate) fn write(session: &Session, params: WriteParams) -> Result<WriteResult, RpcError> {
     if params.write_id.is_empty() {
         return Err(RpcError::invalid_params("writeId must not be empty"));
     }
-    let status = match ctx.session.processes.lookup(&params.process_id) {
+    let status = match session.processes.lookup(&params.process_id) {
         Lookup::Unknown => WriteStatus::UnknownProcess,
         Lookup::Starting => WriteStatus::Starting,
         Lookup::Ready(process) => process.write(&params.write_id, Bytes::from(params.chunk.0))?,
@@ -155,29 +142,35 @@ fn write(ctx: &RequestCtx, params: WriteParams) -> Result<WriteResult, RpcError>
     Ok(WriteResult { status })
 }
 
-fn signal(ctx: &RequestCtx, params: SignalParams) -> Result<Value, RpcError> {
+pub(crate) fn signal(session: &Session, params: SignalParams) -> Result<EmptyResult, RpcError> {
     // Unknown, starting and exited processes are not an error, as in the reference.
-    if let Lookup::Ready(process) = ctx.session.processes.lookup(&params.process_id) {
+    if let Lookup::Ready(process) = session.processes.lookup(&params.process_id) {
         process.signal(params.signal)?;
     }
-    Ok(Value::Object(Default::default()))
+    Ok(EmptyResult {})
 }
 
-fn terminate(ctx: &RequestCtx, params: ProcessIdParams) -> Result<TerminateResult, RpcError> {
+pub(crate) fn terminate(
+    session: &Session,
+    params: ProcessIdParams,
+) -> Result<TerminateResult, RpcError> {
     Ok(TerminateResult {
-        running: ctx.session.processes.terminate(&params.process_id),
+        running: session.processes.terminate(&params.process_id),
     })
 }
 
-fn resize(ctx: &RequestCtx, params: ResizeParams) -> Result<Value, RpcError> {
-    require(ctx, &params.process_id)?.resize(TerminalSize {
+pub(crate) fn resize(session: &Session, params: ResizeParams) -> Result<EmptyResult, RpcError> {
+    require(session, &params.process_id)?.resize(TerminalSize {
         rows: params.rows,
         cols: params.cols,
     })?;
-    Ok(Value::Object(Default::default()))
+    Ok(EmptyResult {})
 }
 
-fn close_stdin(ctx: &RequestCtx, params: ProcessIdParams) -> Result<Value, RpcError> {
-    require(ctx, &params.process_id)?.close_stdin()?;
-    Ok(Value::Object(Default::default()))
+pub(crate) fn close_stdin(
+    session: &Session,
+    params: ProcessIdParams,
+) -> Result<EmptyResult, RpcError> {
+    require(session, &params.process_id)?.close_stdin()?;
+    Ok(EmptyResult {})
 }

@@ -8,6 +8,7 @@ pub use registry::Registry;
 use crate::config::Config;
 use crate::process::ProcessTable;
 use crate::rpc::outbound::Outbound;
+use crate::rpc::RpcError;
 use exec_server_protocol::environment::EnvironmentInfo;
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -27,6 +28,20 @@ pub fn log_digest(id: &str) -> String {
 pub struct Attachment {
     pub connection_id: u64,
     pub outbound: Outbound,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SessionError {
+    #[error("session has been resumed by another connection")]
+    ResumedElsewhere,
+}
+
+impl From<SessionError> for RpcError {
+    fn from(err: SessionError) -> Self {
+        match err {
+            SessionError::ResumedElsewhere => RpcError::invalid_request(err.to_string()),
+        }
+    }
 }
 
 pub struct Session {
@@ -55,6 +70,15 @@ impl Session {
 
     pub fn attached_connection(&self) -> Option<u64> {
         self.attachment.borrow().as_ref().map(|a| a.connection_id)
+    }
+
+    /// Fails once another connection than `connection_id` has resumed this session.
+    pub(crate) fn ensure_attached(&self, connection_id: u64) -> Result<(), SessionError> {
+        if self.attached_connection() == Some(connection_id) {
+            Ok(())
+        } else {
+            Err(SessionError::ResumedElsewhere)
+        }
     }
 
     fn set_attachment(&self, attachment: Option<Attachment>) {

@@ -1,7 +1,7 @@
 //! One connection on stdin/stdout: one JSON value per line. Stdout carries only the protocol.
 
-use crate::rpc::connection::{self, AtEnd, Frame};
 use crate::rpc::outbound::{Message as OutboundMessage, Outbound};
+use crate::server::{self, AtEnd, Frame};
 use crate::session::Registry;
 use futures::StreamExt as _;
 use std::sync::Arc;
@@ -43,7 +43,7 @@ pub async fn serve(registry: Arc<Registry>) -> anyhow::Result<()> {
                 Err(_) => Some(Frame::Oversized),
             })
         });
-    connection::serve(
+    server::serve(
         lines,
         outbound,
         registry,
