@@ -5,11 +5,12 @@ use super::handles::Handle;
 use super::host::{blocking, host_path, id_or_new};
 use super::oneshot::{follow, OneShot};
 use super::sandbox::{refuse, route, Route};
+use super::FsError;
 use super::{read_stream, ConnectionFs, WatchBudget};
 use crate::config::Config;
 use crate::rpc::outbound::Outbound;
 use crate::rpc::reply::Success;
-use crate::rpc::{Call, RpcError};
+use crate::rpc::Call;
 use exec_server_protocol::fs::*;
 use exec_server_protocol::rpc::method;
 use std::sync::Mutex;
@@ -19,7 +20,7 @@ pub(crate) async fn one_shot<M: OneShot>(
     call: &Call,
     config: &Config,
     mut params: M::Params,
-) -> Result<Success, RpcError> {
+) -> Result<Success, FsError> {
     if let Some(bytes) = M::reply_budget(&mut params, config).await {
         call.reserve_reply(bytes).await;
     }
@@ -33,7 +34,7 @@ pub(crate) async fn one_shot<M: OneShot>(
 pub(crate) async fn open(
     fs: &ConnectionFs,
     mut params: OpenParams,
-) -> Result<HandleResult, RpcError> {
+) -> Result<HandleResult, FsError> {
     let handles = &fs.handles;
     let handle_id = id_or_new(params.handle_id.take(), "file handle")?;
     let reservation = handles.reserve(handle_id.clone())?;
@@ -54,7 +55,7 @@ pub(crate) async fn open(
 pub(crate) async fn read_block(
     fs: &ConnectionFs,
     params: ReadBlockParams,
-) -> Result<Success, RpcError> {
+) -> Result<Success, FsError> {
     let ReadBlockParams {
         handle_id,
         offset,
@@ -64,7 +65,7 @@ pub(crate) async fn read_block(
     let handles = &fs.handles;
     let handle = handles
         .get(&handle_id)
-        .ok_or_else(|| RpcError::not_found(format!("unknown file read handle `{handle_id}`")))?;
+        .ok_or_else(|| FsError::UnknownReadHandle(handle_id.clone()))?;
     let id = handle_id.clone();
     let outcome = blocking(move || match &*handle {
         Handle::Read(file) => Ok(read_stream::read_block(file, offset, len)),
@@ -79,24 +80,27 @@ pub(crate) async fn read_block(
         Err(err) => {
             // A failed read closes the handle, as in the reference.
             handles.remove(&handle_id);
-            Err(RpcError::from_io(&err))
+            Err(FsError::Io { err, path: None })
         }
     }
 }
 
-fn not_open_for(handle_id: &str, what: &str) -> RpcError {
-    RpcError::invalid_request(format!("file handle `{handle_id}` is not open for {what}"))
+fn not_open_for(handle_id: &str, what: &'static str) -> FsError {
+    FsError::NotOpenFor {
+        id: handle_id.to_owned(),
+        what,
+    }
 }
 
-fn unknown_handle(handle_id: &str) -> RpcError {
-    RpcError::not_found(format!("unknown file handle `{handle_id}`"))
+fn unknown_handle(handle_id: &str) -> FsError {
+    FsError::UnknownHandle(handle_id.to_owned())
 }
 
 /// Write errors leave the handle open: the client decides whether to retry or discard.
 pub(crate) async fn write_block(
     fs: &ConnectionFs,
     params: WriteBlockParams,
-) -> Result<WriteBlockResult, RpcError> {
+) -> Result<WriteBlockResult, FsError> {
     let WriteBlockParams {
         handle_id,
         offset,
@@ -123,7 +127,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Idempotent. A `replace` handle is committed here (unless `discard`), after any block
 /// still being written.
-pub(crate) async fn close(fs: &ConnectionFs, params: CloseParams) -> Result<EmptyResult, RpcError> {
+pub(crate) async fn close(fs: &ConnectionFs, params: CloseParams) -> Result<EmptyResult, FsError> {
     let Some(handle) = fs.handles.remove(&params.handle_id) else {
         return Ok(EmptyResult {});
     };
@@ -150,7 +154,7 @@ pub(crate) async fn watch(
     budget: WatchBudget,
     outbound: &Outbound,
     params: WatchParams,
-) -> Result<WatchResult, RpcError> {
+) -> Result<WatchResult, FsError> {
     refuse(route(params.sandbox)?, method::FS_WATCH)?;
     let watch_id = id_or_new(params.watch_id, "watch")?;
     let path = host_path(&params.path)?;
@@ -169,7 +173,7 @@ pub(crate) async fn watch(
 pub(crate) async fn unwatch(
     fs: &ConnectionFs,
     params: UnwatchParams,
-) -> Result<EmptyResult, RpcError> {
+) -> Result<EmptyResult, FsError> {
     fs.watches.unwatch(&params.watch_id).await;
     Ok(EmptyResult {})
 }

@@ -3,9 +3,9 @@
 //! restricting sandbox) or by the sandbox helper, confined (`helper`).
 
 use super::host::host_path;
+use super::FsError;
 use super::{copy, file, ops, walk};
 use crate::config::Config;
-use crate::rpc::RpcError;
 use base64::Engine as _;
 use exec_server_protocol::fs::*;
 use exec_server_protocol::methods::{self as m, Method};
@@ -26,7 +26,7 @@ pub(crate) trait OneShot: Method<Params: Send + 'static> {
     fn touches(params: &Self::Params) -> Vec<(&PathUri, bool)>;
 
     /// Runs the operation here and now (blocking).
-    fn run(params: Self::Params) -> Result<Value, RpcError>;
+    fn run(params: Self::Params) -> Result<Value, FsError>;
 
     /// Applies the daemon's limits to `params` and says how much outbound budget the reply
     /// needs reserved before it is built, if more than a small one.
@@ -73,7 +73,7 @@ impl OneShot for m::FsReadFile {
     fn touches(params: &ReadFileParams) -> Vec<(&PathUri, bool)> {
         vec![(&params.path, false)]
     }
-    fn run(params: ReadFileParams) -> Result<Value, RpcError> {
+    fn run(params: ReadFileParams) -> Result<Value, FsError> {
         read_file(params)
     }
 
@@ -104,7 +104,7 @@ impl OneShot for m::FsWriteFile {
     fn touches(params: &WriteFileParams) -> Vec<(&PathUri, bool)> {
         vec![(&params.path, true)]
     }
-    fn run(params: WriteFileParams) -> Result<Value, RpcError> {
+    fn run(params: WriteFileParams) -> Result<Value, FsError> {
         encode(write_file(params))
     }
 }
@@ -116,7 +116,7 @@ impl OneShot for m::FsCreateDirectory {
     fn touches(params: &CreateDirectoryParams) -> Vec<(&PathUri, bool)> {
         vec![(&params.path, true)]
     }
-    fn run(params: CreateDirectoryParams) -> Result<Value, RpcError> {
+    fn run(params: CreateDirectoryParams) -> Result<Value, FsError> {
         let path = host_path(&params.path)?;
         let recursive = params.recursive.unwrap_or(true);
         ops::create_directory(&path, recursive, follow(params.follow_symlinks))?;
@@ -131,7 +131,7 @@ impl OneShot for m::FsGetMetadata {
     fn touches(params: &GetMetadataParams) -> Vec<(&PathUri, bool)> {
         vec![(&params.path, false)]
     }
-    fn run(params: GetMetadataParams) -> Result<Value, RpcError> {
+    fn run(params: GetMetadataParams) -> Result<Value, FsError> {
         let path = host_path(&params.path)?;
         encode(ops::metadata(&path, follow(params.follow_symlinks)))
     }
@@ -144,7 +144,7 @@ impl OneShot for m::FsReadDirectory {
     fn touches(params: &PathParams) -> Vec<(&PathUri, bool)> {
         vec![(&params.path, false)]
     }
-    fn run(params: PathParams) -> Result<Value, RpcError> {
+    fn run(params: PathParams) -> Result<Value, FsError> {
         encode(ops::read_directory(&host_path(&params.path)?))
     }
     fn hide_placeholders(
@@ -172,7 +172,7 @@ impl OneShot for m::FsRemove {
     fn touches(params: &RemoveParams) -> Vec<(&PathUri, bool)> {
         vec![(&params.path, true)]
     }
-    fn run(params: RemoveParams) -> Result<Value, RpcError> {
+    fn run(params: RemoveParams) -> Result<Value, FsError> {
         let path = host_path(&params.path)?;
         let recursive = params.recursive.unwrap_or(true);
         let force = params.force.unwrap_or(true);
@@ -191,7 +191,7 @@ impl OneShot for m::FsCopy {
             (&params.destination_path, true),
         ]
     }
-    fn run(params: CopyParams) -> Result<Value, RpcError> {
+    fn run(params: CopyParams) -> Result<Value, FsError> {
         let source = host_path(&params.source_path)?;
         let destination = host_path(&params.destination_path)?;
         copy::copy(&source, &destination, params.recursive)?;
@@ -210,7 +210,7 @@ impl OneShot for m::FsRename {
             (&params.destination_path, true),
         ]
     }
-    fn run(params: RenameParams) -> Result<Value, RpcError> {
+    fn run(params: RenameParams) -> Result<Value, FsError> {
         let source = host_path(&params.source_path)?;
         let destination = host_path(&params.destination_path)?;
         ops::rename(&source, &destination, params.overwrite)?;
@@ -225,7 +225,7 @@ impl OneShot for m::FsCanonicalize {
     fn touches(params: &PathParams) -> Vec<(&PathUri, bool)> {
         vec![(&params.path, false)]
     }
-    fn run(params: PathParams) -> Result<Value, RpcError> {
+    fn run(params: PathParams) -> Result<Value, FsError> {
         let path = ops::canonicalize(&host_path(&params.path)?)?;
         encode(Ok(CanonicalizeResult { path }))
     }
@@ -238,7 +238,7 @@ impl OneShot for m::FsWalk {
     fn touches(params: &WalkParams) -> Vec<(&PathUri, bool)> {
         vec![(&params.path, false)]
     }
-    fn run(params: WalkParams) -> Result<Value, RpcError> {
+    fn run(params: WalkParams) -> Result<Value, FsError> {
         walk::validate(&params.options)?;
         let path = host_path(&params.path)?;
         encode(Ok(walk::walk(&path, params.options)))
@@ -270,7 +270,7 @@ pub(crate) fn host_touches<M: OneShot>(params: &M::Params) -> Vec<(PathBuf, bool
         .collect()
 }
 
-fn encode<T: Serialize>(result: Result<T, RpcError>) -> Result<Value, RpcError> {
+fn encode<T: Serialize>(result: Result<T, FsError>) -> Result<Value, FsError> {
     result.map(|value| serde_json::to_value(value).expect("wire types always serialize"))
 }
 
@@ -280,7 +280,7 @@ pub fn follow(value: Option<bool>) -> bool {
 
 /// Builds the result without a serde round trip, so the (possibly huge) base64 string is
 /// moved into the reply, never copied.
-fn read_file(params: ReadFileParams) -> Result<Value, RpcError> {
+fn read_file(params: ReadFileParams) -> Result<Value, FsError> {
     let path = host_path(&params.path)?;
     let limit = params
         .max_bytes
@@ -291,12 +291,12 @@ fn read_file(params: ReadFileParams) -> Result<Value, RpcError> {
     Ok(Value::Object(result))
 }
 
-fn write_file(params: WriteFileParams) -> Result<EmptyResult, RpcError> {
+fn write_file(params: WriteFileParams) -> Result<EmptyResult, FsError> {
     let path = host_path(&params.path)?;
     let data = base64::engine::general_purpose::STANDARD
         .decode(params.data_base64)
         .map_err(|err| {
-            RpcError::invalid_request(format!(
+            FsError::refused(format!(
                 "fs/writeFile requires valid base64 dataBase64: {err}"
             ))
         })?;
