@@ -6,15 +6,23 @@
 //! capabilities), `fs` (files, streams and watches, per connection) and `http` (requests made on
 //! the client's behalf).
 
-pub mod cli;
-pub mod config;
-pub mod environment;
-pub mod fs;
-pub mod http;
-pub mod memory;
-pub mod process;
+mod cli;
+mod config;
+mod environment;
+mod fs;
+mod http;
+mod memory;
+mod process;
 pub mod rpc;
-pub mod sandbox;
+mod sandbox;
 mod server;
-pub mod session;
-pub mod transport;
+mod session;
+mod transport;
+
+// What the binary needs; `rpc` is public for the fuzz targets.
+pub use cli::main as run_command;
+pub use config::{Args, Cli, LogFormat};
+pub use memory::map_large_buffers;
+pub use sandbox::guard::init as record_own_binary;
+pub use sandbox::helper::main_if_helper;
+pub use transport::{serve, ListenUrl};

@@ -261,14 +261,6 @@ impl ProcessTable {
         }
         processes
     }
-
-    pub fn len(&self) -> usize {
-        self.inner.slots.lock().unwrap().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 impl TableInner {

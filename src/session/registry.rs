@@ -134,10 +134,6 @@ impl Registry {
             .collect();
         reap(processes).await;
     }
-
-    pub fn session_count(&self) -> usize {
-        self.sessions.lock().unwrap().len()
-    }
 }
 
 async fn reap(processes: Vec<Arc<crate::process::ManagedProcess>>) {
