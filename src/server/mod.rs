@@ -5,5 +5,7 @@ mod connection;
 mod context;
 mod router;
 mod routes;
+#[cfg(test)]
+mod tests;
 
 pub(crate) use connection::{serve, AtEnd, Frame};

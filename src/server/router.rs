@@ -80,6 +80,11 @@ impl Router {
         assert!(previous.is_none(), "`{name}` has two handlers");
     }
 
+    #[cfg(test)]
+    pub(super) fn serves(&self, method: &str) -> bool {
+        self.handlers.contains_key(method)
+    }
+
     pub(super) async fn dispatch(
         &self,
         ctx: Ctx,
