@@ -1,10 +1,10 @@
 //! exec-server: runs and controls processes and files for a remote orchestrator over JSON-RPC.
 //!
-//! Layers, outside in: `transport` (WebSocket, stdio) → `rpc` (envelope, connection loop,
-//! dispatch) → `session` (registry, attachment) → `process` (managed children), with
-//! `sandbox` enforcing permission intent on launches. Beside them: `environment` (host facts,
-//! capabilities), `fs` (files, streams and watches, per connection) and `http` (requests made on
-//! the client's behalf).
+//! Layers, top down (docs/architecture.md): `transport` (WebSocket, stdio) → `server`
+//! (connection loop, router) → the features `fs`, `http`, `environment` and the `process`
+//! handlers → `session` (registry, attachment) → `process` (managed children) and `sandbox`
+//! (permission intent enforced on launches and fs calls) → `rpc` (envelope, errors, outbound
+//! queue), which imports none of them.
 
 mod cli;
 mod config;
