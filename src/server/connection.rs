@@ -250,10 +250,13 @@ impl Connection {
             let message = format!("client must send initialized before using {family} methods");
             return Err((RpcError::invalid_request(message), Flow::Continue));
         }
-        let ctx = Arc::new(RequestCtx::new(self.shared.clone(), session.clone()));
-        ctx.ensure_attached()
-            .map_err(|error| (error, Flow::Close))?;
-        Ok(ctx)
+        session
+            .ensure_attached(self.shared.id)
+            .map_err(|error| (error.into(), Flow::Close))?;
+        Ok(Arc::new(RequestCtx::new(
+            self.shared.clone(),
+            session.clone(),
+        )))
     }
 
     /// [`Self::request_ctx`], and `id` is not already in flight.

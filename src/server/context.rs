@@ -1,6 +1,6 @@
 //! What every request handler is given: its connection and its session.
 
-use crate::rpc::{Call, RpcError};
+use crate::rpc::Call;
 use crate::session::{Registry, Session};
 use std::sync::Arc;
 
@@ -29,11 +29,6 @@ impl RequestCtx {
             session,
             call,
         }
-    }
-
-    /// Fails once another connection has resumed this session.
-    pub(crate) fn ensure_attached(&self) -> Result<(), RpcError> {
-        Ok(self.session.ensure_attached(self.connection.id)?)
     }
 }
 
