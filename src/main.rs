@@ -6,6 +6,8 @@ fn main() -> std::process::ExitCode {
     // First, before flags and before any runtime or thread: the sandbox helper must start as a
     // fresh single-threaded process.
     exec_server::sandbox::helper::main_if_helper();
+    // The supervisor of a plain or PTY process's tree, likewise.
+    exec_server::process::supervisor::main_if_supervisor();
     // The sandboxed fs helper, likewise: it runs one blocking operation and exits.
     exec_server::fs::helper::main_if_fs_op();
     // Record the daemon's own binary before anything could replace it.

@@ -1,6 +1,6 @@
 //! The `process/*` methods.
 
-use super::spawn::{LaunchSpec, DEFAULT_SIZE};
+use super::spawn::{LaunchSpec, Rlimits, DEFAULT_SIZE};
 use super::{env, Lookup, ManagedProcess};
 use crate::rpc::dispatch::{decode, encode, RequestCtx};
 use crate::rpc::RpcError;
@@ -63,6 +63,7 @@ async fn start(ctx: &RequestCtx, params: StartParams) -> Result<StartResult, Rpc
     } else {
         sandbox::prepare_start(&params, &cwd)?
     };
+    let (rlimits, timeout) = limits(params.limits.as_ref())?;
     let env = env::child_env(params.env_policy.as_ref(), &params.env, std::env::vars());
     let spec = LaunchSpec {
         program: program.clone(),
@@ -74,6 +75,7 @@ async fn start(ctx: &RequestCtx, params: StartParams) -> Result<StartResult, Rpc
         pipe_stdin: params.pipe_stdin,
         stdin_fd: None,
         size: params.size.unwrap_or(DEFAULT_SIZE),
+        rlimits,
     };
     let mut spec = spec;
     let (launch, sandbox_type) = match prepared {
@@ -82,13 +84,48 @@ async fn start(ctx: &RequestCtx, params: StartParams) -> Result<StartResult, Rpc
     };
     ctx.session
         .processes
-        .start(params.process_id.clone(), spec, launch)
+        .start(params.process_id.clone(), spec, launch, timeout)
         .await?;
     tracing::info!(sandbox = ?sandbox_type, "process started");
     Ok(StartResult {
         process_id: params.process_id,
         sandbox_type,
     })
+}
+
+/// Largest accepted values: beyond them a limit is a mistake, not a limit.
+const MAX_TIMEOUT_MS: i64 = 30 * 24 * 3600 * 1000;
+const MAX_OPEN_FILES: i64 = 1 << 20;
+const MAX_CPU_SECONDS: i64 = 365 * 24 * 3600;
+
+/// Validates `process/start.limits`: the per-process resource limits and the timeout.
+fn limits(limits: Option<&ProcessLimits>) -> Result<(Rlimits, Option<Duration>), RpcError> {
+    let Some(limits) = limits else {
+        return Ok((Rlimits::default(), None));
+    };
+    let check = |name: &str, value: Option<i64>, max: i64| match value {
+        Some(value) if !(1..=max).contains(&value) => Err(RpcError::invalid_params(format!(
+            "limits.{name} must be between 1 and {max}, not {value}"
+        ))),
+        value => Ok(value.map(|value| value as u64)),
+    };
+    for (name, value) in [
+        ("maxMemoryBytes", limits.max_memory_bytes),
+        ("maxProcesses", limits.max_processes),
+    ] {
+        if value.is_some() {
+            return Err(RpcError::invalid_params(format!(
+                "limits.{name} cannot be enforced on this executor: it has no cgroup controller \
+                 for it (environment/info capabilities.processTreeLimits)"
+            )));
+        }
+    }
+    let timeout = check("timeoutMs", limits.timeout_ms, MAX_TIMEOUT_MS)?.map(Duration::from_millis);
+    let rlimits = Rlimits {
+        max_open_files: check("maxOpenFiles", limits.max_open_files, MAX_OPEN_FILES)?,
+        max_cpu_seconds: check("maxCpuSeconds", limits.max_cpu_seconds, MAX_CPU_SECONDS)?,
+    };
+    Ok((rlimits, timeout))
 }
 
 fn require(ctx: &RequestCtx, id: &str) -> Result<Arc<ManagedProcess>, RpcError> {
@@ -140,6 +177,8 @@ async fn read(ctx: &RequestCtx, params: ReadParams) -> Result<ReadResult, RpcErr
         sandbox_denied: snapshot.sandbox_denied,
         first_retained_seq: snapshot.first_retained_seq,
         truncated: snapshot.truncated,
+        details: snapshot.details,
+        live_descendants: process.live_descendants(),
     })
 }
 

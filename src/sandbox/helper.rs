@@ -5,26 +5,29 @@
 //! fresh single-threaded process. Helpers are started ahead of need ([`super::pool`]): the
 //! exec of the daemon's binary and the creation of a network namespace are the slowest steps
 //! of a launch, and neither depends on the plan. Its stdin is the control socket. Before any
-//! plan, it becomes a session leader (so `killpg` works from the instant the daemon hands it
-//! out), creates its own empty network namespace when network is restricted, its own mount
-//! namespace (a follower of the host's mounts) with a private `/proc` showing only the
-//! sandbox's own processes, attaches most of its seccomp rules (all that the setup below does not need lifted), and writes [`READY`]
-//! (or, when any of that fails, its [`Failure`], as below).
+//! plan, it becomes a session leader and the subreaper of what it will start, creates its own
+//! empty network namespace when network is restricted, its own mount namespace (a follower of
+//! the host's mounts) with a private `/proc` showing only the sandbox's own processes, attaches
+//! most of its seccomp rules (all that the setup below does not need lifted), and writes
+//! [`READY`] (or, when any of that fails, its [`Failure`] instead).
 //!
-//! It then waits for one launch: the program's stdin, stdout and stderr (SCM_RIGHTS, with the
-//! first byte), then the [`Plan`] up to EOF. In order: stdio (and the controlling terminal for
-//! a PTY), the mount view when the file system is restricted, cwd, Landlock, capabilities and
-//! securebits, no_new_privs, close-on-exec for every fd above 2, the last seccomp filter, the
-//! program's environment (the helper itself runs with an empty one), and `execvp`. A failure at any step is written as one JSON [`Failure`] to the control socket,
-//! which is close-on-exec, so a successful exec writes nothing and the daemon sees EOF. An exec
-//! the sandbox refused is also explained on the program's stderr, and the helper exits 126 in
-//! its place: the daemon reports that as the process's exit.
+//! It then receives one launch ([`supervisor::receive`]: the program's stdio, the child setup,
+//! the [`Plan`]) and becomes the supervisor of the program's tree ([`supervisor::run`]): its
+//! fork, which already has its stdio and its own session (and controlling terminal for a PTY),
+//! applies in order the mount view when the file system is restricted, cwd, Landlock,
+//! capabilities and securebits, no_new_privs, close-on-exec for every fd above 2, the last
+//! seccomp filter, the resource limits, the program's environment (the helper itself runs with
+//! an empty one), and `execvp`. The supervisor stays outside Landlock and the late filter: a
+//! less restricted process may signal a more restricted one, so it can still kill the tree. A
+//! failure at any step is reported as `failed`; an exec the sandbox refused is also explained
+//! on the program's stderr, and the child exits 126 in its place: the daemon reports that as
+//! the process's exit.
 
-use super::plan::{Failure, Identity, Plan, EXEC_STAGE, MAX_PLAN_BYTES};
+use super::plan::{Failure, Identity, Plan, EXEC_STAGE};
 use super::{landlock, mounts, seccomp};
+use crate::process::supervisor::{self, control_socket, exit_for, READY};
 use std::ffi::{CString, OsStr};
-use std::io::{Read as _, Write as _};
-use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
+use std::io::Write as _;
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::net::UnixStream;
 
@@ -34,9 +37,6 @@ pub const HELPER_ARG: &str = "__sandbox-exec";
 pub const NETWORK_RESTRICTED: &str = "restricted";
 /// The network-mode argument for a helper that leaves network enabled.
 pub const NETWORK_ENABLED: &str = "enabled";
-
-/// Written once on the control socket when the helper is ready for its plan.
-pub const READY: u8 = b'R';
 
 /// Runs the helper and never returns when this process was started as one.
 pub fn main_if_helper() {
@@ -55,46 +55,26 @@ pub fn main_if_helper() {
             std::process::exit(125);
         }
     };
-    let mut control = match control_socket() {
-        Ok(control) => control,
+    let mut control = control_socket().unwrap_or_else(|failure| exit_for(&failure));
+    // A failure before the plan is written instead of READY, and the helper exits.
+    let late = match start(&mut control, network_restricted) {
+        Ok(late) => late,
         Err(failure) => {
-            eprintln!(
-                "exec-server sandbox: {}: {}",
-                failure.stage, failure.message
-            );
-            std::process::exit(125);
+            let _ = control.write_all(&serde_json::to_vec(&failure).unwrap_or_default());
+            exit_for(&failure)
         }
     };
-    // A failure before the plan (instead of READY) reaches the daemon the same way as one after.
-    let failure = match start(&mut control, network_restricted)
-        .and_then(|late| run(&control, network_restricted, &late))
-    {
-        Ok(never) => match never {},
-        Err(failure) => failure,
-    };
-    let _ = control.write_all(&serde_json::to_vec(&failure).unwrap_or_default());
-    // A refused exec is the program's own outcome (the daemon reports it as the process's exit,
-    // 126 as from a shell), so the reason is written for its reader, on its stderr.
-    if failure.denied {
-        eprintln!("exec-server: {} (refused by the sandbox)", failure.message);
-    } else {
-        eprintln!(
-            "exec-server sandbox: {}: {}",
-            failure.stage, failure.message
-        );
-    }
-    std::process::exit(if failure.stage == EXEC_STAGE {
-        if failure.errno == Some(libc::ENOENT) {
-            127
-        } else {
-            126
+    let (stdio, setup, text) = supervisor::receive(&control)
+        .unwrap_or_else(|failure| supervisor::refuse(&control, failure));
+    supervisor::run(control, stdio, setup, |setup| {
+        match run(&text, network_restricted, &late, setup) {
+            Ok(never) => match never {},
+            Err(failure) => failure,
         }
-    } else {
-        125
-    });
+    })
 }
 
-fn fail(stage: &str) -> impl Fn(String) -> Failure + '_ {
+pub(crate) fn fail(stage: &str) -> impl Fn(String) -> Failure + '_ {
     move |message| Failure {
         stage: stage.into(),
         message,
@@ -103,7 +83,7 @@ fn fail(stage: &str) -> impl Fn(String) -> Failure + '_ {
     }
 }
 
-fn os_fail(stage: &str) -> impl Fn(std::io::Error) -> Failure + '_ {
+pub(crate) fn os_fail(stage: &str) -> impl Fn(std::io::Error) -> Failure + '_ {
     move |err| Failure {
         stage: stage.into(),
         message: err.to_string(),
@@ -113,17 +93,6 @@ fn os_fail(stage: &str) -> impl Fn(std::io::Error) -> Failure + '_ {
 }
 
 enum Never {}
-
-/// The control socket, moved off stdin (which becomes the program's) and close-on-exec.
-fn control_socket() -> Result<UnixStream, Failure> {
-    // SAFETY: duplicating our stdin into a new fd we then own.
-    let fd = unsafe { libc::fcntl(libc::STDIN_FILENO, libc::F_DUPFD_CLOEXEC, 3) };
-    if fd < 0 {
-        return Err(os_fail("control")(std::io::Error::last_os_error()));
-    }
-    // SAFETY: the new fd is ours.
-    Ok(unsafe { UnixStream::from_raw_fd(fd) })
-}
 
 /// Everything that does not depend on the plan, then READY; returns the seccomp filter still
 /// to attach.
@@ -150,79 +119,27 @@ fn start(
     mounts::follow_host()
         .and_then(|()| mounts::own_proc())
         .map_err(fail("mounts"))?;
+    // The supervisor of the program's tree (`crate::process::supervisor`).
+    if !supervisor::become_subreaper() {
+        return Err(os_fail("supervisor")(std::io::Error::last_os_error()));
+    }
     seccomp::apply(&filters.early).map_err(fail("seccomp"))?;
     control.write_all(&[READY]).map_err(os_fail("control"))?;
     Ok(filters.late)
 }
 
-/// The program's stdio and the plan, as the daemon sends them.
-fn receive(control: &UnixStream) -> Result<([OwnedFd; 3], Vec<u8>), Failure> {
-    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
-    let mut first = [0u8; 4096];
-    let mut fds = Vec::new();
-    let received = {
-        let mut iov = [std::io::IoSliceMut::new(&mut first)];
-        let mut space = nix::cmsg_space!([RawFd; 3]);
-        let message = recvmsg::<()>(
-            control.as_raw_fd(),
-            &mut iov,
-            Some(&mut space),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        )
-        .map_err(|errno| os_fail("policy")(errno.into()))?;
-        for cmsg in message.cmsgs().map_err(|e| fail("policy")(e.to_string()))? {
-            if let ControlMessageOwned::ScmRights(raw) = cmsg {
-                // SAFETY: the kernel installed these descriptors for us alone.
-                fds.extend(
-                    raw.into_iter()
-                        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
-                );
-            }
-        }
-        if message.flags.contains(MsgFlags::MSG_CTRUNC) {
-            return Err(fail("policy")("too many descriptors".into()));
-        }
-        message.bytes
-    };
-    if received == 0 {
-        // The daemon went away before handing out this helper.
-        std::process::exit(0);
-    }
-    let stdio: [OwnedFd; 3] = fds
-        .try_into()
-        .map_err(|_| fail("policy")("expected the program's three stdio descriptors".into()))?;
-    let mut text = first[..received].to_vec();
-    control
-        .take(MAX_PLAN_BYTES as u64)
-        .read_to_end(&mut text)
-        .map_err(os_fail("policy"))?;
-    Ok((stdio, text))
-}
-
+/// The child's part, in the supervisor's fork (which gave it its stdio and session): the plan.
 fn run(
-    control: &UnixStream,
+    text: &[u8],
     network_restricted: bool,
     late_filter: &seccomp::BpfProgram,
+    setup: &supervisor::ChildSetup,
 ) -> Result<Never, Failure> {
-    let (stdio, text) = receive(control)?;
-    for (target, fd) in stdio.iter().enumerate() {
-        // SAFETY: plain dup2 onto the standard descriptors, which the program is to inherit.
-        if unsafe { libc::dup2(fd.as_raw_fd(), target as RawFd) } < 0 {
-            return Err(os_fail("stdio")(std::io::Error::last_os_error()));
-        }
-    }
-    drop(stdio);
-    let mut plan: Plan =
-        serde_json::from_slice(&text).map_err(|e| fail("policy")(e.to_string()))?;
+    let mut plan: Plan = serde_json::from_slice(text).map_err(|e| fail("policy")(e.to_string()))?;
     if plan.network_restricted != network_restricted {
         return Err(fail("policy")(
             "the plan's network mode is not this helper's".into(),
         ));
-    }
-    // A PTY's session leader takes its terminal as the controlling one, as pty-process does.
-    // SAFETY: plain ioctl on our stdin.
-    if plan.tty && unsafe { libc::ioctl(libc::STDIN_FILENO, libc::TIOCSCTTY, 0) } < 0 {
-        return Err(os_fail("terminal")(std::io::Error::last_os_error()));
     }
     let argv: Vec<CString> = plan
         .argv
@@ -263,6 +180,7 @@ fn run(
         return Err(os_fail("fds")(std::io::Error::last_os_error()));
     }
     seccomp::apply(std::slice::from_ref(late_filter)).map_err(fail("seccomp"))?;
+    setup.apply_limits()?;
 
     // Only now, with everything in place, the program's environment (execvp searches its PATH).
     for (key, value) in &plan.env {

@@ -17,11 +17,12 @@ mod mounts;
 pub mod peers;
 pub mod plan;
 mod policy;
-mod pool;
+pub(crate) mod pool;
 mod protected;
 mod seccomp;
 
 use crate::process::spawn::{self, ChildIo, LaunchSpec, Spawned, DEFAULT_SIZE};
+use crate::process::tree::{self, Started};
 use crate::rpc::RpcError;
 use denial::{DenialContext, Scanner};
 use exec_server_protocol::process::StartParams;
@@ -33,7 +34,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a launch waits for a helper to start, or to exec the program or report a failure.
-const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A resolved intent, ready to wrap a launch.
 pub struct Prepared {
@@ -141,7 +142,6 @@ pub fn prepare(
         cwd: cwd.to_path_buf(),
         env: Default::default(),
         network_restricted,
-        tty: false,
         fs: fs.as_deref().map(|rules| fs_plan(rules, cwd)).transpose()?,
     };
     let context = Arc::new(DenialContext {
@@ -271,6 +271,7 @@ pub async fn run_self(
         pipe_stdin: false,
         stdin_fd: Some(Arc::new(theirs)),
         size: DEFAULT_SIZE,
+        rlimits: Default::default(),
     };
     // A resolution that walks directory trees runs off the async workers.
     let prepared = if prepare_walks(sandbox) {
@@ -292,23 +293,17 @@ pub async fn run_self(
         }
     };
     let spawned = match &mut launch {
-        None => spawn::start(&spec),
+        None => spawn::start(&spec).await,
         Some(launch) => launch.spawn(&spec).await,
     }?;
     // Only the child may hold the other end, so its exit ends the conversation.
     drop(spec);
-    let mut child = spawned.child;
+    // Dropped on return: its supervisor then kills whatever is left and exits.
+    let mut tree = spawned.tree;
     // Held until the child is reaped: its placeholders must outlive it.
-    let sandboxed = match launch {
-        None => None,
-        Some(launch) => match launch.confirm().await.and_then(Sandboxed::executed) {
-            Ok(sandboxed) => Some(sandboxed),
-            Err(err) => {
-                let _ = child.kill().await;
-                return Err(err);
-            }
-        },
-    };
+    let sandboxed = launch
+        .map(|launch| launch.into_sandboxed().executed())
+        .transpose()?;
     let ChildIo::Pipes {
         stdin: None,
         mut stdout,
@@ -337,10 +332,17 @@ pub async fn run_self(
     out_read
         .and(err_read)
         .map_err(|e| RpcError::internal(format!("reading the sandboxed helper: {e}")))?;
-    let status = child
-        .wait()
-        .await
-        .map_err(|e| RpcError::internal(format!("waiting for the sandboxed helper: {e}")))?;
+    let exit_code = loop {
+        match tree.reports.next().await {
+            Some(tree::Report::Exited { code, .. }) => break code,
+            Some(_) => {}
+            None => {
+                return Err(RpcError::internal(
+                    "the sandboxed helper's supervisor ended before it",
+                ))
+            }
+        }
+    };
     let fds = received_fds(&input.into_std().map_err(io_error)?);
     let (context, placeholders) = match &sandboxed {
         Some(sandboxed) => (
@@ -352,7 +354,7 @@ pub async fn run_self(
     Ok(SelfOutput {
         stdout: out,
         stderr: err,
-        exit_code: spawn::exit_code(status).0,
+        exit_code,
         fds,
         context,
         placeholders,
@@ -422,8 +424,6 @@ pub struct Launch {
     network_restricted: bool,
     program: String,
     sandboxed: Sandboxed,
-    /// The helper's control socket and pid, once it has the plan.
-    control: Option<(tokio::net::UnixStream, i32)>,
 }
 
 /// What a running sandboxed process keeps: the classifier's context, its placeholders, and its
@@ -469,7 +469,6 @@ impl Prepared {
     /// Takes the program's environment from `spec` into the plan, which a helper receives.
     pub fn launch(mut self, spec: &mut LaunchSpec) -> Result<Launch, RpcError> {
         self.plan.env = std::mem::take(&mut spec.env);
-        self.plan.tty = spec.tty;
         let plan = serde_json::to_vec(&self.plan).map_err(|e| RpcError::internal(e.to_string()))?;
         if plan.len() > MAX_PLAN_BYTES {
             return Err(RpcError::invalid_params(format!(
@@ -487,79 +486,52 @@ impl Prepared {
                 mount_namespace: None,
                 refusal: None,
             },
-            control: None,
         })
     }
 }
 
 impl Launch {
-    /// Starts `spec`'s program in a helper: hands it the plan and the program's stdio. The
-    /// helper is a session leader already; it applies the plan and executes the program.
+    /// Starts `spec`'s program in a helper, which supervises its tree: hands it the plan and
+    /// the program's stdio, and waits until the program was executed or the helper reports why
+    /// it could not. Err: nothing ran (the helper is killed). An exec the sandbox refused is
+    /// Ok, with [`Sandboxed::scanner`] certain of the denial: the helper's child exits 126 like
+    /// a program that ran, so the process is reported through its exit.
     pub async fn spawn(&mut self, spec: &LaunchSpec) -> Result<Spawned, RpcError> {
         let cannot_start = |err| spawn::start_error(&self.program, err);
         let (io, stdio) = spawn::detached_stdio(spec).map_err(cannot_start)?;
-        let helper = match pool::take(self.network_restricted).await {
-            Ok(helper) => helper,
+        let kind = pool::Kind::Sandboxed {
+            network_restricted: self.network_restricted,
+        };
+        let (tree, started) = match tree::launch(kind, &stdio, &spec.setup(), &self.plan).await {
+            Ok(launched) => launched,
             Err(pool::StartError::Io(err)) => return Err(cannot_start(err)),
             Err(pool::StartError::Refused(failure)) => {
                 return Err(failure_error(&self.program, failure))
             }
         };
-        let (child, control) = helper
-            .hand_over(&stdio, &self.plan)
-            .await
-            .map_err(cannot_start)?;
-        let pid = child
-            .id()
-            .expect("a helper that was handed out is not reaped") as i32;
-        self.control = Some((control, pid));
-        Ok(Spawned { child, pid, io })
-    }
-
-    /// After [`Launch::spawn`]: waits until the helper executed the program (EOF on the control
-    /// socket) or reports why it could not. Err: nothing ran; the caller reaps the helper. An
-    /// exec the sandbox refused is Ok, with [`Sandboxed::scanner`] certain of the denial: the
-    /// helper exits 126 like a program that ran, so the process is reported through its exit.
-    pub async fn confirm(self) -> Result<Sandboxed, RpcError> {
-        use tokio::io::AsyncReadExt as _;
-        let Launch {
-            program,
-            mut sandboxed,
-            control,
-            ..
-        } = self;
-        let (mut control, pid) = control.expect("confirm follows a spawn");
-        let mut text = Vec::new();
-        match tokio::time::timeout(SETUP_TIMEOUT, control.read_to_end(&mut text)).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(err)) => {
-                return Err(RpcError::internal(format!(
-                    "cannot read the sandbox helper's status: {err}"
-                )))
+        let pid = match started {
+            Started::Executed { pid } => pid,
+            Started::Failed { pid, failure } => {
+                let denied = failure.stage == EXEC_STAGE && failure.denied;
+                let err = failure_error(&self.program, failure);
+                if !denied {
+                    return Err(err);
+                }
+                self.sandboxed.refusal = Some(err);
+                pid
             }
-            Err(_) => {
-                return Err(RpcError::internal(
-                    "the sandbox helper did not start the program in time",
-                ))
-            }
-        }
-        if text.is_empty() {
-            // A program that already exited has torn its namespace down itself.
-            sandboxed.mount_namespace = std::fs::File::open(format!("/proc/{pid}/ns/mnt"))
+        };
+        // The supervisor lives in the sandbox's mount namespace as long as the tree does.
+        self.sandboxed.mount_namespace =
+            std::fs::File::open(format!("/proc/{}/ns/mnt", tree.supervisor_pid))
                 .ok()
                 .map(OwnedFd::from);
-            return Ok(sandboxed);
-        }
-        let failure: Failure = serde_json::from_slice(&text).map_err(|err| {
-            RpcError::internal(format!("the sandbox helper sent a malformed status: {err}"))
-        })?;
-        let denied = failure.stage == EXEC_STAGE && failure.denied;
-        let err = failure_error(&program, failure);
-        if denied {
-            sandboxed.refusal = Some(err);
-            return Ok(sandboxed);
-        }
-        Err(err)
+        Ok(Spawned { tree, pid, io })
+    }
+
+    /// After [`Launch::spawn`]: what the running process keeps.
+    pub fn into_sandboxed(self) -> Sandboxed {
+        self.sandboxed
     }
 }
 

@@ -20,8 +20,6 @@ pub struct Plan {
     /// written) can act on it before the sandbox is in place.
     pub env: BTreeMap<String, String>,
     pub network_restricted: bool,
-    /// The program runs on a PTY (its stdio), which becomes its controlling terminal.
-    pub tty: bool,
     /// None: the file system is not restricted.
     pub fs: Option<FsPlan>,
 }

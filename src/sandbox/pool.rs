@@ -1,14 +1,17 @@
-//! Sandbox helpers started ahead of need.
+//! Supervisors started ahead of need: sandbox helpers and plain supervisors
+//! (`crate::process::supervisor`).
 //!
 //! Re-executing the daemon's binary and creating a network namespace cost more than everything
-//! else in a sandboxed launch together, and neither depends on the plan, so each launch takes a
+//! else in a launch together, and neither depends on the launch, so each launch takes a
 //! helper that is already waiting (see [`super::helper`]) and a replacement is started in the
-//! background. Helpers are kept per network mode, since a restricting one has already made its
-//! own namespace; none exists until the first sandboxed launch of that mode. A launch that
-//! finds none waiting starts one itself. Every helper serves exactly one launch.
+//! background. Helpers are kept per kind (plain, or sandboxed per network mode, since a
+//! restricting one has already made its own namespace); none exists until the first launch of
+//! that kind. A launch that finds none waiting starts one itself. Every helper serves exactly
+//! one launch.
 
-use super::helper::{HELPER_ARG, NETWORK_ENABLED, NETWORK_RESTRICTED, READY};
+use super::helper::{HELPER_ARG, NETWORK_ENABLED, NETWORK_RESTRICTED};
 use super::plan::Failure;
+use crate::process::supervisor::{READY, SUPERVISOR_ARG};
 use std::io;
 use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::process::Stdio;
@@ -33,9 +36,28 @@ pub struct Helper {
 struct Pool {
     /// The runtime the helpers' `Child`ren are registered with (a test process has several).
     runtime: Option<tokio::runtime::Id>,
-    /// Per network mode (index: restricted), ready helpers and helpers being started.
-    idle: [Vec<Helper>; 2],
-    starting: [usize; 2],
+    /// Per [`Kind::index`], ready helpers and helpers being started.
+    idle: [Vec<Helper>; 3],
+    starting: [usize; 3],
+}
+
+/// What a helper is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// An unsandboxed launch: a plain supervisor.
+    Plain,
+    Sandboxed {
+        network_restricted: bool,
+    },
+}
+
+impl Kind {
+    fn index(self) -> usize {
+        match self {
+            Kind::Plain => 0,
+            Kind::Sandboxed { network_restricted } => 1 + usize::from(network_restricted),
+        }
+    }
 }
 
 static POOL: Mutex<Option<Pool>> = Mutex::new(None);
@@ -64,9 +86,9 @@ impl From<io::Error> for StartError {
     }
 }
 
-/// A ready helper for this network mode: a waiting one, or a new one.
-pub async fn take(network_restricted: bool) -> Result<Helper, StartError> {
-    let kind = usize::from(network_restricted);
+/// A ready helper of this kind: a waiting one, or a new one.
+pub async fn take(kind: Kind) -> Result<Helper, StartError> {
+    let index = kind.index();
     let runtime = tokio::runtime::Handle::current().id();
     let waiting = {
         let mut guard = POOL.lock().unwrap();
@@ -78,46 +100,46 @@ pub async fn take(network_restricted: bool) -> Result<Helper, StartError> {
             };
         }
         // One that died while waiting (killed from outside) is dropped, and reaped by tokio.
-        std::iter::from_fn(|| pool.idle[kind].pop())
+        std::iter::from_fn(|| pool.idle[index].pop())
             .find_map(|mut helper| matches!(helper.child.try_wait(), Ok(None)).then_some(helper))
     };
-    refill(network_restricted, runtime);
+    refill(kind, runtime);
     if let Some(helper) = waiting {
         match helper.scheduling.restore(helper.child.id()) {
             Ok(()) => return Ok(helper),
             Err(err) => tracing::warn!("cannot reschedule a waiting sandbox helper: {err}"),
         }
     }
-    start(network_restricted, false).await
+    start(kind, false).await
 }
 
-/// Starts replacements in the background until the mode has its idle helpers.
-fn refill(network_restricted: bool, runtime: tokio::runtime::Id) {
-    let kind = usize::from(network_restricted);
+/// Starts replacements in the background until the kind has its idle helpers.
+fn refill(kind: Kind, runtime: tokio::runtime::Id) {
+    let index = kind.index();
     let missing = {
         let mut guard = POOL.lock().unwrap();
         let Some(pool) = guard.as_mut() else { return };
-        let missing = IDLE.saturating_sub(pool.idle[kind].len() + pool.starting[kind]);
-        pool.starting[kind] += missing;
+        let missing = IDLE.saturating_sub(pool.idle[index].len() + pool.starting[index]);
+        pool.starting[index] += missing;
         missing
     };
     for _ in 0..missing {
-        tokio::spawn(replace(network_restricted, runtime));
+        tokio::spawn(replace(kind, runtime));
     }
 }
 
 /// Starts one background helper for the pool (counted in `starting` by the caller).
-async fn replace(network_restricted: bool, runtime: tokio::runtime::Id) {
-    let kind = usize::from(network_restricted);
-    let started = start(network_restricted, true).await;
+async fn replace(kind: Kind, runtime: tokio::runtime::Id) {
+    let index = kind.index();
+    let started = start(kind, true).await;
     let mut guard = POOL.lock().unwrap();
     // A pool reset for another runtime has forgotten this start.
     let Some(pool) = guard.as_mut().filter(|pool| pool.runtime == Some(runtime)) else {
         return;
     };
-    pool.starting[kind] -= 1;
+    pool.starting[index] -= 1;
     match started {
-        Ok(helper) => pool.idle[kind].push(helper),
+        Ok(helper) => pool.idle[index].push(helper),
         Err(err) => tracing::warn!("cannot start a sandbox helper: {err}"),
     }
 }
@@ -126,7 +148,7 @@ async fn replace(network_restricted: bool, runtime: tokio::runtime::Id) {
 /// replacement) starts with the idle scheduling policy, so that its exec only takes CPU time
 /// that launches in progress do not want; it gets the daemon's back when handed out. Only a
 /// daemon that can give it back does so ([`Scheduling::idle_is_reversible`]).
-async fn start(network_restricted: bool, background: bool) -> Result<Helper, StartError> {
+async fn start(kind: Kind, background: bool) -> Result<Helper, StartError> {
     use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
     // Created blocking: the helper's end must stay blocking; ours is switched below.
     let (ours, theirs) = socketpair(
@@ -137,14 +159,18 @@ async fn start(network_restricted: bool, background: bool) -> Result<Helper, Sta
     )
     .map_err(io::Error::from)?;
     let mut command = tokio::process::Command::new(super::self_binary().0);
+    command.arg0("exec-server");
+    match kind {
+        Kind::Plain => command.arg(SUPERVISOR_ARG),
+        Kind::Sandboxed { network_restricted } => {
+            command.arg(HELPER_ARG).arg(if network_restricted {
+                NETWORK_RESTRICTED
+            } else {
+                NETWORK_ENABLED
+            })
+        }
+    };
     command
-        .arg0("exec-server")
-        .arg(HELPER_ARG)
-        .arg(if network_restricted {
-            NETWORK_RESTRICTED
-        } else {
-            NETWORK_ENABLED
-        })
         .current_dir("/")
         .env_clear()
         .stdin(Stdio::from(theirs))
@@ -152,10 +178,16 @@ async fn start(network_restricted: bool, background: bool) -> Result<Helper, Sta
         .stderr(Stdio::null());
     // On the host's network, the helper must be in the cgroup whose connections the daemon
     // refuses (`super::peers`) before it runs anything; without one, nothing may run there.
-    let cgroup = match (network_restricted, super::peers::cgroup()) {
-        (true, _) => None,
-        (false, Ok(cgroup)) => Some(cgroup),
-        (false, Err(why)) => {
+    let cgroup = match (kind, super::peers::cgroup()) {
+        (
+            Kind::Plain
+            | Kind::Sandboxed {
+                network_restricted: true,
+            },
+            _,
+        ) => None,
+        (_, Ok(cgroup)) => Some(cgroup),
+        (_, Err(why)) => {
             return Err(StartError::Refused(Failure {
                 stage: "network".into(),
                 message: why.clone(),
@@ -228,14 +260,15 @@ async fn start(network_restricted: bool, background: bool) -> Result<Helper, Sta
 }
 
 impl Helper {
-    /// Sends the program's stdio and the plan. Returns the helper's process and the control
-    /// socket, on which it reports a failure, or reaches EOF when it executed the program.
+    /// Sends the program's stdio (and cgroup) and the launch frames
+    /// ([`crate::process::supervisor::frames`]). Returns the helper's process and the control
+    /// socket, on which it reports (`crate::process::supervisor::Report`).
     pub async fn hand_over(
         mut self,
-        stdio: &[OwnedFd; 3],
-        plan: &[u8],
+        fds: &[OwnedFd],
+        frames: &[u8],
     ) -> io::Result<(tokio::process::Child, UnixStream)> {
-        match self.send(stdio, plan).await {
+        match self.send(fds, frames).await {
             Ok(()) => Ok((self.child, self.control)),
             Err(err) => {
                 let _ = self.child.start_kill();
@@ -244,12 +277,12 @@ impl Helper {
         }
     }
 
-    async fn send(&mut self, stdio: &[OwnedFd; 3], plan: &[u8]) -> io::Result<()> {
+    async fn send(&mut self, fds: &[OwnedFd], frames: &[u8]) -> io::Result<()> {
         use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
-        let Some((first, rest)) = plan.split_first() else {
-            return Err(io::Error::other("empty sandbox plan"));
+        let Some((first, rest)) = frames.split_first() else {
+            return Err(io::Error::other("empty launch"));
         };
-        let fds = stdio.each_ref().map(|fd| fd.as_raw_fd());
+        let fds: Vec<_> = fds.iter().map(|fd| fd.as_raw_fd()).collect();
         // The descriptors travel with the first byte (a stream socket carries control data only
         // along with data), which always fits: nothing was sent on this socket before.
         sendmsg::<()>(
@@ -259,8 +292,7 @@ impl Helper {
             MsgFlags::MSG_NOSIGNAL,
             None,
         )?;
-        self.control.write_all(rest).await?;
-        self.control.shutdown().await
+        self.control.write_all(rest).await
     }
 }
 

@@ -1,0 +1,566 @@
+//! The per-process supervisor: the process that starts a managed program and holds its whole
+//! tree until every process of it is gone.
+//!
+//! A supervisor is the daemon's own binary re-executed, started ahead of need like the sandbox
+//! helpers (`crate::sandbox::pool`): `exec-server __supervise` for a plain or PTY launch, and
+//! the sandbox helper itself for a sandboxed one. `main` dispatches to
+//! [`main_if_supervisor`] before any runtime exists, so it is a fresh single-threaded process.
+//! It is the child subreaper of its tree (`PR_SET_CHILD_SUBREAPER`): whatever in the tree
+//! detaches (a new session, a double fork, `nohup`) is re-parented to it, never to init, so it
+//! can find, kill and reap every member, and the rusage of everything it reaps is the tree's.
+//!
+//! Protocol on the control socket (the daemon's end is the only other one): the daemon sends
+//! the program's stdio (SCM_RIGHTS, with the first byte, optionally a fourth descriptor: the
+//! `cgroup.procs` the program joins), then two length-prefixed frames: the [`ChildSetup`] and
+//! the launch (a [`PlainLaunch`], or the sandbox plan). The supervisor forks; the child applies
+//! the launch and executes the program. It answers with [`Report`]s, one JSON object per line:
+//! `started` or `failed`, `exited` when the program itself exits, `gone` when the whole tree is.
+//! Orders are two bytes: [`KILL`] (kill the tree, confirm) or [`SIGNAL`] and a signal number
+//! (for the program's process group). EOF means the daemon is gone: [`on_daemon_gone`].
+
+use crate::sandbox::helper::{fail, os_fail};
+use crate::sandbox::plan::{Failure, EXEC_STAGE, MAX_PLAN_BYTES};
+use exec_server_protocol::process::ProcessUsage;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::ffi::{CString, OsStr};
+use std::io::{Read as _, Write as _};
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+pub const SUPERVISOR_ARG: &str = "__supervise";
+
+/// Written once on the control socket when a supervisor is ready for its launch.
+pub const READY: u8 = b'R';
+
+/// Order: kill the whole tree, then report `exited` (if not yet) and `gone`.
+pub const KILL: u8 = b'K';
+/// Order: send the next byte's signal to the program's process group while it runs.
+pub const SIGNAL: u8 = b'S';
+
+/// How long a kill order waits for the tree to be gone before it says it could not confirm.
+const KILL_BOUND: Duration = Duration::from_secs(2);
+
+/// What the child applies to itself whatever the launch: its session and terminal, its own
+/// resource limits, its cgroup.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChildSetup {
+    /// The program runs on a PTY (its stdio), which becomes its controlling terminal.
+    pub tty: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_open_files: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cpu_seconds: Option<u64>,
+}
+
+/// An unsandboxed launch.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct PlainLaunch {
+    /// Already resolved on the child's PATH by the daemon.
+    pub program: String,
+    pub argv: Vec<String>,
+    pub cwd: PathBuf,
+    pub env: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "report", rename_all = "camelCase")]
+pub enum Report {
+    /// The program was executed, as `pid`.
+    Started { pid: i32 },
+    /// It could not be; the child `pid` exits in its place (126 or 127 for an exec failure).
+    Failed { pid: i32, failure: Failure },
+    /// The program itself exited; `usage` covers the tree as reaped so far.
+    Exited {
+        code: i32,
+        signal: Option<i32>,
+        usage: ProcessUsage,
+    },
+    /// The whole tree is gone (`confirmed`), or a kill order could not confirm it within its
+    /// bound (the supervisor keeps killing).
+    Gone {
+        confirmed: bool,
+        usage: ProcessUsage,
+    },
+}
+
+/// Runs a plain supervisor and never returns when this process was started as one.
+pub fn main_if_supervisor() {
+    let mut args = std::env::args_os().skip(1);
+    if args.next().as_deref() != Some(OsStr::new(SUPERVISOR_ARG)) {
+        return;
+    }
+    let mut control = control_socket().unwrap_or_else(|failure| exit_for(&failure));
+    // Its own session, so that nothing aimed at the daemon's group or terminal reaches it, and
+    // the subreaper of everything it starts.
+    // SAFETY: plain syscalls without pointers.
+    let prepared = unsafe { libc::setsid() >= 0 && become_subreaper() };
+    if !prepared || control.write_all(&[READY]).is_err() {
+        std::process::exit(125);
+    }
+    let (stdio, setup, payload) =
+        receive(&control).unwrap_or_else(|failure| refuse(&control, failure));
+    let launch: PlainLaunch = serde_json::from_slice(&payload)
+        .unwrap_or_else(|err| refuse(&control, fail("launch")(err.to_string())));
+    run(control, stdio, setup, |setup| exec_plain(&launch, setup))
+}
+
+/// Makes this process the child subreaper of its descendants.
+pub fn become_subreaper() -> bool {
+    // SAFETY: plain prctl.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0 }
+}
+
+/// The control socket, moved off stdin (which becomes the program's) and close-on-exec.
+pub fn control_socket() -> Result<UnixStream, Failure> {
+    // SAFETY: duplicating our stdin into a new fd we then own.
+    let fd = unsafe { libc::fcntl(libc::STDIN_FILENO, libc::F_DUPFD_CLOEXEC, 3) };
+    if fd < 0 {
+        return Err(os_fail("control")(std::io::Error::last_os_error()));
+    }
+    // SAFETY: the new fd is ours.
+    Ok(unsafe { UnixStream::from_raw_fd(fd) })
+}
+
+/// The program's stdio (and cgroup), the child setup and the launch, as the daemon sends them.
+pub fn receive(control: &UnixStream) -> Result<(Vec<OwnedFd>, ChildSetup, Vec<u8>), Failure> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    let mut first = [0u8; 4096];
+    let mut fds = Vec::new();
+    let received = {
+        let mut iov = [std::io::IoSliceMut::new(&mut first)];
+        let mut space = nix::cmsg_space!([RawFd; 4]);
+        let message = recvmsg::<()>(
+            control.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        )
+        .map_err(|errno| os_fail("policy")(errno.into()))?;
+        for cmsg in message.cmsgs().map_err(|e| fail("policy")(e.to_string()))? {
+            if let ControlMessageOwned::ScmRights(raw) = cmsg {
+                // SAFETY: the kernel installed these descriptors for us alone.
+                fds.extend(
+                    raw.into_iter()
+                        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                );
+            }
+        }
+        if message.flags.contains(MsgFlags::MSG_CTRUNC) {
+            return Err(fail("policy")("too many descriptors".into()));
+        }
+        message.bytes
+    };
+    if received == 0 {
+        // The daemon went away before handing out this process.
+        std::process::exit(0);
+    }
+    if !(3..=4).contains(&fds.len()) {
+        return Err(fail("policy")(
+            "expected the program's three stdio descriptors".into(),
+        ));
+    }
+    let mut input = std::io::Cursor::new(first[..received].to_vec()).chain(control);
+    let mut frame = || -> Result<Vec<u8>, Failure> {
+        let mut len = [0u8; 4];
+        input
+            .read_exact(&mut len)
+            .map_err(|e| os_fail("policy")(e))?;
+        let len = u32::from_le_bytes(len) as usize;
+        if len > MAX_PLAN_BYTES {
+            return Err(fail("policy")("the launch is too large".into()));
+        }
+        let mut data = vec![0; len];
+        input
+            .read_exact(&mut data)
+            .map_err(|e| os_fail("policy")(e))?;
+        Ok(data)
+    };
+    let setup = frame()?;
+    let setup = serde_json::from_slice(&setup).map_err(|e| fail("policy")(e.to_string()))?;
+    Ok((fds, setup, frame()?))
+}
+
+/// The frames [`receive`] reads, for the daemon to send.
+pub fn frames(setup: &ChildSetup, payload: &[u8]) -> Vec<u8> {
+    let setup = serde_json::to_vec(setup).expect("the setup serializes");
+    let mut out = Vec::with_capacity(8 + setup.len() + payload.len());
+    for frame in [&setup[..], payload] {
+        out.extend_from_slice(&(frame.len() as u32).to_le_bytes());
+        out.extend_from_slice(frame);
+    }
+    out
+}
+
+/// Reports a launch that could not be made before any child existed, and exits.
+pub fn refuse(control: &UnixStream, failure: Failure) -> ! {
+    report(control, &Report::Failed { pid: 0, failure });
+    std::process::exit(125)
+}
+
+fn report(mut control: &UnixStream, report: &Report) {
+    let mut line = serde_json::to_vec(report).expect("reports serialize");
+    line.push(b'\n');
+    // A daemon that is gone reads nothing; its EOF is handled by the loop.
+    let _ = control.write_all(&line);
+}
+
+/// How a child that could not execute its program exits: the reason on its stderr (the
+/// program's), and the code a shell would use.
+pub fn exit_for(failure: &Failure) -> ! {
+    // A refused exec is the program's own outcome (the daemon reports it as the process's
+    // exit, 126 as from a shell), so the reason is written for its reader.
+    if failure.denied {
+        eprintln!("exec-server: {} (refused by the sandbox)", failure.message);
+    } else {
+        eprintln!(
+            "exec-server sandbox: {}: {}",
+            failure.stage, failure.message
+        );
+    }
+    std::process::exit(if failure.stage == EXEC_STAGE {
+        if failure.errno == Some(libc::ENOENT) {
+            127
+        } else {
+            126
+        }
+    } else {
+        125
+    });
+}
+
+/// Forks the program's process, which takes `stdio` and its session, then runs `child` (which
+/// executes the program or returns why it could not); this process supervises the tree.
+pub fn run(
+    control: UnixStream,
+    stdio: Vec<OwnedFd>,
+    setup: ChildSetup,
+    child: impl FnOnce(&ChildSetup) -> Failure,
+) -> ! {
+    let sigchld = block_sigchld();
+    let (status_read, status_write) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
+        Ok(pipe) => pipe,
+        Err(errno) => refuse(&control, os_fail("supervisor")(errno.into())),
+    };
+    // SAFETY: this process is single-threaded, so the child may run anything.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        drop(status_read);
+        let failure = enter(&stdio, &setup).err().unwrap_or_else(|| {
+            drop(stdio);
+            child(&setup)
+        });
+        let mut status = std::fs::File::from(status_write);
+        let _ = status.write_all(&serde_json::to_vec(&failure).unwrap_or_default());
+        exit_for(&failure)
+    }
+    drop(status_write);
+    // The program's pipes or terminal must close when the program's side does.
+    drop(stdio);
+    if pid < 0 {
+        refuse(
+            &control,
+            os_fail("supervisor")(std::io::Error::last_os_error()),
+        );
+    }
+    // EOF when the exec succeeded (the pipe is close-on-exec), the failure otherwise.
+    let mut text = Vec::new();
+    let _ = std::fs::File::from(status_read).read_to_end(&mut text);
+    let started = match serde_json::from_slice::<Failure>(&text) {
+        Ok(failure) => Report::Failed { pid, failure },
+        Err(_) => Report::Started { pid },
+    };
+    report(&control, &started);
+    Supervisor {
+        control,
+        sigchld,
+        leader: pid,
+        leader_exit: None,
+        exit_reported: false,
+    }
+    .serve()
+}
+
+/// In the child: the signal state of a fresh process, its stdio, its session or group.
+fn enter(stdio: &[OwnedFd], setup: &ChildSetup) -> Result<(), Failure> {
+    let last_os = |stage| os_fail(stage)(std::io::Error::last_os_error());
+    // SAFETY: plain calls on this process's signal state and descriptors.
+    unsafe {
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        // Rust ignores SIGPIPE in its processes; a program expects the default.
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        for (target, fd) in stdio.iter().take(3).enumerate() {
+            if libc::dup2(fd.as_raw_fd(), target as RawFd) < 0 {
+                return Err(last_os("stdio"));
+            }
+        }
+        // Its own session and group, so that signals reach what it starts in it.
+        if libc::setsid() < 0 {
+            return Err(last_os("session"));
+        }
+        // A PTY's session leader takes its terminal as the controlling one.
+        if setup.tty && libc::ioctl(libc::STDIN_FILENO, libc::TIOCSCTTY, 0) < 0 {
+            return Err(last_os("terminal"));
+        }
+    }
+    if let Some(cgroup) = stdio.get(3) {
+        // Joined before the exec, so that nothing the program does escapes the group.
+        let mut procs = std::fs::File::from(cgroup.try_clone().map_err(|e| os_fail("cgroup")(e))?);
+        procs.write_all(b"0").map_err(|e| os_fail("cgroup")(e))?;
+    }
+    Ok(())
+}
+
+impl ChildSetup {
+    /// The per-process limits, set last before the exec (the setup needs descriptors).
+    pub fn apply_limits(&self) -> Result<(), Failure> {
+        use nix::sys::resource::{setrlimit, Resource};
+        for (resource, limit) in [
+            (Resource::RLIMIT_NOFILE, self.max_open_files),
+            (Resource::RLIMIT_CPU, self.max_cpu_seconds),
+        ] {
+            if let Some(limit) = limit {
+                setrlimit(resource, limit, limit)
+                    .map_err(|errno| os_fail("limits")(errno.into()))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The plain child's part: environment, working directory, limits, exec.
+fn exec_plain(launch: &PlainLaunch, setup: &ChildSetup) -> Failure {
+    let cstrings = |items: &mut dyn Iterator<Item = &str>| {
+        items
+            .map(CString::new)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| fail("launch")(e.to_string()))
+    };
+    let prepared = (|| {
+        let program =
+            CString::new(launch.program.as_str()).map_err(|e| fail("launch")(e.to_string()))?;
+        let argv = cstrings(&mut launch.argv.iter().map(String::as_str))?;
+        let env: Vec<String> = launch.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let env = cstrings(&mut env.iter().map(String::as_str))?;
+        std::env::set_current_dir(&launch.cwd).map_err(os_fail(EXEC_STAGE))?;
+        setup.apply_limits()?;
+        Ok((program, argv, env))
+    })();
+    let (program, argv, env) = match prepared {
+        Ok(prepared) => prepared,
+        Err(failure) => return failure,
+    };
+    let err = nix::unistd::execve(&program, &argv, &env).unwrap_err();
+    Failure {
+        stage: EXEC_STAGE.into(),
+        message: format!("cannot execute `{}`: {}", launch.program, err.desc()),
+        errno: Some(err as i32),
+        denied: false,
+    }
+}
+
+/// SIGCHLD blocked and readable as a signalfd (the child unblocks it before its exec).
+fn block_sigchld() -> OwnedFd {
+    // SAFETY: plain calls with a valid signal set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        let fd = libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
+        if fd < 0 {
+            std::process::exit(125);
+        }
+        OwnedFd::from_raw_fd(fd)
+    }
+}
+
+struct Supervisor {
+    control: UnixStream,
+    sigchld: OwnedFd,
+    leader: i32,
+    /// The program's wait status, once reaped.
+    leader_exit: Option<libc::c_int>,
+    exit_reported: bool,
+}
+
+impl Supervisor {
+    fn serve(mut self) -> ! {
+        loop {
+            if !self.reap() {
+                self.report_exit();
+                self.gone(true);
+            }
+            if self.leader_exit.is_some() && !self.exit_reported {
+                self.report_exit();
+            }
+            let mut fds = [
+                libc::pollfd {
+                    fd: self.control.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: self.sigchld.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: two valid pollfds.
+            if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } < 0 {
+                continue;
+            }
+            if fds[1].revents != 0 {
+                self.drain_sigchld();
+            }
+            if fds[0].revents != 0 {
+                let mut order = [0u8; 2];
+                match self.control.read(&mut order[..1]) {
+                    Ok(0) | Err(_) => self.on_daemon_gone(),
+                    Ok(_) if order[0] == KILL => self.kill_and_confirm(),
+                    Ok(_) if order[0] == SIGNAL => {
+                        if self.control.read_exact(&mut order[1..]).is_err() {
+                            self.on_daemon_gone();
+                        }
+                        if self.leader_exit.is_none() {
+                            // SAFETY: plain syscall; the group is the unreaped program's.
+                            unsafe { libc::kill(-self.leader, libc::c_int::from(order[1])) };
+                        }
+                    }
+                    Ok(_) => {}
+                }
+            }
+        }
+    }
+
+    /// The daemon ended, without an order (even by SIGKILL): the tree dies with it. The one
+    /// place to change for a daemon that re-adopts its trees.
+    fn on_daemon_gone(&mut self) -> ! {
+        self.kill_tree(None);
+        std::process::exit(0)
+    }
+
+    fn kill_and_confirm(&mut self) -> ! {
+        let confirmed = self.kill_tree(Some(Instant::now() + KILL_BOUND));
+        if self.leader_exit.is_some() {
+            self.report_exit();
+        }
+        self.gone(confirmed);
+    }
+
+    /// Reports the tree gone and exits; without confirmation, after killing it to the end.
+    fn gone(&mut self, confirmed: bool) -> ! {
+        let usage = usage();
+        report(&self.control, &Report::Gone { confirmed, usage });
+        if !confirmed {
+            self.kill_tree(None);
+        }
+        std::process::exit(0)
+    }
+
+    fn report_exit(&mut self) {
+        if self.exit_reported {
+            return;
+        }
+        let Some(status) = self.leader_exit else {
+            return;
+        };
+        self.exit_reported = true;
+        let (code, signal) = if libc::WIFSIGNALED(status) {
+            let signal = libc::WTERMSIG(status);
+            (128 + signal, Some(signal))
+        } else {
+            (libc::WEXITSTATUS(status), None)
+        };
+        let usage = usage();
+        report(
+            &self.control,
+            &Report::Exited {
+                code,
+                signal,
+                usage,
+            },
+        );
+    }
+
+    fn drain_sigchld(&self) {
+        let mut info = [0u8; 128];
+        // SAFETY: reads whole siginfo records into a buffer of the right size.
+        while unsafe { libc::read(self.sigchld.as_raw_fd(), info.as_mut_ptr().cast(), 128) } > 0 {}
+    }
+
+    /// Reaps every exited child. Returns false once none is left.
+    fn reap(&mut self) -> bool {
+        loop {
+            let mut status = 0;
+            // SAFETY: plain call with a valid status pointer.
+            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+            match pid {
+                0 => return true,
+                p if p < 0 => {
+                    return std::io::Error::last_os_error().raw_os_error() != Some(libc::ECHILD)
+                }
+                p if p == self.leader => self.leader_exit = Some(status),
+                _ => {}
+            }
+        }
+    }
+
+    /// SIGKILLs every process of the tree until none is left, or the deadline passes (false).
+    /// A killed process's children are re-parented here, so each round reaches further; the
+    /// process groups of the children reach members that have not been re-parented yet.
+    fn kill_tree(&mut self, deadline: Option<Instant>) -> bool {
+        // SAFETY: plain syscall.
+        let own_group = unsafe { libc::getpgrp() };
+        loop {
+            for child in children() {
+                // SAFETY: plain syscalls on our own unreaped children and their groups.
+                unsafe {
+                    let group = libc::getpgid(child);
+                    if group > 0 && group != own_group {
+                        libc::kill(-group, libc::SIGKILL);
+                    }
+                    libc::kill(child, libc::SIGKILL);
+                }
+            }
+            if !self.reap() {
+                return true;
+            }
+            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
+/// This process's children (it is single-threaded, so its one task lists them all).
+fn children() -> Vec<i32> {
+    // SAFETY: plain syscall.
+    let pid = unsafe { libc::getpid() };
+    std::fs::read_to_string(format!("/proc/self/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|pid| pid.parse().ok())
+        .collect()
+}
+
+/// The tree's usage as reaped so far: everything it ran has been reaped here, directly or by
+/// an ancestor that was.
+fn usage() -> ProcessUsage {
+    // SAFETY: plain call with a valid out-pointer.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) };
+    let ms = |t: libc::timeval| t.tv_sec as u64 * 1000 + t.tv_usec as u64 / 1000;
+    ProcessUsage {
+        user_cpu_ms: ms(usage.ru_utime),
+        system_cpu_ms: ms(usage.ru_stime),
+        max_rss_kib: usage.ru_maxrss as u64,
+        wall_ms: 0,
+    }
+}

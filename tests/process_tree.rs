@@ -1,0 +1,247 @@
+//! A process is its whole tree: whatever detaches (a new session, a double fork, `nohup`)
+//! is found, counted and killed with it, on terminate, session expiry, daemon shutdown and
+//! daemon death, and never left a zombie.
+
+mod common;
+mod sandbox_support;
+
+use common::*;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+/// Unique `sleep` arguments per test (tests of this file run at once in one machine).
+fn tags(test: u32) -> [String; 3] {
+    [1, 2, 3].map(|n| format!("{}{test:03}{n}", 4242))
+}
+
+/// `setsid`, a `nohup` double fork that ignores HUP and TERM, and a plain foreground child.
+fn detaching_script(tags: &[String; 3]) -> String {
+    format!(
+        "setsid sleep {} & (trap '' HUP TERM; nohup sleep {} >/dev/null 2>&1 &); sleep {}",
+        tags[0], tags[1], tags[2]
+    )
+}
+
+/// Pids of live or zombie `sleep ARG` processes (a zombie keeps its pid and comm, not its
+/// cmdline, so zombies are found by the pids seen while they ran; see [`assert_all_gone`]).
+fn sleeps(arg: &str) -> Vec<i32> {
+    let wanted = format!("sleep\0{arg}\0");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            cmdline.ends_with(wanted.as_bytes()).then_some(pid)
+        })
+        .collect()
+}
+
+/// Waits until every tagged sleep runs; returns their pids.
+async fn all_running(tags: &[String; 3]) -> Vec<i32> {
+    let mut pids = Vec::new();
+    eventually("every sleep of the tree to run", || {
+        pids = tags.iter().flat_map(|tag| sleeps(tag)).collect();
+        pids.len() == 3
+    })
+    .await;
+    pids
+}
+
+/// Not running, and not a zombie either: no /proc entry is left.
+fn gone(pid: i32) -> bool {
+    !std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+async fn assert_all_gone(pids: &[i32], what: &str) {
+    eventually(what, || pids.iter().all(|pid| gone(*pid))).await;
+}
+
+async fn start_tree(client: &Client, id: &str, tags: &[String; 3], tty: bool) -> Vec<i32> {
+    let mut params = start_params(id, &["sh", "-c", &detaching_script(tags)]);
+    params["tty"] = json!(tty);
+    client.call("process/start", params).await;
+    all_running(tags).await
+}
+
+#[tokio::test]
+async fn terminate_kills_every_detached_descendant_before_the_exit_is_reported() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    for (n, tty) in [(1, false), (2, true)] {
+        let tags = tags(n);
+        let id = format!("tree-{n}");
+        let pids = start_tree(&client, &id, &tags, tty).await;
+        let reply = client
+            .call("process/terminate", json!({"processId": id}))
+            .await;
+        assert_eq!(reply["running"], true);
+        let events = client.events_until_closed(&id).await;
+        let exited = events
+            .iter()
+            .find(|e| e["method"] == "process/exited")
+            .unwrap();
+        // The daemon confirmed the tree gone before it reported the exit.
+        let left: Vec<_> = pids.iter().filter(|pid| !gone(**pid)).collect();
+        assert!(left.is_empty(), "tty {tty}: left {left:?} after {exited}");
+        assert_eq!(exited["params"]["reason"], "terminated");
+        assert_eq!(exited["params"]["signal"], 9);
+        assert!(exited["params"].get("cleanupUnconfirmed").is_none());
+    }
+}
+
+#[tokio::test]
+async fn a_sandboxed_process_tree_is_contained() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let dirs = sandbox_support::Dirs::new();
+    let tags = tags(3);
+    let params = sandbox_support::params(
+        "sandboxed",
+        &["sh", "-c", &detaching_script(&tags)],
+        &dirs.ws,
+        sandbox_support::workspace_write(&dirs.ws, "restricted"),
+    );
+    let started = client.call("process/start", params).await;
+    assert_eq!(started["sandboxType"], "linuxSeccomp");
+    let pids = all_running(&tags).await;
+    client
+        .call("process/terminate", json!({"processId": "sandboxed"}))
+        .await;
+    client.events_until_closed("sandboxed").await;
+    let left: Vec<_> = pids.iter().filter(|pid| !gone(**pid)).collect();
+    assert!(left.is_empty(), "left {left:?}");
+}
+
+#[tokio::test]
+async fn a_descendant_that_outlives_its_leader_is_counted_then_killed() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let tag = tags(4)[0].clone();
+    let script = format!("sleep {tag} >/dev/null 2>&1 & exit 0");
+    client
+        .call(
+            "process/start",
+            start_params("server", &["sh", "-c", &script]),
+        )
+        .await;
+    let (_, last) = read_all(&client, "server").await;
+    assert_eq!(last["exitCode"], 0);
+    assert_eq!(last["reason"], "exited");
+    eventually("the background sleep", || sleeps(&tag).len() == 1).await;
+    let pid = sleeps(&tag)[0];
+    let read = client
+        .call("process/read", json!({"processId": "server"}))
+        .await;
+    assert_eq!(read["liveDescendants"], 1, "{read}");
+    // Closed, exited, and still its tree: terminate reaches it.
+    let reply = client
+        .call("process/terminate", json!({"processId": "server"}))
+        .await;
+    assert_eq!(reply["running"], false);
+    assert_all_gone(&[pid], "the background sleep to be killed and reaped").await;
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let read: Value = client
+            .call("process/read", json!({"processId": "server"}))
+            .await;
+        if read.get("liveDescendants").is_none() {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "still live: {read}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn session_expiry_kills_every_detached_descendant() {
+    let daemon = Daemon::start_with(&["--session-ttl", "300ms"], &[]);
+    let (client, _) = daemon.session().await;
+    let pids = start_tree(&client, "tree", &tags(5), false).await;
+    let background = tags(6)[0].clone();
+    client
+        .call(
+            "process/start",
+            start_params(
+                "bg",
+                &[
+                    "sh",
+                    "-c",
+                    &format!("sleep {background} >/dev/null 2>&1 & exit 0"),
+                ],
+            ),
+        )
+        .await;
+    eventually("the background sleep", || sleeps(&background).len() == 1).await;
+    let mut all = pids;
+    all.extend(sleeps(&background));
+    client.abort();
+    assert_all_gone(&all, "the trees to die with their session").await;
+}
+
+#[tokio::test]
+async fn a_start_cut_off_by_a_disconnect_is_tracked_and_killed() {
+    let daemon = Daemon::start_with(&["--session-ttl", "200ms"], &[]);
+    let dirs = sandbox_support::Dirs::new();
+    let tag = tags(7)[0].clone();
+    for n in 0..10 {
+        let (client, _) = daemon.session().await;
+        let params = sandbox_support::params(
+            &format!("cut-{n}"),
+            &["sh", "-c", &format!("setsid sleep {tag} & sleep {tag}")],
+            &dirs.ws,
+            sandbox_support::workspace_write(&dirs.ws, "restricted"),
+        );
+        client
+            .send_text(json!({"id": 1, "method": "process/start", "params": params}).to_string())
+            .await;
+        tokio::time::sleep(Duration::from_millis(n * 3)).await;
+        client.abort();
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    eventually("every cut-off start's tree to be killed", || {
+        sleeps(&tag).is_empty()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn daemon_sigterm_kills_every_tree_and_refuses_new_sessions() {
+    let mut daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let tags = tags(8);
+    let pids = start_tree(&client, "tree", &tags, false).await;
+    daemon.send_signal(libc::SIGTERM);
+    assert!(daemon.wait_exit(TIMEOUT).is_some(), "the daemon exits");
+    let left: Vec<_> = pids.iter().filter(|pid| !gone(**pid)).collect();
+    assert!(left.is_empty(), "left {left:?} after the daemon's shutdown");
+}
+
+#[tokio::test]
+async fn trees_die_with_a_daemon_killed_by_sigkill() {
+    let mut daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let dirs = sandbox_support::Dirs::new();
+    let mut pids = start_tree(&client, "plain", &tags(9), false).await;
+    pids.extend(start_tree(&client, "pty", &tags(10), true).await);
+    let sandboxed = tags(11);
+    client
+        .call(
+            "process/start",
+            sandbox_support::params(
+                "sandboxed",
+                &["sh", "-c", &detaching_script(&sandboxed)],
+                &dirs.ws,
+                sandbox_support::workspace_write(&dirs.ws, "enabled"),
+            ),
+        )
+        .await;
+    pids.extend(all_running(&sandboxed).await);
+    daemon.send_signal(libc::SIGKILL);
+    assert!(daemon.wait_exit(TIMEOUT).is_some());
+    // Re-parented to init (or this test's subreaper), which reaps them.
+    eventually("every tree to die with its daemon", || {
+        pids.iter().all(|pid| !pid_alive(*pid))
+    })
+    .await;
+}
