@@ -245,3 +245,134 @@ async fn trees_die_with_a_daemon_killed_by_sigkill() {
     })
     .await;
 }
+
+/// The `process/exited` params of a process that ran to its close.
+async fn exited(client: &Client, id: &str) -> Value {
+    let events = client.events_until_closed(id).await;
+    events
+        .into_iter()
+        .find(|e| e["method"] == "process/exited")
+        .expect("an exit before the close")["params"]
+        .clone()
+}
+
+#[tokio::test]
+async fn a_timeout_kills_the_tree_with_reason_timeout() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let tags = tags(12);
+    let mut params = start_params("slow", &["sh", "-c", &detaching_script(&tags)]);
+    params["limits"] = json!({"timeoutMs": 200});
+    let began = std::time::Instant::now();
+    client.call("process/start", params).await;
+    let pids = all_running(&tags).await;
+    let exit = exited(&client, "slow").await;
+    assert!(
+        began.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        began.elapsed()
+    );
+    assert_eq!(exit["reason"], "timeout");
+    assert_eq!(exit["exitCode"], 137);
+    assert_eq!(exit["signal"], 9);
+    assert!(exit["usage"]["wallMs"].as_u64().unwrap() >= 200, "{exit}");
+    let left: Vec<_> = pids.iter().filter(|pid| !gone(**pid)).collect();
+    assert!(left.is_empty(), "left {left:?}");
+}
+
+#[tokio::test]
+async fn exits_report_their_reason_signal_and_tree_usage() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    // The hashing runs in a grandchild (the pipeline's), reaped by the shell: still the tree's.
+    client
+        .call(
+            "process/start",
+            start_params(
+                "hash",
+                &[
+                    "sh",
+                    "-c",
+                    "head -c 200000000 /dev/zero | sha256sum >/dev/null",
+                ],
+            ),
+        )
+        .await;
+    let exit = exited(&client, "hash").await;
+    assert_eq!(exit["reason"], "exited");
+    assert_eq!(exit["exitCode"], 0);
+    assert!(exit.get("signal").is_none());
+    let usage = &exit["usage"];
+    assert!(usage["userCpuMs"].as_u64().unwrap() > 0, "{usage}");
+
+    client
+        .call(
+            "process/start",
+            start_params(
+                "hog",
+                &[
+                    "python3",
+                    "-c",
+                    "b = b'x' * (110 << 20); import os; os._exit(3)",
+                ],
+            ),
+        )
+        .await;
+    let exit = exited(&client, "hog").await;
+    assert_eq!(exit["exitCode"], 3);
+    assert!(
+        exit["usage"]["maxRssKib"].as_u64().unwrap() >= 100 * 1024,
+        "{exit}"
+    );
+    let read = client
+        .call("process/read", json!({"processId": "hog"}))
+        .await;
+    assert_eq!(read["reason"], "exited");
+    assert!(read.get("liveDescendants").is_none(), "{read}");
+
+    client
+        .call(
+            "process/start",
+            start_params("self-killed", &["sh", "-c", "kill -TERM $$"]),
+        )
+        .await;
+    let exit = exited(&client, "self-killed").await;
+    assert_eq!(exit["reason"], "signaled");
+    assert_eq!(exit["signal"], 15);
+    assert_eq!(exit["exitCode"], 143);
+}
+
+#[tokio::test]
+async fn per_process_limits_apply_and_bad_limits_are_refused() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let mut params = start_params("limited", &["sh", "-c", "ulimit -n; ulimit -t"]);
+    params["limits"] = json!({"maxOpenFiles": 64, "maxCpuSeconds": 7});
+    client.call("process/start", params).await;
+    let (output, _) = read_all(&client, "limited").await;
+    assert_eq!(String::from_utf8_lossy(&output), "64\n7\n");
+
+    for (limits, message) in [
+        (
+            json!({"timeoutMs": 0}),
+            "limits.timeoutMs must be between 1 and",
+        ),
+        (
+            json!({"maxOpenFiles": -1}),
+            "limits.maxOpenFiles must be between 1 and",
+        ),
+        (
+            json!({"maxCpuSeconds": 1u64 << 40}),
+            "limits.maxCpuSeconds must be between 1 and",
+        ),
+    ] {
+        let mut params = start_params("bad", &["true"]);
+        params["limits"] = limits.clone();
+        let error = client.request("process/start", params).await.unwrap_err();
+        assert_eq!(error["code"], -32602, "{limits}: {error}");
+        assert!(
+            error["message"].as_str().unwrap().starts_with(message),
+            "{limits}: {error}"
+        );
+    }
+}
