@@ -52,7 +52,7 @@ pub fn capabilities() -> EnvironmentCapabilities {
         fs_watch: true,
         linux_sandbox: sandbox,
         process_limits: true,
-        process_tree_limits: false,
+        process_tree_limits: crate::process::tree_limits_supported(),
     }
 }
 

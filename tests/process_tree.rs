@@ -376,3 +376,88 @@ async fn per_process_limits_apply_and_bad_limits_are_refused() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_memory_hog_dies_alone_with_reason_memory_limit() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let info = client.call("environment/info", json!({})).await;
+    assert_eq!(info["capabilities"]["processTreeLimits"], true, "{info}");
+    let neighbour = tags(13)[0].clone();
+    client
+        .call(
+            "process/start",
+            start_params("neighbour", &["sleep", &neighbour]),
+        )
+        .await;
+    // The allocation happens in a child of the shell: the limit is the tree's.
+    let mut params = start_params(
+        "hog",
+        &[
+            "sh",
+            "-c",
+            "python3 -c \"b = b'x' * (400 << 20)\"; echo survived $?",
+        ],
+    );
+    params["limits"] = json!({"maxMemoryBytes": 64 << 20});
+    client.call("process/start", params).await;
+    let (output, last) = read_all(&client, "hog").await;
+    // The shell carried on after its child was killed for memory.
+    assert!(
+        String::from_utf8_lossy(&output).ends_with("survived 137\n"),
+        "{output:?}"
+    );
+    assert_eq!(last["exitCode"], 0);
+    let mut params = start_params("hog2", &["python3", "-c", "b = b'x' * (400 << 20)"]);
+    params["limits"] = json!({"maxMemoryBytes": 64 << 20});
+    client.call("process/start", params).await;
+    let exit = exited(&client, "hog2").await;
+    assert_eq!(exit["reason"], "memoryLimit", "{exit}");
+    assert_eq!(exit["signal"], 9);
+    // Its neighbour and the daemon are untouched.
+    assert_eq!(sleeps(&neighbour).len(), 1);
+    let read = client
+        .call("process/read", json!({"processId": "neighbour"}))
+        .await;
+    assert_eq!(read["exited"], false);
+    client
+        .call("process/terminate", json!({"processId": "neighbour"}))
+        .await;
+}
+
+#[tokio::test]
+async fn a_fork_bomb_is_contained_and_the_daemon_stays_responsive() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let mut params = start_params("bomb", &["sh", "-c", "b() { b | b & }; b; sleep 1000"]);
+    params["limits"] = json!({"maxProcesses": 64, "timeoutMs": 3000});
+    client.call("process/start", params).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let probe = daemon.client().await;
+    probe.initialize(None).await.unwrap();
+    let mut round_trips = Vec::new();
+    for _ in 0..21 {
+        let began = std::time::Instant::now();
+        probe.call("environment/info", json!({})).await;
+        round_trips.push(began.elapsed());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The median: this machine's other tests compete for its cores too.
+    round_trips.sort();
+    assert!(
+        round_trips[10] < Duration::from_millis(50),
+        "{round_trips:?}"
+    );
+    let read = client
+        .call("process/read", json!({"processId": "bomb"}))
+        .await;
+    let live = read["liveDescendants"].as_u64().unwrap();
+    assert!((1..64).contains(&live), "{read}");
+    let exit = exited(&client, "bomb").await;
+    assert_eq!(exit["reason"], "timeout");
+    assert!(exit.get("cleanupUnconfirmed").is_none(), "{exit}");
+    let read = client
+        .call("process/read", json!({"processId": "bomb"}))
+        .await;
+    assert!(read.get("liveDescendants").is_none(), "{read}");
+}

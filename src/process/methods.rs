@@ -1,6 +1,6 @@
 //! The `process/*` methods.
 
-use super::spawn::{LaunchSpec, Rlimits, DEFAULT_SIZE};
+use super::spawn::{LaunchSpec, Limits, DEFAULT_SIZE};
 use super::{env, Lookup, ManagedProcess};
 use crate::rpc::dispatch::{decode, encode, RequestCtx};
 use crate::rpc::RpcError;
@@ -63,7 +63,7 @@ async fn start(ctx: &RequestCtx, params: StartParams) -> Result<StartResult, Rpc
     } else {
         sandbox::prepare_start(&params, &cwd)?
     };
-    let (rlimits, timeout) = limits(params.limits.as_ref())?;
+    let (limits, timeout) = limits(params.limits.as_ref())?;
     let env = env::child_env(params.env_policy.as_ref(), &params.env, std::env::vars());
     let spec = LaunchSpec {
         program: program.clone(),
@@ -75,7 +75,7 @@ async fn start(ctx: &RequestCtx, params: StartParams) -> Result<StartResult, Rpc
         pipe_stdin: params.pipe_stdin,
         stdin_fd: None,
         size: params.size.unwrap_or(DEFAULT_SIZE),
-        rlimits,
+        limits,
     };
     let mut spec = spec;
     let (launch, sandbox_type) = match prepared {
@@ -93,39 +93,55 @@ async fn start(ctx: &RequestCtx, params: StartParams) -> Result<StartResult, Rpc
     })
 }
 
-/// Largest accepted values: beyond them a limit is a mistake, not a limit.
+/// Accepted ranges: beyond them a limit is a mistake, not a limit.
 const MAX_TIMEOUT_MS: i64 = 30 * 24 * 3600 * 1000;
 const MAX_OPEN_FILES: i64 = 1 << 20;
 const MAX_CPU_SECONDS: i64 = 365 * 24 * 3600;
+const MIN_MEMORY_BYTES: i64 = 1 << 20;
+const MAX_MEMORY_BYTES: i64 = 1 << 50;
+/// The kernel's own ceiling on pids.
+const MAX_PROCESSES: i64 = 1 << 22;
 
-/// Validates `process/start.limits`: the per-process resource limits and the timeout.
-fn limits(limits: Option<&ProcessLimits>) -> Result<(Rlimits, Option<Duration>), RpcError> {
+/// Validates `process/start.limits`: per process and per tree, and the timeout.
+fn limits(limits: Option<&ProcessLimits>) -> Result<(Limits, Option<Duration>), RpcError> {
     let Some(limits) = limits else {
-        return Ok((Rlimits::default(), None));
+        return Ok((Limits::default(), None));
     };
-    let check = |name: &str, value: Option<i64>, max: i64| match value {
-        Some(value) if !(1..=max).contains(&value) => Err(RpcError::invalid_params(format!(
-            "limits.{name} must be between 1 and {max}, not {value}"
+    let check = |name: &str, value: Option<i64>, (min, max): (i64, i64)| match value {
+        Some(value) if !(min..=max).contains(&value) => Err(RpcError::invalid_params(format!(
+            "limits.{name} must be between {min} and {max}, not {value}"
         ))),
         value => Ok(value.map(|value| value as u64)),
     };
-    for (name, value) in [
-        ("maxMemoryBytes", limits.max_memory_bytes),
-        ("maxProcesses", limits.max_processes),
+    let (memory, pids) = super::cgroup::supported();
+    for (name, value, supported) in [
+        ("maxMemoryBytes", limits.max_memory_bytes, memory),
+        ("maxProcesses", limits.max_processes, pids),
     ] {
-        if value.is_some() {
+        if value.is_some() && !supported {
             return Err(RpcError::invalid_params(format!(
                 "limits.{name} cannot be enforced on this executor: it has no cgroup controller \
                  for it (environment/info capabilities.processTreeLimits)"
             )));
         }
     }
-    let timeout = check("timeoutMs", limits.timeout_ms, MAX_TIMEOUT_MS)?.map(Duration::from_millis);
-    let rlimits = Rlimits {
-        max_open_files: check("maxOpenFiles", limits.max_open_files, MAX_OPEN_FILES)?,
-        max_cpu_seconds: check("maxCpuSeconds", limits.max_cpu_seconds, MAX_CPU_SECONDS)?,
+    let timeout =
+        check("timeoutMs", limits.timeout_ms, (1, MAX_TIMEOUT_MS))?.map(Duration::from_millis);
+    let limits = Limits {
+        max_open_files: check("maxOpenFiles", limits.max_open_files, (1, MAX_OPEN_FILES))?,
+        max_cpu_seconds: check(
+            "maxCpuSeconds",
+            limits.max_cpu_seconds,
+            (1, MAX_CPU_SECONDS),
+        )?,
+        max_memory_bytes: check(
+            "maxMemoryBytes",
+            limits.max_memory_bytes,
+            (MIN_MEMORY_BYTES, MAX_MEMORY_BYTES),
+        )?,
+        max_processes: check("maxProcesses", limits.max_processes, (1, MAX_PROCESSES))?,
     };
-    Ok((rlimits, timeout))
+    Ok((limits, timeout))
 }
 
 fn require(ctx: &RequestCtx, id: &str) -> Result<Arc<ManagedProcess>, RpcError> {

@@ -1,5 +1,6 @@
 //! Managed processes: each session owns a table of them, keyed by client-chosen ids.
 
+mod cgroup;
 mod delivery;
 pub mod env;
 pub mod methods;
@@ -255,6 +256,7 @@ impl TableInner {
         let tree::Tree {
             supervisor,
             supervisor_pid,
+            group,
             reports,
             orders,
         } = spawned.tree;
@@ -287,6 +289,7 @@ impl TableInner {
             process.clone(),
             supervisor,
             reports,
+            group,
         ));
         {
             let mut slots = self.slots.lock().unwrap();
@@ -344,6 +347,11 @@ impl TableInner {
     }
 }
 
+/// Whether `maxMemoryBytes` and `maxProcesses` can both be enforced here.
+pub fn tree_limits_supported() -> bool {
+    cgroup::supported() == (true, true)
+}
+
 /// A child's output half: a pipe or the PTY master.
 trait ChildOutput: tokio::io::AsyncRead + Unpin + Send {}
 impl<T: tokio::io::AsyncRead + Unpin + Send> ChildOutput for T {}
@@ -389,26 +397,36 @@ async fn supervise(
     process: Arc<ManagedProcess>,
     mut supervisor: tokio::process::Child,
     mut reports: tree::Reports,
+    group: Option<cgroup::Group>,
 ) {
     while let Some(report) = reports.next().await {
         match report {
             Report::Exited {
                 code,
                 signal,
-                usage,
-            } => record_exit(&table, &process, code, signal, usage).await,
+                mut usage,
+            } => {
+                let mut oom = false;
+                if let Some(group) = &group {
+                    usage.max_rss_kib = group.peak_kib().unwrap_or(usage.max_rss_kib);
+                    oom = group.oom_killed();
+                }
+                record_exit(&table, &process, code, signal, usage, oom).await
+            }
             Report::Gone { confirmed, usage } => process.record_gone(&table, confirmed, usage),
             Report::Started { .. } | Report::Failed { .. } => {}
         }
     }
     if !process.is_exited() {
         tracing::warn!(process = %process.id, "the supervisor ended before the process did");
-        record_exit(&table, &process, -1, None, ProcessUsage::default()).await;
+        record_exit(&table, &process, -1, None, ProcessUsage::default(), false).await;
     }
     if !process.state.lock().unwrap().tree_gone {
         process.record_gone(&table, false, ProcessUsage::default());
     }
     let _ = supervisor.wait().await;
+    // Empty now: removed.
+    drop(group);
 }
 
 async fn record_exit(
@@ -417,6 +435,7 @@ async fn record_exit(
     code: i32,
     signal: Option<i32>,
     mut usage: ProcessUsage,
+    oom_killed: bool,
 ) {
     // Placeholders go before `exited` is visible, so a client never sees them left over.
     let mut sandbox = process.sandbox.lock().unwrap().take();
@@ -439,6 +458,7 @@ async fn record_exit(
     .await;
     usage.wall_ms = process.started.elapsed().as_millis() as u64;
     let reason = match (process.kill_reason.get(), signal) {
+        (_, Some(libc::SIGKILL)) if oom_killed => ExitReason::MemoryLimit,
         (Some(reason), Some(_)) => *reason,
         (_, Some(_)) => ExitReason::Signaled,
         (_, None) => ExitReason::Exited,

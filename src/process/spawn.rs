@@ -1,6 +1,8 @@
 //! Starting a child on pipes or on a PTY, under its supervisor (which holds its whole tree),
 //! as the leader of its own session and process group so that signals reach what it starts.
 
+#[cfg(doc)]
+use super::cgroup;
 use super::supervisor::{ChildSetup, PlainLaunch};
 use super::tree::{self, Started, Tree};
 use crate::rpc::RpcError;
@@ -25,14 +27,17 @@ pub struct LaunchSpec {
     /// pipe or /dev/null: `sandbox::run_self` hands its helper one end of a socket pair.
     pub stdin_fd: Option<Arc<OwnedFd>>,
     pub size: TerminalSize,
-    pub rlimits: Rlimits,
+    pub limits: Limits,
 }
 
-/// Per-process resource limits the child sets before its exec.
+/// Resource limits: per process (set by the child before its exec) and per tree
+/// ([`cgroup`]).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Rlimits {
+pub struct Limits {
     pub max_open_files: Option<u64>,
     pub max_cpu_seconds: Option<u64>,
+    pub max_memory_bytes: Option<u64>,
+    pub max_processes: Option<u64>,
 }
 
 pub enum ChildIo {
@@ -80,7 +85,7 @@ pub async fn start(spec: &LaunchSpec) -> Result<Spawned, RpcError> {
         env: spec.env.clone(),
     };
     let payload = serde_json::to_vec(&launch).map_err(|e| RpcError::internal(e.to_string()))?;
-    let (tree, started) = tree::launch(Kind::Plain, &stdio, &spec.setup(), &payload)
+    let (tree, started) = tree::launch(Kind::Plain, spec, &stdio, &payload)
         .await
         .map_err(|err| start_error(&spec.program, err))?;
     match started {
@@ -97,8 +102,8 @@ impl LaunchSpec {
     pub fn setup(&self) -> ChildSetup {
         ChildSetup {
             tty: self.tty,
-            max_open_files: self.rlimits.max_open_files,
-            max_cpu_seconds: self.rlimits.max_cpu_seconds,
+            max_open_files: self.limits.max_open_files,
+            max_cpu_seconds: self.limits.max_cpu_seconds,
         }
     }
 }

@@ -10,8 +10,8 @@
 //! can find, kill and reap every member, and the rusage of everything it reaps is the tree's.
 //!
 //! Protocol on the control socket (the daemon's end is the only other one): the daemon sends
-//! the program's stdio (SCM_RIGHTS, with the first byte, optionally a fourth descriptor: the
-//! `cgroup.procs` the program joins), then two length-prefixed frames: the [`ChildSetup`] and
+//! the program's stdio (SCM_RIGHTS, with the first byte, then the `cgroup.procs` of each group
+//! the program joins, see `super::cgroup`), then two length-prefixed frames: the [`ChildSetup`] and
 //! the launch (a [`PlainLaunch`], or the sandbox plan). The supervisor forks; the child applies
 //! the launch and executes the program. It answers with [`Report`]s, one JSON object per line:
 //! `started` or `failed`, `exited` when the program itself exits, `gone` when the whole tree is.
@@ -132,7 +132,7 @@ pub fn receive(control: &UnixStream) -> Result<(Vec<OwnedFd>, ChildSetup, Vec<u8
     let mut fds = Vec::new();
     let received = {
         let mut iov = [std::io::IoSliceMut::new(&mut first)];
-        let mut space = nix::cmsg_space!([RawFd; 4]);
+        let mut space = nix::cmsg_space!([RawFd; 5]);
         let message = recvmsg::<()>(
             control.as_raw_fd(),
             &mut iov,
@@ -158,7 +158,7 @@ pub fn receive(control: &UnixStream) -> Result<(Vec<OwnedFd>, ChildSetup, Vec<u8
         // The daemon went away before handing out this process.
         std::process::exit(0);
     }
-    if !(3..=4).contains(&fds.len()) {
+    if !(3..=5).contains(&fds.len()) {
         return Err(fail("policy")(
             "expected the program's three stdio descriptors".into(),
         ));
@@ -308,10 +308,10 @@ fn enter(stdio: &[OwnedFd], setup: &ChildSetup) -> Result<(), Failure> {
             return Err(last_os("terminal"));
         }
     }
-    if let Some(cgroup) = stdio.get(3) {
+    for cgroup in &stdio[3..] {
         // Joined before the exec, so that nothing the program does escapes the group.
-        let mut procs = std::fs::File::from(cgroup.try_clone().map_err(|e| os_fail("cgroup")(e))?);
-        procs.write_all(b"0").map_err(|e| os_fail("cgroup")(e))?;
+        let mut procs = std::fs::File::from(cgroup.try_clone().map_err(os_fail("cgroup"))?);
+        procs.write_all(b"0").map_err(os_fail("cgroup"))?;
     }
     Ok(())
 }
@@ -393,7 +393,6 @@ impl Supervisor {
     fn serve(mut self) -> ! {
         loop {
             if !self.reap() {
-                self.report_exit();
                 self.gone(true);
             }
             if self.leader_exit.is_some() && !self.exit_reported {
@@ -447,18 +446,19 @@ impl Supervisor {
 
     fn kill_and_confirm(&mut self) -> ! {
         let confirmed = self.kill_tree(Some(Instant::now() + KILL_BOUND));
-        if self.leader_exit.is_some() {
-            self.report_exit();
-        }
         self.gone(confirmed);
     }
 
-    /// Reports the tree gone and exits; without confirmation, after killing it to the end.
+    /// Reports the tree gone, then the program's exit, so that the daemon knows the tree's fate
+    /// when it reports the exit; without confirmation, after killing the tree to the end.
     fn gone(&mut self, confirmed: bool) -> ! {
         let usage = usage();
         report(&self.control, &Report::Gone { confirmed, usage });
+        self.report_exit();
         if !confirmed {
             self.kill_tree(None);
+            // A program that was reaped only now.
+            self.report_exit();
         }
         std::process::exit(0)
     }

@@ -1,11 +1,13 @@
 //! The daemon's side of a supervised launch ([`super::supervisor`]): the supervisor's process,
 //! its reports and the orders sent to it.
 
+use super::cgroup::Group;
+use super::spawn::LaunchSpec;
+use super::supervisor;
 pub use super::supervisor::Report;
-use super::supervisor::{self, ChildSetup};
 use crate::sandbox::plan::Failure;
 use crate::sandbox::pool::{self, Kind, StartError};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use tokio::io::AsyncBufReadExt as _;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
@@ -13,6 +15,8 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 pub struct Tree {
     pub supervisor: tokio::process::Child,
     pub supervisor_pid: i32,
+    /// The tree's cgroups, with per-tree limits.
+    pub group: Option<Group>,
     pub reports: Reports,
     pub orders: Orders,
 }
@@ -35,18 +39,27 @@ pub enum Started {
     },
 }
 
-/// Hands a launch to a waiting supervisor of `kind` and waits for its verdict on the exec.
-/// `fds`: the program's stdin, stdout, stderr, and optionally the `cgroup.procs` to join.
+/// Hands the launch of `spec` (`payload`: what the supervisor's child applies) to a waiting
+/// supervisor of `kind`, with the program's `stdio` and the tree's cgroups, and waits for its
+/// verdict on the exec.
 pub async fn launch(
     kind: Kind,
-    fds: &[OwnedFd],
-    setup: &ChildSetup,
+    spec: &LaunchSpec,
+    stdio: &[OwnedFd; 3],
     payload: &[u8],
 ) -> Result<(Tree, Started), StartError> {
+    let mut group = Group::create(spec.limits.max_memory_bytes, spec.limits.max_processes)?;
     let helper = pool::take(kind).await?;
-    let (supervisor, control) = helper
-        .hand_over(fds, &supervisor::frames(setup, payload))
-        .await?;
+    let fds: Vec<BorrowedFd<'_>> = stdio
+        .iter()
+        .chain(group.iter().flat_map(|group| &group.procs))
+        .map(AsFd::as_fd)
+        .collect();
+    let frames = supervisor::frames(&spec.setup(), payload);
+    let (supervisor, control) = helper.hand_over(&fds, &frames).await?;
+    if let Some(group) = &mut group {
+        group.procs.clear();
+    }
     let supervisor_pid = supervisor
         .id()
         .ok_or_else(|| std::io::Error::other("the supervisor was reaped"))?
@@ -55,6 +68,7 @@ pub async fn launch(
     let mut tree = Tree {
         supervisor,
         supervisor_pid,
+        group,
         reports: Reports(tokio::io::BufReader::new(read).lines()),
         orders: Orders(write),
     };

@@ -271,7 +271,7 @@ pub async fn run_self(
         pipe_stdin: false,
         stdin_fd: Some(Arc::new(theirs)),
         size: DEFAULT_SIZE,
-        rlimits: Default::default(),
+        limits: Default::default(),
     };
     // A resolution that walks directory trees runs off the async workers.
     let prepared = if prepare_walks(sandbox) {
@@ -502,7 +502,7 @@ impl Launch {
         let kind = pool::Kind::Sandboxed {
             network_restricted: self.network_restricted,
         };
-        let (tree, started) = match tree::launch(kind, &stdio, &spec.setup(), &self.plan).await {
+        let (tree, started) = match tree::launch(kind, spec, &stdio, &self.plan).await {
             Ok(launched) => launched,
             Err(pool::StartError::Io(err)) => return Err(cannot_start(err)),
             Err(pool::StartError::Refused(failure)) => {

@@ -13,7 +13,7 @@ use super::helper::{HELPER_ARG, NETWORK_ENABLED, NETWORK_RESTRICTED};
 use super::plan::Failure;
 use crate::process::supervisor::{READY, SUPERVISOR_ARG};
 use std::io;
-use std::os::fd::{AsRawFd as _, OwnedFd};
+use std::os::fd::{AsRawFd as _, BorrowedFd};
 use std::process::Stdio;
 use std::sync::{Mutex, OnceLock};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -61,6 +61,9 @@ impl Kind {
 }
 
 static POOL: Mutex<Option<Pool>> = Mutex::new(None);
+
+/// The `oom_score_adj` of supervisors and everything they start.
+const WORKLOAD_OOM_SCORE_ADJ: &str = "500";
 
 /// Why no helper could be had.
 #[derive(Debug)]
@@ -209,6 +212,11 @@ async fn start(kind: Kind, background: bool) -> Result<Helper, StartError> {
             scheduling.apply(0)?;
         }
         let mut child = spawned?;
+        // Supervisors and what they start are the kernel's first choice under memory pressure,
+        // not the daemon (whose low score they would inherit). Raising needs no privilege.
+        if let Some(pid) = child.id() {
+            let _ = std::fs::write(format!("/proc/{pid}/oom_score_adj"), WORKLOAD_OOM_SCORE_ADJ);
+        }
         if let Some(cgroup) = cgroup {
             let admitted = child
                 .id()
@@ -265,7 +273,7 @@ impl Helper {
     /// socket, on which it reports (`crate::process::supervisor::Report`).
     pub async fn hand_over(
         mut self,
-        fds: &[OwnedFd],
+        fds: &[BorrowedFd<'_>],
         frames: &[u8],
     ) -> io::Result<(tokio::process::Child, UnixStream)> {
         match self.send(fds, frames).await {
@@ -277,7 +285,7 @@ impl Helper {
         }
     }
 
-    async fn send(&mut self, fds: &[OwnedFd], frames: &[u8]) -> io::Result<()> {
+    async fn send(&mut self, fds: &[BorrowedFd<'_>], frames: &[u8]) -> io::Result<()> {
         use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
         let Some((first, rest)) = frames.split_first() else {
             return Err(io::Error::other("empty launch"));
