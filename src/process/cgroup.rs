@@ -68,7 +68,25 @@ fn parent(controller: &str, probe: &str) -> Option<PathBuf> {
             return None;
         }
     }
+    remove_stale(&dir);
     dir.join(probe).exists().then_some(dir)
+}
+
+/// Removes the groups a daemon that died without cleaning up left behind (its trees died with
+/// it, so they are empty; a group still in use cannot be removed).
+fn remove_stale(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some((daemon, _)) = name.to_str().and_then(|name| name.split_once('.')) else {
+            continue;
+        };
+        if !Path::new("/proc").join(daemon).exists() {
+            let _ = std::fs::remove_dir(entry.path());
+        }
+    }
 }
 
 /// One tree's groups; removed when dropped (after the tree is gone).
