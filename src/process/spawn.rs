@@ -108,12 +108,17 @@ impl LaunchSpec {
     }
 }
 
-/// Where `execvp` would find `program` with the child's PATH: the first regular, executable
-/// file. Names with a slash, no PATH, or no match are returned as they are, so the spawn
-/// reports the error it always did.
+/// Where `posix_spawnp` would find `program`: on the child's PATH, or the daemon's when the
+/// child has none (as std's spawn did); the first regular, executable file. Names with a slash,
+/// no PATH, or no match are returned as they are, so the exec reports the error.
 fn resolve_program(program: &str, env: &BTreeMap<String, String>, cwd: &Path) -> PathBuf {
     use std::os::unix::fs::PermissionsExt as _;
-    let Some(path) = env.get("PATH").filter(|_| !program.contains('/')) else {
+    let own = std::env::var("PATH").ok();
+    let Some(path) = env
+        .get("PATH")
+        .or(own.as_ref())
+        .filter(|_| !program.contains('/'))
+    else {
         return PathBuf::from(program);
     };
     path.split(':')
@@ -125,9 +130,8 @@ fn resolve_program(program: &str, env: &BTreeMap<String, String>, cwd: &Path) ->
         .unwrap_or_else(|| PathBuf::from(program))
 }
 
-/// The stdio of a child that something else starts (the sandbox helper, which receives the
-/// child's ends): our side as for [`spawn`], and the child's stdin, stdout and stderr, all
-/// close-on-exec.
+/// The stdio of a child that its supervisor starts: our side, and the child's stdin, stdout and
+/// stderr (which the supervisor receives), all close-on-exec.
 pub fn detached_stdio(spec: &LaunchSpec) -> std::io::Result<(ChildIo, [OwnedFd; 3])> {
     if spec.tty {
         let (pty, pts) = pty_process::open().map_err(pty_error)?;
@@ -230,9 +234,8 @@ mod tests {
             resolve_program("no-such-program", &env("/bin"), root),
             Path::new("no-such-program")
         );
-        assert_eq!(
-            resolve_program("sh", &BTreeMap::new(), root),
-            Path::new("sh")
-        );
+        // Without a PATH of its own, the child's program is found on the daemon's.
+        let found = resolve_program("sh", &BTreeMap::new(), root);
+        assert!(found.is_absolute() && found.ends_with("sh"), "{found:?}");
     }
 }
