@@ -429,6 +429,9 @@ async fn a_memory_hog_dies_alone_with_reason_memory_limit() {
 async fn a_fork_bomb_is_contained_and_the_daemon_stays_responsive() {
     let daemon = Daemon::start();
     let (client, _) = daemon.session().await;
+    // Checked first: a daemon that ignored `maxProcesses` would let the bomb take the machine.
+    let info = client.call("environment/info", json!({})).await;
+    assert_eq!(info["capabilities"]["processTreeLimits"], true, "{info}");
     let mut params = start_params("bomb", &["sh", "-c", "b() { b | b & }; b; sleep 1000"]);
     params["limits"] = json!({"maxProcesses": 64, "timeoutMs": 3000});
     client.call("process/start", params).await;

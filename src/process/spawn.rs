@@ -1,8 +1,6 @@
 //! Starting a child on pipes or on a PTY, under its supervisor (which holds its whole tree),
 //! as the leader of its own session and process group so that signals reach what it starts.
 
-#[cfg(doc)]
-use super::cgroup;
 use super::supervisor::{ChildSetup, PlainLaunch};
 use super::tree::{self, Started, Tree};
 use crate::rpc::RpcError;
@@ -30,8 +28,7 @@ pub struct LaunchSpec {
     pub limits: Limits,
 }
 
-/// Resource limits: per process (set by the child before its exec) and per tree
-/// ([`cgroup`]).
+/// Resource limits: per process (set by the child before its exec) and per tree (cgroups).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Limits {
     pub max_open_files: Option<u64>,
