@@ -395,7 +395,7 @@ async fn read_output(
 async fn supervise(
     table: Weak<TableInner>,
     process: Arc<ManagedProcess>,
-    mut supervisor: tokio::process::Child,
+    supervisor: Option<tokio::process::Child>,
     mut reports: tree::Reports,
     group: Option<cgroup::Group>,
 ) {
@@ -424,7 +424,9 @@ async fn supervise(
     if !process.state.lock().unwrap().tree_gone {
         process.record_gone(&table, false, ProcessUsage::default());
     }
-    let _ = supervisor.wait().await;
+    if let Some(mut supervisor) = supervisor {
+        let _ = supervisor.wait().await;
+    }
     // Empty now: removed.
     drop(group);
 }

@@ -1,10 +1,11 @@
 //! The per-process supervisor: the process that starts a managed program and holds its whole
 //! tree until every process of it is gone.
 //!
-//! A supervisor is the daemon's own binary re-executed, started ahead of need like the sandbox
-//! helpers (`crate::sandbox::pool`): `exec-server __supervise` for a plain or PTY launch, and
-//! the sandbox helper itself for a sandboxed one. `main` dispatches to
-//! [`main_if_supervisor`] before any runtime exists, so it is a fresh single-threaded process.
+//! For a plain or PTY launch it is forked by the fork server, the daemon's own binary
+//! re-executed once as `exec-server __supervise` (`crate::sandbox::pool::fork_supervisor`;
+//! `main` dispatches to [`main_if_supervisor`] before any runtime exists, so it is a
+//! single-threaded process), so a launch costs a fork of a small process, not an exec of the
+//! daemon's binary. For a sandboxed launch it is the sandbox helper itself, pre-started.
 //! It is the child subreaper of its tree (`PR_SET_CHILD_SUBREAPER`): whatever in the tree
 //! detaches (a new session, a double fork, `nohup`) is re-parented to it, never to init, so it
 //! can find, kill and reap every member, and the rusage of everything it reaps is the tree's.
@@ -69,10 +70,14 @@ pub struct PlainLaunch {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "report", rename_all = "camelCase")]
 pub enum Report {
-    /// The program was executed, as `pid`.
-    Started { pid: i32 },
+    /// The program was executed, as `pid`, by the supervisor `supervisor`.
+    Started { pid: i32, supervisor: i32 },
     /// It could not be; the child `pid` exits in its place (126 or 127 for an exec failure).
-    Failed { pid: i32, failure: Failure },
+    Failed {
+        pid: i32,
+        supervisor: i32,
+        failure: Failure,
+    },
     /// The program itself exited; `usage` covers the tree as reaped so far.
     Exited {
         code: i32,
@@ -87,19 +92,98 @@ pub enum Report {
     },
 }
 
-/// Runs a plain supervisor and never returns when this process was started as one.
+/// Runs the fork server of plain supervisors and never returns when this process was started
+/// as one.
 pub fn main_if_supervisor() {
     let mut args = std::env::args_os().skip(1);
     if args.next().as_deref() != Some(OsStr::new(SUPERVISOR_ARG)) {
         return;
     }
     let mut control = control_socket().unwrap_or_else(|failure| exit_for(&failure));
-    // Its own session, so that nothing aimed at the daemon's group or terminal reaches it, and
-    // the subreaper of everything it starts.
-    // SAFETY: plain syscalls without pointers.
-    let prepared = unsafe { libc::setsid() >= 0 && become_subreaper() };
-    if !prepared || control.write_all(&[READY]).is_err() {
+    // Its own session, so that nothing aimed at the daemon's group or terminal reaches it.
+    // SAFETY: plain syscall.
+    if unsafe { libc::setsid() } < 0 || control.write_all(&[READY]).is_err() {
         std::process::exit(125);
+    }
+    serve_forks(&control)
+}
+
+/// The fork server: for each control socket the daemon sends (SCM_RIGHTS, with one byte), a
+/// fresh supervisor is forked, which serves that launch. It reaps the supervisors, and exits
+/// at EOF (the supervisors see their own EOF and kill their trees).
+fn serve_forks(control: &UnixStream) -> ! {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    let sigchld = block_sigchld();
+    loop {
+        let mut fds = [
+            libc::pollfd {
+                fd: control.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: sigchld.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two valid pollfds.
+        if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } < 0 {
+            continue;
+        }
+        if fds[1].revents != 0 {
+            drain(&sigchld);
+            // SAFETY: plain call; statuses of supervisors are not needed.
+            while unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) } > 0 {}
+        }
+        if fds[0].revents == 0 {
+            continue;
+        }
+        let mut byte = [0u8; 1];
+        let mut iov = [std::io::IoSliceMut::new(&mut byte)];
+        let mut space = nix::cmsg_space!([RawFd; 1]);
+        let Ok(message) = recvmsg::<()>(
+            control.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) else {
+            std::process::exit(0)
+        };
+        if message.bytes == 0 {
+            std::process::exit(0);
+        }
+        let mut sockets = Vec::new();
+        for cmsg in message.cmsgs().into_iter().flatten() {
+            if let ControlMessageOwned::ScmRights(raw) = cmsg {
+                // SAFETY: the kernel installed these descriptors for us alone.
+                sockets.extend(
+                    raw.into_iter()
+                        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                );
+            }
+        }
+        let Some(socket) = sockets.pop() else {
+            continue;
+        };
+        // SAFETY: this process is single-threaded, so the child may run anything.
+        if unsafe { libc::fork() } == 0 {
+            drop(sigchld);
+            // SAFETY: the fork server's socket is not this supervisor's to use.
+            unsafe { libc::close(control.as_raw_fd()) };
+            supervise(UnixStream::from(socket))
+        }
+    }
+}
+
+/// A forked plain supervisor: its own session, the subreaper of its tree, one launch.
+fn supervise(control: UnixStream) -> ! {
+    // SAFETY: plain syscall.
+    if unsafe { libc::setsid() } < 0 || !become_subreaper() {
+        refuse(
+            &control,
+            os_fail("supervisor")(std::io::Error::last_os_error()),
+        );
     }
     let (stdio, setup, payload) =
         receive(&control).unwrap_or_else(|failure| refuse(&control, failure));
@@ -197,7 +281,15 @@ pub fn frames(setup: &ChildSetup, payload: &[u8]) -> Vec<u8> {
 
 /// Reports a launch that could not be made before any child existed, and exits.
 pub fn refuse(control: &UnixStream, failure: Failure) -> ! {
-    report(control, &Report::Failed { pid: 0, failure });
+    let supervisor = own_pid();
+    report(
+        control,
+        &Report::Failed {
+            pid: 0,
+            supervisor,
+            failure,
+        },
+    );
     std::process::exit(125)
 }
 
@@ -269,9 +361,14 @@ pub fn run(
     // EOF when the exec succeeded (the pipe is close-on-exec), the failure otherwise.
     let mut text = Vec::new();
     let _ = std::fs::File::from(status_read).read_to_end(&mut text);
+    let supervisor = own_pid();
     let started = match serde_json::from_slice::<Failure>(&text) {
-        Ok(failure) => Report::Failed { pid, failure },
-        Err(_) => Report::Started { pid },
+        Ok(failure) => Report::Failed {
+            pid,
+            supervisor,
+            failure,
+        },
+        Err(_) => Report::Started { pid, supervisor },
     };
     report(&control, &started);
     Supervisor {
@@ -415,7 +512,7 @@ impl Supervisor {
                 continue;
             }
             if fds[1].revents != 0 {
-                self.drain_sigchld();
+                drain(&self.sigchld);
             }
             if fds[0].revents != 0 {
                 let mut order = [0u8; 2];
@@ -488,12 +585,6 @@ impl Supervisor {
         );
     }
 
-    fn drain_sigchld(&self) {
-        let mut info = [0u8; 128];
-        // SAFETY: reads whole siginfo records into a buffer of the right size.
-        while unsafe { libc::read(self.sigchld.as_raw_fd(), info.as_mut_ptr().cast(), 128) } > 0 {}
-    }
-
     /// Reaps every exited child. Returns false once none is left.
     fn reap(&mut self) -> bool {
         loop {
@@ -539,11 +630,21 @@ impl Supervisor {
     }
 }
 
+/// Empties a non-blocking signalfd.
+fn drain(signals: &OwnedFd) {
+    let mut info = [0u8; 128];
+    // SAFETY: reads whole siginfo records into a buffer of the right size.
+    while unsafe { libc::read(signals.as_raw_fd(), info.as_mut_ptr().cast(), 128) } > 0 {}
+}
+
+fn own_pid() -> i32 {
+    // SAFETY: plain syscall.
+    unsafe { libc::getpid() }
+}
+
 /// This process's children (it is single-threaded, so its one task lists them all).
 fn children() -> Vec<i32> {
-    // SAFETY: plain syscall.
-    let pid = unsafe { libc::getpid() };
-    std::fs::read_to_string(format!("/proc/self/task/{pid}/children"))
+    std::fs::read_to_string(format!("/proc/self/task/{}/children", own_pid()))
         .unwrap_or_default()
         .split_whitespace()
         .filter_map(|pid| pid.parse().ok())

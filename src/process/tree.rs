@@ -13,7 +13,9 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
 /// A supervisor that has its launch.
 pub struct Tree {
-    pub supervisor: tokio::process::Child,
+    /// The supervisor's process when it is the daemon's child (a sandbox helper); a plain
+    /// supervisor is the fork server's, which reaps it.
+    pub supervisor: Option<tokio::process::Child>,
     pub supervisor_pid: i32,
     /// The tree's cgroups, with per-tree limits.
     pub group: Option<Group>,
@@ -49,25 +51,44 @@ pub async fn launch(
     payload: &[u8],
 ) -> Result<(Tree, Started), StartError> {
     let mut group = Group::create(spec.limits.max_memory_bytes, spec.limits.max_processes)?;
-    let helper = pool::take(kind).await?;
     let fds: Vec<BorrowedFd<'_>> = stdio
         .iter()
         .chain(group.iter().flat_map(|group| &group.procs))
         .map(AsFd::as_fd)
         .collect();
     let frames = supervisor::frames(&spec.setup(), payload);
-    let (supervisor, control) = helper.hand_over(&fds, &frames).await?;
+    let (supervisor, control) = match kind {
+        Kind::Plain => {
+            use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+            let (ours, theirs) = socketpair(
+                AddressFamily::Unix,
+                SockType::Stream,
+                None,
+                SockFlag::SOCK_CLOEXEC,
+            )
+            .map_err(std::io::Error::from)?;
+            pool::fork_supervisor(&theirs).await?;
+            drop(theirs);
+            let ours = std::os::unix::net::UnixStream::from(ours);
+            ours.set_nonblocking(true)?;
+            let mut control = tokio::net::UnixStream::from_std(ours)?;
+            pool::send(&mut control, &fds, &frames).await?;
+            (None, control)
+        }
+        Kind::Sandboxed { network_restricted } => {
+            let helper = pool::take(network_restricted).await?;
+            let (child, control) = helper.hand_over(&fds, &frames).await?;
+            (Some(child), control)
+        }
+    };
+    drop(fds);
     if let Some(group) = &mut group {
         group.procs.clear();
     }
-    let supervisor_pid = supervisor
-        .id()
-        .ok_or_else(|| std::io::Error::other("the supervisor was reaped"))?
-        as i32;
     let (read, write) = control.into_split();
     let mut tree = Tree {
         supervisor,
-        supervisor_pid,
+        supervisor_pid: 0,
         group,
         reports: Reports(tokio::io::BufReader::new(read).lines()),
         orders: Orders(write),
@@ -75,14 +96,23 @@ pub async fn launch(
     let started = match tokio::time::timeout(crate::sandbox::SETUP_TIMEOUT, tree.reports.next())
         .await
     {
-        Ok(Some(Report::Started { pid })) => Started::Executed { pid },
-        Ok(Some(Report::Failed { pid, failure })) => Started::Failed { pid, failure },
+        Ok(Some(Report::Started { pid, supervisor })) => {
+            tree.supervisor_pid = supervisor;
+            Started::Executed { pid }
+        }
+        Ok(Some(Report::Failed {
+            pid,
+            supervisor,
+            failure,
+        })) => {
+            tree.supervisor_pid = supervisor;
+            Started::Failed { pid, failure }
+        }
+        // Dropping the tree closes the control socket: the supervisor ends.
         Ok(_) => {
-            let _ = tree.supervisor.start_kill();
             return Err(std::io::Error::other("the supervisor failed before the exec").into());
         }
         Err(_) => {
-            let _ = tree.supervisor.start_kill();
             return Err(
                 std::io::Error::other("the supervisor did not start the program in time").into(),
             );

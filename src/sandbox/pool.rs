@@ -13,7 +13,7 @@ use super::helper::{HELPER_ARG, NETWORK_ENABLED, NETWORK_RESTRICTED};
 use super::plan::Failure;
 use crate::process::supervisor::{READY, SUPERVISOR_ARG};
 use std::io;
-use std::os::fd::{AsRawFd as _, BorrowedFd};
+use std::os::fd::{AsRawFd as _, BorrowedFd, OwnedFd};
 use std::process::Stdio;
 use std::sync::{Mutex, OnceLock};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -36,28 +36,21 @@ pub struct Helper {
 struct Pool {
     /// The runtime the helpers' `Child`ren are registered with (a test process has several).
     runtime: Option<tokio::runtime::Id>,
-    /// Per [`Kind::index`], ready helpers and helpers being started.
-    idle: [Vec<Helper>; 3],
-    starting: [usize; 3],
+    /// Per network mode (index: restricted), ready helpers and helpers being started.
+    idle: [Vec<Helper>; 2],
+    starting: [usize; 2],
+    /// The fork server of plain supervisors, once started.
+    forks: Option<Helper>,
 }
 
 /// What a helper is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
-    /// An unsandboxed launch: a plain supervisor.
+    /// The fork server of plain supervisors (one per daemon, serving every plain launch).
     Plain,
     Sandboxed {
         network_restricted: bool,
     },
-}
-
-impl Kind {
-    fn index(self) -> usize {
-        match self {
-            Kind::Plain => 0,
-            Kind::Sandboxed { network_restricted } => 1 + usize::from(network_restricted),
-        }
-    }
 }
 
 static POOL: Mutex<Option<Pool>> = Mutex::new(None);
@@ -89,19 +82,56 @@ impl From<io::Error> for StartError {
     }
 }
 
-/// A ready helper of this kind: a waiting one, or a new one.
-pub async fn take(kind: Kind) -> Result<Helper, StartError> {
-    let index = kind.index();
+/// The pool of the current runtime (a test process has several).
+fn pool(guard: &mut Option<Pool>) -> &mut Pool {
+    let runtime = tokio::runtime::Handle::current().id();
+    let pool = guard.get_or_insert_with(Pool::default);
+    if pool.runtime != Some(runtime) {
+        *pool = Pool {
+            runtime: Some(runtime),
+            ..Pool::default()
+        };
+    }
+    pool
+}
+
+/// Has the fork server (started on first use) fork a new plain supervisor with `control` as its
+/// control socket: a plain launch costs a fork of a small process, not an exec of the daemon's
+/// binary.
+pub async fn fork_supervisor(control: &OwnedFd) -> Result<(), StartError> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    // Twice: a fork server killed from outside is replaced once.
+    for _ in 0..2 {
+        let forks = pool(&mut POOL.lock().unwrap()).forks.take();
+        let mut forks = match forks {
+            Some(forks) => forks,
+            None => start(Kind::Plain, false).await?,
+        };
+        let sent = sendmsg::<()>(
+            forks.control.as_raw_fd(),
+            &[io::IoSlice::new(b"F")],
+            &[ControlMessage::ScmRights(&[control.as_raw_fd()])],
+            MsgFlags::MSG_NOSIGNAL,
+            None,
+        );
+        if sent.is_ok() {
+            // A concurrent first use may have started one too: the spare ends at its EOF.
+            pool(&mut POOL.lock().unwrap()).forks.get_or_insert(forks);
+            return Ok(());
+        }
+        let _ = forks.child.start_kill();
+    }
+    Err(io::Error::other("the supervisor fork server is not answering").into())
+}
+
+/// A ready sandbox helper for this network mode: a waiting one, or a new one.
+pub async fn take(network_restricted: bool) -> Result<Helper, StartError> {
+    let index = usize::from(network_restricted);
+    let kind = Kind::Sandboxed { network_restricted };
     let runtime = tokio::runtime::Handle::current().id();
     let waiting = {
         let mut guard = POOL.lock().unwrap();
-        let pool = guard.get_or_insert_with(Pool::default);
-        if pool.runtime != Some(runtime) {
-            *pool = Pool {
-                runtime: Some(runtime),
-                ..Pool::default()
-            };
-        }
+        let pool = pool(&mut guard);
         // One that died while waiting (killed from outside) is dropped, and reaped by tokio.
         std::iter::from_fn(|| pool.idle[index].pop())
             .find_map(|mut helper| matches!(helper.child.try_wait(), Ok(None)).then_some(helper))
@@ -116,9 +146,12 @@ pub async fn take(kind: Kind) -> Result<Helper, StartError> {
     start(kind, false).await
 }
 
-/// Starts replacements in the background until the kind has its idle helpers.
+/// Starts replacements in the background until the mode has its idle helpers.
 fn refill(kind: Kind, runtime: tokio::runtime::Id) {
-    let index = kind.index();
+    let Kind::Sandboxed { network_restricted } = kind else {
+        return;
+    };
+    let index = usize::from(network_restricted);
     let missing = {
         let mut guard = POOL.lock().unwrap();
         let Some(pool) = guard.as_mut() else { return };
@@ -133,7 +166,10 @@ fn refill(kind: Kind, runtime: tokio::runtime::Id) {
 
 /// Starts one background helper for the pool (counted in `starting` by the caller).
 async fn replace(kind: Kind, runtime: tokio::runtime::Id) {
-    let index = kind.index();
+    let Kind::Sandboxed { network_restricted } = kind else {
+        return;
+    };
+    let index = usize::from(network_restricted);
     let started = start(kind, true).await;
     let mut guard = POOL.lock().unwrap();
     // A pool reset for another runtime has forgotten this start.
@@ -276,7 +312,7 @@ impl Helper {
         fds: &[BorrowedFd<'_>],
         frames: &[u8],
     ) -> io::Result<(tokio::process::Child, UnixStream)> {
-        match self.send(fds, frames).await {
+        match send(&mut self.control, fds, frames).await {
             Ok(()) => Ok((self.child, self.control)),
             Err(err) => {
                 let _ = self.child.start_kill();
@@ -284,24 +320,30 @@ impl Helper {
             }
         }
     }
+}
 
-    async fn send(&mut self, fds: &[BorrowedFd<'_>], frames: &[u8]) -> io::Result<()> {
-        use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
-        let Some((first, rest)) = frames.split_first() else {
-            return Err(io::Error::other("empty launch"));
-        };
-        let fds: Vec<_> = fds.iter().map(|fd| fd.as_raw_fd()).collect();
-        // The descriptors travel with the first byte (a stream socket carries control data only
-        // along with data), which always fits: nothing was sent on this socket before.
-        sendmsg::<()>(
-            self.control.as_raw_fd(),
-            &[io::IoSlice::new(std::slice::from_ref(first))],
-            &[ControlMessage::ScmRights(&fds)],
-            MsgFlags::MSG_NOSIGNAL,
-            None,
-        )?;
-        self.control.write_all(rest).await
-    }
+/// Sends a supervisor, on its fresh control socket, the program's stdio (and cgroups) and the
+/// launch frames ([`crate::process::supervisor::frames`]).
+pub async fn send(
+    control: &mut UnixStream,
+    fds: &[BorrowedFd<'_>],
+    frames: &[u8],
+) -> io::Result<()> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    let Some((first, rest)) = frames.split_first() else {
+        return Err(io::Error::other("empty launch"));
+    };
+    let fds: Vec<_> = fds.iter().map(|fd| fd.as_raw_fd()).collect();
+    // The descriptors travel with the first byte (a stream socket carries control data only
+    // along with data), which always fits: nothing was sent on this socket before.
+    sendmsg::<()>(
+        control.as_raw_fd(),
+        &[io::IoSlice::new(std::slice::from_ref(first))],
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )?;
+    control.write_all(rest).await
 }
 
 /// A thread's scheduling policy and its parameters (the nice value is separate, and is kept).
