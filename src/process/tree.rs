@@ -59,20 +59,12 @@ pub async fn launch(
     let frames = supervisor::frames(&spec.setup(), payload);
     let (supervisor, control) = match kind {
         Kind::Plain => {
-            use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
-            let (ours, theirs) = socketpair(
-                AddressFamily::Unix,
-                SockType::Stream,
-                None,
-                SockFlag::SOCK_CLOEXEC,
-            )
-            .map_err(std::io::Error::from)?;
-            pool::fork_supervisor(&theirs).await?;
-            drop(theirs);
-            let ours = std::os::unix::net::UnixStream::from(ours);
-            ours.set_nonblocking(true)?;
-            let mut control = tokio::net::UnixStream::from_std(ours)?;
-            pool::send(&mut control, &fds, &frames).await?;
+            let mut control = pool::take_plain().await?;
+            // A waiting supervisor killed from outside cannot take it: a fresh one, once.
+            if pool::send(&mut control, &fds, &frames).await.is_err() {
+                control = pool::take_plain().await?;
+                pool::send(&mut control, &fds, &frames).await?;
+            }
             (None, control)
         }
         Kind::Sandboxed { network_restricted } => {

@@ -13,7 +13,7 @@ use super::helper::{HELPER_ARG, NETWORK_ENABLED, NETWORK_RESTRICTED};
 use super::plan::Failure;
 use crate::process::supervisor::{READY, SUPERVISOR_ARG};
 use std::io;
-use std::os::fd::{AsRawFd as _, BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd as _, BorrowedFd};
 use std::process::Stdio;
 use std::sync::{Mutex, OnceLock};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -41,6 +41,10 @@ struct Pool {
     starting: [usize; 2],
     /// The fork server of plain supervisors, once started.
     forks: Option<Helper>,
+    /// The control sockets of forked plain supervisors waiting for a launch, and how many are
+    /// being forked.
+    plain: Vec<UnixStream>,
+    plain_starting: usize,
 }
 
 /// What a helper is for.
@@ -95,11 +99,56 @@ fn pool(guard: &mut Option<Pool>) -> &mut Pool {
     pool
 }
 
-/// Has the fork server (started on first use) fork a new plain supervisor with `control` as its
-/// control socket: a plain launch costs a fork of a small process, not an exec of the daemon's
-/// binary.
-pub async fn fork_supervisor(control: &OwnedFd) -> Result<(), StartError> {
-    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+/// The control socket of a plain supervisor waiting for its launch: a waiting one, or a new
+/// one; replacements are forked in the background. Supervisors are forked by the fork server,
+/// not executed: a plain launch costs neither an exec of the daemon's binary nor, when one is
+/// waiting, a fork on its path.
+pub async fn take_plain() -> Result<UnixStream, StartError> {
+    let runtime = tokio::runtime::Handle::current().id();
+    let waiting = pool(&mut POOL.lock().unwrap()).plain.pop();
+    refill_plain(runtime);
+    match waiting {
+        Some(control) => Ok(control),
+        None => fork_supervisor().await,
+    }
+}
+
+fn refill_plain(runtime: tokio::runtime::Id) {
+    let missing = {
+        let mut guard = POOL.lock().unwrap();
+        let pool = pool(&mut guard);
+        let missing = IDLE.saturating_sub(pool.plain.len() + pool.plain_starting);
+        pool.plain_starting += missing;
+        missing
+    };
+    for _ in 0..missing {
+        tokio::spawn(async move {
+            let forked = fork_supervisor().await;
+            let mut guard = POOL.lock().unwrap();
+            let Some(pool) = guard.as_mut().filter(|pool| pool.runtime == Some(runtime)) else {
+                return;
+            };
+            pool.plain_starting -= 1;
+            match forked {
+                Ok(control) => pool.plain.push(control),
+                Err(err) => tracing::warn!("cannot fork a supervisor: {err}"),
+            }
+        });
+    }
+}
+
+/// Has the fork server (started on first use) fork a new plain supervisor; returns its
+/// control socket.
+async fn fork_supervisor() -> Result<UnixStream, StartError> {
+    use nix::sys::socket::{sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags};
+    use nix::sys::socket::{SockFlag, SockType};
+    let (ours, theirs) = socketpair(
+        AddressFamily::Unix,
+        SockType::Stream,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(io::Error::from)?;
     // Twice: a fork server killed from outside is replaced once.
     for _ in 0..2 {
         let forks = pool(&mut POOL.lock().unwrap()).forks.take();
@@ -110,14 +159,16 @@ pub async fn fork_supervisor(control: &OwnedFd) -> Result<(), StartError> {
         let sent = sendmsg::<()>(
             forks.control.as_raw_fd(),
             &[io::IoSlice::new(b"F")],
-            &[ControlMessage::ScmRights(&[control.as_raw_fd()])],
+            &[ControlMessage::ScmRights(&[theirs.as_raw_fd()])],
             MsgFlags::MSG_NOSIGNAL,
             None,
         );
         if sent.is_ok() {
             // A concurrent first use may have started one too: the spare ends at its EOF.
             pool(&mut POOL.lock().unwrap()).forks.get_or_insert(forks);
-            return Ok(());
+            let ours = std::os::unix::net::UnixStream::from(ours);
+            ours.set_nonblocking(true)?;
+            return Ok(UnixStream::from_std(ours)?);
         }
         let _ = forks.child.start_kill();
     }
