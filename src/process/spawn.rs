@@ -1,5 +1,5 @@
 //! Starting a child on pipes or on a PTY, under its supervisor (which holds its whole tree),
-//! as the leader of its own session and process group so that signals reach what it starts.
+//! as the leader of its own process group so that signals reach what it starts.
 
 use super::supervisor::{ChildSetup, PlainLaunch};
 use super::tree::{self, Started, Tree};
@@ -65,7 +65,7 @@ pub const OUTPUT_PIPE_BYTES: usize = 256 * 1024;
 pub const DEFAULT_SIZE: TerminalSize = TerminalSize { rows: 24, cols: 80 };
 
 /// Starts `spec`'s program under a supervisor, on pipes or on a PTY as its controlling
-/// terminal, as the leader of its own session and process group. A failure
+/// terminal, as the leader of its own process group (of its session on a PTY). A failure
 /// is the start error, naming the working directory when that is what is missing (the OS
 /// reports it as the program's ENOENT or ENOTDIR).
 pub async fn start(spec: &LaunchSpec) -> Result<Spawned, RpcError> {
