@@ -260,13 +260,11 @@ async fn exited(client: &Client, id: &str) -> Value {
 async fn a_timeout_kills_the_tree_with_reason_timeout() {
     let daemon = Daemon::start();
     let (client, _) = daemon.session().await;
-    let tags = tags(12);
-    let mut params = start_params("slow", &["sh", "-c", &detaching_script(&tags)]);
+    let mut params = start_params("sleep", &["sleep", "10"]);
     params["limits"] = json!({"timeoutMs": 200});
     let began = std::time::Instant::now();
     client.call("process/start", params).await;
-    let pids = all_running(&tags).await;
-    let exit = exited(&client, "slow").await;
+    let exit = exited(&client, "sleep").await;
     assert!(
         began.elapsed() < Duration::from_secs(1),
         "{:?}",
@@ -276,6 +274,15 @@ async fn a_timeout_kills_the_tree_with_reason_timeout() {
     assert_eq!(exit["exitCode"], 137);
     assert_eq!(exit["signal"], 9);
     assert!(exit["usage"]["wallMs"].as_u64().unwrap() >= 200, "{exit}");
+
+    // The whole tree, however it detached (a timeout long enough to see all of it start).
+    let tags = tags(12);
+    let mut params = start_params("slow", &["sh", "-c", &detaching_script(&tags)]);
+    params["limits"] = json!({"timeoutMs": 3000});
+    client.call("process/start", params).await;
+    let pids = all_running(&tags).await;
+    let exit = exited(&client, "slow").await;
+    assert_eq!(exit["reason"], "timeout");
     let left: Vec<_> = pids.iter().filter(|pid| !gone(**pid)).collect();
     assert!(left.is_empty(), "left {left:?}");
 }
