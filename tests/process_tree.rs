@@ -410,10 +410,9 @@ async fn a_memory_hog_dies_alone_with_reason_memory_limit() {
     client.call("process/start", params).await;
     let (output, last) = read_all(&client, "hog").await;
     // The shell carried on after its child was killed for memory.
-    assert!(
-        String::from_utf8_lossy(&output).ends_with("survived 137\n"),
-        "{output:?}"
-    );
+    // (The shell's own "Killed" may come before or after it, on stderr.)
+    let output = String::from_utf8_lossy(&output);
+    assert!(output.contains("survived 137\n"), "{output}");
     assert_eq!(last["exitCode"], 0);
     let mut params = start_params("hog2", &["python3", "-c", "b = b'x' * (400 << 20)"]);
     params["limits"] = json!({"maxMemoryBytes": 64 << 20});

@@ -395,11 +395,15 @@ async fn read_output(
 async fn supervise(
     table: Weak<TableInner>,
     process: Arc<ManagedProcess>,
-    supervisor: Option<tokio::process::Child>,
+    mut supervisor: Option<tokio::process::Child>,
     mut reports: tree::Reports,
     group: Option<cgroup::Group>,
 ) {
     while let Some(report) = reports.next().await {
+        // A sandbox's placeholders can be removed once nothing has its mount namespace (where
+        // they are mount points): when the tree is gone, after its supervisor (the sandbox
+        // helper) exited, which follows its last report at once.
+        let tree_gone = process.state.lock().unwrap().tree_gone;
         match report {
             Report::Exited {
                 code,
@@ -411,7 +415,10 @@ async fn supervise(
                     usage.max_rss_kib = group.peak_kib().unwrap_or(usage.max_rss_kib);
                     oom = group.oom_killed();
                 }
-                record_exit(&table, &process, code, signal, usage, oom).await
+                if let Some(supervisor) = supervisor.as_mut().filter(|_| tree_gone) {
+                    let _ = supervisor.wait().await;
+                }
+                record_exit(&table, &process, code, signal, usage, oom, tree_gone).await
             }
             Report::Gone { confirmed, usage } => process.record_gone(&table, confirmed, usage),
             Report::Started { .. } | Report::Failed { .. } => {}
@@ -419,7 +426,16 @@ async fn supervise(
     }
     if !process.is_exited() {
         tracing::warn!(process = %process.id, "the supervisor ended before the process did");
-        record_exit(&table, &process, -1, None, ProcessUsage::default(), false).await;
+        record_exit(
+            &table,
+            &process,
+            -1,
+            None,
+            ProcessUsage::default(),
+            false,
+            false,
+        )
+        .await;
     }
     if !process.state.lock().unwrap().tree_gone {
         process.record_gone(&table, false, ProcessUsage::default());
@@ -429,6 +445,12 @@ async fn supervise(
     }
     // Empty now: removed.
     drop(group);
+    if let Some(mut sandbox) = process.sandbox.lock().unwrap().take() {
+        tokio::task::spawn_blocking(move || {
+            sandbox.release();
+            drop(sandbox)
+        });
+    }
 }
 
 async fn record_exit(
@@ -438,9 +460,11 @@ async fn record_exit(
     signal: Option<i32>,
     mut usage: ProcessUsage,
     oom_killed: bool,
+    tree_gone: bool,
 ) {
-    // Placeholders go before `exited` is visible, so a client never sees them left over.
-    let mut sandbox = process.sandbox.lock().unwrap().take();
+    // Placeholders go before `exited` is visible, so a client never sees them left over, when
+    // the tree is gone; otherwise when it is.
+    let mut sandbox = process.sandbox.lock().unwrap().take_if(|_| tree_gone);
     if let Some(mut held) = sandbox.take_if(|held| held.has_placeholders()) {
         sandbox = tokio::task::spawn_blocking(move || {
             held.release();

@@ -298,12 +298,17 @@ pub async fn run_self(
     }?;
     // Only the child may hold the other end, so its exit ends the conversation.
     drop(spec);
-    // Dropped on return: its supervisor then kills whatever is left and exits.
     let mut tree = spawned.tree;
     // Held until the child is reaped: its placeholders must outlive it.
-    let sandboxed = launch
-        .map(|launch| launch.into_sandboxed().executed())
-        .transpose()?;
+    let mut sandboxed = launch.map(Launch::into_sandboxed);
+    // A refused exec: its error once the supervisor is gone, then the placeholders.
+    if let Some(refusal) = sandboxed
+        .as_mut()
+        .and_then(|sandboxed| sandboxed.refusal.take())
+    {
+        end(tree).await;
+        return Err(refusal);
+    }
     let ChildIo::Pipes {
         stdin: None,
         mut stdout,
@@ -343,6 +348,7 @@ pub async fn run_self(
             }
         }
     };
+    end(tree).await;
     let fds = received_fds(&input.into_std().map_err(io_error)?);
     let (context, placeholders) = match &sandboxed {
         Some(sandboxed) => (
@@ -359,6 +365,21 @@ pub async fn run_self(
         context,
         placeholders,
     })
+}
+
+/// Ends a [`run_self`] tree: closing our end makes its supervisor kill what is left and exit,
+/// which is awaited, since placeholders are mount points in its namespace until then.
+async fn end(tree: tree::Tree) {
+    let tree::Tree {
+        supervisor,
+        reports,
+        orders,
+        ..
+    } = tree;
+    drop((reports, orders));
+    if let Some(mut supervisor) = supervisor {
+        let _ = supervisor.wait().await;
+    }
 }
 
 /// The descriptors queued on `socket` by a program that has exited (so nothing blocks).
@@ -436,8 +457,9 @@ pub struct Sandboxed {
     /// view unmounted) when this is dropped, after the exit is reported, rather than by the
     /// exiting process before its parent learns of the exit.
     mount_namespace: Option<OwnedFd>,
-    /// The sandbox refused to execute the program: the helper wrote why on the program's
-    /// stderr and exits 126 in its place. The start error, for a caller that needs the program.
+    /// The sandbox refused to execute the program: the helper's child wrote why on the
+    /// program's stderr and exits 126 in its place. The start error, for a caller that needs
+    /// the program.
     refusal: Option<RpcError>,
 }
 
@@ -454,14 +476,6 @@ impl Sandboxed {
     /// The classifier for this launch's exit, already certain when the exec was refused.
     pub fn scanner(&self) -> Scanner {
         Scanner::new(self.context.clone(), self.refusal.is_some())
-    }
-
-    /// Err when the sandbox refused to execute the program, for callers that need its output.
-    fn executed(self) -> Result<Self, RpcError> {
-        match self.refusal {
-            Some(err) => Err(err),
-            None => Ok(self),
-        }
     }
 }
 
