@@ -8,8 +8,6 @@ fn main() -> std::process::ExitCode {
     exec_server::sandbox::helper::main_if_helper();
     // The supervisor of a plain or PTY process's tree, likewise.
     exec_server::process::supervisor::main_if_supervisor();
-    // The sandboxed fs helper, likewise: it runs one blocking operation and exits.
-    exec_server::fs::helper::main_if_fs_op();
     // Record the daemon's own binary before anything could replace it.
     exec_server::sandbox::guard::init();
     exec_server::memory::map_large_buffers();

@@ -5,27 +5,17 @@
 use crate::connection::Answer;
 use crate::{Client, Error, Retry};
 use exec_server_protocol::base64_bytes::Base64Bytes;
+use exec_server_protocol::fs::FILE_CHUNK_SIZE;
 pub use exec_server_protocol::fs::{
     CloseParams, DirectoryEntry, GetMetadataParams, HandleResult, Metadata, OpenMode, OpenParams,
     PathParams, ReadBlockParams, ReadBlockResult, ReadDirectoryResult, ReadFileParams,
     ReadFileResult, WriteBlockParams, WriteBlockResult, WriteFileParams,
 };
+use exec_server_protocol::methods::{self, Method};
 use exec_server_protocol::rpc::code;
 use exec_server_protocol::PathUri;
 use futures::stream::{FuturesOrdered, StreamExt as _};
 use serde_json::Value;
-
-pub const READ_FILE: &str = "fs/readFile";
-pub const WRITE_FILE: &str = "fs/writeFile";
-pub const OPEN: &str = "fs/open";
-pub const READ_BLOCK: &str = "fs/readBlock";
-pub const WRITE_BLOCK: &str = "fs/writeBlock";
-pub const CLOSE: &str = "fs/close";
-pub const READ_DIRECTORY: &str = "fs/readDirectory";
-pub const GET_METADATA: &str = "fs/getMetadata";
-
-/// The largest `fs/readBlock` length and `fs/writeBlock` chunk the daemon accepts.
-pub const MAX_BLOCK: usize = 1024 * 1024;
 
 /// Blocks kept in flight by [`FileReader::read_all`] and [`Client::upload`].
 const IN_FLIGHT: usize = 4;
@@ -48,7 +38,7 @@ impl Client {
             max_bytes: None,
             sandbox: None,
         };
-        let result: ReadFileResult = self.request(READ_FILE, &params, Retry::Safe).await?;
+        let result = self.send::<methods::FsReadFile>(&params).await?;
         Ok(result.data_base64.0)
     }
 
@@ -61,14 +51,12 @@ impl Client {
             atomic: false,
             sandbox: None,
         };
-        self.request::<_, Value>(WRITE_FILE, &params, Retry::Safe)
-            .await
-            .map(drop)
+        self.send::<methods::FsWriteFile>(&params).await.map(drop)
     }
 
     pub async fn read_directory(&self, path: &PathUri) -> Result<Vec<DirectoryEntry>, Error> {
-        let result: ReadDirectoryResult = self
-            .request(READ_DIRECTORY, &path_params(path), Retry::Safe)
+        let result = self
+            .send::<methods::FsReadDirectory>(&path_params(path))
             .await?;
         Ok(result.entries)
     }
@@ -79,7 +67,7 @@ impl Client {
             follow_symlinks: None,
             sandbox: None,
         };
-        self.request(GET_METADATA, &params, Retry::Safe).await
+        self.send::<methods::FsGetMetadata>(&params).await
     }
 
     /// Opens `path` for block reads.
@@ -101,7 +89,7 @@ impl Client {
             follow_symlinks: None,
             sandbox: None,
         };
-        let result: HandleResult = self.request(OPEN, &params, Retry::Never).await?;
+        let result = self.send::<methods::FsOpen>(&params).await?;
         Ok(result.handle_id)
     }
 
@@ -140,7 +128,7 @@ impl Client {
         let mut offset = 0;
         while offset < size || !in_flight.is_empty() {
             while offset < size && in_flight.len() < IN_FLIGHT {
-                let len = (size - offset).min(MAX_BLOCK as u64) as usize;
+                let len = (size - offset).min(FILE_CHUNK_SIZE as u64) as usize;
                 let mut block = vec![0u8; len];
                 read_block(offset, &mut block)
                     .map_err(|err| Error::Invalid(format!("cannot read the source: {err}")))?;
@@ -149,10 +137,8 @@ impl Client {
                     offset: Some(offset),
                     chunk: Base64Bytes(block),
                 };
-                in_flight.push_back(async move {
-                    self.request::<_, WriteBlockResult>(WRITE_BLOCK, &params, Retry::Never)
-                        .await
-                });
+                in_flight
+                    .push_back(async move { self.send::<methods::FsWriteBlock>(&params).await });
                 offset += len as u64;
             }
             if let Some(written) = in_flight.next().await {
@@ -163,7 +149,9 @@ impl Client {
             handle_id,
             discard: false,
         };
-        self.request::<_, Value>(CLOSE, &params, Retry::Never)
+        // Not repeated: the handle and its staged file went with a lost connection, and the
+        // upload then starts over.
+        self.request::<_, Value>(methods::FsClose::NAME, &params, Retry::Never)
             .await
             .map(drop)
     }
@@ -180,7 +168,7 @@ pub struct FileReader {
 }
 
 impl FileReader {
-    /// Up to `len` (≤ [`MAX_BLOCK`]) bytes at `offset`, and whether the file ended there.
+    /// Up to `len` (≤ [`FILE_CHUNK_SIZE`]) bytes at `offset`, and whether the file ended there.
     pub async fn read_at(&self, offset: u64, len: usize) -> Result<(Vec<u8>, bool), Error> {
         loop {
             let (handle_id, generation) = self.handle.lock().await.clone();
@@ -191,7 +179,11 @@ impl FileReader {
             };
             let outcome = self
                 .client
-                .raw_request(READ_BLOCK, &params, Retry::Never)
+                .raw_request(
+                    methods::FsReadBlock::NAME,
+                    &params,
+                    methods::FsReadBlock::RETRY,
+                )
                 .await;
             match outcome.and_then(block) {
                 Ok(block) => return Ok(block),
@@ -216,8 +208,8 @@ impl FileReader {
         let mut total = 0u64;
         loop {
             while in_flight.len() < IN_FLIGHT {
-                in_flight.push_back(self.read_at(next_offset, MAX_BLOCK));
-                next_offset += MAX_BLOCK as u64;
+                in_flight.push_back(self.read_at(next_offset, FILE_CHUNK_SIZE));
+                next_offset += FILE_CHUNK_SIZE as u64;
             }
             let (data, eof) = in_flight.next().await.expect("reads are in flight")?;
             sink(&data).map_err(|err| Error::Invalid(format!("cannot write: {err}")))?;
@@ -244,7 +236,7 @@ impl FileReader {
             discard: false,
         };
         self.client
-            .request::<_, Value>(CLOSE, &params, Retry::Safe)
+            .send::<methods::FsClose>(&params)
             .await
             .map(drop)
     }
@@ -256,7 +248,7 @@ fn block(answer: Answer) -> Result<(Vec<u8>, bool), Error> {
     struct Eof {
         eof: bool,
     }
-    let decode_error = |err| crate::protocol_error(READ_BLOCK, err);
+    let decode_error = |err| crate::protocol_error(methods::FsReadBlock::NAME, err);
     match answer.chunk {
         Some(chunk) => {
             let Eof { eof } = serde_json::from_str(answer.result.get()).map_err(decode_error)?;

@@ -1,12 +1,11 @@
 //! Buffered `http/request`: the daemon makes the request and returns the whole response.
 
-use crate::{Client, Error, Retry};
+use crate::{Client, Error};
 use exec_server_protocol::base64_bytes::Base64Bytes;
 pub use exec_server_protocol::http::{
     HttpHeader, HttpRequestHeader, HttpRequestParams, HttpRequestResult, RedirectPolicy,
 };
-
-pub const REQUEST: &str = "http/request";
+use exec_server_protocol::methods;
 
 /// A buffered request to `url` with a fresh request id.
 pub fn request(method: impl Into<String>, url: impl Into<String>) -> HttpRequestParams {
@@ -51,6 +50,6 @@ impl Client {
     ) -> Result<HttpRequestResult, Error> {
         let mut params = params.clone();
         params.stream_response = false;
-        self.request(REQUEST, &params, Retry::Never).await
+        self.send::<methods::HttpRequest>(&params).await
     }
 }

@@ -28,6 +28,7 @@ mod process;
 
 pub use events::ProcessEvent;
 pub use exec_server_protocol as protocol;
+pub use exec_server_protocol::methods::Retry;
 pub use process::{path_uri, Collected, Command, Process, ProcessHandle};
 
 use connection::{Answer, CallError, Connection};
@@ -35,6 +36,7 @@ use events::Router;
 use exec_server_protocol::base64_bytes::Base64Bytes;
 use exec_server_protocol::binary::CHUNK_MEMBER;
 use exec_server_protocol::environment::EnvironmentInfo;
+use exec_server_protocol::methods::{self, Method};
 use exec_server_protocol::process::ReadParams;
 use exec_server_protocol::rpc::{code, method, ErrorObject};
 use exec_server_protocol::session::{InitializeParams, InitializeResult};
@@ -118,40 +120,6 @@ impl ClientOptions {
     }
 }
 
-/// Whether a call may be sent again after its connection dropped before the reply.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Retry {
-    /// Repeating it has the same effect as sending it once.
-    Safe,
-    Never,
-}
-
-impl Retry {
-    /// The methods this client knows to be safe to repeat.
-    pub fn for_method(name: &str) -> Self {
-        const SAFE: &[&str] = &[
-            method::PROCESS_READ,
-            method::PROCESS_WRITE,
-            method::PROCESS_TERMINATE,
-            method::PROCESS_RESIZE,
-            method::PROCESS_CLOSE_STDIN,
-            fs::READ_FILE,
-            fs::WRITE_FILE,
-            fs::READ_DIRECTORY,
-            fs::GET_METADATA,
-            fs::CLOSE,
-            "fs/canonicalize",
-            "environment/info",
-            "environment/status",
-        ];
-        if SAFE.contains(&name) {
-            Self::Safe
-        } else {
-            Self::Never
-        }
-    }
-}
-
 /// A session on one daemon. Cheap to clone; all clones share the connection.
 #[derive(Clone)]
 pub struct Client {
@@ -230,10 +198,7 @@ impl Client {
     pub async fn environment_info(&self) -> Result<EnvironmentInfo, Error> {
         match &self.inner.environment_info {
             Some(info) => Ok(info.clone()),
-            None => {
-                self.request("environment/info", &Value::Null, Retry::Safe)
-                    .await
-            }
+            None => self.send::<methods::EnvironmentInfo>(&()).await,
         }
     }
 
@@ -241,6 +206,12 @@ impl Client {
     pub async fn call(&self, method: &str, params: Value) -> Result<Value, Error> {
         self.request(method, &params, Retry::for_method(method))
             .await
+    }
+
+    /// A call of a method of the protocol's table, typed and repeated after a reconnect as the
+    /// table says.
+    pub async fn send<M: Method>(&self, params: &M::Params) -> Result<M::Result, Error> {
+        self.request(M::NAME, params, M::RETRY).await
     }
 
     /// A typed call: params serialized, the result deserialized.
@@ -506,10 +477,7 @@ async fn catch_up(client: &Client, id: &str) {
             max_bytes: None,
             wait_ms: Some(0),
         };
-        match client
-            .request(method::PROCESS_READ, &params, Retry::Safe)
-            .await
-        {
+        match client.send::<methods::ProcessRead>(&params).await {
             Ok(read) => {
                 client.router().apply_read(id, read);
             }

@@ -1,14 +1,14 @@
 //! Processes: start one with a [`Command`], then control it through its [`ProcessHandle`] and
 //! consume its events from the [`Process`].
 
-use crate::{Client, Error, ProcessEvent, Retry};
+use crate::{Client, Error, ProcessEvent};
 use exec_server_protocol::base64_bytes::Base64Bytes;
+use exec_server_protocol::methods;
 use exec_server_protocol::process::{
     EnvPolicy, ProcessIdParams, ProcessSignal, ReadParams, ReadResult, ResizeParams, SandboxType,
-    SignalParams, StartParams, StartResult, TerminalSize, TerminateResult, WriteParams,
-    WriteResult, WriteStatus,
+    SignalParams, StartParams, StartResult, TerminalSize, WriteParams, WriteStatus,
 };
-use exec_server_protocol::rpc::{code, method};
+use exec_server_protocol::rpc::code;
 use exec_server_protocol::PathUri;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -118,9 +118,7 @@ pub(crate) async fn start(client: Client, command: Command) -> Result<Process, E
     let result = loop {
         // A start is repeated only after a reconnect, and then "already exists" means the
         // lost attempt succeeded: this client registered the id, nobody else uses the session.
-        let outcome: Result<StartResult, Error> = client
-            .request(method::PROCESS_START, &command.params, Retry::Never)
-            .await;
+        let outcome = client.send::<methods::ProcessStart>(&command.params).await;
         match outcome {
             Err(Error::Disconnected(_)) => retried = true,
             Err(Error::Rpc(error))
@@ -219,10 +217,7 @@ impl ProcessHandle {
         let deadline = tokio::time::Instant::now() + FULL_QUEUE_PATIENCE;
         let mut pause = Duration::from_millis(1);
         loop {
-            let outcome: Result<WriteResult, Error> = self
-                .client
-                .request(method::PROCESS_WRITE, &params, Retry::Safe)
-                .await;
+            let outcome = self.client.send::<methods::ProcessWrite>(&params).await;
             match outcome {
                 Err(Error::Rpc(error))
                     if is_retryable(&error.data) && tokio::time::Instant::now() < deadline =>
@@ -237,7 +232,10 @@ impl ProcessHandle {
 
     /// EOF on stdin (an EOF character on a terminal).
     pub async fn close_stdin(&self) -> Result<(), Error> {
-        self.simple(method::PROCESS_CLOSE_STDIN).await
+        self.client
+            .send::<methods::ProcessCloseStdin>(&self.id_params())
+            .await
+            .map(drop)
     }
 
     pub async fn signal(&self, signal: ProcessSignal) -> Result<(), Error> {
@@ -246,16 +244,16 @@ impl ProcessHandle {
             signal,
         };
         self.client
-            .request::<_, Value>(method::PROCESS_SIGNAL, &params, Retry::Never)
+            .send::<methods::ProcessSignal>(&params)
             .await
             .map(drop)
     }
 
     /// Kills the process group; returns whether the process was still running.
     pub async fn terminate(&self) -> Result<bool, Error> {
-        let result: TerminateResult = self
+        let result = self
             .client
-            .request(method::PROCESS_TERMINATE, &self.id_params(), Retry::Safe)
+            .send::<methods::ProcessTerminate>(&self.id_params())
             .await?;
         Ok(result.running)
     }
@@ -267,7 +265,7 @@ impl ProcessHandle {
             cols: size.cols,
         };
         self.client
-            .request::<_, Value>(method::PROCESS_RESIZE, &params, Retry::Safe)
+            .send::<methods::ProcessResize>(&params)
             .await
             .map(drop)
     }
@@ -285,22 +283,13 @@ impl ProcessHandle {
             max_bytes,
             wait_ms: Some(wait.as_millis() as u64),
         };
-        self.client
-            .request(method::PROCESS_READ, &params, Retry::Safe)
-            .await
+        self.client.send::<methods::ProcessRead>(&params).await
     }
 
     fn id_params(&self) -> ProcessIdParams {
         ProcessIdParams {
             process_id: self.id.clone(),
         }
-    }
-
-    async fn simple(&self, name: &str) -> Result<(), Error> {
-        self.client
-            .request::<_, Value>(name, &self.id_params(), Retry::for_method(name))
-            .await
-            .map(drop)
     }
 }
 

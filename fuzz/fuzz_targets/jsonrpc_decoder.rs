@@ -3,18 +3,26 @@
 
 use exec_server::rpc::dispatch::decode;
 use exec_server::rpc::envelope::{self, Incoming};
-use exec_server_protocol::{process, rpc, session};
+use exec_server_protocol::methods::{self, Method, Notification, Visitor};
+use exec_server_protocol::{process, rpc};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 
+/// Decodes the params as each method's and each notification's.
+struct DecodeAs(Option<Value>);
+
+impl Visitor for DecodeAs {
+    fn request<M: Method>(&mut self) {
+        let _ = decode::<M::Params>(self.0.clone());
+    }
+    fn notification<N: Notification>(&mut self) {
+        let _ = decode::<N::Params>(self.0.clone());
+    }
+}
+
 fn classify_one(value: Value) {
     if let Incoming::Request { id, params, strict, .. } = envelope::classify(value) {
-        let _ = decode::<session::InitializeParams>(params.clone());
-        let _ = decode::<process::StartParams>(params.clone());
-        let _ = decode::<process::ReadParams>(params.clone());
-        let _ = decode::<process::WriteParams>(params.clone());
-        let _ = decode::<process::SignalParams>(params.clone());
-        let _ = decode::<process::ResizeParams>(params.clone());
+        methods::visit(&mut DecodeAs(params.clone()));
         let outcome = decode::<process::ProcessIdParams>(params).map(|p| Value::from(p.process_id));
         // A reply always serializes and keeps the id.
         let reply = envelope::reply(id.clone(), outcome, strict);

@@ -55,9 +55,9 @@ pub struct EnvironmentCapabilities {
     pub fs_read_directory_errors: bool,
     /// `fs/watch`, `fs/unwatch` and `fs/changed` (this daemon's addition).
     pub fs_watch: bool,
-    /// `sandbox` intent on `process/start` and on `fs/*` calls is enforced by the Linux kernel
-    /// (namespaces, Landlock, seccomp); false when this kernel cannot, and such intent is then
-    /// refused (this daemon's addition).
+    /// `sandbox` intent on `process/start` and on `fs/*` calls, and `enforceManagedNetwork` on
+    /// `process/start`, are enforced by the Linux kernel (namespaces, Landlock, seccomp); false
+    /// when this kernel cannot, and such intent is then refused (this daemon's addition).
     pub linux_sandbox: bool,
     /// `process/start.limits` `timeoutMs`, `maxOpenFiles` and `maxCpuSeconds`, and `reason`,
     /// `signal`, `usage` and `liveDescendants` on `process/exited` and `process/read` (this

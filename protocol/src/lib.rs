@@ -1,14 +1,15 @@
 //! Wire types of the exec-server JSON-RPC protocol.
 //!
 //! Every type serializes exactly as it appears on the wire (camelCase members), so clients can
-//! depend on this crate instead of re-declaring the protocol. [`schema::all`] returns a JSON
-//! Schema for every message.
+//! depend on this crate instead of re-declaring the protocol. [`methods`] lists every method
+//! once, with its types; [`schema::all`] returns a JSON Schema for every message.
 
 pub mod base64_bytes;
 pub mod binary;
 pub mod environment;
 pub mod fs;
 pub mod http;
+pub mod methods;
 pub mod path_uri;
 pub mod process;
 pub mod rpc;

@@ -57,8 +57,11 @@ pub struct StartParams {
     /// Permission intent to enforce; null runs unsandboxed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<FileSystemSandboxContext>,
+    /// Confine the network to `managedNetwork`'s loopback ports (the client's proxy), whatever
+    /// `sandbox` says of the network; requires `managedNetwork`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub enforce_managed_network: bool,
+    /// The proxy's loopback ports; validated, but acted on only with `enforceManagedNetwork`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub managed_network: Option<ManagedNetwork>,
     /// The client's span context (W3C, e.g. `{traceparent, tracestate?}`), kept opaque: the

@@ -72,39 +72,5 @@ pub enum Message {
     },
 }
 
-/// Method and notification names.
-pub mod method {
-    pub const INITIALIZE: &str = "initialize";
-    pub const INITIALIZED: &str = "initialized";
-    pub const PROCESS_START: &str = "process/start";
-    pub const PROCESS_READ: &str = "process/read";
-    pub const PROCESS_WRITE: &str = "process/write";
-    pub const PROCESS_SIGNAL: &str = "process/signal";
-    pub const PROCESS_TERMINATE: &str = "process/terminate";
-    pub const PROCESS_RESIZE: &str = "process/resize";
-    pub const PROCESS_CLOSE_STDIN: &str = "process/closeStdin";
-    pub const PROCESS_OUTPUT: &str = "process/output";
-    pub const PROCESS_EXITED: &str = "process/exited";
-    pub const PROCESS_CLOSED: &str = "process/closed";
-    pub const FS_READ_FILE: &str = "fs/readFile";
-    pub const FS_WRITE_FILE: &str = "fs/writeFile";
-    pub const FS_CREATE_DIRECTORY: &str = "fs/createDirectory";
-    pub const FS_GET_METADATA: &str = "fs/getMetadata";
-    pub const FS_READ_DIRECTORY: &str = "fs/readDirectory";
-    pub const FS_REMOVE: &str = "fs/remove";
-    pub const FS_COPY: &str = "fs/copy";
-    pub const FS_RENAME: &str = "fs/rename";
-    pub const FS_CANONICALIZE: &str = "fs/canonicalize";
-    pub const FS_WALK: &str = "fs/walk";
-    pub const FS_OPEN: &str = "fs/open";
-    pub const FS_READ_BLOCK: &str = "fs/readBlock";
-    pub const FS_WRITE_BLOCK: &str = "fs/writeBlock";
-    pub const FS_CLOSE: &str = "fs/close";
-    pub const FS_WATCH: &str = "fs/watch";
-    pub const FS_UNWATCH: &str = "fs/unwatch";
-    pub const FS_CHANGED: &str = "fs/changed";
-    pub const ENVIRONMENT_INFO: &str = "environment/info";
-    pub const ENVIRONMENT_STATUS: &str = "environment/status";
-    pub const HTTP_REQUEST: &str = "http/request";
-    pub const HTTP_REQUEST_BODY_DELTA: &str = "http/request/bodyDelta";
-}
+/// Method and notification names, from the table in [`crate::methods`].
+pub use crate::methods::names as method;

@@ -1,13 +1,12 @@
-//! The sandboxed fs helper: `exec-server __fs-op`, run by the daemon inside the sandbox of one
-//! `fs/*` call (`sandbox::run_self`).
+//! The confined side of a sandboxed `fs/*` call (`sandbox::run_fs_op`): run by the sandbox
+//! helper itself, in-process, once the call's sandbox is in place.
 //!
-//! `main` dispatches to [`main_if_fs_op`] before parsing flags and before any runtime exists;
-//! the helper needs neither, it calls the blocking fs code directly. It reads one
-//! [`HelperRequest`] from stdin to EOF, runs it with the same code as the daemon's direct path,
-//! and prints one [`HelperReply`] on stdout. Requests are the one-shot methods with their
-//! params (without `sandbox`), `fs/open` (the open file is passed back over stdin, which is a
-//! Unix socket, and the reply describes it), and [`INSTALL_STAGED`], which renames a staged
-//! `replace` upload into place when its handle is closed.
+//! It reads one [`HelperRequest`] from stdin to EOF, runs it with the same blocking code as the
+//! daemon's direct path, and prints one [`HelperReply`] on stdout. Requests are the one-shot
+//! methods with their params (without `sandbox`), `fs/open` (the open file is passed back over
+//! stdin, which is a Unix socket, and the reply describes it), and [`INSTALL_STAGED`], which
+//! renames a staged `replace` upload into place when its handle is closed. Nothing here may
+//! need what the sandbox may not grant: no exec, no file read but the operation's own.
 
 use super::handles::{Handle, Transfer};
 use super::host::host_path;
@@ -23,8 +22,6 @@ use serde_json::Value;
 use std::io::{Read as _, Write as _};
 use std::os::fd::AsFd as _;
 use std::path::PathBuf;
-
-pub const FS_OP_ARG: &str = "__fs-op";
 
 /// The helper's own request: commit a staged file (`{temp, target}`).
 pub const INSTALL_STAGED: &str = "installStaged";
@@ -50,12 +47,9 @@ struct InstallParams {
     target: PathBuf,
 }
 
-/// Runs the helper and exits when this process was started as one.
-pub fn main_if_fs_op() {
-    if std::env::args_os().nth(1).as_deref() != Some(std::ffi::OsStr::new(FS_OP_ARG)) {
-        return;
-    }
-    let reply = match serve() {
+/// Runs the operation on stdin, replies on stdout, and exits.
+pub fn serve() -> ! {
+    let reply = match handle() {
         Ok(result) => HelperReply::Ok(result),
         Err(error) => HelperReply::Error(error.to_object()),
     };
@@ -64,7 +58,7 @@ pub fn main_if_fs_op() {
     std::process::exit(if written { 0 } else { 1 });
 }
 
-fn serve() -> Result<Value, RpcError> {
+fn handle() -> Result<Value, RpcError> {
     let mut input = Vec::new();
     std::io::stdin()
         .lock()

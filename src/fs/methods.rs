@@ -179,7 +179,7 @@ async fn close(ctx: &RequestCtx, params: CloseParams) -> Result<EmptyResult, Rpc
 }
 
 async fn watch(ctx: &RequestCtx, params: WatchParams) -> Result<WatchResult, RpcError> {
-    refuse(route(params.sandbox)?, "fs/watch")?;
+    refuse(route(params.sandbox)?, method::FS_WATCH)?;
     let watch_id = id_or_new(params.watch_id, "watch")?;
     let path = host_path(&params.path)?;
     let registry = &ctx.connection.registry;

@@ -1,7 +1,7 @@
 //! The `fs/*` methods: files, directories, block streams and watches on the executor host.
 //!
 //! Layout: `methods` decodes and routes; `sandbox` is the single gate for `sandbox` intent and
-//! the daemon's side of confined calls, `helper` the confined side (`exec-server __fs-op`);
+//! the daemon's side of confined calls, `helper` the confined side (run in the sandbox helper);
 //! `oneshot` is every one-shot method as one value that either side runs; `host` converts
 //! paths, maps errors and opens files (never blocking on a FIFO); `file`, `ops`, `copy`, `walk`
 //! do the one-shot work; `handles`, `read_stream`, `write_stream` and `staged` serve `fs/open`

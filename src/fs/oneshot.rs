@@ -1,6 +1,6 @@
 //! The one-shot `fs/*` methods (everything but streams and watches) as one value: decoded from
 //! the wire, then run to completion as blocking work with the same code either by the daemon
-//! (no restricting sandbox) or by the `__fs-op` helper inside the sandbox.
+//! (no restricting sandbox) or by the sandbox helper, confined (`helper`).
 
 use super::host::host_path;
 use super::{copy, file, ops, walk};

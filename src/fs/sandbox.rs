@@ -3,8 +3,8 @@
 //!
 //! Every fs method that names a path passes its `sandbox` through [`route`] before it touches
 //! the disk. Intent whose file-system policy restricts nothing runs directly in the daemon; any
-//! other runs the operation in the daemon's own binary (`__fs-op`, see `helper.rs`) confined by
-//! [`crate::sandbox::run_self`], so the kernel enforces the intent on the operation itself:
+//! other runs the operation in a sandbox helper, after it confined itself
+//! ([`crate::sandbox::run_fs_op`], `helper.rs`), so the kernel enforces the intent on the operation itself:
 //! symbolic links are resolved by the confined process, protected names are read-only mounts,
 //! masks hide denied areas. Stream opens get the file the helper opened passed back over its
 //! socket; watches cannot be confined and are refused.
@@ -15,7 +15,7 @@ use super::oneshot::Request;
 use super::staged::StagedName;
 use crate::rpc::RpcError;
 use crate::sandbox::denial::DenialContext;
-use crate::sandbox::{run_self, SelfOutput};
+use crate::sandbox::{run_fs_op, FsOpOutput};
 use exec_server_protocol::fs::{OpenMode, OpenParams, ReadDirectoryResult, WalkResult};
 use exec_server_protocol::rpc::method;
 use exec_server_protocol::sandbox::{
@@ -171,19 +171,13 @@ impl Confined {
         method: &str,
         params: Value,
         touches: &[(PathBuf, bool)],
-    ) -> Result<(Value, SelfOutput), RpcError> {
+    ) -> Result<(Value, FsOpOutput), RpcError> {
         let request = HelperRequest {
             method: method.to_owned(),
             params: Some(params),
         };
         let input = serde_json::to_vec(&request).expect("a JSON value always serializes");
-        let output = run_self(
-            &self.0.sandbox,
-            &self.0.cwd,
-            &[super::helper::FS_OP_ARG],
-            input,
-        )
-        .await?;
+        let output = run_fs_op(&self.0.sandbox, &self.0.cwd, input).await?;
         match serde_json::from_slice::<HelperReply>(&output.stdout) {
             Ok(HelperReply::Ok(result)) => Ok((result, output)),
             Ok(HelperReply::Error(error)) => {
@@ -192,11 +186,7 @@ impl Confined {
                     message: error.message,
                     data: error.data,
                 };
-                if output
-                    .context
-                    .as_deref()
-                    .is_some_and(|context| caused_by_sandbox(context, &error, touches))
-                {
+                if caused_by_sandbox(&output.context, &error, touches) {
                     mark_denied(&mut error);
                 }
                 Err(error)

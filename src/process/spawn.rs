@@ -22,7 +22,7 @@ pub struct LaunchSpec {
     pub tty: bool,
     pub pipe_stdin: bool,
     /// When set (pipes only), the child's stdin is a duplicate of this descriptor instead of a
-    /// pipe or /dev/null: `sandbox::run_self` hands its helper one end of a socket pair.
+    /// pipe or /dev/null: `sandbox::run_fs_op` hands its helper one end of a socket pair.
     pub stdin_fd: Option<Arc<OwnedFd>>,
     pub size: TerminalSize,
     pub limits: Limits,
@@ -82,7 +82,7 @@ pub async fn start(spec: &LaunchSpec) -> Result<Spawned, RpcError> {
         env: spec.env.clone(),
     };
     let payload = serde_json::to_vec(&launch).map_err(|e| RpcError::internal(e.to_string()))?;
-    let (tree, started) = tree::launch(Kind::Plain, spec, &stdio, &payload)
+    let (tree, started, _) = tree::launch(Kind::Plain, spec, &stdio, &payload)
         .await
         .map_err(|err| start_error(&spec.program, err))?;
     match started {

@@ -5,10 +5,11 @@ use super::cgroup::Group;
 use super::spawn::LaunchSpec;
 use super::supervisor;
 pub use super::supervisor::Report;
-use crate::sandbox::plan::Failure;
+use crate::sandbox::bridge;
+use crate::sandbox::plan::{Failure, NetworkMode};
 use crate::sandbox::pool::{self, Kind, StartError};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use tokio::io::AsyncBufReadExt as _;
+use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
 /// A supervisor that has its launch.
@@ -23,8 +24,12 @@ pub struct Tree {
     pub orders: Orders,
 }
 
-/// The read half of the control socket.
-pub struct Reports(tokio::io::Lines<tokio::io::BufReader<OwnedReadHalf>>);
+/// The read half of the control socket, after what was read before it (see [`launch`]).
+pub struct Reports(
+    tokio::io::Lines<
+        tokio::io::BufReader<tokio::io::Chain<std::io::Cursor<Vec<u8>>, OwnedReadHalf>>,
+    >,
+);
 
 /// The write half of the control socket.
 pub struct Orders(OwnedWriteHalf);
@@ -43,13 +48,14 @@ pub enum Started {
 
 /// Hands the launch of `spec` (`payload`: what the supervisor's child applies) to a waiting
 /// supervisor of `kind`, with the program's `stdio` and the tree's cgroups, and waits for its
-/// verdict on the exec.
+/// verdict on the exec. For a managed network, also the listeners the supervisor opened in the
+/// sandbox's network namespace before it forked (`crate::sandbox::bridge`).
 pub async fn launch(
     kind: Kind,
     spec: &LaunchSpec,
     stdio: &[OwnedFd; 3],
     payload: &[u8],
-) -> Result<(Tree, Started), StartError> {
+) -> Result<(Tree, Started, Vec<OwnedFd>), StartError> {
     let mut group = Group::create(spec.limits.max_memory_bytes, spec.limits.max_processes)?;
     let fds: Vec<BorrowedFd<'_>> = stdio
         .iter()
@@ -67,8 +73,8 @@ pub async fn launch(
             }
             (None, control)
         }
-        Kind::Sandboxed { network_restricted } => {
-            let helper = pool::take(network_restricted).await?;
+        Kind::Sandboxed(network) => {
+            let helper = pool::take(network).await?;
             let (child, control) = helper.hand_over(&fds, &frames).await?;
             (Some(child), control)
         }
@@ -77,40 +83,50 @@ pub async fn launch(
     if let Some(group) = &mut group {
         group.procs.clear();
     }
-    let (read, write) = control.into_split();
-    let mut tree = Tree {
-        supervisor,
-        supervisor_pid: 0,
-        group,
-        reports: Reports(tokio::io::BufReader::new(read).lines()),
-        orders: Orders(write),
+    let setup = async {
+        // A supervisor that failed before it could send the listeners wrote the start of its
+        // `failed` report instead: kept for the report reader.
+        let (listeners, read) = if kind == Kind::Sandboxed(NetworkMode::Managed) {
+            bridge::receive(&control).await?
+        } else {
+            Default::default()
+        };
+        let (read_half, write) = control.into_split();
+        let mut tree = Tree {
+            supervisor,
+            supervisor_pid: 0,
+            group,
+            reports: Reports(
+                tokio::io::BufReader::new(std::io::Cursor::new(read).chain(read_half)).lines(),
+            ),
+            orders: Orders(write),
+        };
+        let first = tree.reports.next().await;
+        Ok::<_, std::io::Error>((tree, first, listeners))
     };
-    let started = match tokio::time::timeout(crate::sandbox::SETUP_TIMEOUT, tree.reports.next())
-        .await
-    {
-        Ok(Some(Report::Started { pid, supervisor })) => {
+    // Dropping the tree (on any error) closes the control socket: the supervisor ends.
+    let Ok(setup) = tokio::time::timeout(crate::sandbox::SETUP_TIMEOUT, setup).await else {
+        return Err(
+            std::io::Error::other("the supervisor did not start the program in time").into(),
+        );
+    };
+    let (mut tree, first, listeners) = setup?;
+    let started = match first {
+        Some(Report::Started { pid, supervisor }) => {
             tree.supervisor_pid = supervisor;
             Started::Executed { pid }
         }
-        Ok(Some(Report::Failed {
+        Some(Report::Failed {
             pid,
             supervisor,
             failure,
-        })) => {
+        }) => {
             tree.supervisor_pid = supervisor;
             Started::Failed { pid, failure }
         }
-        // Dropping the tree closes the control socket: the supervisor ends.
-        Ok(_) => {
-            return Err(std::io::Error::other("the supervisor failed before the exec").into());
-        }
-        Err(_) => {
-            return Err(
-                std::io::Error::other("the supervisor did not start the program in time").into(),
-            );
-        }
+        _ => return Err(std::io::Error::other("the supervisor failed before the exec").into()),
     };
-    Ok((tree, started))
+    Ok((tree, started, listeners))
 }
 
 impl Reports {

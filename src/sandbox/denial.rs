@@ -16,11 +16,14 @@
 //!    placeholder holds it).
 //! 4. With network restricted: network failure messages ("Network is unreachable", "Could not
 //!    resolve host", "Temporary failure in name resolution", ...) and curl's exit codes 6/7 and
-//!    wget's 4.
+//!    wget's 4. With a managed network also "Connection refused" (any loopback port but the
+//!    proxy's), and, when binding is not allowed, a `Permission denied` naming no path (what
+//!    a refused bind reports).
 //!
 //! A process that exits 0 was not denied, and neither is any unsandboxed process. Output is
 //! scanned as it arrives, line by line, so the verdict does not depend on output retention.
 
+use super::plan::ManagedPlan;
 use super::policy::{effective, Rule};
 use exec_server_protocol::process::OutputStream;
 use exec_server_protocol::sandbox::FsAccess;
@@ -57,12 +60,16 @@ const NETWORK_DENIALS: &[&str] = &[
     "unable to resolve host address",
 ];
 
+/// How a managed network refuses a connection to a port it does not bridge.
+const MANAGED_NETWORK_DENIALS: &[&str] = &["connection refused"];
+
 /// What the classifier knows about one sandboxed launch.
 #[derive(Debug)]
 pub struct DenialContext {
     /// None: the file system is not restricted.
     pub rules: Option<Vec<Rule>>,
     pub network_restricted: bool,
+    pub managed_network: Option<ManagedPlan>,
     pub cwd: PathBuf,
     pub program: String,
 }
@@ -134,6 +141,15 @@ impl DenialContext {
         let lower = line.to_lowercase();
         if self.network_restricted && NETWORK_DENIALS.iter().any(|p| lower.contains(p)) {
             return true;
+        }
+        if let Some(managed) = &self.managed_network {
+            if MANAGED_NETWORK_DENIALS.iter().any(|p| lower.contains(p))
+                || (!managed.allow_local_binding
+                    && lower.contains("permission denied")
+                    && candidate_paths(line).is_empty())
+            {
+                return true;
+            }
         }
         if PLACEHOLDER_MESSAGES.iter().any(|p| lower.contains(p)) {
             return candidate_paths(line)
@@ -317,6 +333,7 @@ mod tests {
                 },
             ]),
             network_restricted,
+            managed_network: None,
             cwd: "/ws".into(),
             program: "sh".into(),
         })
@@ -409,10 +426,39 @@ mod tests {
                 access: FsAccess::Write,
             }]),
             network_restricted: false,
+            managed_network: None,
             cwd: "/ws".into(),
             program: "exec-server".into(),
         };
         assert!(reads_only_ws.explains_errno(libc::EACCES, Path::new("/etc/shadow"), false));
+    }
+
+    #[test]
+    fn managed_network_refusals_count() {
+        let managed_denied = |allow_local_binding, line: &str| {
+            let context = DenialContext {
+                managed_network: Some(ManagedPlan {
+                    ports: vec![3128],
+                    allow_local_binding,
+                }),
+                ..Arc::into_inner(context(true)).unwrap()
+            };
+            let mut scanner = Scanner::new(Arc::new(context), false);
+            scanner.feed(OutputStream::Stderr, line.as_bytes());
+            scanner.verdict(1, None)
+        };
+        let refused = "ConnectionRefusedError: [Errno 111] Connection refused\n";
+        let bind = "PermissionError: [Errno 13] Permission denied\n";
+        assert!(managed_denied(true, refused));
+        assert!(
+            !denied(refused, 1),
+            "not managed: nothing is refused by the sandbox"
+        );
+        assert!(managed_denied(false, bind), "a refused bind");
+        assert!(
+            !managed_denied(true, bind),
+            "binding is allowed: not the sandbox"
+        );
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The sandbox helper: `exec-server __sandbox-exec <restricted|enabled>` (the network mode).
+//! The sandbox helper: `exec-server __sandbox-exec <restricted|enabled|managed>` (the network
+//! mode, [`NetworkMode`]).
 //!
 //! The daemon re-executes its own binary with this hidden first argument; `main` dispatches to
 //! [`main_if_helper`] before parsing flags and before any runtime exists, so the helper is a
@@ -6,14 +7,16 @@
 //! exec of the daemon's binary and the creation of a network namespace are the slowest steps
 //! of a launch, and neither depends on the plan. Its stdin is the control socket. Before any
 //! plan, it becomes a session leader and the subreaper of what it will start, creates its own
-//! empty network namespace when network is restricted, its own mount namespace (a follower of
+//! empty network namespace unless network is enabled, its own mount namespace (a follower of
 //! the host's mounts) with a private `/proc` showing only the sandbox's own processes, attaches
 //! most of its seccomp rules (all that the setup below does not need lifted), and writes
 //! [`READY`] (or, when any of that fails, its [`Failure`] instead).
 //!
 //! It then receives one launch ([`supervisor::receive`]: the program's stdio, the child setup,
-//! the [`Plan`]) and becomes the supervisor of the program's tree ([`supervisor::run`]): its
-//! fork, which already has its stdio and its own session (and controlling terminal for a PTY),
+//! the [`Plan`]). For a managed network it brings `lo` up, listens at the plan's ports and
+//! passes the listeners to the daemon ([`super::bridge::open`]) before it forks, so the program
+//! never holds them. It then becomes the supervisor of the program's tree ([`supervisor::run`]):
+//! its fork, which already has its stdio and its own session (and controlling terminal for a PTY),
 //! applies in order the mount view when the file system is restricted, cwd, Landlock,
 //! capabilities and securebits, no_new_privs, close-on-exec for every fd above 2, the last
 //! seccomp filter, the resource limits, the program's environment (the helper itself runs with
@@ -22,8 +25,14 @@
 //! failure at any step is reported as `failed`; an exec the sandbox refused is also explained
 //! on the program's stderr, and the child exits 126 in its place: the daemon reports that as
 //! the process's exit.
+//!
+//! A plan for an `fs/*` operation ([`Plan::fs_op`]) stops before the environment: the child
+//! closes every descriptor above 2 (the status pipe's EOF tells the supervisor the sandbox is in
+//! place, as an exec would) and runs the operation itself ([`crate::fs::helper`]) with nothing
+//! loaded or looked up after the sandbox is in place, so the intent need not grant the daemon's
+//! binary or its libraries.
 
-use super::plan::{Failure, Identity, Plan, EXEC_STAGE};
+use super::plan::{Failure, Identity, NetworkMode, Plan, EXEC_STAGE};
 use super::{landlock, mounts, seccomp};
 use crate::process::supervisor::{self, control_socket, exit_for, READY};
 use std::ffi::{CString, OsStr};
@@ -33,31 +42,27 @@ use std::os::unix::net::UnixStream;
 
 pub const HELPER_ARG: &str = "__sandbox-exec";
 
-/// The network-mode argument for a helper that restricts network.
-pub const NETWORK_RESTRICTED: &str = "restricted";
-/// The network-mode argument for a helper that leaves network enabled.
-pub const NETWORK_ENABLED: &str = "enabled";
-
 /// Runs the helper and never returns when this process was started as one.
 pub fn main_if_helper() {
     let mut args = std::env::args_os().skip(1);
     if args.next().as_deref() != Some(OsStr::new(HELPER_ARG)) {
         return;
     }
-    let network_restricted = match args.next().as_deref().and_then(OsStr::to_str) {
-        Some(NETWORK_RESTRICTED) => true,
-        Some(NETWORK_ENABLED) => false,
-        _ => {
-            eprintln!(
-                "exec-server {HELPER_ARG}: usage: {HELPER_ARG} \
-                 <{NETWORK_RESTRICTED}|{NETWORK_ENABLED}> (stdin: the control socket)"
-            );
-            std::process::exit(125);
-        }
+    let Some(network) = args
+        .next()
+        .as_deref()
+        .and_then(OsStr::to_str)
+        .and_then(NetworkMode::from_arg)
+    else {
+        eprintln!(
+            "exec-server {HELPER_ARG}: usage: {HELPER_ARG} \
+             <restricted|enabled|managed> (stdin: the control socket)"
+        );
+        std::process::exit(125);
     };
     let mut control = control_socket().unwrap_or_else(|failure| exit_for(&failure));
     // A failure before the plan is written instead of READY, and the helper exits.
-    let late = match start(&mut control, network_restricted) {
+    let late = match start(&mut control, network) {
         Ok(late) => late,
         Err(failure) => {
             let _ = control.write_all(&serde_json::to_vec(&failure).unwrap_or_default());
@@ -66,12 +71,36 @@ pub fn main_if_helper() {
     };
     let (stdio, setup, text) = supervisor::receive(&control)
         .unwrap_or_else(|failure| supervisor::refuse(&control, failure));
+    let plan =
+        parse(&text, network).unwrap_or_else(|failure| supervisor::refuse(&control, failure));
+    if let Some(managed) = &plan.managed_network {
+        super::bridge::open(&control, &managed.ports)
+            .unwrap_or_else(|err| supervisor::refuse(&control, os_fail("network")(err)));
+    }
     supervisor::run(control, stdio, setup, |setup| {
-        match run(&text, network_restricted, &late, setup) {
-            Ok(never) => match never {},
+        match run(plan, &late, setup) {
+            Ok(FsOp) => {
+                // SAFETY: plain syscall; no descriptor above 2 is owned by anything still
+                // alive. Closing the status pipe tells the supervisor the sandbox is in place.
+                if unsafe { libc::close_range(3, libc::c_uint::MAX, 0) } != 0 {
+                    return os_fail("fds")(std::io::Error::last_os_error());
+                }
+                crate::fs::helper::serve()
+            }
             Err(failure) => failure,
         }
     })
+}
+
+/// The plan, for this helper's network mode.
+fn parse(text: &[u8], network: NetworkMode) -> Result<Plan, Failure> {
+    let plan: Plan = serde_json::from_slice(text).map_err(|e| fail("policy")(e.to_string()))?;
+    if plan.network_mode() != network {
+        return Err(fail("policy")(
+            "the plan's network mode is not this helper's".into(),
+        ));
+    }
+    Ok(plan)
 }
 
 pub(crate) fn fail(stage: &str) -> impl Fn(String) -> Failure + '_ {
@@ -92,21 +121,19 @@ pub(crate) fn os_fail(stage: &str) -> impl Fn(std::io::Error) -> Failure + '_ {
     }
 }
 
-enum Never {}
+/// The plan asks for an fs operation in place of a program, and the sandbox is in place.
+struct FsOp;
 
 /// Everything that does not depend on the plan, then READY; returns the seccomp filter still
 /// to attach.
-fn start(
-    control: &mut UnixStream,
-    network_restricted: bool,
-) -> Result<seccomp::BpfProgram, Failure> {
+fn start(control: &mut UnixStream, network: NetworkMode) -> Result<seccomp::BpfProgram, Failure> {
     // SAFETY: plain syscalls without pointers.
     if unsafe { libc::getsid(0) != libc::getpid() } && unsafe { libc::setsid() } < 0 {
         return Err(os_fail("session")(std::io::Error::last_os_error()));
     }
-    let filters = seccomp::filters(network_restricted).map_err(fail("seccomp"))?;
+    let filters = seccomp::filters(network).map_err(fail("seccomp"))?;
     // SAFETY: plain syscall; the process is single-threaded.
-    if network_restricted && unsafe { libc::unshare(libc::CLONE_NEWNET) } < 0 {
+    if network != NetworkMode::Enabled && unsafe { libc::unshare(libc::CLONE_NEWNET) } < 0 {
         return Err(os_fail("namespaces")(std::io::Error::last_os_error()));
     }
     // Every launch gets its own mount namespace, if only for its own /proc. Made here, off
@@ -130,17 +157,10 @@ fn start(
 
 /// The child's part, in the supervisor's fork (which gave it its stdio and session): the plan.
 fn run(
-    text: &[u8],
-    network_restricted: bool,
+    mut plan: Plan,
     late_filter: &seccomp::BpfProgram,
     setup: &supervisor::ChildSetup,
-) -> Result<Never, Failure> {
-    let mut plan: Plan = serde_json::from_slice(text).map_err(|e| fail("policy")(e.to_string()))?;
-    if plan.network_restricted != network_restricted {
-        return Err(fail("policy")(
-            "the plan's network mode is not this helper's".into(),
-        ));
-    }
+) -> Result<FsOp, Failure> {
     let argv: Vec<CString> = plan
         .argv
         .iter()
@@ -167,8 +187,15 @@ fn run(
         // The old cwd may sit on a mount that the view has since covered.
         std::env::set_current_dir(&plan.cwd).map_err(os_fail("cwd"))?;
     }
-    landlock::restrict(plan.fs.as_ref().map(|fs| (&fs.grants[..], &fs.identities)))
-        .map_err(fail("landlock"))?;
+    let no_tcp_bind = plan
+        .managed_network
+        .as_ref()
+        .is_some_and(|managed| !managed.allow_local_binding);
+    landlock::restrict(
+        plan.fs.as_ref().map(|fs| (&fs.grants[..], &fs.identities)),
+        no_tcp_bind,
+    )
+    .map_err(fail("landlock"))?;
     drop_capabilities().map_err(os_fail("capabilities"))?;
     // SAFETY: plain prctl.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
@@ -181,6 +208,9 @@ fn run(
     }
     seccomp::apply(std::slice::from_ref(late_filter)).map_err(fail("seccomp"))?;
     setup.apply_limits()?;
+    if plan.fs_op {
+        return Ok(FsOp);
+    }
 
     // Only now, with everything in place, the program's environment (execvp searches its PATH).
     for (key, value) in &plan.env {

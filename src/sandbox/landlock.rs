@@ -1,7 +1,8 @@
-//! Landlock: the file-system allow-list and the signal / abstract-socket scopes.
+//! Landlock: the file-system allow-list, the signal / abstract-socket scopes, and TCP binding.
 //!
 //! Handled: every file-system right of the running ABI (at least [`MIN_ABI`]) when the file
-//! system is restricted, and both scopes in every sandboxed mode. Read grants get
+//! system is restricted, both scopes in every sandboxed mode, and `BindTcp` (with no rule) for
+//! a managed network without local binding. Read grants get
 //! Execute|ReadFile|ReadDir; write grants get everything except MakeChar and MakeBlock (no
 //! device nodes even where writing is allowed). The ruleset is created with
 //! `HardRequirement`, every grant path is opened by the helper itself, without following
@@ -9,8 +10,8 @@
 //! anything but `FullyEnforced` fails.
 
 use landlock::{
-    Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr,
-    RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+    Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset,
+    RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -76,7 +77,11 @@ fn crate_abi(version: i32) -> ABI {
 }
 
 /// Restricts the calling (single) thread. `grants`: None when the file system is unrestricted.
-pub fn restrict(grants: Option<(&[Grant], &super::mounts::Identities)>) -> Result<(), String> {
+/// `no_tcp_bind`: binding TCP sockets is refused (a managed network without local binding).
+pub fn restrict(
+    grants: Option<(&[Grant], &super::mounts::Identities)>,
+    no_tcp_bind: bool,
+) -> Result<(), String> {
     let version = kernel_abi();
     if version < MIN_ABI {
         return Err(unsupported().unwrap_or_default());
@@ -88,6 +93,12 @@ pub fn restrict(grants: Option<(&[Grant], &super::mounts::Identities)>) -> Resul
     let mut ruleset = Ruleset::default().set_compatibility(CompatLevel::HardRequirement);
     if grants.is_some() {
         ruleset = ruleset.handle_access(all).map_err(|e| e.to_string())?;
+    }
+    if no_tcp_bind {
+        // Handled without any rule: every explicit bind(2) of a TCP socket fails (EACCES).
+        ruleset = ruleset
+            .handle_access(AccessNet::BindTcp)
+            .map_err(|e| e.to_string())?;
     }
     let mut created = ruleset
         .scope(Scope::from_all(ABI::V6))

@@ -4,10 +4,13 @@
 //! The daemon resolves the intent ([`policy`]), protects its own state ([`guard`]) and the
 //! workspace metadata ([`protected`]), and turns the result into a [`plan::Plan`]. The launch
 //! then runs the daemon's own binary as a helper ([`helper`]), which applies the plan to itself
-//! and executes the real program. Everything that cannot be enforced fails the request
+//! and executes the real program, or, for a sandboxed `fs/*` call ([`run_fs_op`]), runs the
+//! operation itself. Everything that cannot be enforced fails the request
 //! (-32602) before anything runs. [`denial`] classifies exits as sandbox denials; [`peers`]
-//! keeps sandboxed processes off the daemon's own listener.
+//! keeps sandboxed processes off the daemon's own listener; [`bridge`] gives a managed network
+//! its loopback proxy ports.
 
+pub(crate) mod bridge;
 pub mod denial;
 mod glob;
 pub mod guard;
@@ -26,8 +29,10 @@ use crate::process::tree::{self, Started};
 use crate::rpc::RpcError;
 use denial::{DenialContext, Scanner};
 use exec_server_protocol::process::StartParams;
-use exec_server_protocol::sandbox::{FileSystemSandboxContext, FsAccess, NetworkAccess};
-use plan::{Failure, FsPlan, Identity, Plan, EXEC_STAGE, MAX_PLAN_BYTES};
+use exec_server_protocol::sandbox::{
+    FileSystemSandboxContext, FsAccess, ManagedNetwork, NetworkAccess,
+};
+use plan::{Failure, FsPlan, Identity, ManagedPlan, NetworkMode, Plan, EXEC_STAGE, MAX_PLAN_BYTES};
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -86,18 +91,68 @@ pub fn prepare_walks(sandbox: &FileSystemSandboxContext) -> bool {
     policy::expands_globs(sandbox) || guard::init().searches_for_links()
 }
 
-/// Resolves `params.sandbox` for a `process/start` in `cwd`. Ok(None): run unsandboxed.
+/// Resolves `params.sandbox` and the managed network for a `process/start` in `cwd`.
+/// Ok(None): run unsandboxed. `enforceManagedNetwork` always sandboxes the network (only the
+/// listed loopback ports are reachable), whatever `sandbox` says of it, and the file system as
+/// `sandbox` says (unrestricted without one); `managedNetwork` alone changes nothing.
 pub fn prepare_start(params: &StartParams, cwd: &Path) -> Result<Option<Prepared>, RpcError> {
-    if params.enforce_managed_network || params.managed_network.is_some() {
+    let managed = managed_plan(params)?;
+    let policy = match &params.sandbox {
+        Some(sandbox) => policy::resolve(sandbox, cwd)?,
+        None => None,
+    };
+    let policy = match (policy, &managed) {
+        (Some(policy), _) => policy,
+        (None, Some(_)) => policy::Policy {
+            rules: None,
+            network: NetworkAccess::Restricted,
+            cwd: cwd.to_path_buf(),
+        },
+        (None, None) => return Ok(None),
+    };
+    prepare_policy(policy, &params.argv, params.arg0.as_deref(), managed).map(Some)
+}
+
+/// The managed network `params` asks to enforce, validated; None when it asks for none.
+fn managed_plan(params: &StartParams) -> Result<Option<ManagedPlan>, RpcError> {
+    let Some(ManagedNetwork {
+        loopback_ports,
+        allow_local_binding,
+    }) = &params.managed_network
+    else {
+        return match params.enforce_managed_network {
+            true => Err(RpcError::invalid_params(
+                "enforceManagedNetwork requires managedNetwork (the proxy's loopback ports); \
+                 refusing to run without it",
+            )),
+            false => Ok(None),
+        };
+    };
+    let mut ports = loopback_ports.clone();
+    ports.sort_unstable();
+    ports.dedup();
+    if ports.len() > bridge::MAX_PORTS {
+        return Err(RpcError::invalid_params(format!(
+            "managedNetwork.loopbackPorts lists {} ports; at most {} are supported",
+            ports.len(),
+            bridge::MAX_PORTS
+        )));
+    }
+    if ports.first() == Some(&0) {
         return Err(RpcError::invalid_params(
-            "managed network (loopback proxy ports) is not implemented by this executor; \
-             refusing to run without it",
+            "managedNetwork.loopbackPorts: 0 is not a port (1-65535)",
         ));
     }
-    match &params.sandbox {
-        None => Ok(None),
-        Some(sandbox) => prepare(sandbox, cwd, &params.argv, params.arg0.as_deref()),
+    if let Some(port) = ports.iter().find(|&&port| peers::is_own_port(port)) {
+        return Err(RpcError::invalid_params(format!(
+            "managedNetwork.loopbackPorts: {port} is this exec-server's own listener, which no \
+             sandbox may reach"
+        )));
     }
+    Ok(params.enforce_managed_network.then_some(ManagedPlan {
+        ports,
+        allow_local_binding: *allow_local_binding,
+    }))
 }
 
 /// Resolves `sandbox` for running `argv` (argv[0] shown as `arg0`) in `cwd`. Ok(None): the
@@ -108,11 +163,21 @@ pub fn prepare(
     argv: &[String],
     arg0: Option<&str>,
 ) -> Result<Option<Prepared>, RpcError> {
+    match policy::resolve(sandbox, cwd)? {
+        None => Ok(None),
+        Some(policy) => prepare_policy(policy, argv, arg0, None).map(Some),
+    }
+}
+
+/// The launch of `argv` under `policy`, with `managed` network if any.
+fn prepare_policy(
+    policy: policy::Policy,
+    argv: &[String],
+    arg0: Option<&str>,
+    managed: Option<ManagedPlan>,
+) -> Result<Prepared, RpcError> {
     let Some(program) = argv.first() else {
         return Err(RpcError::invalid_params("argv must not be empty"));
-    };
-    let Some(policy) = policy::resolve(sandbox, cwd)? else {
-        return Ok(None);
     };
     if let Some(reason) = unsupported() {
         return Err(RpcError::invalid_params(reason));
@@ -133,7 +198,7 @@ pub fn prepare(
             Some(rules)
         }
     };
-    let network_restricted = policy.network == NetworkAccess::Restricted;
+    let network_restricted = policy.network == NetworkAccess::Restricted || managed.is_some();
     let mut shown = vec![arg0.unwrap_or(program).to_owned()];
     shown.extend(argv.iter().skip(1).cloned());
     let plan = Plan {
@@ -142,19 +207,22 @@ pub fn prepare(
         cwd: cwd.to_path_buf(),
         env: Default::default(),
         network_restricted,
+        managed_network: managed.clone(),
+        fs_op: false,
         fs: fs.as_deref().map(|rules| fs_plan(rules, cwd)).transpose()?,
     };
     let context = Arc::new(DenialContext {
         rules: fs,
         network_restricted,
+        managed_network: managed,
         cwd: cwd.to_path_buf(),
         program: program.clone(),
     });
-    Ok(Some(Prepared {
+    Ok(Prepared {
         plan,
         context,
         leases,
-    }))
+    })
 }
 
 /// A path of the plan that could not be inspected for its identity.
@@ -216,44 +284,43 @@ fn fs_plan(rules: &[policy::Rule], cwd: &Path) -> Result<FsPlan, InspectError> {
     })
 }
 
-/// The output of [`run_self`].
+/// The output of [`run_fs_op`].
 #[derive(Debug)]
-pub struct SelfOutput {
+pub struct FsOpOutput {
     pub stdout: Vec<u8>,
     pub stderr: Vec<u8>,
     pub exit_code: i32,
-    /// Descriptors the program passed back over its stdin socket (SCM_RIGHTS), close-on-exec.
+    /// Descriptors the operation passed back over its stdin socket (SCM_RIGHTS), close-on-exec.
     pub fds: Vec<OwnedFd>,
-    /// What the classifier knows about this run's policy; None when it ran unsandboxed.
-    pub context: Option<Arc<DenialContext>>,
+    /// What the classifier knows about this run's policy.
+    pub context: Arc<DenialContext>,
     /// The placeholders this run held for missing protected names: empty directories that
     /// existed only while it ran (listings inside the sandbox showed them).
     pub placeholders: Vec<std::path::PathBuf>,
 }
 
-/// Most descriptors [`run_self`] accepts back from one run; more are closed by the kernel.
+/// Most descriptors [`run_fs_op`] accepts back from one run; more are closed by the kernel.
 const MAX_PASSED_FDS: usize = 4;
 
-/// Runs the daemon's own binary with `args` under `sandbox`, as a process started in `cwd`
-/// would be confined, with `stdin` as its input; for sandboxed `fs/*` operations
-/// (`args = ["__fs-op"]`, one JSON request on stdin, the JSON result on stdout), so the kernel
-/// enforces the intent on the operation itself. Stdin is one end of a Unix socket pair: the
-/// program reads it to EOF and may send descriptors it opened back over it ([`SelfOutput::fds`]).
-/// The binary gets read+execute for this run only; the platform libraries it loads must be
-/// readable under the intent (`minimal` or `root`), or the run fails like any program the
-/// sandbox cannot execute (-32603, `data.sandboxDenied`). An intent that needs no enforcement
-/// runs the binary unsandboxed.
-pub async fn run_self(
+/// How a sandboxed fs operation is named in messages.
+const FS_OP: &str = "exec-server fs operation";
+
+/// Runs one sandboxed `fs/*` operation under `sandbox`, confined as a process started in `cwd`
+/// would be, so the kernel enforces the intent on the operation itself. A sandbox helper
+/// applies the plan to itself and then runs the operation in-process ([`plan::Plan::fs_op`]):
+/// it reads `request` (one JSON request) from stdin to EOF and writes the JSON result on
+/// stdout. Nothing is executed, so the intent need not grant the daemon's binary or the
+/// platform libraries, and the operation gets exactly what the intent grants. Stdin is one end
+/// of a Unix socket pair: the operation may send descriptors it opened back over it
+/// ([`FsOpOutput::fds`]). The intent must restrict the file system (`crate::fs::sandbox`
+/// runs every other call directly).
+pub async fn run_fs_op(
     sandbox: &FileSystemSandboxContext,
     cwd: &Path,
-    args: &[&str],
-    stdin: Vec<u8>,
-) -> Result<SelfOutput, RpcError> {
+    request: Vec<u8>,
+) -> Result<FsOpOutput, RpcError> {
     use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let (binary, grant) = self_binary();
-    let mut argv = vec![binary.display().to_string()];
-    argv.extend(args.iter().map(|arg| arg.to_string()));
     let (ours, theirs) = socketpair(
         AddressFamily::Unix,
         SockType::Stream,
@@ -262,9 +329,9 @@ pub async fn run_self(
     )
     .map_err(|e| RpcError::internal(format!("cannot create a socket pair: {e}")))?;
     let mut spec = LaunchSpec {
-        program: argv[0].clone(),
-        args: argv[1..].to_vec(),
-        arg0: Some("exec-server".into()),
+        program: FS_OP.into(),
+        args: Vec::new(),
+        arg0: None,
         cwd: cwd.to_path_buf(),
         env: Default::default(),
         tty: false,
@@ -273,42 +340,29 @@ pub async fn run_self(
         size: DEFAULT_SIZE,
         limits: Default::default(),
     };
+    let argv = [FS_OP.to_owned()];
     // A resolution that walks directory trees runs off the async workers.
     let prepared = if prepare_walks(sandbox) {
-        let (sandbox, cwd, argv) = (sandbox.clone(), cwd.to_path_buf(), argv.clone());
-        tokio::task::spawn_blocking(move || prepare(&sandbox, &cwd, &argv, Some("exec-server")))
+        let (sandbox, cwd) = (sandbox.clone(), cwd.to_path_buf());
+        tokio::task::spawn_blocking(move || prepare(&sandbox, &cwd, &argv, None))
             .await
             .map_err(|err| RpcError::internal(err.to_string()))??
     } else {
-        prepare(sandbox, cwd, &argv, Some("exec-server"))?
+        prepare(sandbox, cwd, &argv, None)?
     };
-    let mut launch = match prepared {
-        None => None,
-        Some(mut prepared) => {
-            if let (Some(fs), Some(path)) = (&mut prepared.plan.fs, grant) {
-                record(&mut fs.identities, &path)?;
-                fs.grants.push(landlock::Grant { path, write: false });
-            }
-            Some(prepared.launch(&mut spec)?)
-        }
+    let Some(mut prepared) = prepared else {
+        return Err(RpcError::internal(
+            "a sandboxed fs operation needs an intent that restricts something",
+        ));
     };
-    let spawned = match &mut launch {
-        None => spawn::start(&spec).await,
-        Some(launch) => launch.spawn(&spec).await,
-    }?;
-    // Only the child may hold the other end, so its exit ends the conversation.
+    prepared.plan.fs_op = true;
+    let mut launch = prepared.launch(&mut spec)?;
+    let spawned = launch.spawn(&spec).await?;
+    // Only the helper's child may hold the other end, so its exit ends the conversation.
     drop(spec);
     let mut tree = spawned.tree;
-    // Held until the child is reaped: its placeholders must outlive it.
-    let mut sandboxed = launch.map(Launch::into_sandboxed);
-    // A refused exec: its error once the supervisor is gone, then the placeholders.
-    if let Some(refusal) = sandboxed
-        .as_mut()
-        .and_then(|sandboxed| sandboxed.refusal.take())
-    {
-        end(tree).await;
-        return Err(refusal);
-    }
+    // Held until the supervisor is gone: its placeholders must outlive it.
+    let sandboxed = launch.into_sandboxed();
     let ChildIo::Pipes {
         stdin: None,
         mut stdout,
@@ -323,7 +377,7 @@ pub async fn run_self(
     let mut input = tokio::net::UnixStream::from_std(socket).map_err(io_error)?;
     let feed = async move {
         // A helper that stops reading (it failed) ends the feed; its output says why.
-        if input.write_all(&stdin).await.is_ok() {
+        if input.write_all(&request).await.is_ok() {
             let _ = input.shutdown().await;
         }
         input
@@ -350,24 +404,17 @@ pub async fn run_self(
     };
     end(tree).await;
     let fds = received_fds(&input.into_std().map_err(io_error)?);
-    let (context, placeholders) = match &sandboxed {
-        Some(sandboxed) => (
-            Some(sandboxed.context.clone()),
-            sandboxed.leases.paths().to_vec(),
-        ),
-        None => (None, Vec::new()),
-    };
-    Ok(SelfOutput {
+    Ok(FsOpOutput {
         stdout: out,
         stderr: err,
         exit_code,
         fds,
-        context,
-        placeholders,
+        context: sandboxed.context.clone(),
+        placeholders: sandboxed.leases.paths().to_vec(),
     })
 }
 
-/// Ends a [`run_self`] tree: closing our end makes its supervisor kill what is left and exit,
+/// Ends a [`run_fs_op`] tree: closing our end makes its supervisor kill what is left and exit,
 /// which is awaited, since placeholders are mount points in its namespace until then.
 async fn end(tree: tree::Tree) {
     let tree::Tree {
@@ -416,33 +463,17 @@ fn received_fds(socket: &std::os::unix::net::UnixStream) -> Vec<OwnedFd> {
     fds
 }
 
-/// The daemon's own image, even if its file was replaced since it started.
+/// The daemon's own image, even if its file was replaced since it started: what the pool
+/// starts as helpers.
 const SELF_EXE: &str = "/proc/self/exe";
-
-static SELF_BINARY: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-
-/// Sets the binary used as the helper and by [`run_self`], for a program that links this crate
-/// but is not the daemon (a test). The daemon never calls it: it uses its own image.
-pub fn set_self_binary(path: std::path::PathBuf) {
-    let _ = SELF_BINARY.set(path);
-}
-
-/// What to execute as "self", and the canonical file a sandbox must grant to execute it.
-fn self_binary() -> (std::path::PathBuf, Option<std::path::PathBuf>) {
-    match SELF_BINARY.get() {
-        Some(path) => (path.clone(), std::fs::canonicalize(path).ok()),
-        None => (
-            SELF_EXE.into(),
-            guard::init().binary().map(Path::to_path_buf),
-        ),
-    }
-}
 
 /// A sandboxed launch in progress.
 pub struct Launch {
     /// The serialized plan.
     plan: Vec<u8>,
-    network_restricted: bool,
+    network: NetworkMode,
+    /// The managed network's ports, bridged once the program runs.
+    managed_ports: Option<Vec<u16>>,
     program: String,
     sandboxed: Sandboxed,
 }
@@ -458,9 +489,10 @@ pub struct Sandboxed {
     /// exiting process before its parent learns of the exit.
     mount_namespace: Option<OwnedFd>,
     /// The sandbox refused to execute the program: the helper's child wrote why on the
-    /// program's stderr and exits 126 in its place. The start error, for a caller that needs
-    /// the program.
-    refusal: Option<RpcError>,
+    /// program's stderr and exits 126 in its place.
+    refused: bool,
+    /// The managed network's relays, closed when this is dropped (after the exit).
+    bridge: Option<bridge::Bridge>,
 }
 
 impl Sandboxed {
@@ -475,7 +507,7 @@ impl Sandboxed {
 
     /// The classifier for this launch's exit, already certain when the exec was refused.
     pub fn scanner(&self) -> Scanner {
-        Scanner::new(self.context.clone(), self.refusal.is_some())
+        Scanner::new(self.context.clone(), self.refused)
     }
 }
 
@@ -492,13 +524,15 @@ impl Prepared {
         }
         Ok(Launch {
             plan,
-            network_restricted: self.plan.network_restricted,
+            network: self.plan.network_mode(),
+            managed_ports: self.plan.managed_network.map(|managed| managed.ports),
             program: self.plan.program,
             sandboxed: Sandboxed {
                 context: self.context,
                 leases: self.leases,
                 mount_namespace: None,
-                refusal: None,
+                refused: false,
+                bridge: None,
             },
         })
     }
@@ -513,10 +547,8 @@ impl Launch {
     pub async fn spawn(&mut self, spec: &LaunchSpec) -> Result<Spawned, RpcError> {
         let cannot_start = |err| spawn::start_error(&self.program, err);
         let (io, stdio) = spawn::detached_stdio(spec).map_err(cannot_start)?;
-        let kind = pool::Kind::Sandboxed {
-            network_restricted: self.network_restricted,
-        };
-        let (tree, started) = match tree::launch(kind, spec, &stdio, &self.plan).await {
+        let kind = pool::Kind::Sandboxed(self.network);
+        let (tree, started, listeners) = match tree::launch(kind, spec, &stdio, &self.plan).await {
             Ok(launched) => launched,
             Err(pool::StartError::Io(err)) => return Err(cannot_start(err)),
             Err(pool::StartError::Refused(failure)) => {
@@ -526,15 +558,20 @@ impl Launch {
         let pid = match started {
             Started::Executed { pid } => pid,
             Started::Failed { pid, failure } => {
-                let denied = failure.stage == EXEC_STAGE && failure.denied;
-                let err = failure_error(&self.program, failure);
-                if !denied {
-                    return Err(err);
+                if !(failure.stage == EXEC_STAGE && failure.denied) {
+                    return Err(failure_error(&self.program, failure));
                 }
-                self.sandboxed.refusal = Some(err);
+                self.sandboxed.refused = true;
                 pid
             }
         };
+        if let Some(ports) = &self.managed_ports {
+            // Until now the program's connections wait in the listeners' backlogs.
+            let bridge = bridge::Bridge::start(listeners, ports).map_err(|err| {
+                RpcError::internal(format!("cannot bridge the managed network: {err}"))
+            })?;
+            self.sandboxed.bridge = Some(bridge);
+        }
         // The supervisor lives in the sandbox's mount namespace as long as the tree does.
         self.sandboxed.mount_namespace =
             std::fs::File::open(format!("/proc/{}/ns/mnt", tree.supervisor_pid))
@@ -570,7 +607,7 @@ fn failure_error(program: &str, failure: Failure) -> RpcError {
     }
 }
 
-/// For a program [`run_self`] started: passes `fd` back to the daemon over stdin (the socket).
+/// For an operation [`run_fs_op`] runs: passes `fd` back to the daemon over stdin (the socket).
 pub fn pass_back(fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<()> {
     use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
     // A stream socket carries control data only along with at least one byte.

@@ -86,6 +86,22 @@ fn create() -> io::Result<SandboxCgroup> {
     })
 }
 
+/// Ports at which the daemon's own listeners answer on 127.0.0.1.
+static OWN_PORTS: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+
+/// Records a listener of the daemon. A managed network must not be bridged to it: the
+/// bridge's connections are the daemon's own, which [`refuse`] lets through.
+pub fn note_listener(local: SocketAddr) {
+    if local.ip().is_loopback() || local.ip().is_unspecified() {
+        OWN_PORTS.lock().unwrap().push(local.port());
+    }
+}
+
+/// Whether 127.0.0.1:`port` is one of the daemon's own listeners.
+pub fn is_own_port(port: u16) -> bool {
+    OWN_PORTS.lock().unwrap().contains(&port)
+}
+
 /// Whether a connection the daemon accepted on `local` from `peer` must be dropped: its peer
 /// socket was made in the sandbox cgroup, or it is local and its socket is gone.
 pub fn refuse(local: SocketAddr, peer: SocketAddr) -> bool {

@@ -12,6 +12,11 @@ use std::path::{Path, PathBuf};
 pub struct Plan {
     /// Looked up on the child's PATH, as an unsandboxed spawn would.
     pub program: String,
+    /// Instead of executing `program`, the helper runs the one `fs/*` operation on its stdin
+    /// itself ([`crate::fs::helper`]): it is the daemon's binary already, so nothing is executed
+    /// or looked up, and the sandbox need not grant anything to load it. `program` and `argv`
+    /// then only name it in messages, and `env` is empty.
+    pub fs_op: bool,
     /// The full argv, argv[0] being the `arg0` override when there is one.
     pub argv: Vec<String>,
     pub cwd: PathBuf,
@@ -20,8 +25,64 @@ pub struct Plan {
     /// written) can act on it before the sandbox is in place.
     pub env: BTreeMap<String, String>,
     pub network_restricted: bool,
+    /// Managed network: the loopback ports bridged to the host's (the network is restricted
+    /// otherwise). None: the network is as `network_restricted` says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub managed_network: Option<ManagedPlan>,
     /// None: the file system is not restricted.
     pub fs: Option<FsPlan>,
+}
+
+impl Plan {
+    /// The helper mode this plan needs.
+    pub fn network_mode(&self) -> NetworkMode {
+        match (&self.managed_network, self.network_restricted) {
+            (Some(_), _) => NetworkMode::Managed,
+            (None, true) => NetworkMode::Restricted,
+            (None, false) => NetworkMode::Enabled,
+        }
+    }
+}
+
+/// What a helper prepares before any plan, and so the pool it waits in: the host's network
+/// (`Enabled`), an empty network namespace (`Restricted`), or an empty one whose programs may
+/// also make TCP sockets, to reach the bridged ports (`Managed`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NetworkMode {
+    Enabled,
+    Restricted,
+    Managed,
+}
+
+impl NetworkMode {
+    pub const ALL: [Self; 3] = [Self::Enabled, Self::Restricted, Self::Managed];
+
+    /// The helper's argument.
+    pub fn arg(self) -> &'static str {
+        match self {
+            Self::Enabled => "enabled",
+            Self::Restricted => "restricted",
+            Self::Managed => "managed",
+        }
+    }
+
+    pub fn from_arg(arg: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|mode| mode.arg() == arg)
+    }
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The managed network of a launch: TCP listeners on 127.0.0.1 at `ports` in the sandbox's
+/// namespace, which the daemon bridges to the host's same ports.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ManagedPlan {
+    pub ports: Vec<u16>,
+    /// False: binding TCP sockets is refused (Landlock).
+    pub allow_local_binding: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -4,13 +4,14 @@
 //! Re-executing the daemon's binary and creating a network namespace cost more than everything
 //! else in a launch together, and neither depends on the launch, so each launch takes a
 //! helper that is already waiting (see [`super::helper`]) and a replacement is started in the
-//! background. Helpers are kept per kind (plain, or sandboxed per network mode, since a
-//! restricting one has already made its own namespace); none exists until the first launch of
-//! that kind. A launch that finds none waiting starts one itself. Every helper serves exactly
-//! one launch.
+//! background. Helpers are kept per kind (plain, or sandboxed per network mode
+//! ([`NetworkMode`]), since a restricting one has already made its own namespace); none exists
+//! until the first launch of that kind, so a daemon whose clients never ask for a managed
+//! network never starts such a helper. A launch that finds none waiting starts one itself.
+//! Every helper serves exactly one launch.
 
-use super::helper::{HELPER_ARG, NETWORK_ENABLED, NETWORK_RESTRICTED};
-use super::plan::Failure;
+use super::helper::HELPER_ARG;
+use super::plan::{Failure, NetworkMode};
 use crate::process::supervisor::{READY, SUPERVISOR_ARG};
 use std::io;
 use std::os::fd::{AsRawFd as _, BorrowedFd};
@@ -36,9 +37,10 @@ pub struct Helper {
 struct Pool {
     /// The runtime the helpers' `Child`ren are registered with (a test process has several).
     runtime: Option<tokio::runtime::Id>,
-    /// Per network mode (index: restricted), ready helpers and helpers being started.
-    idle: [Vec<Helper>; 2],
-    starting: [usize; 2],
+    /// Per network mode (index: [`NetworkMode::index`]), ready helpers and helpers being
+    /// started.
+    idle: [Vec<Helper>; NetworkMode::ALL.len()],
+    starting: [usize; NetworkMode::ALL.len()],
     /// The fork server of plain supervisors, once started.
     forks: Option<Helper>,
     /// The control sockets of forked plain supervisors waiting for a launch, and how many are
@@ -52,9 +54,7 @@ struct Pool {
 pub enum Kind {
     /// The fork server of plain supervisors (one per daemon, serving every plain launch).
     Plain,
-    Sandboxed {
-        network_restricted: bool,
-    },
+    Sandboxed(NetworkMode),
 }
 
 static POOL: Mutex<Option<Pool>> = Mutex::new(None);
@@ -176,9 +176,9 @@ async fn fork_supervisor() -> Result<UnixStream, StartError> {
 }
 
 /// A ready sandbox helper for this network mode: a waiting one, or a new one.
-pub async fn take(network_restricted: bool) -> Result<Helper, StartError> {
-    let index = usize::from(network_restricted);
-    let kind = Kind::Sandboxed { network_restricted };
+pub async fn take(network: NetworkMode) -> Result<Helper, StartError> {
+    let index = network.index();
+    let kind = Kind::Sandboxed(network);
     let runtime = tokio::runtime::Handle::current().id();
     let waiting = {
         let mut guard = POOL.lock().unwrap();
@@ -199,10 +199,10 @@ pub async fn take(network_restricted: bool) -> Result<Helper, StartError> {
 
 /// Starts replacements in the background until the mode has its idle helpers.
 fn refill(kind: Kind, runtime: tokio::runtime::Id) {
-    let Kind::Sandboxed { network_restricted } = kind else {
+    let Kind::Sandboxed(network) = kind else {
         return;
     };
-    let index = usize::from(network_restricted);
+    let index = network.index();
     let missing = {
         let mut guard = POOL.lock().unwrap();
         let Some(pool) = guard.as_mut() else { return };
@@ -217,10 +217,10 @@ fn refill(kind: Kind, runtime: tokio::runtime::Id) {
 
 /// Starts one background helper for the pool (counted in `starting` by the caller).
 async fn replace(kind: Kind, runtime: tokio::runtime::Id) {
-    let Kind::Sandboxed { network_restricted } = kind else {
+    let Kind::Sandboxed(network) = kind else {
         return;
     };
-    let index = usize::from(network_restricted);
+    let index = network.index();
     let started = start(kind, true).await;
     let mut guard = POOL.lock().unwrap();
     // A pool reset for another runtime has forgotten this start.
@@ -248,17 +248,11 @@ async fn start(kind: Kind, background: bool) -> Result<Helper, StartError> {
         SockFlag::SOCK_CLOEXEC,
     )
     .map_err(io::Error::from)?;
-    let mut command = tokio::process::Command::new(super::self_binary().0);
+    let mut command = tokio::process::Command::new(super::SELF_EXE);
     command.arg0("exec-server");
     match kind {
         Kind::Plain => command.arg(SUPERVISOR_ARG),
-        Kind::Sandboxed { network_restricted } => {
-            command.arg(HELPER_ARG).arg(if network_restricted {
-                NETWORK_RESTRICTED
-            } else {
-                NETWORK_ENABLED
-            })
-        }
+        Kind::Sandboxed(network) => command.arg(HELPER_ARG).arg(network.arg()),
     };
     command
         .current_dir("/")
@@ -269,13 +263,7 @@ async fn start(kind: Kind, background: bool) -> Result<Helper, StartError> {
     // On the host's network, the helper must be in the cgroup whose connections the daemon
     // refuses (`super::peers`) before it runs anything; without one, nothing may run there.
     let cgroup = match (kind, super::peers::cgroup()) {
-        (
-            Kind::Plain
-            | Kind::Sandboxed {
-                network_restricted: true,
-            },
-            _,
-        ) => None,
+        (Kind::Plain | Kind::Sandboxed(NetworkMode::Restricted | NetworkMode::Managed), _) => None,
         (_, Ok(cgroup)) => Some(cgroup),
         (_, Err(why)) => {
             return Err(StartError::Refused(Failure {

@@ -13,10 +13,13 @@
 //! makes libc and language runtimes fall back to `openat`. With network restricted, `socket`
 //! and `socketpair` are denied for every family but AF_UNIX; `connect`, `sendto` and friends
 //! stay allowed so local IPC (socketpairs, asyncio's self-pipe) works, and the empty network
-//! namespace leaves nothing else to reach. seccompiler's architecture check kills any
-//! non-native call (i386 `int 0x80`); a second, hand-written filter kills x32 calls, which
-//! carry a bit in the syscall number that a number-keyed filter would not see.
+//! namespace leaves nothing else to reach. With a managed network, `socket` also allows
+//! AF_INET/AF_INET6 TCP stream sockets, and nothing else of those families (no UDP, no raw).
+//! seccompiler's architecture check kills any non-native call (i386 `int 0x80`); a second,
+//! hand-written filter kills x32 calls, which carry a bit in the syscall number that a
+//! number-keyed filter would not see.
 
+use super::plan::NetworkMode;
 pub use seccompiler::BpfProgram;
 use seccompiler::{
     sock_filter, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
@@ -107,6 +110,35 @@ fn has(arg: u8, bit: u64) -> (u8, SeccompCmpOp, u64) {
     (arg, SeccompCmpOp::MaskedEq(bit), bit)
 }
 
+/// `socket` rules for a managed network: AF_UNIX, or AF_INET/AF_INET6 stream sockets of TCP
+/// (protocol 0 or IPPROTO_TCP; not MPTCP or SCTP, which Landlock's TCP rules do not cover).
+/// Denied: any other family, and any other type (UDP, raw), whatever the flags.
+fn tcp_only() -> Result<Vec<SeccompRule>, String> {
+    use SeccompCmpOp::{Eq, Ne};
+    let stream = libc::SOCK_STREAM as u64;
+    let (nonblock, cloexec) = (libc::SOCK_NONBLOCK as u64, libc::SOCK_CLOEXEC as u64);
+    let mut rules = vec![rule(&[
+        (0, Ne, libc::AF_UNIX as u64),
+        (0, Ne, libc::AF_INET as u64),
+        (0, Ne, libc::AF_INET6 as u64),
+    ])?];
+    for family in [libc::AF_INET as u64, libc::AF_INET6 as u64] {
+        rules.push(rule(&[
+            (0, Eq, family),
+            (1, Ne, stream),
+            (1, Ne, stream | nonblock),
+            (1, Ne, stream | cloexec),
+            (1, Ne, stream | nonblock | cloexec),
+        ])?);
+        rules.push(rule(&[
+            (0, Eq, family),
+            (2, Ne, 0),
+            (2, Ne, libc::IPPROTO_TCP as u64),
+        ])?);
+    }
+    Ok(rules)
+}
+
 /// The filters, in two parts. `early`: attached when the helper starts, before any plan,
 /// since nothing the helper does until the exec needs what they deny; this is most of the
 /// rules, and attaching a filter costs time in proportion to its length. `late`: attached
@@ -116,16 +148,18 @@ pub struct Filters {
     pub late: BpfProgram,
 }
 
-pub fn filters(network_restricted: bool) -> Result<Filters, String> {
+pub fn filters(network: NetworkMode) -> Result<Filters, String> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
         ALWAYS_DENIED.iter().map(|&nr| (nr, Vec::new())).collect();
-    let (op, family) = if network_restricted {
-        (SeccompCmpOp::Ne, libc::AF_UNIX)
-    } else {
-        (SeccompCmpOp::Eq, libc::AF_VSOCK)
+    let (op, family) = match network {
+        NetworkMode::Enabled => (SeccompCmpOp::Eq, libc::AF_VSOCK),
+        NetworkMode::Restricted | NetworkMode::Managed => (SeccompCmpOp::Ne, libc::AF_UNIX),
     };
     for nr in [libc::SYS_socket, libc::SYS_socketpair] {
         rules.insert(nr, vec![rule(&[(0, op.clone(), family as u64)])?]);
+    }
+    if network == NetworkMode::Managed {
+        rules.insert(libc::SYS_socket, tcp_only()?);
     }
     for &nr in OWN_PROCESS_ONLY {
         rules.insert(nr, vec![rule(&[(0, SeccompCmpOp::Ne, 0)])?]);

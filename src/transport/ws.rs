@@ -37,6 +37,7 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 pub async fn serve(addr: SocketAddr, registry: Arc<Registry>) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
+    crate::sandbox::peers::note_listener(local);
     // The one line on stdout: clients and harnesses read the bound address from it.
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "ws://{local}")?;

@@ -1,8 +1,8 @@
 //! Sandboxed file-system escapes (docs/sandbox.md, cases from the research table): each probe
 //! really attempts the escape and the test checks both the outcome and the disk afterwards.
 
-mod common;
-mod sandbox_support;
+use crate::common;
+use crate::sandbox_support;
 
 use common::*;
 use sandbox_support::*;

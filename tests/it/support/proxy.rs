@@ -1,6 +1,5 @@
 //! A loopback TCP proxy that tests use to lose a connection on purpose: it can hold back what
 //! the daemon sends (so a test knows the client did not get it), then cut the connection.
-#![allow(dead_code)]
 
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};

@@ -1,7 +1,7 @@
 //! The transport and envelope: HTTP routes, upgrade guards, frames, dialects, batches, limits,
 //! stdio mode and shutdown.
 
-mod common;
+use crate::common;
 
 use common::*;
 use futures::{SinkExt as _, StreamExt as _};

@@ -1,9 +1,8 @@
 //! The client crate against the real daemon, including connections lost on purpose through a
 //! proxy: resume, catch-up by seq, writeId retries, gaps and lost sessions.
 
-mod common;
-#[path = "support/proxy.rs"]
-mod proxy;
+use crate::common;
+use crate::support::proxy;
 
 use common::Daemon;
 use exec_server_client::protocol::process::{ProcessSignal, TerminalSize};

@@ -1,6 +1,6 @@
 //! `fs/watch`, `fs/unwatch` and `fs/changed` end to end.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{json, Value};

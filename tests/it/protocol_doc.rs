@@ -6,9 +6,9 @@
 //! `< ` lines are expected: one with an `id` matches the reply with that id, an array the next
 //! batch reply, one with a `method` the next notification of that method. The string "..." matches any value, and an
 //! object holding the key "..." may carry extra keys. `$TMP` names a fresh temporary directory,
-//! `$HTTP` the base URL of a local test server (tests/common/http_server.rs).
+//! `$HTTP` the base URL of a local test server (tests/it/common/http_server.rs).
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;

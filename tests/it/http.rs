@@ -1,6 +1,6 @@
 //! `http/request` end to end: the real daemon makes requests to a local test server.
 
-mod common;
+use crate::common;
 
 use common::http_server::{big_body, HttpServer};
 use common::*;

@@ -1,6 +1,6 @@
 //! Sessions outlive connections: detach, resume, takeover, TTL expiry, isolation.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::json;

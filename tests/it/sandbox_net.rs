@@ -2,8 +2,8 @@
 //! `enabled` keeps the host network. Every probe targets a listener this test starts on the
 //! host's loopback, so a failure to reach it is the sandbox, and nothing leaves the machine.
 
-mod common;
-mod sandbox_support;
+use crate::common;
+use crate::sandbox_support;
 
 use common::*;
 use sandbox_support::*;

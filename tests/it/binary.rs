@@ -3,7 +3,7 @@
 //! the choice belongs to the connection, not the session. The harness turns binary messages
 //! back into the text form and marks them with `"$binary": true`.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{json, Value};

@@ -1,6 +1,6 @@
 //! One-shot `fs/*` methods end to end: the real binary, a real WebSocket, real files.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{json, Value};
@@ -967,7 +967,7 @@ async fn walk_is_breadth_first_sorted_and_bounded() {
     );
 }
 
-/// Sandboxed calls are exercised in tests/sandbox_fs_ops.rs; intent that restricts no file
+/// Sandboxed calls are exercised in tests/it/sandbox_fs_ops.rs; intent that restricts no file
 /// access runs in the daemon itself (a watch, which a confined call refuses, works).
 #[tokio::test]
 async fn sandbox_intent_that_restricts_no_file_access_runs_directly() {

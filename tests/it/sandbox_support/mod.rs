@@ -1,5 +1,4 @@
 //! Shared pieces of the sandbox suites: workspaces, profiles and a probe runner.
-#![allow(dead_code)]
 
 use crate::common::*;
 use serde_json::{json, Value};
@@ -63,13 +62,18 @@ impl Dirs {
 
     /// Names in the workspace (no placeholder may be left behind).
     pub fn ws_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(&self.ws)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        names.sort();
-        names
+        names_in(&self.ws)
     }
+}
+
+/// The names in `dir`, sorted.
+pub fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    names
 }
 
 pub fn entry(path: Value, access: &str) -> Value {

@@ -6,7 +6,7 @@
 //! The CI size is 100 clients. `EXEC_SERVER_SOAK=long` runs 500 clients with longer streams;
 //! `EXEC_SERVER_SOAK_SEED=N` replays one random schedule.
 
-mod common;
+use crate::common;
 
 use common::Daemon;
 use exec_server_client::{Client, ClientOptions, Command, ProcessEvent};

@@ -2,8 +2,8 @@
 //! is found, counted and killed with it, on terminate, session expiry, daemon shutdown and
 //! daemon death, and never left a zombie.
 
-mod common;
-mod sandbox_support;
+use crate::common;
+use crate::sandbox_support;
 
 use common::*;
 use serde_json::{json, Value};

@@ -1,6 +1,6 @@
 //! `environment/info`, `environment/status` and the `environmentInfo` of `initialize`, end to end.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{json, Value};

@@ -2,8 +2,8 @@
 //! capabilities, no_new_privs, seccomp, scopes), arg0 and PTY support, process control, and the
 //! `sandboxDenied` classifier's false-positive controls.
 
-mod common;
-mod sandbox_support;
+use crate::common;
+use crate::sandbox_support;
 
 use common::*;
 use sandbox_support::*;
@@ -62,12 +62,9 @@ async fn unenforceable_intents_fail_closed_and_nothing_runs() {
         error["message"]
             .as_str()
             .unwrap()
-            .contains("managed network"),
+            .contains("requires managedNetwork"),
         "{error}"
     );
-    let mut ports = with(workspace_write(&d.ws, "enabled"));
-    ports["managedNetwork"] = json!({"loopbackPorts": [8080], "allowLocalBinding": false});
-    refused(&client, ports).await;
 
     let missing = restricted(
         &d.ws,

@@ -1,6 +1,6 @@
 //! `process/*` end to end: the real binary, a real WebSocket, real children.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::json;

@@ -1,22 +1,12 @@
 //! Hostile input of every kind gets a clear JSON-RPC error; the daemon never panics, leaks a
 //! process, or leaves a zombie.
 
-mod common;
+use crate::common;
 
 use common::*;
+use exec_server_protocol::methods::REQUESTS as METHODS;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
-
-const METHODS: &[&str] = &[
-    "initialize",
-    "process/start",
-    "process/read",
-    "process/write",
-    "process/signal",
-    "process/terminate",
-    "process/resize",
-    "process/closeStdin",
-];
 
 fn hostile_params() -> Vec<Value> {
     vec![

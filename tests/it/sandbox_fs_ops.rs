@@ -1,9 +1,9 @@
-//! Sandboxed `fs/*` calls over the WebSocket: each runs in the daemon's `__fs-op` helper under
-//! the request's intent, so the kernel decides. Every escape is really attempted and the disk is
+//! Sandboxed `fs/*` calls over the WebSocket: each runs in a sandbox helper under the request's
+//! intent, so the kernel decides. Every escape is really attempted and the disk is
 //! checked afterwards.
 
-mod common;
-mod sandbox_support;
+use crate::common;
+use crate::sandbox_support;
 
 use common::*;
 use sandbox_support::*;
@@ -437,7 +437,7 @@ async fn streams_use_the_file_the_sandbox_opened() {
 }
 
 #[tokio::test]
-async fn watches_unenforceable_intents_and_unloadable_helpers_fail_cleanly() {
+async fn watches_and_unenforceable_intents_fail_cleanly() {
     let daemon = Daemon::start();
     let (client, _) = daemon.session().await;
     let d = Dirs::new();
@@ -489,15 +489,378 @@ async fn watches_unenforceable_intents_and_unloadable_helpers_fail_cleanly() {
             "{message}: {error}"
         );
     }
+}
 
-    // Without the platform libraries the helper cannot even be loaded: refused, never run.
-    let bare = restricted(
-        &d.ws,
-        vec![entry(special("project_roots"), "write")],
-        "enabled",
-    );
-    let error = fail(&client, "fs/writeFile", write.clone(), &bare).await;
-    assert_eq!(error["code"], -32603, "{error}");
+/// A profile that grants only `entries` (explicit paths and their access), with no `root` or
+/// `minimal` read and no cwd or roots, as the codex client sends it: nothing of the platform or
+/// of the daemon is readable unless listed.
+fn explicit(entries: &[(&Path, &str)]) -> Value {
+    let entries: Vec<Value> = entries
+        .iter()
+        .map(|(granted, access)| entry(path(granted), access))
+        .collect();
+    json!({"permissions": {"type": "managed", "network": "restricted",
+        "file_system": {"type": "restricted", "entries": entries}}})
+}
+
+fn names(listing: &Value) -> Vec<String> {
+    let mut names: Vec<String> = listing["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| entry["fileName"].as_str().unwrap().to_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn explicit_path_profiles_grant_what_they_list_and_stop_every_escape() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    let (allowed, root) = (d.ws("allowed"), d.ws("root"));
+    std::fs::create_dir(&allowed).unwrap();
+    std::fs::create_dir_all(root.join("real")).unwrap();
+    std::fs::write(allowed.join("data"), "data").unwrap();
+    std::fs::write(d.ws("secret.txt"), "nope").unwrap();
+    std::os::unix::fs::symlink(&d.outside, allowed.join("link")).unwrap();
+    std::fs::write(root.join("real/f"), "real").unwrap();
+    std::fs::write(root.join("mine"), "mine").unwrap();
+    std::os::unix::fs::symlink(root.join("real"), root.join("alias")).unwrap();
+    std::os::unix::fs::symlink(d.out("f"), root.join("link")).unwrap();
+    std::os::unix::fs::symlink(&d.outside, root.join("dirlink")).unwrap();
+    let sandbox = explicit(&[(&allowed, "read"), (&root, "write")]);
+
+    // What is listed is granted.
+    let read = call(
+        &client,
+        "fs/readFile",
+        json!({"path": uri(&allowed.join("data"))}),
+        &sandbox,
+    )
+    .await;
+    assert_eq!(unb64(&read["dataBase64"]), b"data");
+    let listing = call(
+        &client,
+        "fs/readDirectory",
+        json!({"path": uri(&allowed)}),
+        &sandbox,
+    )
+    .await;
+    assert_eq!(names(&listing), ["data", "link"]);
+    let write = |path: &Path, data: &[u8]| json!({"path": uri(path), "dataBase64": b64(data)});
+    call(
+        &client,
+        "fs/writeFile",
+        write(&root.join("new"), b"new"),
+        &sandbox,
+    )
+    .await;
+    assert_eq!(std::fs::read(root.join("new")).unwrap(), b"new");
+    call(
+        &client,
+        "fs/createDirectory",
+        json!({"path": uri(&root.join("sub/deeper"))}),
+        &sandbox,
+    )
+    .await;
+    assert!(root.join("sub/deeper").is_dir());
+    call(
+        &client,
+        "fs/copy",
+        json!({"sourcePath": uri(&allowed.join("data")), "destinationPath": uri(&root.join("copied")),
+            "recursive": false}),
+        &sandbox,
+    )
+    .await;
+    assert_eq!(std::fs::read(root.join("copied")).unwrap(), b"data");
+    // Canonicalize resolves a directory link inside the root.
+    let canonical = call(
+        &client,
+        "fs/canonicalize",
+        json!({"path": uri(&root.join("alias/f"))}),
+        &sandbox,
+    )
+    .await;
+    assert_eq!(canonical["path"], uri(&root.join("real/f")));
+
+    // What is not listed is not: a sibling, a write to a read grant.
+    let error = fail(
+        &client,
+        "fs/readFile",
+        json!({"path": uri(&d.ws("secret.txt"))}),
+        &sandbox,
+    )
+    .await;
+    assert_denied(&error, EACCES);
+    let error = fail(
+        &client,
+        "fs/writeFile",
+        write(&allowed.join("data"), b"pwned"),
+        &sandbox,
+    )
+    .await;
     assert_eq!(error["data"]["sandboxDenied"], true, "{error}");
-    assert!(d.ws_names().is_empty(), "{:?}", d.ws_names());
+    // `link/..` is resolved lexically, as the reference does: never the link's parent.
+    let error = fail(
+        &client,
+        "fs/readFile",
+        json!({"path": format!("{}/link/../secret.txt", uri(&allowed))}),
+        &sandbox,
+    )
+    .await;
+    assert_eq!(error["code"], -32004, "{error}");
+    assert_eq!(error["data"]["path"], uri(&allowed.join("secret.txt")));
+
+    let escapes = [
+        ("fs/readFile", json!({"path": uri(&root.join("link"))})),
+        ("fs/readFile", json!({"path": uri(&root.join("dirlink/f"))})),
+        ("fs/writeFile", write(&root.join("link"), b"pwned")),
+        (
+            "fs/writeFile",
+            json!({"path": uri(&root.join("link")), "dataBase64": b64(b"pwned"), "atomic": true}),
+        ),
+        ("fs/writeFile", write(&root.join("dirlink/new"), b"pwned")),
+        (
+            "fs/createDirectory",
+            json!({"path": uri(&root.join("dirlink/newdir"))}),
+        ),
+        (
+            "fs/readDirectory",
+            json!({"path": uri(&root.join("dirlink"))}),
+        ),
+        (
+            "fs/readDirectory",
+            json!({"path": uri(&allowed.join("link"))}),
+        ),
+        (
+            "fs/copy",
+            json!({"sourcePath": uri(&root.join("dirlink/f")),
+                "destinationPath": uri(&root.join("stolen")), "recursive": false}),
+        ),
+        (
+            "fs/copy",
+            json!({"sourcePath": uri(&root.join("mine")),
+                "destinationPath": uri(&root.join("dirlink/mine")), "recursive": false}),
+        ),
+        ("fs/remove", json!({"path": uri(&root.join("dirlink/f"))})),
+    ];
+    for (method, params) in escapes {
+        let error = fail(&client, method, params.clone(), &sandbox).await;
+        assert_eq!(
+            error["data"]["sandboxDenied"], true,
+            "{method} {params}: {error}"
+        );
+    }
+    // A link is removed, not its target.
+    call(
+        &client,
+        "fs/remove",
+        json!({"path": uri(&root.join("link"))}),
+        &sandbox,
+    )
+    .await;
+    assert!(std::fs::symlink_metadata(root.join("link")).is_err());
+    d.assert_outside_untouched();
+    assert_eq!(std::fs::read(allowed.join("data")).unwrap(), b"data");
+    assert_eq!(
+        names_in(&root),
+        ["alias", "copied", "dirlink", "mine", "new", "real", "sub"]
+    );
+}
+
+#[tokio::test]
+async fn explicit_path_profiles_write_hard_links_in_place_and_streams_keep_their_file() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    std::fs::write(d.out("shared"), "old").unwrap();
+    std::fs::hard_link(d.out("shared"), d.ws("hard")).unwrap();
+    let inode = std::fs::metadata(d.ws("hard")).unwrap().ino();
+    std::fs::write(d.ws("digits"), "0123456789").unwrap();
+    let sandbox = explicit(&[(&d.ws, "write")]);
+    let write = |data: &[u8], atomic: bool| json!({"path": uri(&d.ws("hard")), "dataBase64": b64(data), "atomic": atomic});
+
+    // A plain write updates the file in place: one inode, both names see the new bytes.
+    call(&client, "fs/writeFile", write(b"new", false), &sandbox).await;
+    assert_eq!(std::fs::metadata(d.ws("hard")).unwrap().ino(), inode);
+    assert_eq!(std::fs::read(d.out("shared")).unwrap(), b"new");
+    // Atomic replacement, when asked for, gives the name a file of its own.
+    call(&client, "fs/writeFile", write(b"atomic", true), &sandbox).await;
+    assert_ne!(std::fs::metadata(d.ws("hard")).unwrap().ino(), inode);
+    assert_eq!(std::fs::read(d.ws("hard")).unwrap(), b"atomic");
+    assert_eq!(std::fs::read(d.out("shared")).unwrap(), b"new");
+
+    // A stream reads the file it opened, whatever replaces the path.
+    call(
+        &client,
+        "fs/open",
+        json!({"handleId": "r", "path": uri(&d.ws("digits")), "mode": "read"}),
+        &sandbox,
+    )
+    .await;
+    std::fs::write(d.ws("other"), "XXXX").unwrap();
+    std::fs::rename(d.ws("other"), d.ws("digits")).unwrap();
+    let read = client
+        .call(
+            "fs/readBlock",
+            json!({"handleId": "r", "offset": 4, "len": 10}),
+        )
+        .await;
+    assert_eq!(read, json!({"chunk": b64(b"456789"), "eof": true}));
+    client.call("fs/close", json!({"handleId": "r"})).await;
+    call(
+        &client,
+        "fs/open",
+        json!({"handleId": "w", "path": uri(&d.ws("up")), "mode": "write"}),
+        &sandbox,
+    )
+    .await;
+    client
+        .call(
+            "fs/writeBlock",
+            json!({"handleId": "w", "chunk": b64(b"abc")}),
+        )
+        .await;
+    client.call("fs/close", json!({"handleId": "w"})).await;
+    assert_eq!(std::fs::read(d.ws("up")).unwrap(), b"abc");
+    let error = fail(
+        &client,
+        "fs/open",
+        json!({"handleId": "no", "path": uri(&d.out("f")), "mode": "read"}),
+        &sandbox,
+    )
+    .await;
+    assert_denied(&error, EACCES);
+}
+
+/// The operation runs in a helper that holds nothing but its stdio and gets no environment:
+/// the daemon's (hostile) PATH reaches neither it nor the launch of a sandboxed process, and
+/// nothing is looked up on a PATH to run either.
+#[tokio::test]
+async fn a_hostile_path_changes_nothing_for_sandboxed_calls_and_launches() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let hostile = tempfile::tempdir().unwrap();
+    let marker = hostile.path().join("ran");
+    for name in [
+        "exec-server",
+        "__fs-op",
+        "__sandbox-exec",
+        "sh",
+        "echo",
+        "env",
+    ] {
+        let fake = hostile.path().join(name);
+        let script = format!("#!/bin/sh\necho {name} >> {}\nexit 99\n", marker.display());
+        std::fs::write(&fake, script).unwrap();
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let path = format!("{}:/usr/bin:/bin", hostile.path().display());
+    let daemon = Daemon::start_with(&[], &[("PATH", &path)]);
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    std::fs::write(d.ws("a"), "a").unwrap();
+    let proc_fds = Path::new("/proc/self/fd");
+    let sandbox = explicit(&[(&d.ws, "write"), (Path::new("/proc"), "read")]);
+
+    let read = call(
+        &client,
+        "fs/readFile",
+        json!({"path": uri(&d.ws("a"))}),
+        &sandbox,
+    )
+    .await;
+    assert_eq!(unb64(&read["dataBase64"]), b"a");
+    let environ = call(
+        &client,
+        "fs/readFile",
+        json!({"path": "file:///proc/self/environ"}),
+        &sandbox,
+    )
+    .await;
+    assert_eq!(unb64(&environ["dataBase64"]), b"", "{environ}");
+    // Stdio and the listed directory itself: the control socket and nothing else is left.
+    let fds = call(
+        &client,
+        "fs/readDirectory",
+        json!({"path": uri(proc_fds)}),
+        &sandbox,
+    )
+    .await;
+    assert_eq!(names(&fds), ["0", "1", "2", "3"]);
+
+    let launch = explicit(&[(&d.ws, "write"), (Path::new("/usr"), "read")]);
+    for tty in [false, true] {
+        let mut params = params(
+            &format!("p{tty}"),
+            &["/usr/bin/echo", "real"],
+            &d.ws,
+            launch.clone(),
+        );
+        params["env"]["PATH"] = json!(path);
+        params["tty"] = json!(tty);
+        let outcome = run(&client, params).await;
+        assert_ok(&outcome);
+        assert_eq!(outcome.output.trim(), "real", "{outcome:?}");
+    }
+    assert!(!marker.exists(), "a hostile program ran");
+}
+
+/// The daemon's own binary is not part of any sandbox: neither an fs call nor a process may
+/// read or run it unless the profile grants it.
+#[tokio::test]
+async fn the_daemon_binary_is_granted_only_by_the_profile() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    let binary = Path::new(env!("CARGO_BIN_EXE_exec-server"))
+        .canonicalize()
+        .unwrap();
+    let sandbox = explicit(&[(&d.ws, "write"), (Path::new("/usr"), "read")]);
+
+    let error = fail(
+        &client,
+        "fs/readFile",
+        json!({"path": uri(&binary)}),
+        &sandbox,
+    )
+    .await;
+    assert_denied(&error, EACCES);
+    let error = fail(
+        &client,
+        "fs/open",
+        json!({"handleId": "bin", "path": uri(&binary), "mode": "read"}),
+        &sandbox,
+    )
+    .await;
+    assert_denied(&error, EACCES);
+    let binary_arg = binary.to_str().unwrap();
+    let read = run(
+        &client,
+        params("cat", &["/usr/bin/cat", binary_arg], &d.ws, sandbox.clone()),
+    )
+    .await;
+    sandbox_support::assert_denied(&read, "Permission denied");
+    let exec = run(
+        &client,
+        params("exec", &[binary_arg, "--version"], &d.ws, sandbox),
+    )
+    .await;
+    assert_eq!(exec.code, 126, "{exec:?}");
+    assert!(exec.denied, "{exec:?}");
+
+    // Granted, it is an ordinary program.
+    let granted = explicit(&[
+        (&d.ws, "write"),
+        (Path::new("/usr"), "read"),
+        (binary.parent().unwrap(), "read"),
+    ]);
+    let exec = run(
+        &client,
+        params("granted", &[binary_arg, "--version"], &d.ws, granted),
+    )
+    .await;
+    assert_ok(&exec);
+    assert!(exec.output.starts_with("exec-server "), "{exec:?}");
 }

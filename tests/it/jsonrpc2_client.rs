@@ -1,7 +1,7 @@
 //! A standard JSON-RPC 2.0 client (jsonrpsee) drives the daemon: requests, errors and plain
 //! server notifications all arrive in the strict dialect.
 
-mod common;
+use crate::common;
 
 use common::*;
 use jsonrpsee::core::client::{ClientT, SubscriptionClientT};

@@ -1,6 +1,6 @@
 //! The human CLI (`exec-server run`, `exec-server fs`) against a real daemon.
 
-mod common;
+use crate::common;
 
 use common::Daemon;
 use std::io::Write as _;

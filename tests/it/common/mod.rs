@@ -1,5 +1,4 @@
 //! Test harness: starts the real `exec-server` binary and speaks to it over a real WebSocket.
-#![allow(dead_code)]
 
 pub mod http_server;
 
@@ -80,10 +79,6 @@ impl Daemon {
 
     pub fn pid(&self) -> i32 {
         self.child.id() as i32
-    }
-
-    pub fn http_url(&self, path: &str) -> String {
-        format!("http://{}{path}", &self.url["ws://".len()..])
     }
 
     pub fn send_signal(&self, signal: i32) {

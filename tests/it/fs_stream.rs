@@ -1,6 +1,6 @@
 //! `fs/open`, `fs/readBlock`, `fs/writeBlock`, `fs/close` end to end.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{json, Value};

@@ -1,0 +1,207 @@
+//! Managed network: the sandbox reaches the host's loopback proxy ports, and nothing else.
+//!
+//! A managed launch runs in a helper with its own empty network namespace, as a restricted one
+//! does. Once it has the plan, the helper brings that namespace's `lo` up, listens on
+//! 127.0.0.1 at each listed port there ([`open`]), and passes the listeners to the daemon on
+//! its control socket before it goes on with the launch. A socket keeps the namespace it was
+//! made in, so the daemon, on the host's network, accepts the program's connections on them
+//! and relays each to the host's 127.0.0.1 at the same port ([`Bridge`]); the daemon holds the
+//! only copies, and dropping the bridge (when the process has exited) closes the listeners and
+//! every relayed connection. Inside, any other port of 127.0.0.1 is refused (nothing listens),
+//! any other address is unreachable (no route), and seccomp and Landlock refuse the rest (see
+//! `seccomp::tcp_only`, `landlock::restrict`).
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::os::fd::{AsRawFd as _, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Most loopback ports one launch may ask for (a client's proxy has one or two).
+pub const MAX_PORTS: usize = 16;
+
+/// Relayed connections open at once per launch; more are closed when accepted.
+const MAX_CONNECTIONS: usize = 64;
+
+/// How long a relay waits for the host's port to accept.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long an accept loop pauses after a failed accept (e.g. EMFILE) instead of spinning.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+
+/// Sent by the helper with the listeners; a failure report starts with `{` instead.
+const LISTENERS: u8 = b'L';
+
+/// In the helper, in its new network namespace (which it may still configure): `lo` up, a
+/// listener on 127.0.0.1 at each of `ports`, all sent to the daemon on `control` (then closed
+/// here, so the program never holds them).
+pub fn open(control: &UnixStream, ports: &[u16]) -> io::Result<()> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    loopback_up()?;
+    let listeners = ports
+        .iter()
+        .map(|&port| std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port)))
+        .collect::<io::Result<Vec<_>>>()?;
+    let fds: Vec<RawFd> = listeners.iter().map(|l| l.as_raw_fd()).collect();
+    // No ports: the marker alone (the daemon has nothing to bridge).
+    let rights = [ControlMessage::ScmRights(&fds)];
+    sendmsg::<()>(
+        control.as_raw_fd(),
+        &[io::IoSlice::new(&[LISTENERS])],
+        if fds.is_empty() { &[] } else { &rights },
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )?;
+    Ok(())
+}
+
+/// Sets IFF_UP on `lo`, which assigns it 127.0.0.1.
+fn loopback_up() -> io::Result<()> {
+    use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType};
+    // A TCP socket: the only inet kind the managed seccomp filter lets the helper make.
+    let socket = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    // SAFETY: a zeroed ifreq is valid; the name fits with its NUL.
+    let mut request: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (slot, byte) in request.ifr_name.iter_mut().zip(b"lo\0") {
+        *slot = *byte as libc::c_char;
+    }
+    // SAFETY: the interface ioctls read and write the ifreq we pass.
+    unsafe {
+        if libc::ioctl(socket.as_raw_fd(), libc::SIOCGIFFLAGS, &mut request) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        request.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+        if libc::ioctl(socket.as_raw_fd(), libc::SIOCSIFFLAGS, &request) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// In the daemon: the first message on a managed helper's control socket. With the listeners
+/// (after the marker): them and the bytes that followed. A helper that failed before it could
+/// send them writes its failure report instead: no listeners, and the report's first bytes.
+pub async fn receive(control: &tokio::net::UnixStream) -> io::Result<(Vec<OwnedFd>, Vec<u8>)> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    use std::os::fd::FromRawFd as _;
+    let mut data = [0u8; 512];
+    let (fds, bytes) = loop {
+        control.readable().await?;
+        let received = control.try_io(tokio::io::Interest::READABLE, || {
+            let mut iov = [io::IoSliceMut::new(&mut data)];
+            let mut space = nix::cmsg_space!([RawFd; MAX_PORTS]);
+            let message = recvmsg::<()>(
+                control.as_raw_fd(),
+                &mut iov,
+                Some(&mut space),
+                MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT,
+            )?;
+            let mut fds = Vec::new();
+            for control in message.cmsgs()? {
+                if let ControlMessageOwned::ScmRights(raw) = control {
+                    // SAFETY: the kernel installed these descriptors for us alone.
+                    fds.extend(
+                        raw.into_iter()
+                            .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                    );
+                }
+            }
+            Ok((fds, message.bytes))
+        });
+        match received {
+            Ok(received) => break received,
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(err) => return Err(err),
+        }
+    };
+    Ok(match data[..bytes].split_first() {
+        Some((&LISTENERS, rest)) => (fds, rest.to_vec()),
+        _ => (Vec::new(), data[..bytes].to_vec()),
+    })
+}
+
+/// The relays of one launch. Dropping it closes the listeners and every relayed connection.
+#[derive(Debug)]
+pub struct Bridge {
+    _tasks: tokio::task::JoinSet<()>,
+}
+
+impl Bridge {
+    /// Serves `listeners`, which must be TCP listeners on 127.0.0.1 at exactly `ports`.
+    pub fn start(listeners: Vec<OwnedFd>, ports: &[u16]) -> io::Result<Self> {
+        let mut tasks = tokio::task::JoinSet::new();
+        let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+        let mut seen = Vec::new();
+        for fd in listeners {
+            let listener = std::net::TcpListener::from(fd);
+            let port = match listener.local_addr()? {
+                SocketAddr::V4(addr) if *addr.ip() == Ipv4Addr::LOCALHOST => addr.port(),
+                other => {
+                    return Err(io::Error::other(format!(
+                        "the sandbox helper sent a listener on {other}"
+                    )))
+                }
+            };
+            if !ports.contains(&port) || seen.contains(&port) {
+                return Err(io::Error::other(format!(
+                    "the sandbox helper sent a listener on port {port}, which was not asked for"
+                )));
+            }
+            seen.push(port);
+            listener.set_nonblocking(true)?;
+            let listener = tokio::net::TcpListener::from_std(listener)?;
+            tasks.spawn(serve(listener, port, permits.clone()));
+        }
+        if seen.len() != ports.len() {
+            return Err(io::Error::other(
+                "the sandbox helper did not send a listener for every port",
+            ));
+        }
+        Ok(Self { _tasks: tasks })
+    }
+}
+
+/// Accepts the sandbox's connections to `port` and relays each to the host's. Its relays are
+/// its own tasks, so aborting it ends them too.
+async fn serve(listener: tokio::net::TcpListener, port: u16, permits: Arc<tokio::sync::Semaphore>) {
+    let mut relays = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((inner, _)) => match permits.clone().try_acquire_owned() {
+                    Ok(permit) => {
+                        relays.spawn(async move {
+                            relay(inner, port).await;
+                            drop(permit);
+                        });
+                    }
+                    Err(_) => tracing::debug!(port, "too many relayed connections; closing one"),
+                },
+                Err(err) => {
+                    tracing::warn!(port, "accepting a managed-network connection: {err}");
+                    tokio::time::sleep(ACCEPT_RETRY).await;
+                }
+            },
+            Some(_) = relays.join_next() => {}
+        }
+    }
+}
+
+async fn relay(mut inner: tokio::net::TcpStream, port: u16) {
+    let connect = tokio::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port));
+    let mut outer = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
+        Ok(Ok(outer)) => outer,
+        // The sandbox sees its connection closed, as if the proxy had closed it.
+        Ok(Err(err)) => return tracing::debug!(port, "relaying to the host: {err}"),
+        Err(_) => return tracing::debug!(port, "relaying to the host: timed out"),
+    };
+    let _ = inner.set_nodelay(true);
+    let _ = outer.set_nodelay(true);
+    let _ = tokio::io::copy_bidirectional(&mut inner, &mut outer).await;
+}

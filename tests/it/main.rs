@@ -1,0 +1,37 @@
+//! The end-to-end tests, one module per area, in a single binary: each test binary links the
+//! whole daemon, and a link per file made up most of a test build on a two-core machine.
+//! `cargo test --test it <area>::` runs one area, `cargo test --test it -- a:: b::`
+//! several, and any name filter works as before.
+//!
+//! Tests share this process, so none may change process-wide state (environment, current
+//! directory, signal dispositions, lowering a limit): what a daemon needs is set on its
+//! `Command`.
+
+mod common;
+mod sandbox_support;
+mod support {
+    pub mod http_proxy;
+    pub mod proxy;
+}
+
+mod binary;
+mod cli;
+mod client;
+mod environment;
+mod fs;
+mod fs_stream;
+mod fs_watch;
+mod http;
+mod jsonrpc2_client;
+mod process;
+mod process_tree;
+mod protocol_doc;
+mod robustness;
+mod sandbox;
+mod sandbox_fs;
+mod sandbox_fs_ops;
+mod sandbox_managed_net;
+mod sandbox_net;
+mod session;
+mod soak;
+mod transport;
