@@ -402,8 +402,15 @@ async fn supervise(
     while let Some(report) = reports.next().await {
         // A sandbox's placeholders can be removed once nothing has its mount namespace (where
         // they are mount points): when the tree is gone, after its supervisor (the sandbox
-        // helper) exited, which follows its last report at once.
+        // helper) exited, which follows its last report at once. Without placeholders the
+        // exit is not held up for the helper's own.
         let tree_gone = process.state.lock().unwrap().tree_gone;
+        let placeholders = process
+            .sandbox
+            .lock()
+            .unwrap()
+            .as_ref()
+            .is_some_and(Sandboxed::has_placeholders);
         match report {
             Report::Exited {
                 code,
@@ -415,7 +422,8 @@ async fn supervise(
                     usage.max_rss_kib = group.peak_kib().unwrap_or(usage.max_rss_kib);
                     oom = group.oom_killed();
                 }
-                if let Some(supervisor) = supervisor.as_mut().filter(|_| tree_gone) {
+                if let Some(supervisor) = supervisor.as_mut().filter(|_| tree_gone && placeholders)
+                {
                     let _ = supervisor.wait().await;
                 }
                 record_exit(&table, &process, code, signal, usage, oom, tree_gone).await
