@@ -105,7 +105,11 @@ pub async fn launch(
         Ok::<_, std::io::Error>((tree, first, listeners))
     };
     // Dropping the tree (on any error) closes the control socket: the supervisor ends.
-    let Ok(setup) = tokio::time::timeout(crate::sandbox::SETUP_TIMEOUT, setup).await else {
+    let setup = tokio::time::timeout(crate::sandbox::SETUP_TIMEOUT, setup).await;
+    if kind == Kind::Plain {
+        pool::refill_plain();
+    }
+    let Ok(setup) = setup else {
         return Err(
             std::io::Error::other("the supervisor did not start the program in time").into(),
         );

@@ -100,20 +100,21 @@ fn pool(guard: &mut Option<Pool>) -> &mut Pool {
 }
 
 /// The control socket of a plain supervisor waiting for its launch: a waiting one, or a new
-/// one; replacements are forked in the background. Supervisors are forked by the fork server,
-/// not executed: a plain launch costs neither an exec of the daemon's binary nor, when one is
-/// waiting, a fork on its path.
+/// one. Supervisors are forked by the fork server, not executed: a plain launch costs neither
+/// an exec of the daemon's binary nor, when one is waiting, a fork on its path.
 pub async fn take_plain() -> Result<UnixStream, StartError> {
-    let runtime = tokio::runtime::Handle::current().id();
     let waiting = pool(&mut POOL.lock().unwrap()).plain.pop();
-    refill_plain(runtime);
     match waiting {
         Some(control) => Ok(control),
         None => fork_supervisor().await,
     }
 }
 
-fn refill_plain(runtime: tokio::runtime::Id) {
+/// Forks replacements for the plain supervisors taken, in the background. Called once a launch
+/// has its verdict: on two cores, a fork (and the new supervisor's setup) beside the launch
+/// delayed the launch itself.
+pub fn refill_plain() {
+    let runtime = tokio::runtime::Handle::current().id();
     let missing = {
         let mut guard = POOL.lock().unwrap();
         let pool = pool(&mut guard);
