@@ -370,20 +370,22 @@ pub async fn send(
     frames: &[u8],
 ) -> io::Result<()> {
     use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
-    let Some((first, rest)) = frames.split_first() else {
+    if frames.is_empty() {
         return Err(io::Error::other("empty launch"));
-    };
+    }
     let fds: Vec<_> = fds.iter().map(|fd| fd.as_raw_fd()).collect();
-    // The descriptors travel with the first byte (a stream socket carries control data only
-    // along with data), which always fits: nothing was sent on this socket before.
-    sendmsg::<()>(
+    // The descriptors travel with the data (a stream socket carries control data only along
+    // with data), and as much of the launch as the socket takes: nothing was sent on it
+    // before, so at least its first byte. One message wakes the supervisor once, with all it
+    // needs (a launch sent after the descriptors woke it twice).
+    let sent = sendmsg::<()>(
         control.as_raw_fd(),
-        &[io::IoSlice::new(std::slice::from_ref(first))],
+        &[io::IoSlice::new(frames)],
         &[ControlMessage::ScmRights(&fds)],
         MsgFlags::MSG_NOSIGNAL,
         None,
     )?;
-    control.write_all(rest).await
+    control.write_all(&frames[sent..]).await
 }
 
 /// A thread's scheduling policy and its parameters (the nice value is separate, and is kept).
