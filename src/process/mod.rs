@@ -399,6 +399,8 @@ async fn supervise(
     mut reports: tree::Reports,
     group: Option<cgroup::Group>,
 ) {
+    // A plain supervisor is reused once it confirmed the tree gone and reported the exit.
+    let (mut exited, mut confirmed_gone) = (false, false);
     while let Some(report) = reports.next().await {
         // A sandbox's placeholders can be removed once nothing has its mount namespace (where
         // they are mount points): when the tree is gone, after its supervisor (the sandbox
@@ -426,10 +428,20 @@ async fn supervise(
                 {
                     let _ = supervisor.wait().await;
                 }
-                record_exit(&table, &process, code, signal, usage, oom, tree_gone).await
+                record_exit(&table, &process, code, signal, usage, oom, tree_gone).await;
+                exited = true;
             }
-            Report::Gone { confirmed, usage } => process.record_gone(&table, confirmed, usage),
+            Report::Gone { confirmed, usage } => {
+                process.record_gone(&table, confirmed, usage);
+                confirmed_gone = confirmed;
+            }
             Report::Started { .. } | Report::Failed { .. } => {}
+        }
+        if supervisor.is_none() && exited && confirmed_gone {
+            // Empty now: removed before the supervisor can start another tree.
+            drop(group);
+            tree::reuse(reports, &process.orders);
+            return;
         }
     }
     if !process.is_exited() {

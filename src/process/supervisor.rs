@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::ffi::{CString, OsStr};
 use std::io::{Read as _, Write as _};
-use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd as _, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -38,6 +38,10 @@ pub const READY: u8 = b'R';
 
 /// Order: kill the whole tree, then report `exited` (if not yet) and `gone`.
 pub const KILL: u8 = b'K';
+/// The first byte of a launch (the descriptors travel with it). A plain supervisor serves one
+/// launch after another, so an order sent just as the previous tree ended may come first: it
+/// is skipped.
+const LAUNCH: u8 = b'L';
 /// Order: send the next byte's signal to the program's process group while it runs.
 pub const SIGNAL: u8 = b'S';
 
@@ -99,6 +103,7 @@ pub fn main_if_supervisor() {
     if args.next().as_deref() != Some(OsStr::new(SUPERVISOR_ARG)) {
         return;
     }
+    become_workload();
     let mut control = control_socket().unwrap_or_else(|failure| exit_for(&failure));
     // Its own session, so that nothing aimed at the daemon's group or terminal reaches it.
     // SAFETY: plain syscall.
@@ -176,7 +181,9 @@ fn serve_forks(control: &UnixStream) -> ! {
     }
 }
 
-/// A forked plain supervisor: its own session, the subreaper of its tree, one launch.
+/// A forked plain supervisor: its own session, the subreaper of its trees, one launch after
+/// another. It is handed back to the daemon's pool once a tree is confirmed gone, so a
+/// launch costs neither a fork nor an exit of a supervisor (a few hundred µs each here).
 fn supervise(control: UnixStream) -> ! {
     // SAFETY: plain syscall.
     if unsafe { libc::setsid() } < 0 || !become_subreaper() {
@@ -185,25 +192,29 @@ fn supervise(control: UnixStream) -> ! {
             os_fail("supervisor")(std::io::Error::last_os_error()),
         );
     }
-    let (stdio, setup, payload) =
-        receive(&control).unwrap_or_else(|failure| refuse(&control, failure));
-    let launch: PlainLaunch = serde_json::from_slice(&payload)
-        .unwrap_or_else(|err| refuse(&control, fail("launch")(err.to_string())));
-    let simple = !setup.tty
-        && stdio.len() == 3
-        && setup.max_open_files.is_none()
-        && setup.max_cpu_seconds.is_none();
-    if simple {
-        spawn_plain(control, stdio, &launch)
-    } else {
-        run(control, stdio, setup, |setup| exec_plain(&launch, setup))
+    loop {
+        let (stdio, setup, payload) =
+            receive(&control).unwrap_or_else(|failure| refuse(&control, failure));
+        let launch: PlainLaunch = serde_json::from_slice(&payload)
+            .unwrap_or_else(|err| refuse(&control, fail("launch")(err.to_string())));
+        let simple = !setup.tty
+            && stdio.len() == 3
+            && setup.max_open_files.is_none()
+            && setup.max_cpu_seconds.is_none();
+        if simple {
+            spawn_plain(&control, stdio, &launch)
+        } else {
+            run(&control, stdio, &setup, &payload, |setup, _| {
+                exec_plain(&launch, setup)
+            })
+        }
     }
 }
 
 /// The common launch (pipes, no limits) needs nothing done between fork and exec but a new
 /// process group, so std spawns it with `posix_spawn` (vfork: no copy of this process's page
 /// tables, and the exec's outcome without a pipe), which shortens every launch.
-fn spawn_plain(control: UnixStream, stdio: Vec<OwnedFd>, launch: &PlainLaunch) -> ! {
+fn spawn_plain(control: &UnixStream, stdio: Vec<OwnedFd>, launch: &PlainLaunch) {
     use std::os::unix::process::CommandExt as _;
     let sigchld = block_sigchld();
     let [stdin, stdout, stderr]: [OwnedFd; 3] = stdio.try_into().expect("checked by the caller");
@@ -222,8 +233,15 @@ fn spawn_plain(control: UnixStream, stdio: Vec<OwnedFd>, launch: &PlainLaunch) -
     match spawned {
         // Reaped by the supervision loop, with everything else of the tree.
         Ok(child) => supervise_tree(control, sigchld, child.id() as i32, None),
-        Err(err) => refuse(&control, os_fail(EXEC_STAGE)(err)),
+        Err(err) => refuse(control, os_fail(EXEC_STAGE)(err)),
     }
+}
+
+/// Supervisors and what they start are the kernel's first choice under memory pressure, not
+/// the daemon (whose low score they would inherit). Set by each supervisor first thing, before
+/// it forks anything; raising needs no privilege.
+pub fn become_workload() {
+    let _ = std::fs::write("/proc/self/oom_score_adj", "500");
 }
 
 /// Makes this process the child subreaper of its descendants.
@@ -248,7 +266,8 @@ pub fn receive(control: &UnixStream) -> Result<(Vec<OwnedFd>, ChildSetup, Vec<u8
     use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
     let mut first = [0u8; 4096];
     let mut fds = Vec::new();
-    let received = {
+    // Orders left from a previous launch come first, each alone or glued to the launch.
+    let (start, received) = loop {
         let mut iov = [std::io::IoSliceMut::new(&mut first)];
         let mut space = nix::cmsg_space!([RawFd; 5]);
         let message = recvmsg::<()>(
@@ -270,18 +289,32 @@ pub fn receive(control: &UnixStream) -> Result<(Vec<OwnedFd>, ChildSetup, Vec<u8
         if message.flags.contains(MsgFlags::MSG_CTRUNC) {
             return Err(fail("policy")("too many descriptors".into()));
         }
-        message.bytes
+        let received = message.bytes;
+        if received == 0 {
+            // The daemon went away before handing out a launch.
+            std::process::exit(0);
+        }
+        let mut start = 0;
+        while let Some(&byte) = first[..received].get(start).filter(|&&b| b != LAUNCH) {
+            start += match byte {
+                KILL => 1,
+                SIGNAL => 2,
+                _ => return Err(fail("policy")("not a launch".into())),
+            };
+        }
+        if start < received {
+            break (start + 1, received);
+        }
+        if !fds.is_empty() {
+            return Err(fail("policy")("descriptors without a launch".into()));
+        }
     };
-    if received == 0 {
-        // The daemon went away before handing out this process.
-        std::process::exit(0);
-    }
     if !(3..=5).contains(&fds.len()) {
         return Err(fail("policy")(
             "expected the program's three stdio descriptors".into(),
         ));
     }
-    let mut input = std::io::Cursor::new(first[..received].to_vec()).chain(control);
+    let mut input = std::io::Cursor::new(first[start..received].to_vec()).chain(control);
     let mut frame = || -> Result<Vec<u8>, Failure> {
         let mut len = [0u8; 4];
         input
@@ -305,7 +338,8 @@ pub fn receive(control: &UnixStream) -> Result<(Vec<OwnedFd>, ChildSetup, Vec<u8
 /// The frames [`receive`] reads, for the daemon to send.
 pub fn frames(setup: &ChildSetup, payload: &[u8]) -> Vec<u8> {
     let setup = serde_json::to_vec(setup).expect("the setup serializes");
-    let mut out = Vec::with_capacity(8 + setup.len() + payload.len());
+    let mut out = Vec::with_capacity(9 + setup.len() + payload.len());
+    out.push(LAUNCH);
     for frame in [&setup[..], payload] {
         out.extend_from_slice(&(frame.len() as u32).to_le_bytes());
         out.extend_from_slice(frame);
@@ -358,48 +392,111 @@ pub fn exit_for(failure: &Failure) -> ! {
     });
 }
 
-/// Forks the program's process, which takes `stdio` and its session, then runs `child` (which
-/// executes the program or returns why it could not); this process supervises the tree.
-pub fn run(
-    control: UnixStream,
-    stdio: Vec<OwnedFd>,
-    setup: ChildSetup,
-    child: impl FnOnce(&ChildSetup) -> Failure,
-) -> ! {
+/// The program's process, forked before its launch is known: it waits for the launch that its
+/// supervisor passes on ([`Ahead::launch`]). A sandbox helper forks it while it is pre-started,
+/// so no fork is on a sandboxed launch's path.
+pub struct Ahead {
+    pid: i32,
+    /// Where the launch goes to the child.
+    launch: UnixStream,
+    /// EOF when the child executed its program (close-on-exec), its [`Failure`] otherwise.
+    status: std::fs::File,
+    sigchld: OwnedFd,
+}
+
+/// Forks the program's process ahead of its launch. The child receives the launch (its stdio,
+/// the [`ChildSetup`], the payload), takes the stdio and its own session, then runs `child`,
+/// which executes the program or returns why it could not. The child has no part of `control`.
+pub fn fork_ahead(
+    control: &UnixStream,
+    child: impl FnOnce(&ChildSetup, Vec<u8>) -> Failure,
+) -> Result<Ahead, Failure> {
     let sigchld = block_sigchld();
-    let (status_read, status_write) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
-        Ok(pipe) => pipe,
-        Err(errno) => refuse(&control, os_fail("supervisor")(errno.into())),
-    };
+    let (status_read, status_write) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| os_fail("supervisor")(e.into()))?;
+    let (launch, theirs) = UnixStream::pair().map_err(os_fail("supervisor"))?;
     // SAFETY: this process is single-threaded, so the child may run anything.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
-        drop(status_read);
-        let failure = enter(&stdio, &setup).err().unwrap_or_else(|| {
-            drop(stdio);
-            child(&setup)
-        });
+        drop((status_read, launch, sigchld));
+        // SAFETY: the control socket is the supervisor's alone.
+        unsafe { libc::close(control.as_raw_fd()) };
+        let failure = match receive(&theirs) {
+            Ok((stdio, setup, payload)) => {
+                drop(theirs);
+                enter(&stdio, &setup).err().unwrap_or_else(|| {
+                    drop(stdio);
+                    child(&setup, payload)
+                })
+            }
+            Err(failure) => failure,
+        };
         let mut status = std::fs::File::from(status_write);
         let _ = status.write_all(&serde_json::to_vec(&failure).unwrap_or_default());
         exit_for(&failure)
     }
-    drop(status_write);
-    // The program's pipes or terminal must close when the program's side does.
-    drop(stdio);
+    drop((status_write, theirs));
     if pid < 0 {
-        refuse(
-            &control,
-            os_fail("supervisor")(std::io::Error::last_os_error()),
-        );
+        return Err(os_fail("supervisor")(std::io::Error::last_os_error()));
     }
-    // EOF when the exec succeeded (the pipe is close-on-exec), the failure otherwise.
-    let mut text = Vec::new();
-    let _ = std::fs::File::from(status_read).read_to_end(&mut text);
-    supervise_tree(control, sigchld, pid, serde_json::from_slice(&text).ok())
+    Ok(Ahead {
+        pid,
+        launch,
+        status: status_read.into(),
+        sigchld,
+    })
 }
 
-/// Reports the exec of the program `pid` (or its `failure`), then supervises its tree.
-fn supervise_tree(control: UnixStream, sigchld: OwnedFd, pid: i32, failure: Option<Failure>) -> ! {
+impl Ahead {
+    /// Passes the launch (`stdio`, then [`frames`]) on to the child and supervises its tree
+    /// until it is confirmed gone.
+    pub fn launch(mut self, control: &UnixStream, stdio: Vec<OwnedFd>, frames: &[u8]) {
+        let passed = send_launch(&self.launch, &stdio, frames);
+        // The program's pipes or terminal must close when the program's side does.
+        drop((stdio, self.launch));
+        // EOF when the exec succeeded, the failure otherwise (the child's, or that it never
+        // got its launch).
+        let mut text = Vec::new();
+        let _ = self.status.read_to_end(&mut text);
+        let failure = match passed {
+            Ok(()) => serde_json::from_slice(&text).ok(),
+            Err(err) => Some(os_fail("supervisor")(err)),
+        };
+        supervise_tree(control, self.sigchld, self.pid, failure)
+    }
+}
+
+/// Forks the program's process for a launch already received, and supervises its tree until
+/// it is confirmed gone (see [`fork_ahead`]).
+pub fn run(
+    control: &UnixStream,
+    stdio: Vec<OwnedFd>,
+    setup: &ChildSetup,
+    payload: &[u8],
+    child: impl FnOnce(&ChildSetup, Vec<u8>) -> Failure,
+) {
+    match fork_ahead(control, child) {
+        Ok(ahead) => ahead.launch(control, stdio, &frames(setup, payload)),
+        Err(failure) => refuse(control, failure),
+    }
+}
+
+/// Sends a launch: the descriptors with the first bytes, then the rest.
+pub fn send_launch(socket: &UnixStream, fds: &[OwnedFd], frames: &[u8]) -> std::io::Result<()> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    let fds: Vec<RawFd> = fds.iter().map(AsRawFd::as_raw_fd).collect();
+    let sent = sendmsg::<()>(
+        socket.as_raw_fd(),
+        &[std::io::IoSlice::new(frames)],
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )?;
+    (&*socket).write_all(&frames[sent..])
+}
+/// Reports the exec of the program `pid` (or its `failure`), then supervises its tree until it
+/// is confirmed gone.
+fn supervise_tree(control: &UnixStream, sigchld: OwnedFd, pid: i32, failure: Option<Failure>) {
     let supervisor = own_pid();
     let started = match failure {
         Some(failure) => Report::Failed {
@@ -409,13 +506,14 @@ fn supervise_tree(control: UnixStream, sigchld: OwnedFd, pid: i32, failure: Opti
         },
         None => Report::Started { pid, supervisor },
     };
-    report(&control, &started);
+    report(control, &started);
     Supervisor {
         control,
         sigchld,
         leader: pid,
         leader_exit: None,
         exit_reported: false,
+        usage: TreeUsage::default(),
     }
     .serve()
 }
@@ -516,20 +614,22 @@ fn block_sigchld() -> OwnedFd {
     }
 }
 
-struct Supervisor {
-    control: UnixStream,
+struct Supervisor<'a> {
+    control: &'a UnixStream,
     sigchld: OwnedFd,
     leader: i32,
     /// The program's wait status, once reaped.
     leader_exit: Option<libc::c_int>,
     exit_reported: bool,
+    usage: TreeUsage,
 }
 
-impl Supervisor {
-    fn serve(mut self) -> ! {
+impl Supervisor<'_> {
+    /// Returns once the tree is confirmed gone, and both reports are sent.
+    fn serve(mut self) {
         loop {
             if !self.reap() {
-                self.gone(true);
+                return self.gone(true);
             }
             if self.leader_exit.is_some() && !self.exit_reported {
                 self.report_exit();
@@ -555,11 +655,11 @@ impl Supervisor {
             }
             if fds[0].revents != 0 {
                 let mut order = [0u8; 2];
-                match self.control.read(&mut order[..1]) {
+                match (&mut self.control).read(&mut order[..1]) {
                     Ok(0) | Err(_) => self.on_daemon_gone(),
-                    Ok(_) if order[0] == KILL => self.kill_and_confirm(),
+                    Ok(_) if order[0] == KILL => return self.kill_and_confirm(),
                     Ok(_) if order[0] == SIGNAL => {
-                        if self.control.read_exact(&mut order[1..]).is_err() {
+                        if (&mut self.control).read_exact(&mut order[1..]).is_err() {
                             self.on_daemon_gone();
                         }
                         if self.leader_exit.is_none() {
@@ -580,23 +680,24 @@ impl Supervisor {
         std::process::exit(0)
     }
 
-    fn kill_and_confirm(&mut self) -> ! {
+    fn kill_and_confirm(&mut self) {
         let confirmed = self.kill_tree(Some(Instant::now() + KILL_BOUND));
         self.gone(confirmed);
     }
 
     /// Reports the tree gone, then the program's exit, so that the daemon knows the tree's fate
-    /// when it reports the exit; without confirmation, after killing the tree to the end.
-    fn gone(&mut self, confirmed: bool) -> ! {
-        let usage = usage();
-        report(&self.control, &Report::Gone { confirmed, usage });
+    /// when it reports the exit. Without confirmation, it kills the tree to the end and exits:
+    /// such a supervisor serves no other launch.
+    fn gone(&mut self, confirmed: bool) {
+        let usage = self.usage.report();
+        report(self.control, &Report::Gone { confirmed, usage });
         self.report_exit();
         if !confirmed {
             self.kill_tree(None);
             // A program that was reaped only now.
             self.report_exit();
+            std::process::exit(0)
         }
-        std::process::exit(0)
     }
 
     fn report_exit(&mut self) {
@@ -613,9 +714,9 @@ impl Supervisor {
         } else {
             (libc::WEXITSTATUS(status), None)
         };
-        let usage = usage();
+        let usage = self.usage.report();
         report(
-            &self.control,
+            self.control,
             &Report::Exited {
                 code,
                 signal,
@@ -624,19 +725,24 @@ impl Supervisor {
         );
     }
 
-    /// Reaps every exited child. Returns false once none is left.
+    /// Reaps every exited child, adding up its usage. Returns false once none is left.
     fn reap(&mut self) -> bool {
         loop {
             let mut status = 0;
-            // SAFETY: plain call with a valid status pointer.
-            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+            // SAFETY: plain call with valid out-pointers.
+            let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+            let pid = unsafe { libc::wait4(-1, &mut status, libc::WNOHANG, &mut usage) };
             match pid {
                 0 => return true,
                 p if p < 0 => {
                     return std::io::Error::last_os_error().raw_os_error() != Some(libc::ECHILD)
                 }
-                p if p == self.leader => self.leader_exit = Some(status),
-                _ => {}
+                p => {
+                    if p == self.leader {
+                        self.leader_exit = Some(status);
+                    }
+                    self.usage.add(&usage);
+                }
             }
         }
     }
@@ -648,7 +754,7 @@ impl Supervisor {
         // SAFETY: plain syscall.
         let own_group = unsafe { libc::getpgrp() };
         loop {
-            for child in children() {
+            for child in children(own_pid()) {
                 // SAFETY: plain syscalls on our own unreaped children and their groups.
                 unsafe {
                     let group = libc::getpgid(child);
@@ -681,26 +787,39 @@ fn own_pid() -> i32 {
     unsafe { libc::getpid() }
 }
 
-/// This process's children (it is single-threaded, so its one task lists them all).
-fn children() -> Vec<i32> {
-    std::fs::read_to_string(format!("/proc/self/task/{}/children", own_pid()))
+/// The children of the single-threaded process `pid` (its one task lists them all).
+pub fn children(pid: i32) -> Vec<i32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
         .unwrap_or_default()
         .split_whitespace()
         .filter_map(|pid| pid.parse().ok())
         .collect()
 }
 
-/// The tree's usage as reaped so far: everything it ran has been reaped here, directly or by
-/// an ancestor that was.
-fn usage() -> ProcessUsage {
-    // SAFETY: plain call with a valid out-pointer.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) };
-    let ms = |t: libc::timeval| t.tv_sec as u64 * 1000 + t.tv_usec as u64 / 1000;
-    ProcessUsage {
-        user_cpu_ms: ms(usage.ru_utime),
-        system_cpu_ms: ms(usage.ru_stime),
-        max_rss_kib: usage.ru_maxrss as u64,
-        wall_ms: 0,
+/// The usage of one launch's tree as reaped so far: everything the tree ran is reaped here,
+/// directly or by an ancestor that was, and a reaped process's usage includes that of the
+/// descendants it reaped. Counted per launch, since a plain supervisor serves many.
+#[derive(Clone, Copy, Default)]
+struct TreeUsage {
+    user_us: u64,
+    system_us: u64,
+    max_rss_kib: u64,
+}
+
+impl TreeUsage {
+    fn add(&mut self, reaped: &libc::rusage) {
+        let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+        self.user_us += us(reaped.ru_utime);
+        self.system_us += us(reaped.ru_stime);
+        self.max_rss_kib = self.max_rss_kib.max(reaped.ru_maxrss as u64);
+    }
+
+    fn report(self) -> ProcessUsage {
+        ProcessUsage {
+            user_cpu_ms: self.user_us / 1000,
+            system_cpu_ms: self.system_us / 1000,
+            max_rss_kib: self.max_rss_kib,
+            wall_ms: 0,
+        }
     }
 }

@@ -31,8 +31,9 @@ pub struct Reports(
     >,
 );
 
-/// The write half of the control socket.
-pub struct Orders(OwnedWriteHalf);
+/// The write half of the control socket; taken back when a plain supervisor is reused
+/// ([`reuse`]), after which orders go nowhere: never to the supervisor's next tree.
+pub struct Orders(std::sync::Mutex<Option<OwnedWriteHalf>>);
 
 /// What the supervisor says about the exec.
 pub enum Started {
@@ -99,7 +100,7 @@ pub async fn launch(
             reports: Reports(
                 tokio::io::BufReader::new(std::io::Cursor::new(read).chain(read_half)).lines(),
             ),
-            orders: Orders(write),
+            orders: Orders(std::sync::Mutex::new(Some(write))),
         };
         let first = tree.reports.next().await;
         Ok::<_, std::io::Error>((tree, first, listeners))
@@ -144,7 +145,7 @@ impl Reports {
 impl Orders {
     /// Kill the whole tree; the supervisor answers with `exited` (if not yet) and `gone`.
     pub fn kill(&self) {
-        self.send(&[supervisor::KILL, 0]);
+        self.send(&[supervisor::KILL]);
     }
 
     /// `signal` to the program's process group, while it has not exited.
@@ -152,9 +153,32 @@ impl Orders {
         self.send(&[supervisor::SIGNAL, signal as u8]);
     }
 
-    fn send(&self, order: &[u8; 2]) {
-        // Two bytes always fit in an idle socket's buffer; a supervisor that is gone needs no
-        // order.
-        let _ = self.0.try_write(order);
+    fn send(&self, order: &[u8]) {
+        // An order's bytes always fit in an idle socket's buffer; a supervisor that is gone needs no
+        // order. One sent just before the socket was taken back reaches the supervisor ahead
+        // of its next launch, which skips it.
+        if let Some(orders) = &*self.0.lock().unwrap() {
+            let _ = orders.try_write(order);
+        }
+    }
+}
+
+/// Hands a plain supervisor whose tree is confirmed gone, and which reported it, back to the
+/// pool for the next launch.
+pub fn reuse(reports: Reports, orders: &Orders) {
+    let Some(write) = orders.0.lock().unwrap().take() else {
+        return;
+    };
+    let reader = reports.0.into_inner();
+    // Anything read past the last report would be lost: such a supervisor is not reused.
+    if !reader.buffer().is_empty() {
+        return;
+    }
+    let (before, read) = reader.into_inner().into_inner();
+    if before.position() < before.get_ref().len() as u64 {
+        return;
+    }
+    if let Ok(control) = read.reunite(write) {
+        pool::return_plain(control);
     }
 }

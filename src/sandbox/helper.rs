@@ -36,11 +36,14 @@ use super::plan::{Failure, Identity, NetworkMode, Plan, EXEC_STAGE};
 use super::{landlock, mounts, seccomp};
 use crate::process::supervisor::{self, control_socket, exit_for, READY};
 use std::ffi::{CString, OsStr};
-use std::io::Write as _;
+use std::io::{Read as _, Write as _};
 use std::os::unix::ffi::OsStrExt as _;
-use std::os::unix::net::UnixStream;
 
 pub const HELPER_ARG: &str = "__sandbox-exec";
+
+/// Sent by the daemon once the helper is in the cgroup it must be in (`super::peers`): only
+/// then may it fork.
+pub const ADMITTED: u8 = b'A';
 
 /// Runs the helper and never returns when this process was started as one.
 pub fn main_if_helper() {
@@ -60,36 +63,61 @@ pub fn main_if_helper() {
         );
         std::process::exit(125);
     };
+    supervisor::become_workload();
     let mut control = control_socket().unwrap_or_else(|failure| exit_for(&failure));
     // A failure before the plan is written instead of READY, and the helper exits.
-    let late = match start(&mut control, network) {
-        Ok(late) => late,
-        Err(failure) => {
+    let late = start(network).and_then(|late| {
+        let mut admitted = [0u8];
+        match (&control).read_exact(&mut admitted) {
+            Ok(()) if admitted[0] == ADMITTED => Ok(late),
+            // The daemon is gone, or never admitted it.
+            _ => std::process::exit(0),
+        }
+    });
+    // The program's process is forked now, off the launch path; it gets the plan from here.
+    let ahead = late.and_then(|late| {
+        supervisor::fork_ahead(&control, move |setup, text| {
+            let plan = match parse(&text, network) {
+                Ok(plan) => plan,
+                Err(failure) => return failure,
+            };
+            match run(plan, &late, setup) {
+                Ok(FsOp) => {
+                    // SAFETY: plain syscall; no descriptor above 2 is owned by anything still
+                    // alive. Closing the status pipe tells the supervisor the sandbox is in
+                    // place.
+                    if unsafe { libc::close_range(3, libc::c_uint::MAX, 0) } != 0 {
+                        return os_fail("fds")(std::io::Error::last_os_error());
+                    }
+                    crate::fs::helper::serve()
+                }
+                Err(failure) => failure,
+            }
+        })
+    });
+    let ahead = ahead
+        .and_then(|ahead| {
+            control.write_all(&[READY]).map_err(os_fail("control"))?;
+            Ok(ahead)
+        })
+        .unwrap_or_else(|failure| {
             let _ = control.write_all(&serde_json::to_vec(&failure).unwrap_or_default());
             exit_for(&failure)
-        }
-    };
+        });
     let (stdio, setup, text) = supervisor::receive(&control)
         .unwrap_or_else(|failure| supervisor::refuse(&control, failure));
-    let plan =
-        parse(&text, network).unwrap_or_else(|failure| supervisor::refuse(&control, failure));
-    if let Some(managed) = &plan.managed_network {
-        super::bridge::open(&control, &managed.ports)
-            .unwrap_or_else(|err| supervisor::refuse(&control, os_fail("network")(err)));
-    }
-    supervisor::run(control, stdio, setup, |setup| {
-        match run(plan, &late, setup) {
-            Ok(FsOp) => {
-                // SAFETY: plain syscall; no descriptor above 2 is owned by anything still
-                // alive. Closing the status pipe tells the supervisor the sandbox is in place.
-                if unsafe { libc::close_range(3, libc::c_uint::MAX, 0) } != 0 {
-                    return os_fail("fds")(std::io::Error::last_os_error());
-                }
-                crate::fs::helper::serve()
-            }
-            Err(failure) => failure,
+    if network == NetworkMode::Managed {
+        // The listeners are opened here, after the fork: the program never holds them.
+        let plan =
+            parse(&text, network).unwrap_or_else(|failure| supervisor::refuse(&control, failure));
+        if let Some(managed) = &plan.managed_network {
+            super::bridge::open(&control, &managed.ports)
+                .unwrap_or_else(|err| supervisor::refuse(&control, os_fail("network")(err)));
         }
-    })
+    }
+    ahead.launch(&control, stdio, &supervisor::frames(&setup, &text));
+    // A helper's namespaces were made for its one launch.
+    std::process::exit(0)
 }
 
 /// The plan, for this helper's network mode.
@@ -124,9 +152,8 @@ pub(crate) fn os_fail(stage: &str) -> impl Fn(std::io::Error) -> Failure + '_ {
 /// The plan asks for an fs operation in place of a program, and the sandbox is in place.
 struct FsOp;
 
-/// Everything that does not depend on the plan, then READY; returns the seccomp filter still
-/// to attach.
-fn start(control: &mut UnixStream, network: NetworkMode) -> Result<seccomp::BpfProgram, Failure> {
+/// Everything that does not depend on the plan; returns the seccomp filter still to attach.
+fn start(network: NetworkMode) -> Result<seccomp::BpfProgram, Failure> {
     // SAFETY: plain syscalls without pointers.
     if unsafe { libc::getsid(0) != libc::getpid() } && unsafe { libc::setsid() } < 0 {
         return Err(os_fail("session")(std::io::Error::last_os_error()));
@@ -151,7 +178,6 @@ fn start(control: &mut UnixStream, network: NetworkMode) -> Result<seccomp::BpfP
         return Err(os_fail("supervisor")(std::io::Error::last_os_error()));
     }
     seccomp::apply(&filters.early).map_err(fail("seccomp"))?;
-    control.write_all(&[READY]).map_err(os_fail("control"))?;
     Ok(filters.late)
 }
 

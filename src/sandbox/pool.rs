@@ -13,7 +13,7 @@
 use super::helper::HELPER_ARG;
 use super::plan::{Failure, NetworkMode};
 use crate::process::supervisor::{READY, SUPERVISOR_ARG};
-use std::io;
+use std::io::{self, Write as _};
 use std::os::fd::{AsRawFd as _, BorrowedFd};
 use std::process::Stdio;
 use std::sync::{Mutex, OnceLock};
@@ -24,6 +24,12 @@ use tokio::net::UnixStream;
 /// launches while replacements (at idle priority) are slow to start; with two, one launch in
 /// ten found none ready in a tight loop here and paid a full start.
 const IDLE: usize = 3;
+
+/// Plain supervisors are reused ([`return_plain`]), so back-to-back launches never need a new
+/// one: replacements are forked only when fewer than this many wait, and up to this many
+/// returned ones are kept.
+const PLAIN_LOW: usize = 2;
+const PLAIN_KEPT: usize = 8;
 
 /// A started helper that has not received a plan yet.
 pub struct Helper {
@@ -58,9 +64,6 @@ pub enum Kind {
 }
 
 static POOL: Mutex<Option<Pool>> = Mutex::new(None);
-
-/// The `oom_score_adj` of supervisors and everything they start.
-const WORKLOAD_OOM_SCORE_ADJ: &str = "500";
 
 /// Why no helper could be had.
 #[derive(Debug)]
@@ -110,15 +113,20 @@ pub async fn take_plain() -> Result<UnixStream, StartError> {
     }
 }
 
-/// Forks replacements for the plain supervisors taken, in the background. Called once a launch
-/// has its verdict: on two cores, a fork (and the new supervisor's setup) beside the launch
-/// delayed the launch itself.
+/// Forks replacements for the plain supervisors taken, in the background, when few are left
+/// waiting. Called once a launch has its verdict: on two cores, a fork (and the new
+/// supervisor's setup) beside the launch delayed the launch itself.
 pub fn refill_plain() {
     let runtime = tokio::runtime::Handle::current().id();
     let missing = {
         let mut guard = POOL.lock().unwrap();
         let pool = pool(&mut guard);
-        let missing = IDLE.saturating_sub(pool.plain.len() + pool.plain_starting);
+        let waiting = pool.plain.len() + pool.plain_starting;
+        let missing = if waiting < PLAIN_LOW {
+            IDLE - waiting
+        } else {
+            0
+        };
         pool.plain_starting += missing;
         missing
     };
@@ -135,6 +143,16 @@ pub fn refill_plain() {
                 Err(err) => tracing::warn!("cannot fork a supervisor: {err}"),
             }
         });
+    }
+}
+
+/// Takes back a plain supervisor that is ready for another launch; beyond what is kept, it is
+/// let go (it exits at the EOF).
+pub fn return_plain(control: UnixStream) {
+    let mut guard = POOL.lock().unwrap();
+    let pool = pool(&mut guard);
+    if pool.plain.len() < PLAIN_KEPT {
+        pool.plain.push(control);
     }
 }
 
@@ -288,11 +306,6 @@ async fn start(kind: Kind, background: bool) -> Result<Helper, StartError> {
             scheduling.apply(0)?;
         }
         let mut child = spawned?;
-        // Supervisors and what they start are the kernel's first choice under memory pressure,
-        // not the daemon (whose low score they would inherit). Raising needs no privilege.
-        if let Some(pid) = child.id() {
-            let _ = std::fs::write(format!("/proc/{pid}/oom_score_adj"), WORKLOAD_OOM_SCORE_ADJ);
-        }
         if let Some(cgroup) = cgroup {
             let admitted = child
                 .id()
@@ -311,6 +324,11 @@ async fn start(kind: Kind, background: bool) -> Result<Helper, StartError> {
     .await
     .map_err(io::Error::other)??;
     let socket = std::os::unix::net::UnixStream::from(ours);
+    if matches!(kind, Kind::Sandboxed(_)) {
+        // The helper forks the program's process once it knows it is in its cgroup, so that
+        // the fork is in it too. A helper that is gone reads nothing: its EOF below.
+        let _ = (&socket).write_all(&[super::helper::ADMITTED]);
+    }
     socket.set_nonblocking(true)?;
     let mut control = UnixStream::from_std(socket)?;
     let mut ready = [0u8; 1];
@@ -441,9 +459,13 @@ impl Scheduling {
         Ok(())
     }
 
-    /// Gives a waiting helper back the scheduling it was started without.
+    /// Gives a waiting helper, and the program's process it forked ahead, back the scheduling
+    /// they were started without.
     fn restore(self, pid: Option<u32>) -> io::Result<()> {
-        let pid = pid.ok_or_else(|| io::Error::other("the helper was reaped"))?;
-        self.apply(pid as libc::pid_t)
+        let pid = pid.ok_or_else(|| io::Error::other("the helper was reaped"))? as libc::pid_t;
+        self.apply(pid)?;
+        crate::process::supervisor::children(pid)
+            .into_iter()
+            .try_for_each(|child| self.apply(child))
     }
 }
