@@ -259,6 +259,7 @@ impl TableInner {
             group,
             reports,
             orders,
+            ..
         } = spawned.tree;
         let process = Arc::new(ManagedProcess {
             id: id.clone(),

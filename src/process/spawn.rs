@@ -82,7 +82,7 @@ pub async fn start(spec: &LaunchSpec) -> Result<Spawned, RpcError> {
         env: spec.env.clone(),
     };
     let payload = serde_json::to_vec(&launch).map_err(|e| RpcError::internal(e.to_string()))?;
-    let (tree, started, _) = tree::launch(Kind::Plain, spec, &stdio, &payload)
+    let (tree, started, _) = tree::launch(Kind::Plain, spec, &stdio, &payload, None)
         .await
         .map_err(|err| start_error(&spec.program, err))?;
     match started {

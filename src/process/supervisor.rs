@@ -25,7 +25,7 @@ use exec_server_protocol::process::ProcessUsage;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::ffi::{CString, OsStr};
-use std::io::{Read as _, Write as _};
+use std::io::{Read, Write as _};
 use std::os::fd::{AsRawFd, FromRawFd as _, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
@@ -232,7 +232,14 @@ fn spawn_plain(control: &UnixStream, stdio: Vec<OwnedFd>, launch: &PlainLaunch) 
         .spawn();
     match spawned {
         // Reaped by the supervision loop, with everything else of the tree.
-        Ok(child) => supervise_tree(control, sigchld, child.id() as i32, None),
+        Ok(child) => {
+            let pid = child.id() as i32;
+            let started = Report::Started {
+                pid,
+                supervisor: own_pid(),
+            };
+            Ahead { pid, sigchld }.supervise(control, Some(started))
+        }
         Err(err) => refuse(control, os_fail(EXEC_STAGE)(err)),
     }
 }
@@ -252,13 +259,26 @@ pub fn become_subreaper() -> bool {
 
 /// The control socket, moved off stdin (which becomes the program's) and close-on-exec.
 pub fn control_socket() -> Result<UnixStream, Failure> {
-    // SAFETY: duplicating our stdin into a new fd we then own.
-    let fd = unsafe { libc::fcntl(libc::STDIN_FILENO, libc::F_DUPFD_CLOEXEC, 3) };
-    if fd < 0 {
-        return Err(os_fail("control")(std::io::Error::last_os_error()));
+    take_socket(libc::STDIN_FILENO)
+}
+
+/// The socket the daemon passed as `fd`, moved off it (close-on-exec), with /dev/null in its
+/// place: no other copy of it stays open here.
+pub fn take_socket(fd: RawFd) -> Result<UnixStream, Failure> {
+    let last_os = || os_fail("control")(std::io::Error::last_os_error());
+    // SAFETY: duplicating an inherited fd into a new one we then own.
+    let socket = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    if socket < 0 {
+        return Err(last_os());
     }
     // SAFETY: the new fd is ours.
-    Ok(unsafe { UnixStream::from_raw_fd(fd) })
+    let socket = unsafe { UnixStream::from_raw_fd(socket) };
+    let null = std::fs::File::open("/dev/null").map_err(os_fail("control"))?;
+    // SAFETY: replaces the inherited fd, whose socket is kept above.
+    if unsafe { libc::dup2(null.as_raw_fd(), fd) } < 0 {
+        return Err(last_os());
+    }
+    Ok(socket)
 }
 
 /// The program's stdio (and cgroup), the child setup and the launch, as the daemon sends them.
@@ -315,24 +335,22 @@ pub fn receive(control: &UnixStream) -> Result<(Vec<OwnedFd>, ChildSetup, Vec<u8
         ));
     }
     let mut input = std::io::Cursor::new(first[start..received].to_vec()).chain(control);
-    let mut frame = || -> Result<Vec<u8>, Failure> {
-        let mut len = [0u8; 4];
-        input
-            .read_exact(&mut len)
-            .map_err(|e| os_fail("policy")(e))?;
-        let len = u32::from_le_bytes(len) as usize;
-        if len > MAX_PLAN_BYTES {
-            return Err(fail("policy")("the launch is too large".into()));
-        }
-        let mut data = vec![0; len];
-        input
-            .read_exact(&mut data)
-            .map_err(|e| os_fail("policy")(e))?;
-        Ok(data)
-    };
-    let setup = frame()?;
+    let setup = read_frame(&mut input)?;
     let setup = serde_json::from_slice(&setup).map_err(|e| fail("policy")(e.to_string()))?;
-    Ok((fds, setup, frame()?))
+    Ok((fds, setup, read_frame(&mut input)?))
+}
+
+/// One length-prefixed frame.
+pub fn read_frame(input: &mut impl Read) -> Result<Vec<u8>, Failure> {
+    let mut len = [0u8; 4];
+    input.read_exact(&mut len).map_err(os_fail("policy"))?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_PLAN_BYTES {
+        return Err(fail("policy")("the launch is too large".into()));
+    }
+    let mut data = vec![0; len];
+    input.read_exact(&mut data).map_err(os_fail("policy"))?;
+    Ok(data)
 }
 
 /// The frames [`receive`] reads, for the daemon to send.
@@ -392,82 +410,73 @@ pub fn exit_for(failure: &Failure) -> ! {
     });
 }
 
-/// The program's process, forked before its launch is known: it waits for the launch that its
-/// supervisor passes on ([`Ahead::launch`]). A sandbox helper forks it while it is pre-started,
-/// so no fork is on a sandboxed launch's path.
+/// The program's process, forked before its launch is known: it receives its launch on its own
+/// socket ([`fork_ahead`]). A sandbox helper forks it while it is pre-started, so that no fork
+/// is on a sandboxed launch's path, and the daemon talks to it directly.
 pub struct Ahead {
     pid: i32,
-    /// Where the launch goes to the child.
-    launch: UnixStream,
-    /// EOF when the child executed its program (close-on-exec), its [`Failure`] otherwise.
-    status: std::fs::File,
     sigchld: OwnedFd,
 }
 
-/// Forks the program's process ahead of its launch. The child receives the launch (its stdio,
-/// the [`ChildSetup`], the payload), takes the stdio and its own session, then runs `child`,
-/// which executes the program or returns why it could not. The child has no part of `control`.
+/// Forks the program's process ahead of its launch. The child receives the launch on `launch`
+/// (its stdio, the [`ChildSetup`], the payload: see [`frames`]), takes the stdio and its own
+/// session, then runs `child`, which executes the program or returns why it could not. The
+/// verdict is on `launch` too: EOF once the program was executed (the socket is close-on-exec),
+/// the [`Failure`] otherwise. The child has no part of `control`, nor this process of `launch`.
 pub fn fork_ahead(
     control: &UnixStream,
+    launch: UnixStream,
     child: impl FnOnce(&ChildSetup, Vec<u8>) -> Failure,
 ) -> Result<Ahead, Failure> {
     let sigchld = block_sigchld();
-    let (status_read, status_write) =
-        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| os_fail("supervisor")(e.into()))?;
-    let (launch, theirs) = UnixStream::pair().map_err(os_fail("supervisor"))?;
     // SAFETY: this process is single-threaded, so the child may run anything.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
-        drop((status_read, launch, sigchld));
+        drop(sigchld);
         // SAFETY: the control socket is the supervisor's alone.
         unsafe { libc::close(control.as_raw_fd()) };
-        let failure = match receive(&theirs) {
-            Ok((stdio, setup, payload)) => {
-                drop(theirs);
-                enter(&stdio, &setup).err().unwrap_or_else(|| {
-                    drop(stdio);
-                    child(&setup, payload)
-                })
-            }
+        let failure = match receive(&launch) {
+            Ok((stdio, setup, payload)) => enter(&stdio, &setup).err().unwrap_or_else(|| {
+                drop(stdio);
+                child(&setup, payload)
+            }),
             Err(failure) => failure,
         };
-        let mut status = std::fs::File::from(status_write);
-        let _ = status.write_all(&serde_json::to_vec(&failure).unwrap_or_default());
+        let _ = (&launch).write_all(&serde_json::to_vec(&failure).unwrap_or_default());
         exit_for(&failure)
     }
-    drop((status_write, theirs));
+    drop(launch);
     if pid < 0 {
         return Err(os_fail("supervisor")(std::io::Error::last_os_error()));
     }
-    Ok(Ahead {
-        pid,
-        launch,
-        status: status_read.into(),
-        sigchld,
-    })
+    Ok(Ahead { pid, sigchld })
 }
 
 impl Ahead {
-    /// Passes the launch (`stdio`, then [`frames`]) on to the child and supervises its tree
-    /// until it is confirmed gone.
-    pub fn launch(mut self, control: &UnixStream, stdio: Vec<OwnedFd>, frames: &[u8]) {
-        let passed = send_launch(&self.launch, &stdio, frames);
-        // The program's pipes or terminal must close when the program's side does.
-        drop((stdio, self.launch));
-        // EOF when the exec succeeded, the failure otherwise (the child's, or that it never
-        // got its launch).
-        let mut text = Vec::new();
-        let _ = self.status.read_to_end(&mut text);
-        let failure = match passed {
-            Ok(()) => serde_json::from_slice(&text).ok(),
-            Err(err) => Some(os_fail("supervisor")(err)),
-        };
-        supervise_tree(control, self.sigchld, self.pid, failure)
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// Supervises the child's tree until it is confirmed gone, first reporting `started`
+    /// when the daemon learns of the exec from this process.
+    pub fn supervise(self, control: &UnixStream, started: Option<Report>) {
+        if let Some(started) = started {
+            report(control, &started);
+        }
+        Supervisor {
+            control,
+            sigchld: self.sigchld,
+            leader: self.pid,
+            leader_exit: None,
+            exit_reported: false,
+            usage: TreeUsage::default(),
+        }
+        .serve()
     }
 }
 
-/// Forks the program's process for a launch already received, and supervises its tree until
-/// it is confirmed gone (see [`fork_ahead`]).
+/// Forks the program's process for a launch already received, passes the launch on, and
+/// supervises its tree until it is confirmed gone (see [`fork_ahead`]).
 pub fn run(
     control: &UnixStream,
     stdio: Vec<OwnedFd>,
@@ -475,10 +484,29 @@ pub fn run(
     payload: &[u8],
     child: impl FnOnce(&ChildSetup, Vec<u8>) -> Failure,
 ) {
-    match fork_ahead(control, child) {
-        Ok(ahead) => ahead.launch(control, stdio, &frames(setup, payload)),
-        Err(failure) => refuse(control, failure),
-    }
+    let (ours, theirs) =
+        UnixStream::pair().unwrap_or_else(|err| refuse(control, os_fail("supervisor")(err)));
+    let ahead = fork_ahead(control, theirs, child).unwrap_or_else(|f| refuse(control, f));
+    let passed = send_launch(&ours, &stdio, &frames(setup, payload));
+    // The program's pipes or terminal must close when the program's side does.
+    drop(stdio);
+    let mut verdict = Vec::new();
+    let _ = (&ours).read_to_end(&mut verdict);
+    let (pid, supervisor) = (ahead.pid, own_pid());
+    let started = match (passed, serde_json::from_slice(&verdict).ok()) {
+        (Err(err), _) => Report::Failed {
+            pid,
+            supervisor,
+            failure: os_fail("supervisor")(err),
+        },
+        (Ok(()), Some(failure)) => Report::Failed {
+            pid,
+            supervisor,
+            failure,
+        },
+        (Ok(()), None) => Report::Started { pid, supervisor },
+    };
+    ahead.supervise(control, Some(started))
 }
 
 /// Sends a launch: the descriptors with the first bytes, then the rest.
@@ -494,30 +522,6 @@ pub fn send_launch(socket: &UnixStream, fds: &[OwnedFd], frames: &[u8]) -> std::
     )?;
     (&*socket).write_all(&frames[sent..])
 }
-/// Reports the exec of the program `pid` (or its `failure`), then supervises its tree until it
-/// is confirmed gone.
-fn supervise_tree(control: &UnixStream, sigchld: OwnedFd, pid: i32, failure: Option<Failure>) {
-    let supervisor = own_pid();
-    let started = match failure {
-        Some(failure) => Report::Failed {
-            pid,
-            supervisor,
-            failure,
-        },
-        None => Report::Started { pid, supervisor },
-    };
-    report(control, &started);
-    Supervisor {
-        control,
-        sigchld,
-        leader: pid,
-        leader_exit: None,
-        exit_reported: false,
-        usage: TreeUsage::default(),
-    }
-    .serve()
-}
-
 /// In the child: the signal state of a fresh process, its stdio, its session or group.
 fn enter(stdio: &[OwnedFd], setup: &ChildSetup) -> Result<(), Failure> {
     let last_os = |stage| os_fail(stage)(std::io::Error::last_os_error());

@@ -5,8 +5,7 @@ use super::cgroup::Group;
 use super::spawn::LaunchSpec;
 use super::supervisor;
 pub use super::supervisor::Report;
-use crate::sandbox::bridge;
-use crate::sandbox::plan::{Failure, NetworkMode};
+use crate::sandbox::plan::Failure;
 use crate::sandbox::pool::{self, Kind, StartError};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _};
@@ -22,6 +21,8 @@ pub struct Tree {
     pub group: Option<Group>,
     pub reports: Reports,
     pub orders: Orders,
+    /// Until [`launch`] returns them.
+    listeners: Vec<OwnedFd>,
 }
 
 /// The read half of the control socket, after what was read before it (see [`launch`]).
@@ -47,66 +48,109 @@ pub enum Started {
     },
 }
 
-/// Hands the launch of `spec` (`payload`: what the supervisor's child applies) to a waiting
-/// supervisor of `kind`, with the program's `stdio` and the tree's cgroups, and waits for its
-/// verdict on the exec. For a managed network, also the listeners the supervisor opened in the
-/// sandbox's network namespace before it forked (`crate::sandbox::bridge`).
+/// Hands the launch of `spec` (`payload`: what the program's process applies) to a waiting
+/// supervisor of `kind`, with the program's `stdio` and the tree's cgroups, and waits for the
+/// verdict on the exec: a plain supervisor reports it; a sandbox helper's program process,
+/// forked ahead, tells the daemon itself. For a managed network (`managed_ports`), also the
+/// listeners the helper opened in the sandbox's network namespace (`crate::sandbox::bridge`).
 pub async fn launch(
     kind: Kind,
     spec: &LaunchSpec,
     stdio: &[OwnedFd; 3],
     payload: &[u8],
+    managed_ports: Option<&[u16]>,
 ) -> Result<(Tree, Started, Vec<OwnedFd>), StartError> {
     let mut group = Group::create(spec.limits.max_memory_bytes, spec.limits.max_processes)?;
+    // The groups' `cgroup.procs`, which the program's process joins: not kept.
+    let procs = group.as_mut().map(|group| std::mem::take(&mut group.procs));
     let fds: Vec<BorrowedFd<'_>> = stdio
         .iter()
-        .chain(group.iter().flat_map(|group| &group.procs))
+        .chain(procs.iter().flatten())
         .map(AsFd::as_fd)
         .collect();
     let frames = supervisor::frames(&spec.setup(), payload);
-    let (supervisor, control) = match kind {
-        Kind::Plain => {
-            let mut control = pool::take_plain().await?;
-            // A waiting supervisor killed from outside cannot take it: a fresh one, once.
-            if pool::send(&mut control, &fds, &frames).await.is_err() {
-                control = pool::take_plain().await?;
-                pool::send(&mut control, &fds, &frames).await?;
-            }
-            (None, control)
-        }
-        Kind::Sandboxed(network) => {
-            let helper = pool::take(network).await?;
-            let (child, control) = helper.hand_over(&fds, &frames).await?;
-            (Some(child), control)
-        }
-    };
-    drop(fds);
-    if let Some(group) = &mut group {
-        group.procs.clear();
-    }
-    let setup = async {
-        // A supervisor that failed before it could send the listeners wrote the start of its
-        // `failed` report instead: kept for the report reader.
-        let (listeners, read) = if kind == Kind::Sandboxed(NetworkMode::Managed) {
-            bridge::receive(&control).await?
-        } else {
-            Default::default()
-        };
+    let tree = |supervisor, control: tokio::net::UnixStream, unread: Vec<u8>, group| {
         let (read_half, write) = control.into_split();
-        let mut tree = Tree {
+        Tree {
             supervisor,
             supervisor_pid: 0,
             group,
             reports: Reports(
-                tokio::io::BufReader::new(std::io::Cursor::new(read).chain(read_half)).lines(),
+                tokio::io::BufReader::new(std::io::Cursor::new(unread).chain(read_half)).lines(),
             ),
             orders: Orders(std::sync::Mutex::new(Some(write))),
+            listeners: Vec::new(),
+        }
+    };
+    let setup = async {
+        let (mut tree, first) = match kind {
+            Kind::Plain => {
+                let mut control = pool::take_plain().await?;
+                // A waiting supervisor killed from outside cannot take it: a fresh one, once.
+                if pool::send(&mut control, &fds, &frames).await.is_err() {
+                    control = pool::take_plain().await?;
+                    pool::send(&mut control, &fds, &frames).await?;
+                }
+                let mut tree = tree(None, control, Vec::new(), group);
+                let first = tree.reports.next().await;
+                (tree, first)
+            }
+            Kind::Sandboxed(network) => {
+                let helper = pool::take(network).await?;
+                let handed = helper.hand_over(&fds, &frames, managed_ports).await?;
+                let (program, supervisor) = (handed.program, handed.helper.id());
+                let refused = !handed.unread.is_empty();
+                let mut tree = tree(Some(handed.helper), handed.control, handed.unread, group);
+                tree.supervisor_pid = supervisor.map_or(0, |pid| pid as i32);
+                let first = if refused {
+                    // The helper's own failure, in place of the listeners.
+                    tree.reports.next().await
+                } else {
+                    let mut verdict = Vec::new();
+                    let mut socket = handed.verdict;
+                    socket.read_to_end(&mut verdict).await?;
+                    let supervisor = tree.supervisor_pid;
+                    Some(match serde_json::from_slice(&verdict) {
+                        Ok(failure) => Report::Failed {
+                            pid: program,
+                            supervisor,
+                            failure,
+                        },
+                        Err(_) if verdict.is_empty() => Report::Started {
+                            pid: program,
+                            supervisor,
+                        },
+                        Err(err) => return Err(std::io::Error::other(err).into()),
+                    })
+                };
+                tree.listeners = handed.listeners;
+                (tree, first)
+            }
         };
-        let first = tree.reports.next().await;
-        Ok::<_, std::io::Error>((tree, first, listeners))
+        let started = match first {
+            Some(Report::Started { pid, supervisor }) => {
+                tree.supervisor_pid = supervisor;
+                Started::Executed { pid }
+            }
+            Some(Report::Failed {
+                pid,
+                supervisor,
+                failure,
+            }) => {
+                tree.supervisor_pid = supervisor;
+                Started::Failed { pid, failure }
+            }
+            _ => {
+                return Err(StartError::from(std::io::Error::other(
+                    "the supervisor failed before the exec",
+                )))
+            }
+        };
+        Ok::<_, StartError>((tree, started))
     };
     // Dropping the tree (on any error) closes the control socket: the supervisor ends.
     let setup = tokio::time::timeout(crate::sandbox::SETUP_TIMEOUT, setup).await;
+    drop(fds);
     if kind == Kind::Plain {
         pool::refill_plain();
     }
@@ -115,22 +159,9 @@ pub async fn launch(
             std::io::Error::other("the supervisor did not start the program in time").into(),
         );
     };
-    let (mut tree, first, listeners) = setup?;
-    let started = match first {
-        Some(Report::Started { pid, supervisor }) => {
-            tree.supervisor_pid = supervisor;
-            Started::Executed { pid }
-        }
-        Some(Report::Failed {
-            pid,
-            supervisor,
-            failure,
-        }) => {
-            tree.supervisor_pid = supervisor;
-            Started::Failed { pid, failure }
-        }
-        _ => return Err(std::io::Error::other("the supervisor failed before the exec").into()),
-    };
+    drop(procs);
+    let (mut tree, started) = setup?;
+    let listeners = std::mem::take(&mut tree.listeners);
     Ok((tree, started, listeners))
 }
 

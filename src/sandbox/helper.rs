@@ -64,8 +64,12 @@ pub fn main_if_helper() {
         std::process::exit(125);
     };
     supervisor::become_workload();
-    let mut control = control_socket().unwrap_or_else(|failure| exit_for(&failure));
-    // A failure before the plan is written instead of READY, and the helper exits.
+    let taken = control_socket().and_then(|control| {
+        // The program's process's own socket to the daemon: its launch, and its verdict.
+        Ok((control, supervisor::take_socket(libc::STDOUT_FILENO)?))
+    });
+    let (mut control, launch) = taken.unwrap_or_else(|failure| exit_for(&failure));
+    // A failure before the launch is written instead of READY, and the helper exits.
     let late = start(network).and_then(|late| {
         let mut admitted = [0u8];
         match (&control).read_exact(&mut admitted) {
@@ -74,9 +78,9 @@ pub fn main_if_helper() {
             _ => std::process::exit(0),
         }
     });
-    // The program's process is forked now, off the launch path; it gets the plan from here.
+    // The program's process is forked now, off the launch path.
     let ahead = late.and_then(|late| {
-        supervisor::fork_ahead(&control, move |setup, text| {
+        supervisor::fork_ahead(&control, launch, move |setup, text| {
             let plan = match parse(&text, network) {
                 Ok(plan) => plan,
                 Err(failure) => return failure,
@@ -84,7 +88,7 @@ pub fn main_if_helper() {
             match run(plan, &late, setup) {
                 Ok(FsOp) => {
                     // SAFETY: plain syscall; no descriptor above 2 is owned by anything still
-                    // alive. Closing the status pipe tells the supervisor the sandbox is in
+                    // alive. Closing the launch socket tells the daemon the sandbox is in
                     // place.
                     if unsafe { libc::close_range(3, libc::c_uint::MAX, 0) } != 0 {
                         return os_fail("fds")(std::io::Error::last_os_error());
@@ -97,25 +101,28 @@ pub fn main_if_helper() {
     });
     let ahead = ahead
         .and_then(|ahead| {
-            control.write_all(&[READY]).map_err(os_fail("control"))?;
+            let mut ready = vec![READY];
+            ready.extend_from_slice(&ahead.pid().to_le_bytes());
+            control.write_all(&ready).map_err(os_fail("control"))?;
             Ok(ahead)
         })
         .unwrap_or_else(|failure| {
             let _ = control.write_all(&serde_json::to_vec(&failure).unwrap_or_default());
             exit_for(&failure)
         });
-    let (stdio, setup, text) = supervisor::receive(&control)
-        .unwrap_or_else(|failure| supervisor::refuse(&control, failure));
     if network == NetworkMode::Managed {
-        // The listeners are opened here, after the fork: the program never holds them.
-        let plan =
-            parse(&text, network).unwrap_or_else(|failure| supervisor::refuse(&control, failure));
-        if let Some(managed) = &plan.managed_network {
-            super::bridge::open(&control, &managed.ports)
-                .unwrap_or_else(|err| supervisor::refuse(&control, os_fail("network")(err)));
+        // The listeners, for the ports the daemon sends before the launch: opened after the
+        // fork, so the program never holds them.
+        let opened = supervisor::read_frame(&mut &control)
+            .and_then(|ports| serde_json::from_slice::<Vec<u16>>(&ports).map_err(|e| fail("network")(e.to_string())))
+            .and_then(|ports| super::bridge::open(&control, &ports).map_err(os_fail("network")));
+        if let Err(failure) = opened {
+            // SAFETY: plain syscall on our own child, which has no launch yet.
+            unsafe { libc::kill(ahead.pid(), libc::SIGKILL) };
+            supervisor::refuse(&control, failure)
         }
     }
-    ahead.launch(&control, stdio, &supervisor::frames(&setup, &text));
+    ahead.supervise(&control, None);
     // A helper's namespaces were made for its one launch.
     std::process::exit(0)
 }

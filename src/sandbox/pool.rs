@@ -35,6 +35,9 @@ const PLAIN_KEPT: usize = 8;
 pub struct Helper {
     pub child: tokio::process::Child,
     control: UnixStream,
+    /// A sandbox helper's program process, forked ahead and waiting for its launch on its own
+    /// socket (`crate::process::supervisor::fork_ahead`).
+    program: Option<(i32, UnixStream)>,
     /// What it is to run with once handed out.
     scheduling: Scheduling,
 }
@@ -208,7 +211,8 @@ pub async fn take(network: NetworkMode) -> Result<Helper, StartError> {
     };
     refill(kind, runtime);
     if let Some(helper) = waiting {
-        match helper.scheduling.restore(helper.child.id()) {
+        let program = helper.program.as_ref().map(|(pid, _)| *pid);
+        match helper.scheduling.restore(helper.child.id(), program) {
             Ok(()) => return Ok(helper),
             Err(err) => tracing::warn!("cannot reschedule a waiting sandbox helper: {err}"),
         }
@@ -260,13 +264,25 @@ async fn replace(kind: Kind, runtime: tokio::runtime::Id) {
 async fn start(kind: Kind, background: bool) -> Result<Helper, StartError> {
     use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
     // Created blocking: the helper's end must stay blocking; ours is switched below.
-    let (ours, theirs) = socketpair(
-        AddressFamily::Unix,
-        SockType::Stream,
-        None,
-        SockFlag::SOCK_CLOEXEC,
-    )
-    .map_err(io::Error::from)?;
+    let pair = || {
+        socketpair(
+            AddressFamily::Unix,
+            SockType::Stream,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .map_err(io::Error::from)
+    };
+    let (ours, theirs) = pair()?;
+    // A sandbox helper's program process gets its launch on its own socket (the helper's
+    // stdout), which the helper does not keep.
+    let (launch, program_end) = match kind {
+        Kind::Sandboxed(_) => {
+            let (launch, program_end) = pair()?;
+            (Some(launch), Stdio::from(program_end))
+        }
+        Kind::Plain => (None, Stdio::null()),
+    };
     let mut command = tokio::process::Command::new(super::SELF_EXE);
     command.arg0("exec-server");
     match kind {
@@ -277,7 +293,7 @@ async fn start(kind: Kind, background: bool) -> Result<Helper, StartError> {
         .current_dir("/")
         .env_clear()
         .stdin(Stdio::from(theirs))
-        .stdout(Stdio::null())
+        .stdout(program_end)
         .stderr(Stdio::null());
     // On the host's network, the helper must be in the cgroup whose connections the daemon
     // refuses (`super::peers`) before it runs anything; without one, nothing may run there.
@@ -335,11 +351,30 @@ async fn start(kind: Kind, background: bool) -> Result<Helper, StartError> {
     let read = tokio::time::timeout(super::SETUP_TIMEOUT, control.read(&mut ready)).await;
     let error = match read {
         Ok(Ok(1)) if ready[0] == READY => {
+            let program = match launch {
+                Some(launch) => {
+                    // Then the pid of the program process it forked.
+                    let mut pid = [0u8; 4];
+                    let read = tokio::time::timeout(super::SETUP_TIMEOUT, control.read_exact(&mut pid));
+                    let pid = match read.await {
+                        Ok(Ok(_)) => i32::from_le_bytes(pid),
+                        _ => {
+                            let _ = child.start_kill();
+                            return Err(io::Error::other("the sandbox helper did not start").into());
+                        }
+                    };
+                    let launch = std::os::unix::net::UnixStream::from(launch);
+                    launch.set_nonblocking(true)?;
+                    Some((pid, UnixStream::from_std(launch)?))
+                }
+                None => None,
+            };
             return Ok(Helper {
                 child,
                 control,
+                program,
                 scheduling,
-            })
+            });
         }
         // Anything else it wrote is the start of its Failure; it exits after writing it.
         Ok(Ok(1)) => {
@@ -361,17 +396,57 @@ async fn start(kind: Kind, background: bool) -> Result<Helper, StartError> {
     Err(error)
 }
 
+/// A sandbox helper that has its launch.
+pub struct HandedOver {
+    pub helper: tokio::process::Child,
+    /// On which the helper reports (`crate::process::supervisor::Report`).
+    pub control: UnixStream,
+    /// The program's process, and its socket, on which its verdict comes (EOF: executed).
+    pub program: i32,
+    pub verdict: UnixStream,
+    /// For a managed network: the listeners; or, with none, what the helper wrote instead
+    /// (the start of its `failed` report), and the launch was not sent.
+    pub listeners: Vec<std::os::fd::OwnedFd>,
+    pub unread: Vec<u8>,
+}
+
 impl Helper {
-    /// Sends the program's stdio (and cgroup) and the launch frames
-    /// ([`crate::process::supervisor::frames`]). Returns the helper's process and the control
-    /// socket, on which it reports (`crate::process::supervisor::Report`).
+    /// Hands a sandbox helper its launch: for a managed network, first the ports, for which it
+    /// sends the listeners; then, to the program's process, its stdio (and cgroups) and the
+    /// launch frames ([`crate::process::supervisor::frames`]).
     pub async fn hand_over(
         mut self,
         fds: &[BorrowedFd<'_>],
         frames: &[u8],
-    ) -> io::Result<(tokio::process::Child, UnixStream)> {
-        match send(&mut self.control, fds, frames).await {
-            Ok(()) => Ok((self.child, self.control)),
+        ports: Option<&[u16]>,
+    ) -> io::Result<HandedOver> {
+        let handed = async {
+            let (program, mut verdict) = self
+                .program
+                .take()
+                .ok_or_else(|| io::Error::other("not a sandbox helper"))?;
+            let (mut listeners, mut unread) = (Vec::new(), Vec::new());
+            if let Some(ports) = ports {
+                let ports = serde_json::to_vec(ports)?;
+                let mut frame = (ports.len() as u32).to_le_bytes().to_vec();
+                frame.extend_from_slice(&ports);
+                self.control.write_all(&frame).await?;
+                (listeners, unread) = super::bridge::receive(&self.control).await?;
+            }
+            if unread.is_empty() {
+                send(&mut verdict, fds, frames).await?;
+            }
+            Ok::<_, io::Error>((program, verdict, listeners, unread))
+        };
+        match handed.await {
+            Ok((program, verdict, listeners, unread)) => Ok(HandedOver {
+                helper: self.child,
+                control: self.control,
+                program,
+                verdict,
+                listeners,
+                unread,
+            }),
             Err(err) => {
                 let _ = self.child.start_kill();
                 Err(err)
@@ -461,11 +536,9 @@ impl Scheduling {
 
     /// Gives a waiting helper, and the program's process it forked ahead, back the scheduling
     /// they were started without.
-    fn restore(self, pid: Option<u32>) -> io::Result<()> {
-        let pid = pid.ok_or_else(|| io::Error::other("the helper was reaped"))? as libc::pid_t;
-        self.apply(pid)?;
-        crate::process::supervisor::children(pid)
-            .into_iter()
-            .try_for_each(|child| self.apply(child))
+    fn restore(self, pid: Option<u32>, program: Option<i32>) -> io::Result<()> {
+        let pid = pid.ok_or_else(|| io::Error::other("the helper was reaped"))?;
+        self.apply(pid as libc::pid_t)?;
+        program.map_or(Ok(()), |program| self.apply(program))
     }
 }
