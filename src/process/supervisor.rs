@@ -379,11 +379,19 @@ pub fn refuse(control: &UnixStream, failure: Failure) -> ! {
     std::process::exit(125)
 }
 
-fn report(mut control: &UnixStream, report: &Report) {
-    let mut line = serde_json::to_vec(report).expect("reports serialize");
-    line.push(b'\n');
+fn report(control: &UnixStream, report: &Report) {
+    report_all(control, std::iter::once(report));
+}
+
+/// Reports, one line each, in one write.
+fn report_all<'a>(mut control: &UnixStream, reports: impl Iterator<Item = &'a Report>) {
+    let mut lines = Vec::new();
+    for report in reports {
+        serde_json::to_writer(&mut lines, report).expect("reports serialize");
+        lines.push(b'\n');
+    }
     // A daemon that is gone reads nothing; its EOF is handled by the loop.
-    let _ = control.write_all(&line);
+    let _ = control.write_all(&lines);
 }
 
 /// How a child that could not execute its program exits: the reason on its stderr (the
@@ -694,8 +702,9 @@ impl Supervisor<'_> {
     /// such a supervisor serves no other launch.
     fn gone(&mut self, confirmed: bool) {
         let usage = self.usage.report();
-        report(self.control, &Report::Gone { confirmed, usage });
-        self.report_exit();
+        // One write: the daemon wakes once for both.
+        let gone = Report::Gone { confirmed, usage };
+        report_all(self.control, [Some(gone), self.exit_report()].iter().flatten());
         if !confirmed {
             self.kill_tree(None);
             // A program that was reaped only now.
@@ -705,12 +714,17 @@ impl Supervisor<'_> {
     }
 
     fn report_exit(&mut self) {
-        if self.exit_reported {
-            return;
+        if let Some(exit) = self.exit_report() {
+            report(self.control, &exit);
         }
-        let Some(status) = self.leader_exit else {
-            return;
-        };
+    }
+
+    /// The `exited` report, once the program was reaped, if not made yet.
+    fn exit_report(&mut self) -> Option<Report> {
+        if self.exit_reported {
+            return None;
+        }
+        let status = self.leader_exit?;
         self.exit_reported = true;
         let (code, signal) = if libc::WIFSIGNALED(status) {
             let signal = libc::WTERMSIG(status);
@@ -719,14 +733,11 @@ impl Supervisor<'_> {
             (libc::WEXITSTATUS(status), None)
         };
         let usage = self.usage.report();
-        report(
-            self.control,
-            &Report::Exited {
-                code,
-                signal,
-                usage,
-            },
-        );
+        Some(Report::Exited {
+            code,
+            signal,
+            usage,
+        })
     }
 
     /// Reaps every exited child, adding up its usage. Returns false once none is left.
