@@ -228,7 +228,13 @@ async fn round_trips(client: &Client, runs: usize, sandbox: &Value) -> anyhow::R
         let mut b: Vec<f64> = split.iter().filter(|x| x.0 == sb).map(|x| x.2).collect();
         a.sort_by(|x, y| x.partial_cmp(y).unwrap());
         b.sort_by(|x, y| x.partial_cmp(y).unwrap());
-        if !a.is_empty() { eprintln!("SPLIT sandboxed={sb} start={:.0} rest={:.0}", a[a.len()/2], b[b.len()/2]); }
+        if !a.is_empty() {
+            eprintln!(
+                "SPLIT sandboxed={sb} start={:.0} rest={:.0}",
+                a[a.len() / 2],
+                b[b.len() / 2]
+            );
+        }
     }
     Ok(trips)
 }

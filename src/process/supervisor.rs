@@ -4,20 +4,24 @@
 //! For a plain or PTY launch it is forked by the fork server, the daemon's own binary
 //! re-executed once as `exec-server __supervise` (`crate::sandbox::pool::fork_supervisor`;
 //! `main` dispatches to [`main_if_supervisor`] before any runtime exists, so it is a
-//! single-threaded process), so a launch costs a fork of a small process, not an exec of the
-//! daemon's binary. For a sandboxed launch it is the sandbox helper itself, pre-started.
+//! single-threaded process); it serves one launch after another, each once the previous tree
+//! is confirmed gone, so a launch costs neither a fork nor an exit of a supervisor. For a
+//! sandboxed launch it is the sandbox helper itself, pre-started, which forks the program's
+//! process ahead of the launch ([`fork_ahead`]); the daemon then talks to that process directly
+//! for the launch and its verdict.
 //! It is the child subreaper of its tree (`PR_SET_CHILD_SUBREAPER`): whatever in the tree
 //! detaches (a new session, a double fork, `nohup`) is re-parented to it, never to init, so it
 //! can find, kill and reap every member, and the rusage of everything it reaps is the tree's.
 //!
-//! Protocol on the control socket (the daemon's end is the only other one): the daemon sends
-//! the program's stdio (SCM_RIGHTS, with the first byte, then the `cgroup.procs` of each group
-//! the program joins, see `super::cgroup`), then two length-prefixed frames: the [`ChildSetup`] and
-//! the launch (a [`PlainLaunch`], or the sandbox plan). The supervisor forks; the child applies
-//! the launch and executes the program. It answers with [`Report`]s, one JSON object per line:
-//! `started` or `failed`, `exited` when the program itself exits, `gone` when the whole tree is.
-//! Orders are two bytes: [`KILL`] (kill the tree, confirm) or [`SIGNAL`] and a signal number
-//! (for the program's process group). EOF means the daemon is gone: [`on_daemon_gone`].
+//! A launch ([`frames`]; to a plain supervisor on its control socket, to a sandboxed program's
+//! process on its own socket): a marker byte with the program's stdio (SCM_RIGHTS, then the
+//! `cgroup.procs` of each group the program joins, see `super::cgroup`), then two
+//! length-prefixed frames: the [`ChildSetup`] and the payload (a [`PlainLaunch`], or the
+//! sandbox plan). On the control socket (the daemon's end is the only other one) a supervisor
+//! answers with [`Report`]s, one JSON object per line: `started` or `failed` (plain only),
+//! `exited` when the program itself exits, `gone` when the whole tree is. Orders are [`KILL`]
+//! (kill the tree, confirm) or [`SIGNAL`] and a signal number (for the program's process
+//! group). EOF means the daemon is gone: [`on_daemon_gone`].
 
 use crate::sandbox::helper::{fail, os_fail};
 use crate::sandbox::plan::{Failure, EXEC_STAGE, MAX_PLAN_BYTES};
@@ -704,7 +708,10 @@ impl Supervisor<'_> {
         let usage = self.usage.report();
         // One write: the daemon wakes once for both.
         let gone = Report::Gone { confirmed, usage };
-        report_all(self.control, [Some(gone), self.exit_report()].iter().flatten());
+        report_all(
+            self.control,
+            [Some(gone), self.exit_report()].iter().flatten(),
+        );
         if !confirmed {
             self.kill_tree(None);
             // A program that was reaped only now.

@@ -5,30 +5,33 @@
 //! [`main_if_helper`] before parsing flags and before any runtime exists, so the helper is a
 //! fresh single-threaded process. Helpers are started ahead of need ([`super::pool`]): the
 //! exec of the daemon's binary and the creation of a network namespace are the slowest steps
-//! of a launch, and neither depends on the plan. Its stdin is the control socket. Before any
-//! plan, it becomes a session leader and the subreaper of what it will start, creates its own
-//! empty network namespace unless network is enabled, its own mount namespace (a follower of
-//! the host's mounts) with a private `/proc` showing only the sandbox's own processes, attaches
-//! most of its seccomp rules (all that the setup below does not need lifted), and writes
-//! [`READY`] (or, when any of that fails, its [`Failure`] instead).
+//! of a launch, and neither depends on the plan. Its stdin is the control socket, its stdout
+//! the socket of the program's process. Before any plan, it becomes a session leader and the
+//! subreaper of what it will start, creates its own empty network namespace unless network is
+//! enabled, its own mount namespace (a follower of the host's mounts) with a private `/proc`
+//! showing only the sandbox's own processes, attaches most of its seccomp rules (all that the
+//! setup below does not need lifted), waits for [`ADMITTED`], forks the program's process
+//! ([`supervisor::fork_ahead`]), and writes [`READY`] and that process's pid (or, when any of
+//! that fails, its [`Failure`] instead).
 //!
-//! It then receives one launch ([`supervisor::receive`]: the program's stdio, the child setup,
-//! the [`Plan`]). For a managed network it brings `lo` up, listens at the plan's ports and
-//! passes the listeners to the daemon ([`super::bridge::open`]) before it forks, so the program
-//! never holds them. It then becomes the supervisor of the program's tree ([`supervisor::run`]):
-//! its fork, which already has its stdio and its own session (and controlling terminal for a PTY),
-//! applies in order the mount view when the file system is restricted, cwd, Landlock,
+//! The program's process receives the launch from the daemon ([`supervisor::receive`]: the
+//! program's stdio, the child setup, the [`Plan`]). For a managed network the helper first
+//! receives the ports, brings `lo` up, listens at them and passes the listeners to the daemon
+//! ([`super::bridge::open`]): after the fork, so the program never holds them. The helper
+//! supervises the program's tree. The program's process, which already has its stdio and its
+//! own session (and controlling terminal for a PTY), applies in order the mount view when the
+//! file system is restricted, cwd, Landlock,
 //! capabilities and securebits, no_new_privs, close-on-exec for every fd above 2, the last
 //! seccomp filter, the resource limits, the program's environment (the helper itself runs with
 //! an empty one), and `execvp`. The supervisor stays outside Landlock and the late filter: a
 //! less restricted process may signal a more restricted one, so it can still kill the tree. A
-//! failure at any step is reported as `failed`; an exec the sandbox refused is also explained
+//! failure at any step is the verdict on its socket; an exec the sandbox refused is also explained
 //! on the program's stderr, and the child exits 126 in its place: the daemon reports that as
 //! the process's exit.
 //!
 //! A plan for an `fs/*` operation ([`Plan::fs_op`]) stops before the environment: the child
-//! closes every descriptor above 2 (the status pipe's EOF tells the supervisor the sandbox is in
-//! place, as an exec would) and runs the operation itself ([`crate::fs::helper`]) with nothing
+//! closes every descriptor above 2 (its socket's EOF tells the daemon the sandbox is in place,
+//! as an exec would) and runs the operation itself ([`crate::fs::helper`]) with nothing
 //! loaded or looked up after the sandbox is in place, so the intent need not grant the daemon's
 //! binary or its libraries.
 
@@ -114,7 +117,10 @@ pub fn main_if_helper() {
         // The listeners, for the ports the daemon sends before the launch: opened after the
         // fork, so the program never holds them.
         let opened = supervisor::read_frame(&mut &control)
-            .and_then(|ports| serde_json::from_slice::<Vec<u16>>(&ports).map_err(|e| fail("network")(e.to_string())))
+            .and_then(|ports| {
+                serde_json::from_slice::<Vec<u16>>(&ports)
+                    .map_err(|e| fail("network")(e.to_string()))
+            })
             .and_then(|ports| super::bridge::open(&control, &ports).map_err(os_fail("network")));
         if let Err(failure) = opened {
             // SAFETY: plain syscall on our own child, which has no launch yet.

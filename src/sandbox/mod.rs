@@ -548,7 +548,15 @@ impl Launch {
         let cannot_start = |err| spawn::start_error(&self.program, err);
         let (io, stdio) = spawn::detached_stdio(spec).map_err(cannot_start)?;
         let kind = pool::Kind::Sandboxed(self.network);
-        let (tree, started, listeners) = match tree::launch(kind, spec, &stdio, &self.plan, self.managed_ports.as_deref()).await {
+        let (tree, started, listeners) = match tree::launch(
+            kind,
+            spec,
+            &stdio,
+            &self.plan,
+            self.managed_ports.as_deref(),
+        )
+        .await
+        {
             Ok(launched) => launched,
             Err(pool::StartError::Io(err)) => return Err(cannot_start(err)),
             Err(pool::StartError::Refused(failure)) => {

@@ -8,7 +8,8 @@
 //! ([`NetworkMode`]), since a restricting one has already made its own namespace); none exists
 //! until the first launch of that kind, so a daemon whose clients never ask for a managed
 //! network never starts such a helper. A launch that finds none waiting starts one itself.
-//! Every helper serves exactly one launch.
+//! Every sandbox helper serves exactly one launch; plain supervisors are handed back
+//! ([`return_plain`]) and serve the next.
 
 use super::helper::HELPER_ARG;
 use super::plan::{Failure, NetworkMode};
@@ -355,7 +356,8 @@ async fn start(kind: Kind, background: bool) -> Result<Helper, StartError> {
                 Some(launch) => {
                     // Then the pid of the program process it forked.
                     let mut pid = [0u8; 4];
-                    let read = tokio::time::timeout(super::SETUP_TIMEOUT, control.read_exact(&mut pid));
+                    let read =
+                        tokio::time::timeout(super::SETUP_TIMEOUT, control.read_exact(&mut pid));
                     let pid = match read.await {
                         Ok(Ok(_)) => i32::from_le_bytes(pid),
                         _ => {

@@ -311,6 +311,21 @@ async fn exits_report_their_reason_signal_and_tree_usage() {
     assert!(exit.get("signal").is_none());
     let usage = &exit["usage"];
     assert!(usage["userCpuMs"].as_u64().unwrap() > 0, "{usage}");
+    // Supervisors serve one launch after another (the one just freed is taken first): each
+    // process's usage is its own tree's, not what its supervisor ran before.
+    let own_usage = |id: &'static str, argv: &'static [&'static str]| {
+        let client = &client;
+        async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            client.call("process/start", start_params(id, argv)).await;
+            exited(client, id).await["usage"].clone()
+        }
+    };
+    let after = own_usage("after-hash", &["true"]).await;
+    assert!(
+        after["userCpuMs"].as_u64().unwrap() < 50,
+        "{after} after {usage}"
+    );
 
     client
         .call(
@@ -336,6 +351,8 @@ async fn exits_report_their_reason_signal_and_tree_usage() {
         .await;
     assert_eq!(read["reason"], "exited");
     assert!(read.get("liveDescendants").is_none(), "{read}");
+    let after = own_usage("after-hog", &["true"]).await;
+    assert!(after["maxRssKib"].as_u64().unwrap() < 50 * 1024, "{after}");
 
     client
         .call(
