@@ -16,12 +16,14 @@ COPY . .
 RUN cargo build --release --locked --bin exec-server \
     && objcopy --strip-debug target/release/exec-server
 
-# Only what the daemon needs: the C library (in any base) and the CA roots its http/request
-# verifies TLS against. The base's shell and coreutils are for the commands it runs.
+# Only what the daemon needs: the C library (in any base), the CA roots its http/request
+# verifies TLS against, and tini as PID 1, which reaps the orphans of the commands it runs (the
+# daemon reaps only its own children) and passes SIGTERM on. The base's shell and coreutils are
+# for the commands it runs.
 FROM ${BASE} AS runtime
-RUN if [ ! -e /etc/ssl/certs/ca-certificates.crt ]; then \
+RUN if [ ! -e /etc/ssl/certs/ca-certificates.crt ] || [ ! -x /usr/bin/tini ]; then \
       apt-get update \
-      && apt-get install -y --no-install-recommends ca-certificates \
+      && apt-get install -y --no-install-recommends ca-certificates tini \
       && rm -rf /var/lib/apt/lists/*; \
     fi \
     && mkdir -p /workspace
@@ -33,7 +35,7 @@ HEALTHCHECK --interval=10s --timeout=5s --start-period=5s \
     CMD ["exec-server", "ready", "--url", "ws://127.0.0.1:8765", "--timeout", "4s"]
 # SIGTERM kills the processes it manages and exits within seconds (docs/operations.md).
 STOPSIGNAL SIGTERM
-ENTRYPOINT ["exec-server"]
+ENTRYPOINT ["/usr/bin/tini", "--", "exec-server"]
 
 # The same image around a binary built beforehand, from a context holding
 # target/release/exec-server (deploy/build-image.sh makes one).

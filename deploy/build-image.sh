@@ -31,8 +31,8 @@ if ! "$ENGINE" image inspect "$BASE" >/dev/null 2>&1; then
   command -v debootstrap >/dev/null || { echo "debootstrap is required: apt-get install debootstrap" >&2; exit 1; }
   echo "== making the base $BASE: debootstrap --variant=minbase $SUITE"
   root=$work/rootfs
-  # ca-certificates: the daemon's http/request verifies TLS against the system's roots.
-  debootstrap --variant=minbase --include=ca-certificates "$SUITE" "$root" "$MIRROR" >"$work/debootstrap.log" 2>&1 \
+  # What the Dockerfile's runtime stage would otherwise install (it says why).
+  debootstrap --variant=minbase --include=ca-certificates,tini "$SUITE" "$root" "$MIRROR" >"$work/debootstrap.log" 2>&1 \
     || { tail -20 "$work/debootstrap.log" >&2; exit 1; }
   # What only a package manager's next run or a human reader would use.
   rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/* "$root"/var/cache/debconf/*-old \

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Smoke test of the image (deploy/build-image.sh builds it) on a real container engine:
-#   1. with the Linux sandbox (CAP_SYS_ADMIN): the image's health check, /readyz, a process
-#      round trip with `exec-server run` through the published port and the token, a sandboxed
-#      process (deploy/smoke_client.py), and SIGTERM draining a running process within the
-#      grace period;
-#   2. without it (non-root, every capability dropped, read-only root): sandboxed requests
-#      are refused, plain processes run, SIGTERM drains.
+#   1. with the Linux sandbox (root with three capabilities): the image's health check,
+#      /readyz, a process round trip with `exec-server run` through the published port and the
+#      token, orphans reaped, a sandboxed process (deploy/smoke_client.py), and SIGTERM
+#      draining a running process within the grace period;
+#   2. without it (a user, no capabilities, read-only root): the same, except that sandboxed
+#      requests are refused while plain processes run.
 #
 #   deploy/smoke.sh            # ENGINE, IMAGE, BINARY (the host-side CLI), PORT as in build-image.sh
 set -euo pipefail
@@ -30,13 +30,8 @@ head -c 24 /dev/urandom | base64 | tr -d '/+=' >"$work/token"
 chmod 600 "$work/token"
 export EXEC_SERVER_TOKEN; EXEC_SERVER_TOKEN=$(cat "$work/token")
 
-start() { # start <token file owner uid> <engine flags...>
-  local owner=$1; shift
-  install -m 600 -o "$owner" "$work/token" "$work/token-$owner"
-  "$ENGINE" run "${RUN_FLAGS[@]}" -d --name "$NAME" -p "127.0.0.1:$PORT:8765" \
-    -v "$work/token-$owner:/run/secrets/exec-server/token:ro" \
-    -e EXEC_SERVER_CONNECTION_TOKEN_FILE=/run/secrets/exec-server/token \
-    "$@" "$IMAGE" >/dev/null
+start() { # start <engine flags...>
+  "$ENGINE" run "${RUN_FLAGS[@]}" -d --name "$NAME" -p "127.0.0.1:$PORT:8765" "$@" "$IMAGE" >/dev/null
   for _ in $(seq 50); do
     "$BINARY" ready --url "$URL" --timeout 1s 2>/dev/null && return 0
     sleep 0.2
@@ -55,6 +50,16 @@ check_round_trip() {
   printf '%s\n' "$out" | sed 's/^/  | /'
   echo "exec-server run exit code: $code"
   [[ $code == 3 && $out == *"from stdin"* ]] || fail "round trip"
+}
+
+check_reaped() {
+  # A command's background child outlives it and is orphaned to PID 1: tini reaps it.
+  "$BINARY" run --url "$URL" -- sh -c 'sleep 0.2 & echo "left a background child"' | sed 's/^/  | /'
+  sleep 1
+  local zombies; zombies=$("$ENGINE" top "$NAME" state args | awk '$1 == "Z"' | wc -l)
+  "$ENGINE" top "$NAME" pid ppid state args | sed 's/^/  | /'
+  echo "zombies: $zombies"
+  [[ $zombies == 0 ]] || fail "an orphan was left unreaped"
 }
 
 check_drain() {
@@ -86,18 +91,29 @@ check_drain() {
 
 echo "engine: $("$ENGINE" --version); image: $IMAGE; run flags: ${RUN_FLAGS[*]}"
 
-step "with the Linux sandbox: --cap-add SYS_ADMIN"
-start 0 --cap-add SYS_ADMIN
+# As deploy/kubernetes/exec-server.yaml runs it: root, only the capabilities the sandbox needs
+# (docs/operations.md says why each), the token from a file only root may read.
+step "with the Linux sandbox: --cap-drop ALL --cap-add SYS_ADMIN,SETPCAP,NET_ADMIN, read-only root"
+start --cap-drop ALL --cap-add SYS_ADMIN,SETPCAP,NET_ADMIN --read-only --tmpfs /tmp \
+  --mount type=tmpfs,destination=/workspace \
+  -v "$work/token:/run/secrets/exec-server/token:ro" \
+  -e EXEC_SERVER_CONNECTION_TOKEN_FILE=/run/secrets/exec-server/token
 check_health
 check_round_trip
+check_reaped
 python3 deploy/smoke_client.py "$URL" --token-file "$work/token" --sandbox enforced
 check_drain
 
-step "without the Linux sandbox: --user 65532, --cap-drop ALL, read-only root"
-start 65532 --user 65532:65532 --cap-drop ALL --security-opt no-new-privileges --read-only \
-  --tmpfs /tmp --mount type=tmpfs,destination=/workspace,tmpfs-mode=1777
+# As deploy/kubernetes/exec-server-unsandboxed.yaml runs it: a user, no capabilities, the token
+# in the environment (a Secret volume is root's, or group-readable with fsGroup, which the
+# daemon refuses for a token file).
+step "without the Linux sandbox: --user 65532, --cap-drop ALL, no-new-privileges, read-only root"
+start --user 65532:65532 --cap-drop ALL --security-opt no-new-privileges --read-only \
+  --tmpfs /tmp --mount type=tmpfs,destination=/workspace,tmpfs-mode=1777 \
+  -e EXEC_SERVER_CONNECTION_TOKEN="$EXEC_SERVER_TOKEN"
 check_health
 check_round_trip
+check_reaped
 python3 deploy/smoke_client.py "$URL" --token-file "$work/token" --sandbox unavailable
 check_drain
 

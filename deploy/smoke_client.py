@@ -133,10 +133,10 @@ WORKSPACE_WRITE = {
     "cwd": "file:///workspace", "workspaceRoots": ["file:///workspace"],
 }
 
-# The interfaces come from the process's own network namespace (/proc/net is per namespace);
-# the denied write comes last, so that its failure is the exit status the daemon classifies.
-PROBE = ("echo interfaces: $(sed -n 's/^ *\\([^:]*\\):.*/\\1/p' /proc/net/dev); "
-         "echo written > /workspace/smoke-ok && cat /workspace/smoke-ok; "
+# The interfaces of the process's own network namespace (/proc/net is per namespace).
+INTERFACES = "echo interfaces: $(sed -n 's/^ *\\([^:]*\\):.*/\\1/p' /proc/net/dev)"
+# The denied write comes last, so that its failure is the exit status the daemon classifies.
+PROBE = (INTERFACES + "; echo written > /workspace/smoke-ok && cat /workspace/smoke-ok; "
          "echo escaped > /etc/smoke-escape && echo 'WROTE /etc'")
 
 
@@ -172,6 +172,16 @@ def main():
             failures.append("the process saw network interfaces besides lo")
         if not last["sandboxDenied"]:
             failures.append("the denied write was not reported as a sandbox denial")
+        # A managed network (the client's proxy ports only) needs CAP_NET_ADMIN: its helper
+        # brings up lo in the process's own network namespace.
+        managed = start_params("managed", INTERFACES)
+        managed.update(enforceManagedNetwork=True,
+                       managedNetwork={"loopbackPorts": [9000], "allowLocalBinding": False})
+        started, output, last = rpc.run(managed)
+        print(f"managed-network process: sandboxType={started['sandboxType']} "
+              f"exitCode={last['exitCode']} output={output.strip()!r}")
+        if started["sandboxType"] != "linuxSeccomp" or output.strip() != "interfaces: lo":
+            failures.append("the managed network was not enforced")
     else:
         if linux_sandbox:
             failures.append("the daemon reports a Linux sandbox")
