@@ -4,9 +4,10 @@ only, so any python3 runs it) and checks a sandboxed process inside the containe
 
     smoke_client.py ws://127.0.0.1:18765 --token-file F --sandbox enforced|unavailable
 
-enforced: environment/info reports the Linux sandbox, and a workspace-write process writes
-/workspace but is denied /etc. unavailable: the sandbox is reported missing, the same request
-is refused (fail closed, -32602) and an unsandboxed process still runs.
+enforced: environment/info reports the Linux sandbox; a workspace-write process writes
+/workspace but not /tmp (writable in the container, not one of its write roots) and sees no
+network interface but lo; a managed-network process runs. unavailable: the sandbox is reported
+missing, the same request is refused (fail closed, -32602) and an unsandboxed process runs.
 """
 import argparse, base64, json, os, socket, struct, sys
 from urllib.parse import urlsplit
@@ -137,7 +138,7 @@ WORKSPACE_WRITE = {
 INTERFACES = "echo interfaces: $(sed -n 's/^ *\\([^:]*\\):.*/\\1/p' /proc/net/dev)"
 # The denied write comes last, so that its failure is the exit status the daemon classifies.
 PROBE = (INTERFACES + "; echo written > /workspace/smoke-ok && cat /workspace/smoke-ok; "
-         "echo escaped > /etc/smoke-escape && echo 'WROTE /etc'")
+         "echo escaped > /tmp/smoke-escape && echo 'WROTE /tmp'")
 
 
 def main():
@@ -166,8 +167,8 @@ def main():
             failures.append("the process was not sandboxed")
         if "written" not in output:
             failures.append("the workspace was not writable")
-        if "WROTE /etc" in output:
-            failures.append("the sandbox let the process write /etc")
+        if "WROTE /tmp" in output:
+            failures.append("the sandbox let the process write /tmp")
         if "interfaces: lo\n" not in output:
             failures.append("the process saw network interfaces besides lo")
         if not last["sandboxDenied"]:
