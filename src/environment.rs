@@ -34,6 +34,8 @@ pub fn capabilities() -> EnvironmentCapabilities {
         fs_read_directory_errors: true,
         fs_watch: true,
         linux_sandbox: sandbox,
+        process_limits: true,
+        process_tree_limits: crate::process::tree_limits_supported(),
     }
 }
 

@@ -5,6 +5,8 @@ fn main() -> std::process::ExitCode {
     // First, before flags and before any runtime or thread: the sandbox helper must start as a
     // fresh single-threaded process.
     exec_server::main_if_helper();
+    // The supervisor of a plain or PTY process's tree, likewise.
+    exec_server::main_if_supervisor();
     // Record the daemon's own binary before anything could replace it.
     exec_server::record_own_binary();
     exec_server::map_large_buffers();
@@ -29,6 +31,7 @@ fn serve(args: &Args, token_on_argv: bool) -> std::process::ExitCode {
         );
     }
     raise_fd_limit();
+    shield_from_oom_killer();
     let result = args.config().and_then(|config| {
         let listen = ListenUrl::parse(&args.listen)?;
         let runtime = tokio::runtime::Runtime::new()?;
@@ -53,6 +56,15 @@ fn init_logging(args: &Args) {
     match args.log_format {
         LogFormat::Human => builder.init(),
         LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// Under memory pressure the kernel should kill a workload, not the daemon that supervises
+/// them all (workloads are biased the other way, `sandbox::pool`). Lowering takes
+/// CAP_SYS_RESOURCE; without it the daemon keeps its score.
+fn shield_from_oom_killer() {
+    if let Err(err) = std::fs::write("/proc/self/oom_score_adj", "-900") {
+        tracing::debug!("cannot lower the daemon's oom_score_adj: {err}");
     }
 }
 

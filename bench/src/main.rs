@@ -222,8 +222,23 @@ async fn round_trips(client: &Client, runs: usize, sandbox: &Value) -> anyhow::R
             }
         }
     }
+    let split = SPLIT.lock().unwrap().clone();
+    for sb in [false, true] {
+        let mut a: Vec<f64> = split.iter().filter(|x| x.0 == sb).map(|x| x.1).collect();
+        let mut b: Vec<f64> = split.iter().filter(|x| x.0 == sb).map(|x| x.2).collect();
+        a.sort_by(|x, y| x.partial_cmp(y).unwrap());
+        b.sort_by(|x, y| x.partial_cmp(y).unwrap());
+        if !a.is_empty() {
+            eprintln!(
+                "SPLIT sandboxed={sb} start={:.0} rest={:.0}",
+                a[a.len() / 2],
+                b[b.len() / 2]
+            );
+        }
+    }
     Ok(trips)
 }
+static SPLIT: std::sync::Mutex<Vec<(bool, f64, f64)>> = std::sync::Mutex::new(Vec::new());
 
 async fn exec_once(client: &Client, sandbox: Option<&Value>) -> anyhow::Result<f64> {
     let mut cmd = command(&["true"]);
@@ -232,8 +247,11 @@ async fn exec_once(client: &Client, sandbox: Option<&Value>) -> anyhow::Result<f
     }
     let started = Instant::now();
     let mut process = client.start(cmd).await?;
+    let t1 = micros(started.elapsed());
     finish(&mut process).await?;
-    Ok(micros(started.elapsed()))
+    let t2 = micros(started.elapsed());
+    SPLIT.lock().unwrap().push((sandbox.is_some(), t1, t2 - t1));
+    Ok(t2)
 }
 
 fn spawn_once() -> anyhow::Result<f64> {

@@ -463,6 +463,8 @@ mod tests {
             sandbox_denied: false,
             first_retained_seq: chunks.first().copied().unwrap_or(next_seq),
             truncated: false,
+            details: Default::default(),
+            live_descendants: None,
         }
     }
 

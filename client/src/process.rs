@@ -38,6 +38,7 @@ impl Command {
                 enforce_managed_network: false,
                 managed_network: None,
                 trace: None,
+                limits: None,
             },
         }
     }

@@ -59,6 +59,14 @@ pub struct EnvironmentCapabilities {
     /// `process/start`, are enforced by the Linux kernel (namespaces, Landlock, seccomp); false
     /// when this kernel cannot, and such intent is then refused (this daemon's addition).
     pub linux_sandbox: bool,
+    /// `process/start.limits` `timeoutMs`, `maxOpenFiles` and `maxCpuSeconds`, and `reason`,
+    /// `signal`, `usage` and `liveDescendants` on `process/exited` and `process/read` (this
+    /// daemon's addition).
+    pub process_limits: bool,
+    /// `process/start.limits` `maxMemoryBytes` and `maxProcesses` (per-tree, by cgroup); false
+    /// where the daemon has no cgroup controller to enforce them, and they are then refused
+    /// (this daemon's addition).
+    pub process_tree_limits: bool,
 }
 
 fn legacy_executor_version() -> String {
@@ -155,7 +163,9 @@ mod tests {
                 "fsRename": true,
                 "fsReadDirectoryErrors": true,
                 "fsWatch": true,
-                "linuxSandbox": true
+                "linuxSandbox": true,
+                "processLimits": true,
+                "processTreeLimits": false
             }
         });
         let info: EnvironmentInfo = serde_json::from_value(wire.clone()).unwrap();

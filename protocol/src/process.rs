@@ -68,6 +68,81 @@ pub struct StartParams {
     /// daemon records it as the parent of its launch span.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<serde_json::Value>,
+    /// Resource limits for the process and everything it starts (this daemon's addition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<ProcessLimits>,
+}
+
+/// `process/start.limits`. Signed so that a negative value gets a clear error rather than a
+/// decoding failure; every present value must be positive.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessLimits {
+    /// The whole tree is killed this long after the start (`reason: "timeout"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<i64>,
+    /// Memory of the whole tree; beyond it the kernel kills in the tree (`memoryLimit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_memory_bytes: Option<i64>,
+    /// Processes (and threads) alive at once in the whole tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_processes: Option<i64>,
+    /// RLIMIT_NOFILE of each process in the tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_open_files: Option<i64>,
+    /// RLIMIT_CPU of each process in the tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cpu_seconds: Option<i64>,
+}
+
+/// Why a process ended (this daemon's addition).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ExitReason {
+    /// It exited by itself.
+    Exited,
+    /// A signal nobody here sent killed it (see `signal`).
+    Signaled,
+    /// `limits.timeoutMs` passed.
+    Timeout,
+    /// `limits.maxMemoryBytes` was reached.
+    MemoryLimit,
+    /// The client ended it (`process/terminate`, or the `kill` signal).
+    Terminated,
+    /// Its session expired.
+    SessionExpired,
+    /// The daemon shut down.
+    Shutdown,
+}
+
+/// Resources used by the whole tree of a process (this daemon's addition).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessUsage {
+    pub user_cpu_ms: u64,
+    pub system_cpu_ms: u64,
+    /// The largest resident set of any one process of the tree (of the tree together when a
+    /// memory cgroup measured it).
+    pub max_rss_kib: u64,
+    /// From the start to the exit.
+    pub wall_ms: u64,
+}
+
+/// How a process ended, on `process/exited` and `process/read` (this daemon's additions).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExitDetails {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<ExitReason>,
+    /// The signal that killed the process, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<ProcessUsage>,
+    /// The daemon killed the tree but could not confirm within its bound that all of it is
+    /// gone (it keeps trying).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cleanup_unconfirmed: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -124,6 +199,12 @@ pub struct ReadResult {
     /// True when output chunks after `afterSeq` were evicted before this read.
     #[serde(default)]
     pub truncated: bool,
+    #[serde(flatten)]
+    pub details: ExitDetails,
+    /// Processes of the tree still running besides the process itself (this daemon's
+    /// addition); absent once the tree is gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live_descendants: Option<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -216,6 +297,8 @@ pub struct ExitedNotification {
     pub exit_code: i32,
     #[serde(default)]
     pub sandbox_denied: bool,
+    #[serde(flatten)]
+    pub details: ExitDetails,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]

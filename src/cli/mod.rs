@@ -1,7 +1,8 @@
-//! The client subcommands (`exec-server run`, `exec-server fs ...`): a human's way to use a
-//! running daemon, built on the `exec-server-client` crate.
+//! The client subcommands: `exec-server run` and `exec-server fs ...`, a human's way to use a
+//! running daemon, built on the `exec-server-client` crate; `exec-server ready`, a health check.
 
 mod fs;
+mod ready;
 mod run;
 mod terminal;
 
@@ -16,6 +17,8 @@ pub enum Command {
     /// Copy files from and to a daemon's host, and list its directories.
     #[command(subcommand)]
     Fs(fs::FsCommand),
+    /// Exit 0 if the daemon answers `/readyz` (a health check for containers), 1 if not.
+    Ready(ready::ReadyArgs),
 }
 
 /// Where the daemon is.
@@ -52,6 +55,7 @@ pub fn main(command: Command) -> ExitCode {
         match command {
             Command::Run(args) => run::run(args).await,
             Command::Fs(command) => fs::run(command).await.map(|()| 0),
+            Command::Ready(args) => Ok(ready::run(args).await),
         }
     });
     // A blocking read of stdin may still be pending; it must not keep the process alive.

@@ -66,17 +66,14 @@ fn notification(process: &ManagedProcess, current: &Attachment, event: &Event) -
     let outbound = &current.outbound;
     let text = match event {
         Event::Output(chunk) => return output(outbound, &process.id, chunk),
-        Event::Exited {
-            seq,
-            code,
-            sandbox_denied,
-        } => outbound.notification_text(
+        Event::Exited { seq, exit } => outbound.notification_text(
             method::PROCESS_EXITED,
             &ExitedNotification {
                 process_id: process.id.clone(),
                 seq: *seq,
-                exit_code: *code,
-                sandbox_denied: *sandbox_denied,
+                exit_code: exit.code,
+                sandbox_denied: exit.sandbox_denied,
+                details: exit.details.clone(),
             },
         ),
         Event::Closed { seq } => outbound.notification_text(

@@ -1,6 +1,6 @@
 //! The `process/*` methods.
 
-use super::spawn::{LaunchSpec, DEFAULT_SIZE};
+use super::spawn::{LaunchSpec, Limits, DEFAULT_SIZE};
 use super::{env, Lookup, ManagedProcess};
 use crate::rpc::RpcError;
 use crate::sandbox;
@@ -46,6 +46,7 @@ async fn launch(session: &Session, params: StartParams) -> Result<StartResult, R
     } else {
         sandbox::prepare_start(&params, &cwd)?
     };
+    let (limits, timeout) = limits(params.limits.as_ref())?;
     let env = env::child_env(params.env_policy.as_ref(), &params.env, std::env::vars());
     let spec = LaunchSpec {
         program: program.clone(),
@@ -57,6 +58,7 @@ async fn launch(session: &Session, params: StartParams) -> Result<StartResult, R
         pipe_stdin: params.pipe_stdin,
         stdin_fd: None,
         size: params.size.unwrap_or(DEFAULT_SIZE),
+        limits,
     };
     let mut spec = spec;
     let (launch, sandbox_type) = match prepared {
@@ -65,13 +67,64 @@ async fn launch(session: &Session, params: StartParams) -> Result<StartResult, R
     };
     session
         .processes
-        .start(params.process_id.clone(), spec, launch)
+        .start(params.process_id.clone(), spec, launch, timeout)
         .await?;
     tracing::info!(sandbox = ?sandbox_type, "process started");
     Ok(StartResult {
         process_id: params.process_id,
         sandbox_type,
     })
+}
+
+/// Accepted ranges: beyond them a limit is a mistake, not a limit.
+const MAX_TIMEOUT_MS: i64 = 30 * 24 * 3600 * 1000;
+const MAX_OPEN_FILES: i64 = 1 << 20;
+const MAX_CPU_SECONDS: i64 = 365 * 24 * 3600;
+const MIN_MEMORY_BYTES: i64 = 1 << 20;
+const MAX_MEMORY_BYTES: i64 = 1 << 50;
+/// The kernel's own ceiling on pids.
+const MAX_PROCESSES: i64 = 1 << 22;
+
+/// Validates `process/start.limits`: per process and per tree, and the timeout.
+fn limits(limits: Option<&ProcessLimits>) -> Result<(Limits, Option<Duration>), RpcError> {
+    let Some(limits) = limits else {
+        return Ok((Limits::default(), None));
+    };
+    let check = |name: &str, value: Option<i64>, (min, max): (i64, i64)| match value {
+        Some(value) if !(min..=max).contains(&value) => Err(RpcError::invalid_params(format!(
+            "limits.{name} must be between {min} and {max}, not {value}"
+        ))),
+        value => Ok(value.map(|value| value as u64)),
+    };
+    let (memory, pids) = super::cgroup::supported();
+    for (name, value, supported) in [
+        ("maxMemoryBytes", limits.max_memory_bytes, memory),
+        ("maxProcesses", limits.max_processes, pids),
+    ] {
+        if value.is_some() && !supported {
+            return Err(RpcError::invalid_params(format!(
+                "limits.{name} cannot be enforced on this executor: it has no cgroup controller \
+                 for it (environment/info capabilities.processTreeLimits)"
+            )));
+        }
+    }
+    let timeout =
+        check("timeoutMs", limits.timeout_ms, (1, MAX_TIMEOUT_MS))?.map(Duration::from_millis);
+    let limits = Limits {
+        max_open_files: check("maxOpenFiles", limits.max_open_files, (1, MAX_OPEN_FILES))?,
+        max_cpu_seconds: check(
+            "maxCpuSeconds",
+            limits.max_cpu_seconds,
+            (1, MAX_CPU_SECONDS),
+        )?,
+        max_memory_bytes: check(
+            "maxMemoryBytes",
+            limits.max_memory_bytes,
+            (MIN_MEMORY_BYTES, MAX_MEMORY_BYTES),
+        )?,
+        max_processes: check("maxProcesses", limits.max_processes, (1, MAX_PROCESSES))?,
+    };
+    Ok((limits, timeout))
 }
 
 fn require(session: &Session, id: &str) -> Result<Arc<ManagedProcess>, RpcError> {
@@ -127,6 +180,8 @@ pub(crate) async fn read(
         sandbox_denied: snapshot.sandbox_denied,
         first_retained_seq: snapshot.first_retained_seq,
         truncated: snapshot.truncated,
+        details: snapshot.details,
+        live_descendants: process.live_descendants(),
     })
 }
 

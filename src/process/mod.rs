@@ -1,11 +1,14 @@
 //! Managed processes: each session owns a table of them, keyed by client-chosen ids.
 
+mod cgroup;
 mod delivery;
 pub mod env;
 pub mod methods;
 pub mod output;
 pub mod spawn;
 mod stdin;
+pub mod supervisor;
+pub(crate) mod tree;
 
 use crate::config::Config;
 use crate::rpc::RpcError;
@@ -13,14 +16,16 @@ use crate::sandbox::denial::Scanner;
 use crate::sandbox::{Launch, Sandboxed};
 use crate::session::Attachment;
 use bytes::{Bytes, BytesMut};
-use exec_server_protocol::process::{OutputStream, ProcessSignal, TerminalSize, WriteStatus};
+use exec_server_protocol::process::{
+    ExitDetails, ExitReason, OutputStream, ProcessSignal, ProcessUsage, TerminalSize, WriteStatus,
+};
 use nix::sys::signal::Signal;
-use nix::unistd::Pid;
-use output::{Event, OutputLog, ReadSnapshot};
+use output::{Event, Exit, OutputLog, ReadSnapshot};
 use spawn::{ChildIo, LaunchSpec};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use supervisor::Report;
 use tokio::io::AsyncReadExt as _;
 use tokio::sync::watch;
 
@@ -51,8 +56,16 @@ pub struct ProcessTable {
     inner: Arc<TableInner>,
 }
 
+#[derive(Default)]
+struct Slots {
+    map: HashMap<String, Slot>,
+    /// Set when the table's processes were killed for good (session expiry, shutdown): no
+    /// start may add one after that pass.
+    closed: bool,
+}
+
 struct TableInner {
-    slots: Mutex<HashMap<String, Slot>>,
+    slots: Mutex<Slots>,
     config: Arc<Config>,
     attachment: watch::Receiver<Option<Attachment>>,
     next_token: AtomicU64,
@@ -60,8 +73,13 @@ struct TableInner {
 
 pub struct ManagedProcess {
     pub id: String,
-    pid: i32,
     tty: bool,
+    /// The supervisor holding the tree, and the orders to it.
+    supervisor_pid: i32,
+    orders: tree::Orders,
+    started: std::time::Instant,
+    /// Why the daemon killed the tree, if it did: the first reason wins.
+    kill_reason: std::sync::OnceLock<ExitReason>,
     state: Mutex<ProcessState>,
     /// Bumped on every new event, so long-polls and delivery wake up.
     changed: watch::Sender<()>,
@@ -76,6 +94,12 @@ pub struct ManagedProcess {
 struct ProcessState {
     log: OutputLog,
     open_streams: u8,
+    /// Every process of the tree is gone (or the supervisor is, which could not say).
+    tree_gone: bool,
+    /// The supervisor could not confirm that a killed tree is gone.
+    cleanup_unconfirmed: bool,
+    /// The tree's usage as last reported.
+    usage: Option<ProcessUsage>,
     /// Present for sandboxed processes: decides `sandboxDenied` at exit.
     denial: Option<Scanner>,
 }
@@ -84,7 +108,7 @@ impl ProcessTable {
     pub fn new(config: Arc<Config>, attachment: watch::Receiver<Option<Attachment>>) -> Self {
         Self {
             inner: Arc::new(TableInner {
-                slots: Mutex::new(HashMap::new()),
+                slots: Mutex::new(Slots::default()),
                 config,
                 attachment,
                 next_token: AtomicU64::new(1),
@@ -93,58 +117,107 @@ impl ProcessTable {
     }
 
     pub fn lookup(&self, id: &str) -> Lookup {
-        match self.inner.slots.lock().unwrap().get(id) {
+        match self.inner.slots.lock().unwrap().map.get(id) {
             None => Lookup::Unknown,
             Some(Slot::Starting(_)) => Lookup::Starting,
             Some(Slot::Ready(process)) => Lookup::Ready(process.clone()),
         }
     }
 
-    /// Reserves `id`, launches the child and starts its reader, waiter and delivery tasks. With
-    /// a sandbox `launch`, the child is the helper and the start waits for its verdict.
+    /// Reserves `id`, launches the child and starts its reader, supervision and delivery
+    /// tasks. With a sandbox `launch`, the supervisor is the sandbox helper. Runs to its end
+    /// even when the request is cancelled (its connection dropped), so that a launched tree is
+    /// always tracked (and killed with its session) or killed at once, never left behind.
     pub async fn start(
         &self,
         id: String,
         spec: LaunchSpec,
-        mut launch: Option<Launch>,
+        launch: Option<Launch>,
+        timeout: Option<std::time::Duration>,
     ) -> Result<(), RpcError> {
-        let token = self.inner.next_token.fetch_add(1, Ordering::Relaxed);
+        tokio::spawn(self.inner.clone().start(id, spec, launch, timeout))
+            .await
+            .map_err(|err| RpcError::internal(format!("the start failed: {err}")))?
+    }
+
+    /// Kills the tree of a process, or cancels a start in progress. Returns whether the
+    /// process was still running.
+    pub fn terminate(&self, id: &str) -> bool {
+        let mut slots = self.inner.slots.lock().unwrap();
+        match slots.map.get(id) {
+            None => false,
+            Some(Slot::Starting(_)) => {
+                slots.map.remove(id);
+                true
+            }
+            Some(Slot::Ready(process)) => {
+                let process = process.clone();
+                drop(slots);
+                process.kill(ExitReason::Terminated)
+            }
+        }
+    }
+
+    /// Kills every tree for good (session expiry, daemon shutdown: `reason`), cancels starts in
+    /// progress and refuses later ones; returns the processes, so the caller can wait until
+    /// their trees are gone.
+    pub fn kill_all(&self, reason: ExitReason) -> Vec<Arc<ManagedProcess>> {
+        let mut slots = self.inner.slots.lock().unwrap();
+        slots.closed = true;
+        slots.map.retain(|_, slot| matches!(slot, Slot::Ready(_)));
+        let processes: Vec<_> = slots
+            .map
+            .values()
+            .filter_map(|slot| match slot {
+                Slot::Ready(process) => Some(process.clone()),
+                Slot::Starting(_) => None,
+            })
+            .collect();
+        drop(slots);
+        for process in &processes {
+            process.kill(reason);
+        }
+        processes
+    }
+}
+
+impl TableInner {
+    async fn start(
+        self: Arc<Self>,
+        id: String,
+        spec: LaunchSpec,
+        mut launch: Option<Launch>,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<(), RpcError> {
+        let token = self.next_token.fetch_add(1, Ordering::Relaxed);
         {
-            let mut slots = self.inner.slots.lock().unwrap();
-            if slots.contains_key(&id) {
+            let mut slots = self.slots.lock().unwrap();
+            if slots.closed {
+                return Err(RpcError::invalid_request(
+                    "the session is closing; no process can start in it",
+                ));
+            }
+            if slots.map.contains_key(&id) {
                 return Err(RpcError::invalid_request(format!(
                     "process {id} already exists"
                 )));
             }
-            slots.insert(id.clone(), Slot::Starting(token));
+            slots.map.insert(id.clone(), Slot::Starting(token));
         }
         let spawned = match &mut launch {
-            None => spawn::start(&spec),
+            None => spawn::start(&spec).await,
             Some(launch) => launch.spawn(&spec).await,
         };
         let spawned = match spawned {
             Ok(spawned) => spawned,
             Err(err) => {
-                self.inner.slots.lock().unwrap().remove(&id);
+                self.slots.lock().unwrap().map.remove(&id);
                 return Err(err);
             }
         };
-        let sandbox = match launch {
-            None => None,
-            Some(launch) => match launch.confirm().await {
-                Ok(sandboxed) => Some(sandboxed),
-                Err(err) => {
-                    // Nothing ran; make sure the helper is gone before the id is free again.
-                    let _ = nix::sys::signal::killpg(Pid::from_raw(spawned.pid), Signal::SIGKILL);
-                    let mut child = spawned.child;
-                    let _ = child.wait().await;
-                    self.inner.slots.lock().unwrap().remove(&id);
-                    return Err(err);
-                }
-            },
-        };
+        let sandbox = launch.map(Launch::into_sandboxed);
         let denial = sandbox.as_ref().map(Sandboxed::scanner);
-        let config = &self.inner.config;
+        let config = &self.config;
         let (streams, stdin, pty_size): (Vec<(OutputStream, Box<dyn ChildOutput>)>, _, _) =
             match spawned.io {
                 ChildIo::Pipes {
@@ -172,16 +245,30 @@ impl ProcessTable {
                     )
                 }
             };
+        let tree::Tree {
+            supervisor,
+            supervisor_pid,
+            group,
+            reports,
+            orders,
+            ..
+        } = spawned.tree;
         let process = Arc::new(ManagedProcess {
             id: id.clone(),
-            pid: spawned.pid,
             tty: spec.tty,
+            supervisor_pid,
+            orders,
+            started: std::time::Instant::now(),
+            kill_reason: Default::default(),
             state: Mutex::new(ProcessState {
                 log: OutputLog::new(
                     config.output_retention_bytes,
                     config.output_retention_chunks,
                 ),
                 open_streams: streams.len() as u8,
+                tree_gone: false,
+                cleanup_unconfirmed: false,
+                usage: None,
                 denial,
             }),
             changed: watch::channel(()).0,
@@ -190,15 +277,22 @@ impl ProcessTable {
             pty_size,
             sandbox: Mutex::new(sandbox),
         });
+        tokio::spawn(supervise(
+            Arc::downgrade(&self),
+            process.clone(),
+            supervisor,
+            reports,
+            group,
+        ));
         {
-            let mut slots = self.inner.slots.lock().unwrap();
-            match slots.get(&id) {
+            let mut slots = self.slots.lock().unwrap();
+            match slots.map.get(&id) {
                 Some(Slot::Starting(current)) if *current == token => {
-                    slots.insert(id.clone(), Slot::Ready(process.clone()));
+                    slots.map.insert(id.clone(), Slot::Ready(process.clone()));
                 }
                 _ => {
                     drop(slots);
-                    process.signal_group(Signal::SIGKILL);
+                    process.kill(ExitReason::Terminated);
                     return Err(RpcError::invalid_request(format!(
                         "process {id} start was cancelled"
                     )));
@@ -207,63 +301,25 @@ impl ProcessTable {
         }
         for (stream, reader) in streams {
             tokio::spawn(read_output(
-                Arc::downgrade(&self.inner),
+                Arc::downgrade(&self),
                 process.clone(),
                 stream,
                 reader,
             ));
         }
-        tokio::spawn(wait_for_exit(
-            Arc::downgrade(&self.inner),
-            process.clone(),
-            spawned.child,
-        ));
-        tokio::spawn(delivery::deliver(
-            process.clone(),
-            self.inner.attachment.clone(),
-        ));
+        if let Some(timeout) = timeout {
+            let weak = Arc::downgrade(&process);
+            tokio::spawn(async move {
+                tokio::time::sleep(timeout).await;
+                if let Some(process) = weak.upgrade() {
+                    process.kill(ExitReason::Timeout);
+                }
+            });
+        }
+        tokio::spawn(delivery::deliver(process.clone(), self.attachment.clone()));
         Ok(())
     }
 
-    /// Kills the group of a running process, or cancels a start in progress. Returns whether
-    /// the process was still running.
-    pub fn terminate(&self, id: &str) -> bool {
-        let mut slots = self.inner.slots.lock().unwrap();
-        match slots.get(id) {
-            None => false,
-            Some(Slot::Starting(_)) => {
-                slots.remove(id);
-                true
-            }
-            Some(Slot::Ready(process)) => {
-                let process = process.clone();
-                drop(slots);
-                process.kill()
-            }
-        }
-    }
-
-    /// Kills every process (session expiry, daemon shutdown) and returns them, so the caller can
-    /// wait for them to be reaped.
-    pub fn kill_all(&self) -> Vec<Arc<ManagedProcess>> {
-        let mut slots = self.inner.slots.lock().unwrap();
-        slots.retain(|_, slot| matches!(slot, Slot::Ready(_)));
-        let processes: Vec<_> = slots
-            .values()
-            .filter_map(|slot| match slot {
-                Slot::Ready(process) => Some(process.clone()),
-                Slot::Starting(_) => None,
-            })
-            .collect();
-        drop(slots);
-        for process in &processes {
-            process.kill();
-        }
-        processes
-    }
-}
-
-impl TableInner {
     /// Frees the id once the retention after close has passed.
     fn schedule_removal(self: Arc<Self>, process: &Arc<ManagedProcess>) {
         let weak = Arc::downgrade(process);
@@ -275,12 +331,18 @@ impl TableInner {
                 return;
             };
             let mut slots = table.slots.lock().unwrap();
-            if matches!(slots.get(&process.id), Some(Slot::Ready(p)) if Arc::ptr_eq(p, &process)) {
-                slots.remove(&process.id);
+            if matches!(slots.map.get(&process.id), Some(Slot::Ready(p)) if Arc::ptr_eq(p, &process))
+            {
+                slots.map.remove(&process.id);
                 crate::memory::release_soon();
             }
         });
     }
+}
+
+/// Whether `maxMemoryBytes` and `maxProcesses` can both be enforced here.
+pub fn tree_limits_supported() -> bool {
+    cgroup::supported() == (true, true)
 }
 
 /// A child's output half: a pipe or the PTY master.
@@ -315,24 +377,107 @@ async fn read_output(
             }
         }
     }
-    if process.finish_stream() {
+    if process.finish_stream() && process.state.lock().unwrap().tree_gone {
         if let Some(table) = table.upgrade() {
             table.schedule_removal(&process);
         }
     }
 }
 
-async fn wait_for_exit(
+/// Follows the supervisor's reports until it is gone, then reaps it.
+async fn supervise(
     table: Weak<TableInner>,
     process: Arc<ManagedProcess>,
-    mut child: tokio::process::Child,
+    mut supervisor: Option<tokio::process::Child>,
+    mut reports: tree::Reports,
+    group: Option<cgroup::Group>,
 ) {
-    let (code, signal) = match child.wait().await {
-        Ok(status) => spawn::exit_code(status),
-        Err(_) => (-1, None),
-    };
-    // Placeholders go before `exited` is visible, so a client never sees them left over.
-    let mut sandbox = process.sandbox.lock().unwrap().take();
+    // A plain supervisor is reused once it confirmed the tree gone and reported the exit.
+    let (mut exited, mut confirmed_gone) = (false, false);
+    while let Some(report) = reports.next().await {
+        // A sandbox's placeholders can be removed once nothing has its mount namespace (where
+        // they are mount points): when the tree is gone, after its supervisor (the sandbox
+        // helper) exited, which follows its last report at once. Without placeholders the
+        // exit is not held up for the helper's own.
+        let tree_gone = process.state.lock().unwrap().tree_gone;
+        let placeholders = process
+            .sandbox
+            .lock()
+            .unwrap()
+            .as_ref()
+            .is_some_and(Sandboxed::has_placeholders);
+        match report {
+            Report::Exited {
+                code,
+                signal,
+                mut usage,
+            } => {
+                let mut oom = false;
+                if let Some(group) = &group {
+                    usage.max_rss_kib = group.peak_kib().unwrap_or(usage.max_rss_kib);
+                    oom = group.oom_killed();
+                }
+                if let Some(supervisor) = supervisor.as_mut().filter(|_| tree_gone && placeholders)
+                {
+                    let _ = supervisor.wait().await;
+                }
+                record_exit(&table, &process, code, signal, usage, oom, tree_gone).await;
+                exited = true;
+            }
+            Report::Gone { confirmed, usage } => {
+                process.record_gone(&table, confirmed, usage);
+                confirmed_gone = confirmed;
+            }
+            Report::Started { .. } | Report::Failed { .. } => {}
+        }
+        if supervisor.is_none() && exited && confirmed_gone {
+            // Empty now: removed before the supervisor can start another tree.
+            drop(group);
+            tree::reuse(reports, &process.orders);
+            return;
+        }
+    }
+    if !process.is_exited() {
+        tracing::warn!(process = %process.id, "the supervisor ended before the process did");
+        record_exit(
+            &table,
+            &process,
+            -1,
+            None,
+            ProcessUsage::default(),
+            false,
+            false,
+        )
+        .await;
+    }
+    if !process.state.lock().unwrap().tree_gone {
+        process.record_gone(&table, false, ProcessUsage::default());
+    }
+    if let Some(mut supervisor) = supervisor {
+        let _ = supervisor.wait().await;
+    }
+    // Empty now: removed.
+    drop(group);
+    if let Some(mut sandbox) = process.sandbox.lock().unwrap().take() {
+        tokio::task::spawn_blocking(move || {
+            sandbox.release();
+            drop(sandbox)
+        });
+    }
+}
+
+async fn record_exit(
+    table: &Weak<TableInner>,
+    process: &Arc<ManagedProcess>,
+    code: i32,
+    signal: Option<i32>,
+    mut usage: ProcessUsage,
+    oom_killed: bool,
+    tree_gone: bool,
+) {
+    // Placeholders go before `exited` is visible, so a client never sees them left over, when
+    // the tree is gone; otherwise when it is.
+    let mut sandbox = process.sandbox.lock().unwrap().take_if(|_| tree_gone);
     if let Some(mut held) = sandbox.take_if(|held| held.has_placeholders()) {
         sandbox = tokio::task::spawn_blocking(move || {
             held.release();
@@ -350,27 +495,52 @@ async fn wait_for_exit(
         }
     })
     .await;
-    let closed = {
+    usage.wall_ms = process.started.elapsed().as_millis() as u64;
+    let reason = match (process.kill_reason.get(), signal) {
+        (_, Some(libc::SIGKILL)) if oom_killed => ExitReason::MemoryLimit,
+        (Some(reason), Some(_)) => *reason,
+        (_, Some(_)) => ExitReason::Signaled,
+        (_, None) => ExitReason::Exited,
+    };
+    let removable = {
         let mut state = process.state.lock().unwrap();
         let denied = state
             .denial
             .as_mut()
             .is_some_and(|scanner| scanner.verdict(code, signal));
-        state.log.record_exit(code, denied);
+        state.usage = Some(usage);
+        let exit = Exit {
+            code,
+            sandbox_denied: denied,
+            details: ExitDetails {
+                reason: Some(reason),
+                signal,
+                usage: Some(usage),
+                cleanup_unconfirmed: state.cleanup_unconfirmed,
+            },
+        };
+        state.log.record_exit(exit);
         if state.open_streams == 0 {
             state.log.record_closed();
         }
-        state.log.is_closed()
+        state.removable()
     };
     process.changed.send_replace(());
     // Its mount namespace is torn down only now, off the async workers.
     if let Some(sandbox) = sandbox {
         tokio::task::spawn_blocking(move || drop(sandbox));
     }
-    if closed {
+    if removable {
         if let Some(table) = table.upgrade() {
-            table.schedule_removal(&process);
+            table.schedule_removal(process);
         }
+    }
+}
+
+impl ProcessState {
+    /// Closed, and nothing of its tree left: the id may be freed after the retention.
+    fn removable(&self) -> bool {
+        self.log.is_closed() && self.tree_gone
     }
 }
 
@@ -437,39 +607,69 @@ impl ManagedProcess {
         self.state.lock().unwrap().log.exit_code().is_some()
     }
 
-    /// Whether the process or anything in its group may still be running.
-    fn may_be_running(&self) -> bool {
-        !self.state.lock().unwrap().log.is_closed()
-    }
-
-    /// SIGKILL to the whole group. Returns whether the process itself had not exited yet.
-    pub fn kill(&self) -> bool {
+    /// Kills the whole tree (however it detached), even after the process itself exited or
+    /// closed, until the supervisor reported it gone. Returns whether the process itself had
+    /// not exited yet.
+    pub fn kill(&self, reason: ExitReason) -> bool {
         let running = !self.is_exited();
-        if self.may_be_running() {
-            self.signal_group(Signal::SIGKILL);
+        if !self.state.lock().unwrap().tree_gone {
+            let _ = self.kill_reason.set(reason);
+            self.orders.kill();
         }
         running
     }
 
     pub fn signal(&self, signal: ProcessSignal) -> Result<(), RpcError> {
-        if self.is_exited() {
-            return Ok(());
-        }
         let signal = match signal {
             ProcessSignal::Interrupt => Signal::SIGINT,
             ProcessSignal::Terminate => Signal::SIGTERM,
-            ProcessSignal::Kill => Signal::SIGKILL,
+            // A kill is for the whole tree, as `process/terminate`.
+            ProcessSignal::Kill => {
+                self.kill(ExitReason::Terminated);
+                return Ok(());
+            }
             ProcessSignal::Hangup => Signal::SIGHUP,
             ProcessSignal::Quit => Signal::SIGQUIT,
         };
-        nix::sys::signal::killpg(Pid::from_raw(self.pid), signal)
-            .map_err(|err| RpcError::internal(format!("failed to signal process: {err}")))
+        if !self.is_exited() {
+            self.orders.signal(signal);
+        }
+        Ok(())
     }
 
-    fn signal_group(&self, signal: Signal) {
-        // The group outlives its leader while any member is alive, so its id cannot be reused
-        // before the group is empty.
-        let _ = nix::sys::signal::killpg(Pid::from_raw(self.pid), signal);
+    fn record_gone(
+        self: &Arc<Self>,
+        table: &Weak<TableInner>,
+        confirmed: bool,
+        usage: ProcessUsage,
+    ) {
+        let removable = {
+            let mut state = self.state.lock().unwrap();
+            state.tree_gone = true;
+            if !confirmed {
+                state.cleanup_unconfirmed = true;
+                tracing::warn!(
+                    process = %self.id,
+                    "cannot confirm that every process of the tree is gone"
+                );
+            }
+            let wall_ms = state.usage.map_or(0, |usage| usage.wall_ms);
+            if confirmed {
+                state.usage = Some(ProcessUsage { wall_ms, ..usage });
+            }
+            let (latest, unconfirmed) = (state.usage, state.cleanup_unconfirmed);
+            if let Some(details) = state.log.exit_details_mut() {
+                details.usage = latest;
+                details.cleanup_unconfirmed = unconfirmed;
+            }
+            state.removable()
+        };
+        self.changed.send_replace(());
+        if removable {
+            if let Some(table) = table.upgrade() {
+                table.schedule_removal(self);
+            }
+        }
     }
 
     pub fn write(&self, write_id: &str, data: Bytes) -> Result<WriteStatus, RpcError> {
@@ -490,10 +690,41 @@ impl ManagedProcess {
         }
     }
 
-    /// Resolves once the process has exited and its output closed.
-    pub async fn wait_closed(&self) {
+    /// Processes of the tree still running besides the process itself; None once the tree is
+    /// gone. Counted from the supervisor down, through every thread's children.
+    pub fn live_descendants(&self) -> Option<u32> {
+        if self.state.lock().unwrap().tree_gone {
+            return None;
+        }
+        let mut pending = vec![self.supervisor_pid];
+        let mut count = 0u32;
+        while let Some(pid) = pending.pop() {
+            let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+                continue;
+            };
+            for task in tasks.flatten() {
+                let children = std::fs::read_to_string(task.path().join("children"));
+                for child in children.unwrap_or_default().split_whitespace() {
+                    if let Ok(child) = child.parse() {
+                        count += 1;
+                        pending.push(child);
+                    }
+                }
+            }
+        }
+        // The process itself, until it is reaped.
+        Some(count.saturating_sub(u32::from(!self.is_exited())))
+    }
+
+    /// The process exited, its output closed, and its tree is gone.
+    pub fn is_finished(&self) -> bool {
+        self.state.lock().unwrap().removable()
+    }
+
+    /// Resolves once the process has exited, its output closed, and its tree is gone.
+    pub async fn wait_finished(&self) {
         let mut changes = self.subscribe();
-        while self.may_be_running() {
+        while !self.state.lock().unwrap().removable() {
             if changes.changed().await.is_err() {
                 return;
             }

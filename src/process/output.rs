@@ -6,7 +6,7 @@
 //! evicted, and reads say so (`firstRetainedSeq`, `truncated`): never a silent gap.
 
 use bytes::Bytes;
-use exec_server_protocol::process::OutputStream;
+use exec_server_protocol::process::{ExitDetails, OutputStream};
 use std::collections::VecDeque;
 
 #[derive(Clone, Debug)]
@@ -19,14 +19,8 @@ pub struct Chunk {
 #[derive(Clone, Debug)]
 pub enum Event {
     Output(Chunk),
-    Exited {
-        seq: u64,
-        code: i32,
-        sandbox_denied: bool,
-    },
-    Closed {
-        seq: u64,
-    },
+    Exited { seq: u64, exit: Exit },
+    Closed { seq: u64 },
 }
 
 impl Event {
@@ -36,6 +30,14 @@ impl Event {
             Event::Exited { seq, .. } | Event::Closed { seq } => *seq,
         }
     }
+}
+
+/// How the process itself ended.
+#[derive(Clone, Debug, Default)]
+pub struct Exit {
+    pub code: i32,
+    pub sandbox_denied: bool,
+    pub details: ExitDetails,
 }
 
 #[derive(Debug)]
@@ -49,8 +51,7 @@ pub struct OutputLog {
     delivered_seq: u64,
     /// Highest seq of an evicted chunk (0: nothing evicted).
     evicted_through: u64,
-    /// (seq, code, sandbox denied)
-    exit: Option<(u64, i32, bool)>,
+    exit: Option<(u64, Exit)>,
     closed_seq: Option<u64>,
 }
 
@@ -61,6 +62,7 @@ pub struct ReadSnapshot {
     pub next_seq: u64,
     pub exit_code: Option<i32>,
     pub sandbox_denied: bool,
+    pub details: ExitDetails,
     pub closed: bool,
     pub first_retained_seq: u64,
     pub truncated: bool,
@@ -116,11 +118,16 @@ impl OutputLog {
             && (self.retained_bytes > self.max_bytes || self.chunks.len() > self.max_chunks)
     }
 
-    pub fn record_exit(&mut self, code: i32, sandbox_denied: bool) {
+    pub fn record_exit(&mut self, exit: Exit) {
         if self.exit.is_none() {
             let seq = self.take_seq();
-            self.exit = Some((seq, code, sandbox_denied));
+            self.exit = Some((seq, exit));
         }
+    }
+
+    /// The exit's details change after it (the tree's final usage, an unconfirmed cleanup).
+    pub fn exit_details_mut(&mut self) -> Option<&mut ExitDetails> {
+        self.exit.as_mut().map(|(_, exit)| &mut exit.details)
     }
 
     pub fn record_closed(&mut self) {
@@ -131,7 +138,7 @@ impl OutputLog {
     }
 
     pub fn exit_code(&self) -> Option<i32> {
-        self.exit.map(|(_, code, _)| code)
+        self.exit.as_ref().map(|(_, exit)| exit.code)
     }
 
     pub fn is_closed(&self) -> bool {
@@ -170,7 +177,15 @@ impl OutputLog {
             chunks,
             next_seq,
             exit_code: self.exit_code(),
-            sandbox_denied: self.exit.is_some_and(|(_, _, denied)| denied),
+            sandbox_denied: self
+                .exit
+                .as_ref()
+                .is_some_and(|(_, exit)| exit.sandbox_denied),
+            details: self
+                .exit
+                .as_ref()
+                .map(|(_, exit)| exit.details.clone())
+                .unwrap_or_default(),
             closed: self.closed_seq.is_some(),
             first_retained_seq: self.first_retained_seq(),
             truncated: self.evicted_through > after_seq,
@@ -185,11 +200,10 @@ impl OutputLog {
             .take(limit)
             .map(|chunk| Event::Output(chunk.clone()))
             .collect();
-        if let Some((seq, code, sandbox_denied)) = self.exit.filter(|(seq, ..)| *seq > after) {
+        if let Some((seq, exit)) = self.exit.as_ref().filter(|(seq, _)| *seq > after) {
             events.push(Event::Exited {
-                seq,
-                code,
-                sandbox_denied,
+                seq: *seq,
+                exit: exit.clone(),
             });
         }
         if let Some(seq) = self.closed_seq.filter(|seq| *seq > after) {
@@ -218,7 +232,10 @@ mod tests {
         let mut log = OutputLog::new(1024, 10);
         log.push(OutputStream::Stdout, data(1));
         log.push(OutputStream::Stderr, data(1));
-        log.record_exit(7, false);
+        log.record_exit(Exit {
+            code: 7,
+            ..Exit::default()
+        });
         log.record_closed();
         let snapshot = log.read(0, None);
         assert_eq!(

@@ -1,12 +1,14 @@
-//! Starting a child on pipes or on a PTY, always as the leader of its own process group so that
-//! signals and termination reach everything it starts.
+//! Starting a child on pipes or on a PTY, under its supervisor (which holds its whole tree),
+//! as the leader of its own process group so that signals reach what it starts.
 
+use super::supervisor::{ChildSetup, PlainLaunch};
+use super::tree::{self, Started, Tree};
 use crate::rpc::RpcError;
+use crate::sandbox::pool::Kind;
 use exec_server_protocol::process::TerminalSize;
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 
 /// What to run, resolved to host terms.
@@ -23,6 +25,16 @@ pub struct LaunchSpec {
     /// pipe or /dev/null: `sandbox::run_fs_op` hands its helper one end of a socket pair.
     pub stdin_fd: Option<Arc<OwnedFd>>,
     pub size: TerminalSize,
+    pub limits: Limits,
+}
+
+/// Resource limits: per process (set by the child before its exec) and per tree (cgroups).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Limits {
+    pub max_open_files: Option<u64>,
+    pub max_cpu_seconds: Option<u64>,
+    pub max_memory_bytes: Option<u64>,
+    pub max_processes: Option<u64>,
 }
 
 pub enum ChildIo {
@@ -40,8 +52,8 @@ pub enum ChildIo {
 }
 
 pub struct Spawned {
-    pub child: tokio::process::Child,
-    pub pid: i32,
+    /// The program's supervisor, which holds its tree.
+    pub tree: Tree,
     pub io: ChildIo,
 }
 
@@ -50,87 +62,58 @@ pub const OUTPUT_PIPE_BYTES: usize = 256 * 1024;
 
 pub const DEFAULT_SIZE: TerminalSize = TerminalSize { rows: 24, cols: 80 };
 
-fn spawn(spec: &LaunchSpec) -> std::io::Result<Spawned> {
-    if spec.tty {
-        spawn_pty(spec)
-    } else {
-        spawn_pipes(spec)
-    }
-}
-
-fn spawn_pipes(spec: &LaunchSpec) -> std::io::Result<Spawned> {
-    // With a resolved path std spawns with posix_spawn (vfork) instead of fork+exec, which
-    // copies the daemon's page tables: a bare name with a changed PATH forces the fork.
-    let program = resolve_program(&spec.program, &spec.env, &spec.cwd);
-    let mut command = tokio::process::Command::new(&program);
-    command.arg0(spec.arg0.as_deref().unwrap_or(&spec.program));
-    command
-        .args(&spec.args)
-        .current_dir(&spec.cwd)
-        .env_clear()
-        .envs(&spec.env)
-        .stdin(match &spec.stdin_fd {
-            Some(fd) => Stdio::from(fd.try_clone()?),
-            None if spec.pipe_stdin => Stdio::piped(),
-            None => Stdio::null(),
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    let mut child = command.spawn()?;
-    let pid = child.id().expect("a just-spawned child has a pid") as i32;
-    for fd in [
-        child.stdout.as_ref().map(AsRawFd::as_raw_fd),
-        child.stderr.as_ref().map(AsRawFd::as_raw_fd),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        grow_output_pipe(fd);
-    }
-    let io = ChildIo::Pipes {
-        stdin: child.stdin.take(),
-        stdout: child.stdout.take().expect("stdout is piped"),
-        stderr: child.stderr.take().expect("stderr is piped"),
+/// Starts `spec`'s program under a supervisor, on pipes or on a PTY as its controlling
+/// terminal, as the leader of its own process group (of its session on a PTY). A failure
+/// is the start error, naming the working directory when that is what is missing (the OS
+/// reports it as the program's ENOENT or ENOTDIR).
+pub async fn start(spec: &LaunchSpec) -> Result<Spawned, RpcError> {
+    let cannot_start = |err| start_error(&spec.program, err);
+    let (io, stdio) = detached_stdio(spec).map_err(cannot_start)?;
+    let mut argv = vec![spec.arg0.clone().unwrap_or_else(|| spec.program.clone())];
+    argv.extend(spec.args.iter().cloned());
+    let launch = PlainLaunch {
+        program: resolve_program(&spec.program, &spec.env, &spec.cwd)
+            .to_string_lossy()
+            .into_owned(),
+        argv,
+        cwd: spec.cwd.clone(),
+        env: spec.env.clone(),
     };
-    Ok(Spawned { child, pid, io })
-}
-
-fn spawn_pty(spec: &LaunchSpec) -> std::io::Result<Spawned> {
-    let (pty, pts) = pty_process::open().map_err(pty_error)?;
-    pty.resize(pty_process::Size::new(spec.size.rows, spec.size.cols))
-        .map_err(pty_error)?;
-    // pty-process makes the child a session leader (so pid == pgid) with the PTY as its
-    // controlling terminal.
-    let mut command = pty_process::Command::new(&spec.program)
-        .args(&spec.args)
-        .current_dir(&spec.cwd)
-        .env_clear()
-        .envs(&spec.env);
-    if let Some(arg0) = &spec.arg0 {
-        command = command.arg0(arg0);
+    let payload = serde_json::to_vec(&launch).map_err(|e| RpcError::internal(e.to_string()))?;
+    let (tree, started, _) = tree::launch(Kind::Plain, spec, &stdio, &payload, None)
+        .await
+        .map_err(|err| start_error(&spec.program, err))?;
+    match started {
+        Started::Executed => Ok(Spawned { tree, io }),
+        Started::Failed { failure } => Err(match failure.errno {
+            Some(errno) => exec_error(spec, std::io::Error::from_raw_os_error(errno)),
+            None => start_error(&spec.program, failure.message),
+        }),
     }
-    let child = command.spawn(pts).map_err(pty_error)?;
-    let pid = child.id().expect("a just-spawned child has a pid") as i32;
-    let master = std::os::fd::AsFd::as_fd(&pty).try_clone_to_owned()?;
-    let (reader, writer) = pty.into_split();
-    Ok(Spawned {
-        child,
-        pid,
-        io: ChildIo::Pty {
-            reader,
-            writer,
-            master,
-        },
-    })
 }
 
-/// Where `execvp` would find `program` with the child's PATH: the first regular, executable
-/// file. Names with a slash, no PATH, or no match are returned as they are, so the spawn
-/// reports the error it always did.
+impl LaunchSpec {
+    /// What the supervisor's child applies to itself.
+    pub fn setup(&self) -> ChildSetup {
+        ChildSetup {
+            tty: self.tty,
+            max_open_files: self.limits.max_open_files,
+            max_cpu_seconds: self.limits.max_cpu_seconds,
+        }
+    }
+}
+
+/// Where `posix_spawnp` would find `program`: on the child's PATH, or the daemon's when the
+/// child has none (as std's spawn did); the first regular, executable file. Names with a slash,
+/// no PATH, or no match are returned as they are, so the exec reports the error.
 fn resolve_program(program: &str, env: &BTreeMap<String, String>, cwd: &Path) -> PathBuf {
     use std::os::unix::fs::PermissionsExt as _;
-    let Some(path) = env.get("PATH").filter(|_| !program.contains('/')) else {
+    let own = std::env::var("PATH").ok();
+    let Some(path) = env
+        .get("PATH")
+        .or(own.as_ref())
+        .filter(|_| !program.contains('/'))
+    else {
         return PathBuf::from(program);
     };
     path.split(':')
@@ -142,9 +125,8 @@ fn resolve_program(program: &str, env: &BTreeMap<String, String>, cwd: &Path) ->
         .unwrap_or_else(|| PathBuf::from(program))
 }
 
-/// The stdio of a child that something else starts (the sandbox helper, which receives the
-/// child's ends): our side as for [`spawn`], and the child's stdin, stdout and stderr, all
-/// close-on-exec.
+/// The stdio of a child that its supervisor starts: our side, and the child's stdin, stdout and
+/// stderr (which the supervisor receives), all close-on-exec.
 pub fn detached_stdio(spec: &LaunchSpec) -> std::io::Result<(ChildIo, [OwnedFd; 3])> {
     if spec.tty {
         let (pty, pts) = pty_process::open().map_err(pty_error)?;
@@ -194,28 +176,23 @@ fn grow_output_pipe(fd: std::os::fd::RawFd) {
     unsafe { libc::fcntl(fd, libc::F_SETPIPE_SZ, OUTPUT_PIPE_BYTES as libc::c_int) };
 }
 
-/// Starts `spec` as [`spawn`] does; a failure is the start error, naming the working directory
-/// when that is what is missing (the OS reports it as the program's ENOENT or ENOTDIR).
-pub fn start(spec: &LaunchSpec) -> Result<Spawned, RpcError> {
-    spawn(spec).map_err(|err| {
-        // Looked at only after a failure, so a normal launch pays nothing for it.
-        let cwd = spec.cwd.display();
-        match std::fs::metadata(&spec.cwd) {
-            Err(missing)
-                if matches!(missing.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) =>
-            {
-                start_error(
-                    &spec.program,
-                    format!("the working directory `{cwd}` does not exist"),
-                )
-            }
-            Ok(meta) if !meta.is_dir() => start_error(
+/// The error for an exec that failed with `err`, naming the working directory when that is
+/// what is missing. Looked at only after a failure, so a normal launch pays nothing for it.
+fn exec_error(spec: &LaunchSpec, err: std::io::Error) -> RpcError {
+    let cwd = spec.cwd.display();
+    match std::fs::metadata(&spec.cwd) {
+        Err(missing) if matches!(missing.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {
+            start_error(
                 &spec.program,
-                format!("the working directory `{cwd}` is not a directory"),
-            ),
-            _ => start_error(&spec.program, err),
+                format!("the working directory `{cwd}` does not exist"),
+            )
         }
-    })
+        Ok(meta) if !meta.is_dir() => start_error(
+            &spec.program,
+            format!("the working directory `{cwd}` is not a directory"),
+        ),
+        _ => start_error(&spec.program, err),
+    }
 }
 
 /// The error for a program that could not be started.
@@ -228,17 +205,6 @@ fn pty_error(err: pty_process::Error) -> std::io::Error {
         pty_process::Error::Io(io) => io,
         other => std::io::Error::other(other.to_string()),
     }
-}
-
-/// The exit code as the protocol reports it (128 + signal for a killed process), and the
-/// signal, if one killed it.
-pub fn exit_code(status: std::process::ExitStatus) -> (i32, Option<i32>) {
-    use std::os::unix::process::ExitStatusExt as _;
-    let signal = status.signal();
-    (
-        status.code().unwrap_or_else(|| 128 + signal.unwrap_or(0)),
-        signal,
-    )
 }
 
 #[cfg(test)]
@@ -263,9 +229,8 @@ mod tests {
             resolve_program("no-such-program", &env("/bin"), root),
             Path::new("no-such-program")
         );
-        assert_eq!(
-            resolve_program("sh", &BTreeMap::new(), root),
-            Path::new("sh")
-        );
+        // Without a PATH of its own, the child's program is found on the daemon's.
+        let found = resolve_program("sh", &BTreeMap::new(), root);
+        assert!(found.is_absolute() && found.ends_with("sh"), "{found:?}");
     }
 }

@@ -5,39 +5,48 @@
 //! [`main_if_helper`] before parsing flags and before any runtime exists, so the helper is a
 //! fresh single-threaded process. Helpers are started ahead of need ([`super::pool`]): the
 //! exec of the daemon's binary and the creation of a network namespace are the slowest steps
-//! of a launch, and neither depends on the plan. Its stdin is the control socket. Before any
-//! plan, it becomes a session leader (so `killpg` works from the instant the daemon hands it
-//! out), creates its own empty network namespace unless network is enabled, its own mount
-//! namespace (a follower of the host's mounts) with a private `/proc` showing only the
-//! sandbox's own processes, attaches most of its seccomp rules (all that the setup below does not need lifted), and writes [`READY`]
-//! (or, when any of that fails, its [`Failure`], as below).
+//! of a launch, and neither depends on the plan. Its stdin is the control socket, its stdout
+//! the socket of the program's process. Before any plan, it becomes a session leader and the
+//! subreaper of what it will start, creates its own empty network namespace unless network is
+//! enabled, its own mount namespace (a follower of the host's mounts) with a private `/proc`
+//! showing only the sandbox's own processes, attaches most of its seccomp rules (all that the
+//! setup below does not need lifted), waits for [`ADMITTED`], forks the program's process
+//! ([`supervisor::fork_ahead`]), and writes [`READY`] and that process's pid (or, when any of
+//! that fails, its [`Failure`] instead).
 //!
-//! It then waits for one launch: the program's stdin, stdout and stderr (SCM_RIGHTS, with the
-//! first byte), then the [`Plan`] up to EOF. In order: stdio (and the controlling terminal for
-//! a PTY), the managed network's listeners ([`super::bridge::open`]), the mount view when the
-//! file system is restricted, cwd, Landlock, capabilities and securebits, no_new_privs, close-on-exec for every fd above 2, the last seccomp filter, the
-//! program's environment (the helper itself runs with an empty one), and `execvp`. A failure at any step is written as one JSON [`Failure`] to the control socket,
-//! which is close-on-exec, so a successful exec writes nothing and the daemon sees EOF. An exec
-//! the sandbox refused is also explained on the program's stderr, and the helper exits 126 in
-//! its place: the daemon reports that as the process's exit.
+//! The program's process receives the launch from the daemon ([`supervisor::receive`]: the
+//! program's stdio, the child setup, the [`Plan`]). For a managed network the helper first
+//! receives the ports, brings `lo` up, listens at them and passes the listeners to the daemon
+//! ([`super::bridge::open`]): after the fork, so the program never holds them. The helper
+//! supervises the program's tree. The program's process, which already has its stdio and its
+//! own session (and controlling terminal for a PTY), applies in order the mount view when the
+//! file system is restricted, cwd, Landlock,
+//! capabilities and securebits, no_new_privs, close-on-exec for every fd above 2, the last
+//! seccomp filter, the resource limits, the program's environment (the helper itself runs with
+//! an empty one), and `execvp`. The supervisor stays outside Landlock and the late filter: a
+//! less restricted process may signal a more restricted one, so it can still kill the tree. A
+//! failure at any step is the verdict on its socket; an exec the sandbox refused is also explained
+//! on the program's stderr, and the child exits 126 in its place: the daemon reports that as
+//! the process's exit.
 //!
-//! A plan for an `fs/*` operation ([`Plan::fs_op`]) stops before the environment: the helper
-//! closes the control socket (EOF, as after an exec) and every other descriptor above 2, and
-//! runs the operation itself ([`crate::fs::helper`]) with nothing loaded or looked up after the
-//! sandbox is in place, so the intent need not grant the daemon's binary or its libraries.
+//! A plan for an `fs/*` operation ([`Plan::fs_op`]) stops before the environment: the child
+//! closes every descriptor above 2 (its socket's EOF tells the daemon the sandbox is in place,
+//! as an exec would) and runs the operation itself ([`crate::fs::helper`]) with nothing
+//! loaded or looked up after the sandbox is in place, so the intent need not grant the daemon's
+//! binary or its libraries.
 
-use super::plan::{Failure, Identity, NetworkMode, Plan, EXEC_STAGE, MAX_PLAN_BYTES};
+use super::plan::{Failure, Identity, NetworkMode, Plan, EXEC_STAGE};
 use super::{landlock, mounts, seccomp};
+use crate::process::supervisor::{self, control_socket, exit_for, READY};
 use std::ffi::{CString, OsStr};
 use std::io::{Read as _, Write as _};
-use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt as _;
-use std::os::unix::net::UnixStream;
 
 pub const HELPER_ARG: &str = "__sandbox-exec";
 
-/// Written once on the control socket when the helper is ready for its plan.
-pub const READY: u8 = b'R';
+/// Sent by the daemon once the helper is in the cgroup it must be in (`super::peers`): only
+/// then may it fork.
+pub const ADMITTED: u8 = b'A';
 
 /// Runs the helper and never returns when this process was started as one.
 pub fn main_if_helper() {
@@ -57,58 +66,85 @@ pub fn main_if_helper() {
         );
         std::process::exit(125);
     };
-    let mut control = match control_socket() {
-        Ok(control) => control,
-        Err(failure) => {
-            eprintln!(
-                "exec-server sandbox: {}: {}",
-                failure.stage, failure.message
-            );
-            std::process::exit(125);
-        }
-    };
-    // A failure before the plan (instead of READY) reaches the daemon the same way as one after.
-    let failure = match start(&mut control, network).and_then(|late| run(&control, network, &late))
-    {
-        Ok(FsOp) => {
-            // EOF on the control socket tells the daemon the sandbox is in place, as an exec
-            // would; and without an exec nothing else closes.
-            drop(control);
-            // SAFETY: plain syscall; no descriptor above 2 is owned by anything still alive.
-            if unsafe { libc::close_range(3, libc::c_uint::MAX, 0) } != 0 {
-                eprintln!(
-                    "exec-server sandbox: fds: {}",
-                    std::io::Error::last_os_error()
-                );
-                std::process::exit(125);
-            }
-            crate::fs::helper::serve()
-        }
-        Err(failure) => failure,
-    };
-    let _ = control.write_all(&serde_json::to_vec(&failure).unwrap_or_default());
-    // A refused exec is the program's own outcome (the daemon reports it as the process's exit,
-    // 126 as from a shell), so the reason is written for its reader, on its stderr.
-    if failure.denied {
-        eprintln!("exec-server: {} (refused by the sandbox)", failure.message);
-    } else {
-        eprintln!(
-            "exec-server sandbox: {}: {}",
-            failure.stage, failure.message
-        );
-    }
-    std::process::exit(if failure.stage == EXEC_STAGE {
-        if failure.errno == Some(libc::ENOENT) {
-            127
-        } else {
-            126
-        }
-    } else {
-        125
+    supervisor::become_workload();
+    let taken = control_socket().and_then(|control| {
+        // The program's process's own socket to the daemon: its launch, and its verdict.
+        Ok((control, supervisor::take_socket(libc::STDOUT_FILENO)?))
     });
+    let (mut control, launch) = taken.unwrap_or_else(|failure| exit_for(&failure));
+    // A failure before the launch is written instead of READY, and the helper exits.
+    let late = start(network).and_then(|late| {
+        let mut admitted = [0u8];
+        match (&control).read_exact(&mut admitted) {
+            Ok(()) if admitted[0] == ADMITTED => Ok(late),
+            // The daemon is gone, or never admitted it.
+            _ => std::process::exit(0),
+        }
+    });
+    // The program's process is forked now, off the launch path.
+    let ahead = late.and_then(|late| {
+        supervisor::fork_ahead(&control, launch, move |setup, text| {
+            let plan = match parse(&text, network) {
+                Ok(plan) => plan,
+                Err(failure) => return failure,
+            };
+            match run(plan, &late, setup) {
+                Ok(FsOp) => {
+                    // SAFETY: plain syscall; no descriptor above 2 is owned by anything still
+                    // alive. Closing the launch socket tells the daemon the sandbox is in
+                    // place.
+                    if unsafe { libc::close_range(3, libc::c_uint::MAX, 0) } != 0 {
+                        return os_fail("fds")(std::io::Error::last_os_error());
+                    }
+                    crate::fs::helper::serve()
+                }
+                Err(failure) => failure,
+            }
+        })
+    });
+    let ahead = ahead
+        .and_then(|ahead| {
+            let mut ready = vec![READY];
+            ready.extend_from_slice(&ahead.pid().to_le_bytes());
+            control.write_all(&ready).map_err(os_fail("control"))?;
+            Ok(ahead)
+        })
+        .unwrap_or_else(|failure| {
+            let _ = control.write_all(&serde_json::to_vec(&failure).unwrap_or_default());
+            exit_for(&failure)
+        });
+    if network == NetworkMode::Managed {
+        // The listeners, for the ports the daemon sends before the launch: opened after the
+        // fork, so the program never holds them.
+        let opened = supervisor::read_frame(&mut &control)
+            .and_then(|ports| {
+                serde_json::from_slice::<Vec<u16>>(&ports)
+                    .map_err(|e| fail("network")(e.to_string()))
+            })
+            .and_then(|ports| super::bridge::open(&control, &ports).map_err(os_fail("network")));
+        if let Err(failure) = opened {
+            // SAFETY: plain syscall on our own child, which has no launch yet.
+            unsafe { libc::kill(ahead.pid(), libc::SIGKILL) };
+            supervisor::refuse(&control, failure)
+        }
+    }
+    ahead.supervise(&control, None);
+    // A helper's namespaces were made for its one launch.
+    std::process::exit(0)
 }
 
-fn fail(stage: &str) -> impl Fn(String) -> Failure + '_ {
+/// The plan, for this helper's network mode.
+fn parse(text: &[u8], network: NetworkMode) -> Result<Plan, Failure> {
+    let plan: Plan = serde_json::from_slice(text).map_err(|e| fail("policy")(e.to_string()))?;
+    if plan.network_mode() != network {
+        return Err(fail("policy")(
+            "the plan's network mode is not this helper's".into(),
+        ));
+    }
+    Ok(plan)
+}
+
+pub(crate) fn fail(stage: &str) -> impl Fn(String) -> Failure + '_ {
     move |message| Failure {
         stage: stage.into(),
         message,
@@ -117,7 +153,7 @@ fn fail(stage: &str) -> impl Fn(String) -> Failure + '_ {
     }
 }
 
-fn os_fail(stage: &str) -> impl Fn(std::io::Error) -> Failure + '_ {
+pub(crate) fn os_fail(stage: &str) -> impl Fn(std::io::Error) -> Failure + '_ {
     move |err| Failure {
         stage: stage.into(),
         message: err.to_string(),
@@ -129,20 +165,8 @@ fn os_fail(stage: &str) -> impl Fn(std::io::Error) -> Failure + '_ {
 /// The plan asks for an fs operation in place of a program, and the sandbox is in place.
 struct FsOp;
 
-/// The control socket, moved off stdin (which becomes the program's) and close-on-exec.
-fn control_socket() -> Result<UnixStream, Failure> {
-    // SAFETY: duplicating our stdin into a new fd we then own.
-    let fd = unsafe { libc::fcntl(libc::STDIN_FILENO, libc::F_DUPFD_CLOEXEC, 3) };
-    if fd < 0 {
-        return Err(os_fail("control")(std::io::Error::last_os_error()));
-    }
-    // SAFETY: the new fd is ours.
-    Ok(unsafe { UnixStream::from_raw_fd(fd) })
-}
-
-/// Everything that does not depend on the plan, then READY; returns the seccomp filter still
-/// to attach.
-fn start(control: &mut UnixStream, network: NetworkMode) -> Result<seccomp::BpfProgram, Failure> {
+/// Everything that does not depend on the plan; returns the seccomp filter still to attach.
+fn start(network: NetworkMode) -> Result<seccomp::BpfProgram, Failure> {
     // SAFETY: plain syscalls without pointers.
     if unsafe { libc::getsid(0) != libc::getpid() } && unsafe { libc::setsid() } < 0 {
         return Err(os_fail("session")(std::io::Error::last_os_error()));
@@ -162,83 +186,20 @@ fn start(control: &mut UnixStream, network: NetworkMode) -> Result<seccomp::BpfP
     mounts::follow_host()
         .and_then(|()| mounts::own_proc())
         .map_err(fail("mounts"))?;
+    // The supervisor of the program's tree (`crate::process::supervisor`).
+    if !supervisor::become_subreaper() {
+        return Err(os_fail("supervisor")(std::io::Error::last_os_error()));
+    }
     seccomp::apply(&filters.early).map_err(fail("seccomp"))?;
-    control.write_all(&[READY]).map_err(os_fail("control"))?;
     Ok(filters.late)
 }
 
-/// The program's stdio and the plan, as the daemon sends them.
-fn receive(control: &UnixStream) -> Result<([OwnedFd; 3], Vec<u8>), Failure> {
-    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
-    let mut first = [0u8; 4096];
-    let mut fds = Vec::new();
-    let received = {
-        let mut iov = [std::io::IoSliceMut::new(&mut first)];
-        let mut space = nix::cmsg_space!([RawFd; 3]);
-        let message = recvmsg::<()>(
-            control.as_raw_fd(),
-            &mut iov,
-            Some(&mut space),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        )
-        .map_err(|errno| os_fail("policy")(errno.into()))?;
-        for cmsg in message.cmsgs().map_err(|e| fail("policy")(e.to_string()))? {
-            if let ControlMessageOwned::ScmRights(raw) = cmsg {
-                // SAFETY: the kernel installed these descriptors for us alone.
-                fds.extend(
-                    raw.into_iter()
-                        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
-                );
-            }
-        }
-        if message.flags.contains(MsgFlags::MSG_CTRUNC) {
-            return Err(fail("policy")("too many descriptors".into()));
-        }
-        message.bytes
-    };
-    if received == 0 {
-        // The daemon went away before handing out this helper.
-        std::process::exit(0);
-    }
-    let stdio: [OwnedFd; 3] = fds
-        .try_into()
-        .map_err(|_| fail("policy")("expected the program's three stdio descriptors".into()))?;
-    let mut text = first[..received].to_vec();
-    control
-        .take(MAX_PLAN_BYTES as u64)
-        .read_to_end(&mut text)
-        .map_err(os_fail("policy"))?;
-    Ok((stdio, text))
-}
-
+/// The child's part, in the supervisor's fork (which gave it its stdio and session): the plan.
 fn run(
-    control: &UnixStream,
-    network: NetworkMode,
+    mut plan: Plan,
     late_filter: &seccomp::BpfProgram,
+    setup: &supervisor::ChildSetup,
 ) -> Result<FsOp, Failure> {
-    let (stdio, text) = receive(control)?;
-    for (target, fd) in stdio.iter().enumerate() {
-        // SAFETY: plain dup2 onto the standard descriptors, which the program is to inherit.
-        if unsafe { libc::dup2(fd.as_raw_fd(), target as RawFd) } < 0 {
-            return Err(os_fail("stdio")(std::io::Error::last_os_error()));
-        }
-    }
-    drop(stdio);
-    let mut plan: Plan =
-        serde_json::from_slice(&text).map_err(|e| fail("policy")(e.to_string()))?;
-    if plan.network_mode() != network {
-        return Err(fail("policy")(
-            "the plan's network mode is not this helper's".into(),
-        ));
-    }
-    if let Some(managed) = &plan.managed_network {
-        super::bridge::open(control, &managed.ports).map_err(os_fail("network"))?;
-    }
-    // A PTY's session leader takes its terminal as the controlling one, as pty-process does.
-    // SAFETY: plain ioctl on our stdin.
-    if plan.tty && unsafe { libc::ioctl(libc::STDIN_FILENO, libc::TIOCSCTTY, 0) } < 0 {
-        return Err(os_fail("terminal")(std::io::Error::last_os_error()));
-    }
     let argv: Vec<CString> = plan
         .argv
         .iter()
@@ -285,6 +246,7 @@ fn run(
         return Err(os_fail("fds")(std::io::Error::last_os_error()));
     }
     seccomp::apply(std::slice::from_ref(late_filter)).map_err(fail("seccomp"))?;
+    setup.apply_limits()?;
     if plan.fs_op {
         return Ok(FsOp);
     }

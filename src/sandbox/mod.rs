@@ -10,7 +10,7 @@
 //! keeps sandboxed processes off the daemon's own listener; [`bridge`] gives a managed network
 //! its loopback proxy ports.
 
-mod bridge;
+pub(crate) mod bridge;
 pub mod denial;
 mod glob;
 pub mod guard;
@@ -20,11 +20,12 @@ mod mounts;
 pub mod peers;
 pub mod plan;
 mod policy;
-mod pool;
+pub(crate) mod pool;
 mod protected;
 mod seccomp;
 
 use crate::process::spawn::{self, ChildIo, LaunchSpec, Spawned, DEFAULT_SIZE};
+use crate::process::tree::{self, Started};
 use crate::rpc::RpcError;
 use denial::{DenialContext, Scanner};
 use exec_server_protocol::process::StartParams;
@@ -38,7 +39,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a launch waits for a helper to start, or to exec the program or report a failure.
-const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A resolved intent, ready to wrap a launch.
 pub struct Prepared {
@@ -207,7 +208,6 @@ fn prepare_policy(
         env: Default::default(),
         network_restricted,
         managed_network: managed.clone(),
-        tty: false,
         fs_op: false,
         fs: fs.as_deref().map(|rules| fs_plan(rules, cwd)).transpose()?,
     };
@@ -338,6 +338,7 @@ pub async fn run_fs_op(
         pipe_stdin: false,
         stdin_fd: Some(Arc::new(theirs)),
         size: DEFAULT_SIZE,
+        limits: Default::default(),
     };
     let argv = [FS_OP.to_owned()];
     // A resolution that walks directory trees runs off the async workers.
@@ -357,17 +358,11 @@ pub async fn run_fs_op(
     prepared.plan.fs_op = true;
     let mut launch = prepared.launch(&mut spec)?;
     let spawned = launch.spawn(&spec).await?;
-    // Only the helper may hold the other end, so its exit ends the conversation.
+    // Only the helper's child may hold the other end, so its exit ends the conversation.
     drop(spec);
-    let mut child = spawned.child;
-    // Held until the helper is reaped: its placeholders must outlive it.
-    let sandboxed = match launch.confirm().await {
-        Ok(sandboxed) => sandboxed,
-        Err(err) => {
-            let _ = child.kill().await;
-            return Err(err);
-        }
-    };
+    let mut tree = spawned.tree;
+    // Held until the supervisor is gone: its placeholders must outlive it.
+    let sandboxed = launch.into_sandboxed();
     let ChildIo::Pipes {
         stdin: None,
         mut stdout,
@@ -396,19 +391,42 @@ pub async fn run_fs_op(
     out_read
         .and(err_read)
         .map_err(|e| RpcError::internal(format!("reading the sandboxed helper: {e}")))?;
-    let status = child
-        .wait()
-        .await
-        .map_err(|e| RpcError::internal(format!("waiting for the sandboxed helper: {e}")))?;
+    let exit_code = loop {
+        match tree.reports.next().await {
+            Some(tree::Report::Exited { code, .. }) => break code,
+            Some(_) => {}
+            None => {
+                return Err(RpcError::internal(
+                    "the sandboxed helper's supervisor ended before it",
+                ))
+            }
+        }
+    };
+    end(tree).await;
     let fds = received_fds(&input.into_std().map_err(io_error)?);
     Ok(FsOpOutput {
         stdout: out,
         stderr: err,
-        exit_code: spawn::exit_code(status).0,
+        exit_code,
         fds,
         context: sandboxed.context.clone(),
         placeholders: sandboxed.leases.paths().to_vec(),
     })
+}
+
+/// Ends a [`run_fs_op`] tree: closing our end makes its supervisor kill what is left and exit,
+/// which is awaited, since placeholders are mount points in its namespace until then.
+async fn end(tree: tree::Tree) {
+    let tree::Tree {
+        supervisor,
+        reports,
+        orders,
+        ..
+    } = tree;
+    drop((reports, orders));
+    if let Some(mut supervisor) = supervisor {
+        let _ = supervisor.wait().await;
+    }
 }
 
 /// The descriptors queued on `socket` by a program that has exited (so nothing blocks).
@@ -458,8 +476,6 @@ pub struct Launch {
     managed_ports: Option<Vec<u16>>,
     program: String,
     sandboxed: Sandboxed,
-    /// The helper's control socket and pid, once it has the plan.
-    control: Option<(tokio::net::UnixStream, i32)>,
 }
 
 /// What a running sandboxed process keeps: the classifier's context, its placeholders, and its
@@ -472,8 +488,8 @@ pub struct Sandboxed {
     /// view unmounted) when this is dropped, after the exit is reported, rather than by the
     /// exiting process before its parent learns of the exit.
     mount_namespace: Option<OwnedFd>,
-    /// The sandbox refused to execute the program: the helper wrote why on the program's
-    /// stderr and exits 126 in its place.
+    /// The sandbox refused to execute the program: the helper's child wrote why on the
+    /// program's stderr and exits 126 in its place.
     refused: bool,
     /// The managed network's relays, closed when this is dropped (after the exit).
     bridge: Option<bridge::Bridge>,
@@ -499,7 +515,6 @@ impl Prepared {
     /// Takes the program's environment from `spec` into the plan, which a helper receives.
     pub fn launch(mut self, spec: &mut LaunchSpec) -> Result<Launch, RpcError> {
         self.plan.env = std::mem::take(&mut spec.env);
-        self.plan.tty = spec.tty;
         let plan = serde_json::to_vec(&self.plan).map_err(|e| RpcError::internal(e.to_string()))?;
         if plan.len() > MAX_PLAN_BYTES {
             return Err(RpcError::invalid_params(format!(
@@ -519,92 +534,59 @@ impl Prepared {
                 refused: false,
                 bridge: None,
             },
-            control: None,
         })
     }
 }
 
 impl Launch {
-    /// Starts `spec`'s program in a helper: hands it the plan and the program's stdio. The
-    /// helper is a session leader already; it applies the plan and executes the program.
+    /// Starts `spec`'s program in a helper, which supervises its tree: hands it the plan and
+    /// the program's stdio, and waits until the program was executed or the helper reports why
+    /// it could not. Err: nothing ran (the helper is killed). An exec the sandbox refused is
+    /// Ok, with [`Sandboxed::scanner`] certain of the denial: the helper's child exits 126 like
+    /// a program that ran, so the process is reported through its exit.
     pub async fn spawn(&mut self, spec: &LaunchSpec) -> Result<Spawned, RpcError> {
         let cannot_start = |err| spawn::start_error(&self.program, err);
         let (io, stdio) = spawn::detached_stdio(spec).map_err(cannot_start)?;
-        let helper = match pool::take(self.network).await {
-            Ok(helper) => helper,
+        let kind = pool::Kind::Sandboxed(self.network);
+        let (tree, started, listeners) = match tree::launch(
+            kind,
+            spec,
+            &stdio,
+            &self.plan,
+            self.managed_ports.as_deref(),
+        )
+        .await
+        {
+            Ok(launched) => launched,
             Err(pool::StartError::Io(err)) => return Err(cannot_start(err)),
             Err(pool::StartError::Refused(failure)) => {
                 return Err(failure_error(&self.program, failure))
             }
         };
-        let (child, control) = helper
-            .hand_over(&stdio, &self.plan)
-            .await
-            .map_err(cannot_start)?;
-        let pid = child
-            .id()
-            .expect("a helper that was handed out is not reaped") as i32;
-        self.control = Some((control, pid));
-        Ok(Spawned { child, pid, io })
-    }
-
-    /// After [`Launch::spawn`]: waits until the helper executed the program (EOF on the control
-    /// socket) or reports why it could not. Err: nothing ran; the caller reaps the helper. An
-    /// exec the sandbox refused is Ok, with [`Sandboxed::scanner`] certain of the denial: the
-    /// helper exits 126 like a program that ran, so the process is reported through its exit.
-    pub async fn confirm(self) -> Result<Sandboxed, RpcError> {
-        use tokio::io::AsyncReadExt as _;
-        let Launch {
-            program,
-            mut sandboxed,
-            control,
-            managed_ports,
-            ..
-        } = self;
-        let (mut control, pid) = control.expect("confirm follows a spawn");
-        let mut text = Vec::new();
-        let mut listeners = Vec::new();
-        let status = async {
-            if managed_ports.is_some() {
-                (listeners, text) = bridge::receive(&control).await?;
+        if let Started::Failed { failure } = started {
+            if !(failure.stage == EXEC_STAGE && failure.denied) {
+                return Err(failure_error(&self.program, failure));
             }
-            control.read_to_end(&mut text).await
-        };
-        match tokio::time::timeout(SETUP_TIMEOUT, status).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(err)) => {
-                return Err(RpcError::internal(format!(
-                    "cannot read the sandbox helper's status: {err}"
-                )))
-            }
-            Err(_) => {
-                return Err(RpcError::internal(
-                    "the sandbox helper did not start the program in time",
-                ))
-            }
+            self.sandboxed.refused = true;
         }
-        if text.is_empty() {
-            if let Some(ports) = &managed_ports {
-                // Until now the program's connections wait in the listeners' backlogs.
-                let bridge = bridge::Bridge::start(listeners, ports).map_err(|err| {
-                    RpcError::internal(format!("cannot bridge the managed network: {err}"))
-                })?;
-                sandboxed.bridge = Some(bridge);
-            }
-            // A program that already exited has torn its namespace down itself.
-            sandboxed.mount_namespace = std::fs::File::open(format!("/proc/{pid}/ns/mnt"))
+        if let Some(ports) = &self.managed_ports {
+            // Until now the program's connections wait in the listeners' backlogs.
+            let bridge = bridge::Bridge::start(listeners, ports).map_err(|err| {
+                RpcError::internal(format!("cannot bridge the managed network: {err}"))
+            })?;
+            self.sandboxed.bridge = Some(bridge);
+        }
+        // The supervisor lives in the sandbox's mount namespace as long as the tree does.
+        self.sandboxed.mount_namespace =
+            std::fs::File::open(format!("/proc/{}/ns/mnt", tree.supervisor_pid))
                 .ok()
                 .map(OwnedFd::from);
-            return Ok(sandboxed);
-        }
-        let failure: Failure = serde_json::from_slice(&text).map_err(|err| {
-            RpcError::internal(format!("the sandbox helper sent a malformed status: {err}"))
-        })?;
-        if failure.stage == EXEC_STAGE && failure.denied {
-            sandboxed.refused = true;
-            return Ok(sandboxed);
-        }
-        Err(failure_error(&program, failure))
+        Ok(Spawned { tree, io })
+    }
+
+    /// After [`Launch::spawn`]: what the running process keeps.
+    pub fn into_sandboxed(self) -> Sandboxed {
+        self.sandboxed
     }
 }
 

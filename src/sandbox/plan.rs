@@ -29,8 +29,6 @@ pub struct Plan {
     /// otherwise). None: the network is as `network_restricted` says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub managed_network: Option<ManagedPlan>,
-    /// The program runs on a PTY (its stdio), which becomes its controlling terminal.
-    pub tty: bool,
     /// None: the file system is not restricted.
     pub fs: Option<FsPlan>,
 }

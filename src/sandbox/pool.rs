@@ -1,17 +1,21 @@
-//! Sandbox helpers started ahead of need.
+//! Supervisors started ahead of need: sandbox helpers and plain supervisors
+//! (`crate::process::supervisor`).
 //!
 //! Re-executing the daemon's binary and creating a network namespace cost more than everything
-//! else in a sandboxed launch together, and neither depends on the plan, so each launch takes a
+//! else in a launch together, and neither depends on the launch, so each launch takes a
 //! helper that is already waiting (see [`super::helper`]) and a replacement is started in the
-//! background. Helpers are kept per network mode ([`NetworkMode`]), since a restricting one has
-//! already made its own namespace; none exists until the first sandboxed launch of that mode,
-//! so a daemon whose clients never ask for a managed network never starts such a helper. A
-//! launch that finds none waiting starts one itself. Every helper serves exactly one launch.
+//! background. Helpers are kept per kind (plain, or sandboxed per network mode
+//! ([`NetworkMode`]), since a restricting one has already made its own namespace); none exists
+//! until the first launch of that kind, so a daemon whose clients never ask for a managed
+//! network never starts such a helper. A launch that finds none waiting starts one itself.
+//! Every sandbox helper serves exactly one launch; plain supervisors are handed back
+//! ([`return_plain`]) and serve the next.
 
-use super::helper::{HELPER_ARG, READY};
+use super::helper::HELPER_ARG;
 use super::plan::{Failure, NetworkMode};
-use std::io;
-use std::os::fd::{AsRawFd as _, OwnedFd};
+use crate::process::supervisor::{READY, SUPERVISOR_ARG};
+use std::io::{self, Write as _};
+use std::os::fd::{AsRawFd as _, BorrowedFd};
 use std::process::Stdio;
 use std::sync::{Mutex, OnceLock};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -22,10 +26,19 @@ use tokio::net::UnixStream;
 /// ten found none ready in a tight loop here and paid a full start.
 const IDLE: usize = 3;
 
+/// Plain supervisors are reused ([`return_plain`]), so back-to-back launches never need a new
+/// one: replacements are forked only when fewer than this many wait, and up to this many
+/// returned ones are kept.
+const PLAIN_LOW: usize = 2;
+const PLAIN_KEPT: usize = 8;
+
 /// A started helper that has not received a plan yet.
 pub struct Helper {
     pub child: tokio::process::Child,
     control: UnixStream,
+    /// A sandbox helper's program process, forked ahead and waiting for its launch on its own
+    /// socket (`crate::process::supervisor::fork_ahead`).
+    program: Option<(i32, UnixStream)>,
     /// What it is to run with once handed out.
     scheduling: Scheduling,
 }
@@ -38,6 +51,20 @@ struct Pool {
     /// started.
     idle: [Vec<Helper>; NetworkMode::ALL.len()],
     starting: [usize; NetworkMode::ALL.len()],
+    /// The fork server of plain supervisors, once started.
+    forks: Option<Helper>,
+    /// The control sockets of forked plain supervisors waiting for a launch, and how many are
+    /// being forked.
+    plain: Vec<UnixStream>,
+    plain_starting: usize,
+}
+
+/// What a helper is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// The fork server of plain supervisors (one per daemon, serving every plain launch).
+    Plain,
+    Sandboxed(NetworkMode),
 }
 
 static POOL: Mutex<Option<Pool>> = Mutex::new(None);
@@ -66,60 +93,167 @@ impl From<io::Error> for StartError {
     }
 }
 
-/// A ready helper for this network mode: a waiting one, or a new one.
+/// The pool of the current runtime (a test process has several).
+fn pool(guard: &mut Option<Pool>) -> &mut Pool {
+    let runtime = tokio::runtime::Handle::current().id();
+    let pool = guard.get_or_insert_with(Pool::default);
+    if pool.runtime != Some(runtime) {
+        *pool = Pool {
+            runtime: Some(runtime),
+            ..Pool::default()
+        };
+    }
+    pool
+}
+
+/// The control socket of a plain supervisor waiting for its launch: a waiting one, or a new
+/// one. Supervisors are forked by the fork server, not executed: a plain launch costs neither
+/// an exec of the daemon's binary nor, when one is waiting, a fork on its path.
+pub async fn take_plain() -> Result<UnixStream, StartError> {
+    let waiting = pool(&mut POOL.lock().unwrap()).plain.pop();
+    match waiting {
+        Some(control) => Ok(control),
+        None => fork_supervisor().await,
+    }
+}
+
+/// Forks replacements for the plain supervisors taken, in the background, when few are left
+/// waiting. Called once a launch has its verdict: on two cores, a fork (and the new
+/// supervisor's setup) beside the launch delayed the launch itself.
+pub fn refill_plain() {
+    let runtime = tokio::runtime::Handle::current().id();
+    let missing = {
+        let mut guard = POOL.lock().unwrap();
+        let pool = pool(&mut guard);
+        let waiting = pool.plain.len() + pool.plain_starting;
+        let missing = if waiting < PLAIN_LOW {
+            IDLE - waiting
+        } else {
+            0
+        };
+        pool.plain_starting += missing;
+        missing
+    };
+    for _ in 0..missing {
+        tokio::spawn(async move {
+            let forked = fork_supervisor().await;
+            let mut guard = POOL.lock().unwrap();
+            let Some(pool) = guard.as_mut().filter(|pool| pool.runtime == Some(runtime)) else {
+                return;
+            };
+            pool.plain_starting -= 1;
+            match forked {
+                Ok(control) => pool.plain.push(control),
+                Err(err) => tracing::warn!("cannot fork a supervisor: {err}"),
+            }
+        });
+    }
+}
+
+/// Takes back a plain supervisor that is ready for another launch; beyond what is kept, it is
+/// let go (it exits at the EOF).
+pub fn return_plain(control: UnixStream) {
+    let mut guard = POOL.lock().unwrap();
+    let pool = pool(&mut guard);
+    if pool.plain.len() < PLAIN_KEPT {
+        pool.plain.push(control);
+    }
+}
+
+/// Has the fork server (started on first use) fork a new plain supervisor; returns its
+/// control socket.
+async fn fork_supervisor() -> Result<UnixStream, StartError> {
+    use nix::sys::socket::{sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags};
+    use nix::sys::socket::{SockFlag, SockType};
+    let (ours, theirs) = socketpair(
+        AddressFamily::Unix,
+        SockType::Stream,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(io::Error::from)?;
+    // Twice: a fork server killed from outside is replaced once.
+    for _ in 0..2 {
+        let forks = pool(&mut POOL.lock().unwrap()).forks.take();
+        let mut forks = match forks {
+            Some(forks) => forks,
+            None => start(Kind::Plain, false).await?,
+        };
+        let sent = sendmsg::<()>(
+            forks.control.as_raw_fd(),
+            &[io::IoSlice::new(b"F")],
+            &[ControlMessage::ScmRights(&[theirs.as_raw_fd()])],
+            MsgFlags::MSG_NOSIGNAL,
+            None,
+        );
+        if sent.is_ok() {
+            // A concurrent first use may have started one too: the spare ends at its EOF.
+            pool(&mut POOL.lock().unwrap()).forks.get_or_insert(forks);
+            let ours = std::os::unix::net::UnixStream::from(ours);
+            ours.set_nonblocking(true)?;
+            return Ok(UnixStream::from_std(ours)?);
+        }
+        let _ = forks.child.start_kill();
+    }
+    Err(io::Error::other("the supervisor fork server is not answering").into())
+}
+
+/// A ready sandbox helper for this network mode: a waiting one, or a new one.
 pub async fn take(network: NetworkMode) -> Result<Helper, StartError> {
-    let kind = network.index();
+    let index = network.index();
+    let kind = Kind::Sandboxed(network);
     let runtime = tokio::runtime::Handle::current().id();
     let waiting = {
         let mut guard = POOL.lock().unwrap();
-        let pool = guard.get_or_insert_with(Pool::default);
-        if pool.runtime != Some(runtime) {
-            *pool = Pool {
-                runtime: Some(runtime),
-                ..Pool::default()
-            };
-        }
+        let pool = pool(&mut guard);
         // One that died while waiting (killed from outside) is dropped, and reaped by tokio.
-        std::iter::from_fn(|| pool.idle[kind].pop())
+        std::iter::from_fn(|| pool.idle[index].pop())
             .find_map(|mut helper| matches!(helper.child.try_wait(), Ok(None)).then_some(helper))
     };
-    refill(network, runtime);
+    refill(kind, runtime);
     if let Some(helper) = waiting {
-        match helper.scheduling.restore(helper.child.id()) {
+        let program = helper.program.as_ref().map(|(pid, _)| *pid);
+        match helper.scheduling.restore(helper.child.id(), program) {
             Ok(()) => return Ok(helper),
             Err(err) => tracing::warn!("cannot reschedule a waiting sandbox helper: {err}"),
         }
     }
-    start(network, false).await
+    start(kind, false).await
 }
 
 /// Starts replacements in the background until the mode has its idle helpers.
-fn refill(network: NetworkMode, runtime: tokio::runtime::Id) {
-    let kind = network.index();
+fn refill(kind: Kind, runtime: tokio::runtime::Id) {
+    let Kind::Sandboxed(network) = kind else {
+        return;
+    };
+    let index = network.index();
     let missing = {
         let mut guard = POOL.lock().unwrap();
         let Some(pool) = guard.as_mut() else { return };
-        let missing = IDLE.saturating_sub(pool.idle[kind].len() + pool.starting[kind]);
-        pool.starting[kind] += missing;
+        let missing = IDLE.saturating_sub(pool.idle[index].len() + pool.starting[index]);
+        pool.starting[index] += missing;
         missing
     };
     for _ in 0..missing {
-        tokio::spawn(replace(network, runtime));
+        tokio::spawn(replace(kind, runtime));
     }
 }
 
 /// Starts one background helper for the pool (counted in `starting` by the caller).
-async fn replace(network: NetworkMode, runtime: tokio::runtime::Id) {
-    let kind = network.index();
-    let started = start(network, true).await;
+async fn replace(kind: Kind, runtime: tokio::runtime::Id) {
+    let Kind::Sandboxed(network) = kind else {
+        return;
+    };
+    let index = network.index();
+    let started = start(kind, true).await;
     let mut guard = POOL.lock().unwrap();
     // A pool reset for another runtime has forgotten this start.
     let Some(pool) = guard.as_mut().filter(|pool| pool.runtime == Some(runtime)) else {
         return;
     };
-    pool.starting[kind] -= 1;
+    pool.starting[index] -= 1;
     match started {
-        Ok(helper) => pool.idle[kind].push(helper),
+        Ok(helper) => pool.idle[index].push(helper),
         Err(err) => tracing::warn!("cannot start a sandbox helper: {err}"),
     }
 }
@@ -128,32 +262,46 @@ async fn replace(network: NetworkMode, runtime: tokio::runtime::Id) {
 /// replacement) starts with the idle scheduling policy, so that its exec only takes CPU time
 /// that launches in progress do not want; it gets the daemon's back when handed out. Only a
 /// daemon that can give it back does so ([`Scheduling::idle_is_reversible`]).
-async fn start(network: NetworkMode, background: bool) -> Result<Helper, StartError> {
+async fn start(kind: Kind, background: bool) -> Result<Helper, StartError> {
     use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
     // Created blocking: the helper's end must stay blocking; ours is switched below.
-    let (ours, theirs) = socketpair(
-        AddressFamily::Unix,
-        SockType::Stream,
-        None,
-        SockFlag::SOCK_CLOEXEC,
-    )
-    .map_err(io::Error::from)?;
+    let pair = || {
+        socketpair(
+            AddressFamily::Unix,
+            SockType::Stream,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .map_err(io::Error::from)
+    };
+    let (ours, theirs) = pair()?;
+    // A sandbox helper's program process gets its launch on its own socket (the helper's
+    // stdout), which the helper does not keep.
+    let (launch, program_end) = match kind {
+        Kind::Sandboxed(_) => {
+            let (launch, program_end) = pair()?;
+            (Some(launch), Stdio::from(program_end))
+        }
+        Kind::Plain => (None, Stdio::null()),
+    };
     let mut command = tokio::process::Command::new(super::SELF_EXE);
+    command.arg0("exec-server");
+    match kind {
+        Kind::Plain => command.arg(SUPERVISOR_ARG),
+        Kind::Sandboxed(network) => command.arg(HELPER_ARG).arg(network.arg()),
+    };
     command
-        .arg0("exec-server")
-        .arg(HELPER_ARG)
-        .arg(network.arg())
         .current_dir("/")
         .env_clear()
         .stdin(Stdio::from(theirs))
-        .stdout(Stdio::null())
+        .stdout(program_end)
         .stderr(Stdio::null());
     // On the host's network, the helper must be in the cgroup whose connections the daemon
     // refuses (`super::peers`) before it runs anything; without one, nothing may run there.
-    let cgroup = match (network, super::peers::cgroup()) {
-        (NetworkMode::Restricted | NetworkMode::Managed, _) => None,
-        (NetworkMode::Enabled, Ok(cgroup)) => Some(cgroup),
-        (NetworkMode::Enabled, Err(why)) => {
+    let cgroup = match (kind, super::peers::cgroup()) {
+        (Kind::Plain | Kind::Sandboxed(NetworkMode::Restricted | NetworkMode::Managed), _) => None,
+        (_, Ok(cgroup)) => Some(cgroup),
+        (_, Err(why)) => {
             return Err(StartError::Refused(Failure {
                 stage: "network".into(),
                 message: why.clone(),
@@ -193,17 +341,42 @@ async fn start(network: NetworkMode, background: bool) -> Result<Helper, StartEr
     .await
     .map_err(io::Error::other)??;
     let socket = std::os::unix::net::UnixStream::from(ours);
+    if matches!(kind, Kind::Sandboxed(_)) {
+        // The helper forks the program's process once it knows it is in its cgroup, so that
+        // the fork is in it too. A helper that is gone reads nothing: its EOF below.
+        let _ = (&socket).write_all(&[super::helper::ADMITTED]);
+    }
     socket.set_nonblocking(true)?;
     let mut control = UnixStream::from_std(socket)?;
     let mut ready = [0u8; 1];
     let read = tokio::time::timeout(super::SETUP_TIMEOUT, control.read(&mut ready)).await;
     let error = match read {
         Ok(Ok(1)) if ready[0] == READY => {
+            let program = match launch {
+                Some(launch) => {
+                    // Then the pid of the program process it forked.
+                    let mut pid = [0u8; 4];
+                    let read =
+                        tokio::time::timeout(super::SETUP_TIMEOUT, control.read_exact(&mut pid));
+                    let pid = match read.await {
+                        Ok(Ok(_)) => i32::from_le_bytes(pid),
+                        _ => {
+                            let _ = child.start_kill();
+                            return Err(io::Error::other("the sandbox helper did not start").into());
+                        }
+                    };
+                    let launch = std::os::unix::net::UnixStream::from(launch);
+                    launch.set_nonblocking(true)?;
+                    Some((pid, UnixStream::from_std(launch)?))
+                }
+                None => None,
+            };
             return Ok(Helper {
                 child,
                 control,
+                program,
                 scheduling,
-            })
+            });
         }
         // Anything else it wrote is the start of its Failure; it exits after writing it.
         Ok(Ok(1)) => {
@@ -225,41 +398,89 @@ async fn start(network: NetworkMode, background: bool) -> Result<Helper, StartEr
     Err(error)
 }
 
+/// A sandbox helper that has its launch.
+pub struct HandedOver {
+    pub helper: tokio::process::Child,
+    /// On which the helper reports (`crate::process::supervisor::Report`).
+    pub control: UnixStream,
+    /// The program's process, and its socket, on which its verdict comes (EOF: executed).
+    pub program: i32,
+    pub verdict: UnixStream,
+    /// For a managed network: the listeners; or, with none, what the helper wrote instead
+    /// (the start of its `failed` report), and the launch was not sent.
+    pub listeners: Vec<std::os::fd::OwnedFd>,
+    pub unread: Vec<u8>,
+}
+
 impl Helper {
-    /// Sends the program's stdio and the plan. Returns the helper's process and the control
-    /// socket, on which it reports a failure, or reaches EOF when it executed the program.
+    /// Hands a sandbox helper its launch: for a managed network, first the ports, for which it
+    /// sends the listeners; then, to the program's process, its stdio (and cgroups) and the
+    /// launch frames ([`crate::process::supervisor::frames`]).
     pub async fn hand_over(
         mut self,
-        stdio: &[OwnedFd; 3],
-        plan: &[u8],
-    ) -> io::Result<(tokio::process::Child, UnixStream)> {
-        match self.send(stdio, plan).await {
-            Ok(()) => Ok((self.child, self.control)),
+        fds: &[BorrowedFd<'_>],
+        frames: &[u8],
+        ports: Option<&[u16]>,
+    ) -> io::Result<HandedOver> {
+        let handed = async {
+            let (program, mut verdict) = self
+                .program
+                .take()
+                .ok_or_else(|| io::Error::other("not a sandbox helper"))?;
+            let (mut listeners, mut unread) = (Vec::new(), Vec::new());
+            if let Some(ports) = ports {
+                let ports = serde_json::to_vec(ports)?;
+                let mut frame = (ports.len() as u32).to_le_bytes().to_vec();
+                frame.extend_from_slice(&ports);
+                self.control.write_all(&frame).await?;
+                (listeners, unread) = super::bridge::receive(&self.control).await?;
+            }
+            if unread.is_empty() {
+                send(&mut verdict, fds, frames).await?;
+            }
+            Ok::<_, io::Error>((program, verdict, listeners, unread))
+        };
+        match handed.await {
+            Ok((program, verdict, listeners, unread)) => Ok(HandedOver {
+                helper: self.child,
+                control: self.control,
+                program,
+                verdict,
+                listeners,
+                unread,
+            }),
             Err(err) => {
                 let _ = self.child.start_kill();
                 Err(err)
             }
         }
     }
+}
 
-    async fn send(&mut self, stdio: &[OwnedFd; 3], plan: &[u8]) -> io::Result<()> {
-        use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
-        let Some((first, rest)) = plan.split_first() else {
-            return Err(io::Error::other("empty sandbox plan"));
-        };
-        let fds = stdio.each_ref().map(|fd| fd.as_raw_fd());
-        // The descriptors travel with the first byte (a stream socket carries control data only
-        // along with data), which always fits: nothing was sent on this socket before.
-        sendmsg::<()>(
-            self.control.as_raw_fd(),
-            &[io::IoSlice::new(std::slice::from_ref(first))],
-            &[ControlMessage::ScmRights(&fds)],
-            MsgFlags::MSG_NOSIGNAL,
-            None,
-        )?;
-        self.control.write_all(rest).await?;
-        self.control.shutdown().await
+/// Sends a supervisor, on its fresh control socket, the program's stdio (and cgroups) and the
+/// launch frames ([`crate::process::supervisor::frames`]).
+pub async fn send(
+    control: &mut UnixStream,
+    fds: &[BorrowedFd<'_>],
+    frames: &[u8],
+) -> io::Result<()> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    if frames.is_empty() {
+        return Err(io::Error::other("empty launch"));
     }
+    let fds: Vec<_> = fds.iter().map(|fd| fd.as_raw_fd()).collect();
+    // The descriptors travel with the data (a stream socket carries control data only along
+    // with data), and as much of the launch as the socket takes: nothing was sent on it
+    // before, so at least its first byte. One message wakes the supervisor once, with all it
+    // needs (a launch sent after the descriptors woke it twice).
+    let sent = sendmsg::<()>(
+        control.as_raw_fd(),
+        &[io::IoSlice::new(frames)],
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )?;
+    control.write_all(&frames[sent..]).await
 }
 
 /// A thread's scheduling policy and its parameters (the nice value is separate, and is kept).
@@ -315,9 +536,11 @@ impl Scheduling {
         Ok(())
     }
 
-    /// Gives a waiting helper back the scheduling it was started without.
-    fn restore(self, pid: Option<u32>) -> io::Result<()> {
+    /// Gives a waiting helper, and the program's process it forked ahead, back the scheduling
+    /// they were started without.
+    fn restore(self, pid: Option<u32>, program: Option<i32>) -> io::Result<()> {
         let pid = pid.ok_or_else(|| io::Error::other("the helper was reaped"))?;
-        self.apply(pid as libc::pid_t)
+        self.apply(pid as libc::pid_t)?;
+        program.map_or(Ok(()), |program| self.apply(program))
     }
 }

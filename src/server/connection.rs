@@ -227,7 +227,7 @@ impl Connection {
         let registry = &self.shared.registry;
         let session = match &params.resume_session_id {
             Some(id) => registry.resume(id, attachment)?,
-            None => registry.create(attachment),
+            None => registry.create(attachment)?,
         };
         tracing::info!(session = %crate::session::log_digest(&session.id), client = %params.client_name, resumed = params.resume_session_id.is_some(), "session attached");
         let result = InitializeResult {

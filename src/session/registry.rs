@@ -3,16 +3,20 @@
 use super::{Attachment, Session};
 use crate::config::Config;
 use crate::rpc::RpcError;
+use exec_server_protocol::process::ExitReason;
 use exec_server_protocol::rpc::code;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// How long shutdown and expiry wait for killed processes to be reaped.
-const REAP_GRACE: Duration = Duration::from_secs(2);
+/// How long shutdown and expiry wait for killed trees to be confirmed gone (the supervisors'
+/// own bound is shorter, so they answer within it).
+const REAP_GRACE: Duration = Duration::from_secs(3);
 
 pub struct Registry {
     sessions: Mutex<HashMap<String, Entry>>,
+    /// Set by shutdown: no session is created or resumed after it.
+    closing: std::sync::atomic::AtomicBool,
     pub config: Arc<Config>,
     /// Directories watched by every connection's `fs/watch`es together.
     pub watched_directories: crate::fs::WatchedDirectories,
@@ -30,12 +34,13 @@ impl Registry {
     pub fn new(config: Arc<Config>) -> Arc<Self> {
         Arc::new(Self {
             sessions: Mutex::new(HashMap::new()),
+            closing: Default::default(),
             config,
             watched_directories: Default::default(),
         })
     }
 
-    pub fn create(&self, attachment: Attachment) -> Arc<Session> {
+    pub fn create(&self, attachment: Attachment) -> Result<Arc<Session>, RpcError> {
         let id = uuid::Uuid::new_v4().to_string();
         let session = Arc::new(Session::new(id.clone(), self.config.clone(), attachment));
         let entry = Entry {
@@ -43,13 +48,24 @@ impl Registry {
             detached_at: None,
             detach_epoch: 0,
         };
-        self.sessions.lock().unwrap().insert(id, entry);
-        session
+        let mut sessions = self.sessions.lock().unwrap();
+        if self.is_closing() {
+            return Err(shutting_down());
+        }
+        sessions.insert(id, entry);
+        Ok(session)
+    }
+
+    fn is_closing(&self) -> bool {
+        self.closing.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     pub fn resume(&self, id: &str, attachment: Attachment) -> Result<Arc<Session>, RpcError> {
         let unknown = || RpcError::invalid_request(format!("unknown session id {id}"));
         let mut sessions = self.sessions.lock().unwrap();
+        if self.is_closing() {
+            return Err(shutting_down());
+        }
         let entry = sessions.get_mut(id).ok_or_else(unknown)?;
         match entry.detached_at {
             None => Err(RpcError::new(
@@ -59,7 +75,7 @@ impl Registry {
             Some(since) if since.elapsed() >= self.config.session_ttl => {
                 let entry = sessions.remove(id).expect("looked up above");
                 drop(sessions);
-                entry.session.processes.kill_all();
+                entry.session.processes.kill_all(ExitReason::SessionExpired);
                 Err(unknown())
             }
             Some(_) => {
@@ -113,30 +129,38 @@ impl Registry {
                 session = %super::log_digest(id),
                 "session expired; killing its processes"
             );
-            reap(entry.session.processes.kill_all()).await;
+            reap(entry.session.processes.kill_all(ExitReason::SessionExpired)).await;
             drop(entry);
             crate::memory::release_soon();
         }
     }
 
-    /// Kills every process of every session and waits (briefly) until they are reaped.
+    /// Refuses new sessions, kills every tree of every session (their tables refuse new
+    /// starts from then on) and waits (bounded) until the trees are confirmed gone.
     pub async fn shutdown(&self) {
-        let sessions: Vec<_> = self
-            .sessions
-            .lock()
-            .unwrap()
-            .drain()
-            .map(|(_, e)| e.session)
-            .collect();
+        let sessions: Vec<_> = {
+            let mut sessions = self.sessions.lock().unwrap();
+            self.closing
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            sessions.drain().map(|(_, e)| e.session).collect()
+        };
         let processes = sessions
             .iter()
-            .flat_map(|s| s.processes.kill_all())
+            .flat_map(|s| s.processes.kill_all(ExitReason::Shutdown))
             .collect();
         reap(processes).await;
     }
 }
 
+fn shutting_down() -> RpcError {
+    RpcError::invalid_request("the exec-server is shutting down")
+}
+
+/// Waits (bounded) until the killed trees are gone; says so when some could not be confirmed.
 async fn reap(processes: Vec<Arc<crate::process::ManagedProcess>>) {
-    let all = futures::future::join_all(processes.iter().map(|p| p.wait_closed()));
-    let _ = tokio::time::timeout(REAP_GRACE, all).await;
+    let all = futures::future::join_all(processes.iter().map(|p| p.wait_finished()));
+    if tokio::time::timeout(REAP_GRACE, all).await.is_err() {
+        let left = processes.iter().filter(|p| !p.is_finished()).count();
+        tracing::warn!("cannot confirm that the trees of {left} killed processes are gone");
+    }
 }

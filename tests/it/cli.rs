@@ -175,3 +175,60 @@ fn fs_put_get_and_ls_round_trip_a_multi_megabyte_file() {
     assert_eq!(missing.status.code(), Some(255));
     assert!(!missing.stderr.is_empty());
 }
+
+fn ready(url: &str, extra: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_exec-server"))
+        .args(["ready", "--url", url])
+        .args(extra)
+        .env_remove("EXEC_SERVER_TOKEN")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn ready_passes_against_a_daemon_even_one_that_requires_a_token() {
+    let daemon = Daemon::start_with(&[], &[("EXEC_SERVER_CONNECTION_TOKEN", "s3cret")]);
+    let output = ready(&daemon.url, &[]);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert!(output.stderr.is_empty(), "{output:?}");
+}
+
+#[test]
+fn ready_fails_with_the_reason_when_nothing_ready_answers() {
+    // Nothing listens on a port just released.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed_url = format!("ws://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let output = ready(&closed_url, &[]);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(
+        text(&output.stderr).contains("cannot connect"),
+        "{output:?}"
+    );
+
+    // A server that answers, but not 200, and one that never answers.
+    let unready = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let unready_url = format!("ws://{}", unready.local_addr().unwrap());
+    let silent_url = format!("ws://{}", silent.local_addr().unwrap());
+    std::thread::spawn(move || {
+        use std::io::Read as _;
+        let (mut stream, _) = unready.accept().unwrap();
+        let mut request = [0u8; 1024];
+        let _ = stream.read(&mut request);
+        let _ = stream.write_all(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n");
+    });
+    let output = ready(&unready_url, &[]);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(
+        text(&output.stderr).contains("answered `HTTP/1.1 503 Service Unavailable`"),
+        "{output:?}"
+    );
+    let output = ready(&silent_url, &["--timeout", "300ms"]);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(
+        text(&output.stderr).contains("no answer from"),
+        "{output:?}"
+    );
+    drop(silent);
+}

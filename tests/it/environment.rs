@@ -56,7 +56,9 @@ async fn info_describes_the_host_the_daemon_runs_on() {
             "fsRename": true,
             "fsReadDirectoryErrors": true,
             "fsWatch": true,
-            "linuxSandbox": true
+            "linuxSandbox": true,
+            "processLimits": true,
+            "processTreeLimits": true
         })
     );
 }

@@ -24,6 +24,7 @@ mod fs_watch;
 mod http;
 mod jsonrpc2_client;
 mod process;
+mod process_tree;
 mod protocol_doc;
 mod robustness;
 mod sandbox;

@@ -78,7 +78,11 @@ async fn hostile_params_get_errors_and_the_daemon_survives() {
         .call("process/start", start_params("alive", &["true"]))
         .await;
     client.events_until_closed("alive").await;
-    assert_eq!(children_of(daemon.pid()).len(), 0, "no child left behind");
+    assert_eq!(
+        workload_children_of(daemon.pid()).len(),
+        0,
+        "no child left behind"
+    );
 }
 
 #[tokio::test]
@@ -99,7 +103,7 @@ async fn finished_processes_leave_no_zombies() {
     client.call("process/start", tty).await;
     client.events_until_closed("pty").await;
     eventually("every child is reaped", || {
-        children_of(daemon.pid()).is_empty()
+        workload_children_of(daemon.pid()).is_empty()
     })
     .await;
 }

@@ -61,6 +61,21 @@ fn vm_rss_kib(pid: i32) -> u64 {
         .unwrap()
 }
 
+/// What every client's process leaves running when it exits (a unique argument to find it by).
+const DETACHED_SLEEP: &str = "4242999";
+
+/// Live `sleep DETACHED_SLEEP` processes.
+fn detached_sleeps() -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|entry| {
+            std::fs::read(entry.path().join("cmdline"))
+                .is_ok_and(|cmdline| cmdline == format!("sleep\0{DETACHED_SLEEP}\0").as_bytes())
+        })
+        .count()
+}
+
 /// One client's run; returns how many times its connection was dropped, and its session.
 async fn soak_one(
     url: String,
@@ -72,8 +87,10 @@ async fn soak_one(
     let client = Client::connect(ClientOptions::new(url)).await.unwrap();
     let tee_file = dir.join(format!("{seed}.out"));
     // Numbered stdin echoes and a counter, interleaved; tee records exactly what was written.
+    // A detached sleep outlives the process, and must not outlive its session.
     let script = format!(
-        "{{ i=0; while [ $i -lt {n} ]; do echo \"c $i\"; i=$((i+1)); done & \
+        "setsid sleep {DETACHED_SLEEP} >/dev/null 2>&1 & \
+         {{ i=0; while [ $i -lt {n} ]; do echo \"c $i\"; i=$((i+1)); done & \
          while IFS= read -r l; do echo \"e $l\"; done; wait; }} | tee {file}",
         n = size.counter_lines,
         file = tee_file.display()
@@ -169,8 +186,12 @@ async fn clients_dropping_at_random_lose_and_duplicate_nothing() {
     let expired = |session: String| {
         let url = daemon.url.clone();
         async move {
-            common::eventually("no child left", || common::children_of(pid).is_empty()).await;
+            // The detached sleeps keep their trees (and supervisors) until the session expires.
             tokio::time::sleep(ttl + Duration::from_millis(1_500)).await;
+            common::eventually("no child left", || {
+                common::workload_children_of(pid).is_empty()
+            })
+            .await;
             let probe = common::Client::connect(&url).await;
             let error = probe.initialize(Some(&session)).await.unwrap_err();
             assert!(
@@ -222,8 +243,13 @@ async fn clients_dropping_at_random_lose_and_duplicate_nothing() {
 
     expired(last_session).await;
     assert!(
-        common::children_of(pid).is_empty(),
+        common::workload_children_of(pid).is_empty(),
         "no child or zombie is left"
+    );
+    assert_eq!(
+        detached_sleeps(),
+        0,
+        "nothing detached outlives its session"
     );
     common::eventually("the daemon's memory to return near its baseline", || {
         vm_rss_kib(pid) <= baseline + RSS_TOLERANCE_KIB

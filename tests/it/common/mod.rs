@@ -496,3 +496,29 @@ pub fn children_of(pid: i32) -> Vec<String> {
     }
     children
 }
+
+/// Children of `pid` other than idle supervisors and sandbox helpers (the daemon keeps a few
+/// waiting, and a fork server of supervisors whose children are those waiting ones): what a
+/// daemon must not leave behind (zombies included).
+pub fn workload_children_of(pid: i32) -> Vec<String> {
+    children_of(pid)
+        .into_iter()
+        .filter(|stat| !idle_helper(stat))
+        .collect()
+}
+
+/// A helper (`/proc/PID/stat` text) that runs nothing: none of its children does either.
+fn idle_helper(stat: &str) -> bool {
+    let Some(pid) = stat
+        .split_whitespace()
+        .next()
+        .and_then(|p| p.parse::<i32>().ok())
+    else {
+        return false;
+    };
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+        cmdline
+            .split(|b| *b == 0)
+            .any(|arg| arg == b"__supervise" || arg == b"__sandbox-exec")
+    }) && children_of(pid).iter().all(|child| idle_helper(child))
+}

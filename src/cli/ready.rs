@@ -1,0 +1,62 @@
+//! `exec-server ready`: exits 0 when a daemon answers `GET /readyz` with 200, 1 otherwise. A
+//! container health check that needs nothing but the daemon's own binary (the runtime image
+//! has no curl, and its `sh` has no `/dev/tcp`).
+
+use anyhow::Context as _;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+#[derive(Debug, clap::Args)]
+pub struct ReadyArgs {
+    /// The daemon's WebSocket URL (e.g. ws://127.0.0.1:8765); `/readyz` needs no token.
+    #[arg(long, env = "EXEC_SERVER_URL")]
+    url: String,
+    /// Not ready if no answer came within this long.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+}
+
+/// The exit code: 0 ready, 1 not (with the reason on stderr), as health checks expect.
+pub async fn run(args: ReadyArgs) -> u8 {
+    match tokio::time::timeout(args.timeout, readyz(&args.url)).await {
+        Ok(Ok(())) => 0,
+        Ok(Err(err)) => {
+            eprintln!("exec-server: not ready: {err:#}");
+            1
+        }
+        Err(_) => {
+            eprintln!(
+                "exec-server: not ready: no answer from {} within {:?}",
+                args.url, args.timeout
+            );
+            1
+        }
+    }
+}
+
+async fn readyz(text: &str) -> anyhow::Result<()> {
+    let url = url::Url::parse(text).with_context(|| format!("invalid URL `{text}`"))?;
+    anyhow::ensure!(
+        url.scheme() == "ws",
+        "unsupported URL `{text}`; expected ws://HOST:PORT"
+    );
+    let addrs = url.socket_addrs(|| None)?;
+    let mut stream = tokio::net::TcpStream::connect(&*addrs)
+        .await
+        .with_context(|| format!("cannot connect to {text}"))?;
+    let request = format!(
+        "GET /readyz HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        url.authority()
+    );
+    stream.write_all(request.as_bytes()).await?;
+    // The status line is all that matters; a server that never stops talking is cut off.
+    let mut response = Vec::new();
+    stream.take(4096).read_to_end(&mut response).await?;
+    let response = String::from_utf8_lossy(&response);
+    let status = response.lines().next().unwrap_or_default();
+    anyhow::ensure!(
+        status.starts_with("HTTP/1.1 200 "),
+        "GET /readyz answered `{status}`"
+    );
+    Ok(())
+}

@@ -1,0 +1,847 @@
+//! The per-process supervisor: the process that starts a managed program and holds its whole
+//! tree until every process of it is gone.
+//!
+//! For a plain or PTY launch it is forked by the fork server, the daemon's own binary
+//! re-executed once as `exec-server __supervise` (`crate::sandbox::pool::fork_supervisor`;
+//! `main` dispatches to [`main_if_supervisor`] before any runtime exists, so it is a
+//! single-threaded process); it serves one launch after another, each once the previous tree
+//! is confirmed gone, so a launch costs neither a fork nor an exit of a supervisor. For a
+//! sandboxed launch it is the sandbox helper itself, pre-started, which forks the program's
+//! process ahead of the launch ([`fork_ahead`]); the daemon then talks to that process directly
+//! for the launch and its verdict.
+//! It is the child subreaper of its tree (`PR_SET_CHILD_SUBREAPER`): whatever in the tree
+//! detaches (a new session, a double fork, `nohup`) is re-parented to it, never to init, so it
+//! can find, kill and reap every member, and the rusage of everything it reaps is the tree's.
+//!
+//! A launch ([`frames`]; to a plain supervisor on its control socket, to a sandboxed program's
+//! process on its own socket): a marker byte with the program's stdio (SCM_RIGHTS, then the
+//! `cgroup.procs` of each group the program joins, see `super::cgroup`), then two
+//! length-prefixed frames: the [`ChildSetup`] and the payload (a [`PlainLaunch`], or the
+//! sandbox plan). On the control socket (the daemon's end is the only other one) a supervisor
+//! answers with [`Report`]s, one JSON object per line: `started` or `failed` (plain only),
+//! `exited` when the program itself exits, `gone` when the whole tree is. Orders are [`KILL`]
+//! (kill the tree, confirm) or [`SIGNAL`] and a signal number (for the program's process
+//! group). EOF means the daemon is gone: [`on_daemon_gone`].
+
+use crate::sandbox::helper::{fail, os_fail};
+use crate::sandbox::plan::{Failure, EXEC_STAGE, MAX_PLAN_BYTES};
+use exec_server_protocol::process::ProcessUsage;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::ffi::{CString, OsStr};
+use std::io::{Read, Write as _};
+use std::os::fd::{AsRawFd, FromRawFd as _, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+pub const SUPERVISOR_ARG: &str = "__supervise";
+
+/// Written once on the control socket when a supervisor is ready for its launch.
+pub const READY: u8 = b'R';
+
+/// Order: kill the whole tree, then report `exited` (if not yet) and `gone`.
+pub const KILL: u8 = b'K';
+/// The first byte of a launch (the descriptors travel with it). A plain supervisor serves one
+/// launch after another, so an order sent just as the previous tree ended may come first: it
+/// is skipped.
+const LAUNCH: u8 = b'L';
+/// Order: send the next byte's signal to the program's process group while it runs.
+pub const SIGNAL: u8 = b'S';
+
+/// How long a kill order waits for the tree to be gone before it says it could not confirm.
+const KILL_BOUND: Duration = Duration::from_secs(2);
+
+/// What the child applies to itself whatever the launch: its session and terminal, its own
+/// resource limits, its cgroup.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChildSetup {
+    /// The program runs on a PTY (its stdio), which becomes its controlling terminal.
+    pub tty: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_open_files: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cpu_seconds: Option<u64>,
+}
+
+/// An unsandboxed launch.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct PlainLaunch {
+    /// Already resolved on the child's PATH by the daemon.
+    pub program: String,
+    pub argv: Vec<String>,
+    pub cwd: PathBuf,
+    pub env: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "report", rename_all = "camelCase")]
+pub enum Report {
+    /// The program was executed, as `pid`, by the supervisor `supervisor`.
+    Started { pid: i32, supervisor: i32 },
+    /// It could not be; the child `pid` exits in its place (126 or 127 for an exec failure).
+    Failed {
+        pid: i32,
+        supervisor: i32,
+        failure: Failure,
+    },
+    /// The program itself exited; `usage` covers the tree as reaped so far.
+    Exited {
+        code: i32,
+        signal: Option<i32>,
+        usage: ProcessUsage,
+    },
+    /// The whole tree is gone (`confirmed`), or a kill order could not confirm it within its
+    /// bound (the supervisor keeps killing).
+    Gone {
+        confirmed: bool,
+        usage: ProcessUsage,
+    },
+}
+
+/// Runs the fork server of plain supervisors and never returns when this process was started
+/// as one.
+pub fn main_if_supervisor() {
+    let mut args = std::env::args_os().skip(1);
+    if args.next().as_deref() != Some(OsStr::new(SUPERVISOR_ARG)) {
+        return;
+    }
+    become_workload();
+    let mut control = control_socket().unwrap_or_else(|failure| exit_for(&failure));
+    // Its own session, so that nothing aimed at the daemon's group or terminal reaches it.
+    // SAFETY: plain syscall.
+    if unsafe { libc::setsid() } < 0 || control.write_all(&[READY]).is_err() {
+        std::process::exit(125);
+    }
+    serve_forks(&control)
+}
+
+/// The fork server: for each control socket the daemon sends (SCM_RIGHTS, with one byte), a
+/// fresh supervisor is forked, which serves that launch. It reaps the supervisors, and exits
+/// at EOF (the supervisors see their own EOF and kill their trees).
+fn serve_forks(control: &UnixStream) -> ! {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    let sigchld = block_sigchld();
+    loop {
+        let mut fds = [
+            libc::pollfd {
+                fd: control.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: sigchld.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two valid pollfds.
+        if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } < 0 {
+            continue;
+        }
+        if fds[1].revents != 0 {
+            drain(&sigchld);
+            // SAFETY: plain call; statuses of supervisors are not needed.
+            while unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) } > 0 {}
+        }
+        if fds[0].revents == 0 {
+            continue;
+        }
+        let mut byte = [0u8; 1];
+        let mut iov = [std::io::IoSliceMut::new(&mut byte)];
+        let mut space = nix::cmsg_space!([RawFd; 1]);
+        let Ok(message) = recvmsg::<()>(
+            control.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) else {
+            std::process::exit(0)
+        };
+        if message.bytes == 0 {
+            std::process::exit(0);
+        }
+        let mut sockets = Vec::new();
+        for cmsg in message.cmsgs().into_iter().flatten() {
+            if let ControlMessageOwned::ScmRights(raw) = cmsg {
+                // SAFETY: the kernel installed these descriptors for us alone.
+                sockets.extend(
+                    raw.into_iter()
+                        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                );
+            }
+        }
+        let Some(socket) = sockets.pop() else {
+            continue;
+        };
+        // SAFETY: this process is single-threaded, so the child may run anything.
+        if unsafe { libc::fork() } == 0 {
+            drop(sigchld);
+            // SAFETY: the fork server's socket is not this supervisor's to use.
+            unsafe { libc::close(control.as_raw_fd()) };
+            supervise(UnixStream::from(socket))
+        }
+    }
+}
+
+/// A forked plain supervisor: its own session, the subreaper of its trees, one launch after
+/// another. It is handed back to the daemon's pool once a tree is confirmed gone, so a
+/// launch costs neither a fork nor an exit of a supervisor (a few hundred µs each here).
+fn supervise(control: UnixStream) -> ! {
+    // SAFETY: plain syscall.
+    if unsafe { libc::setsid() } < 0 || !become_subreaper() {
+        refuse(
+            &control,
+            os_fail("supervisor")(std::io::Error::last_os_error()),
+        );
+    }
+    loop {
+        let (stdio, setup, payload) =
+            receive(&control).unwrap_or_else(|failure| refuse(&control, failure));
+        let launch: PlainLaunch = serde_json::from_slice(&payload)
+            .unwrap_or_else(|err| refuse(&control, fail("launch")(err.to_string())));
+        let simple = !setup.tty
+            && stdio.len() == 3
+            && setup.max_open_files.is_none()
+            && setup.max_cpu_seconds.is_none();
+        if simple {
+            spawn_plain(&control, stdio, &launch)
+        } else {
+            run(&control, stdio, &setup, &payload, |setup, _| {
+                exec_plain(&launch, setup)
+            })
+        }
+    }
+}
+
+/// The common launch (pipes, no limits) needs nothing done between fork and exec but a new
+/// process group, so std spawns it with `posix_spawn` (vfork: no copy of this process's page
+/// tables, and the exec's outcome without a pipe), which shortens every launch.
+fn spawn_plain(control: &UnixStream, stdio: Vec<OwnedFd>, launch: &PlainLaunch) {
+    use std::os::unix::process::CommandExt as _;
+    let sigchld = block_sigchld();
+    let [stdin, stdout, stderr]: [OwnedFd; 3] = stdio.try_into().expect("checked by the caller");
+    let (program, args) = launch.argv.split_first().expect("argv is never empty");
+    let spawned = std::process::Command::new(&launch.program)
+        .arg0(program)
+        .args(args)
+        .current_dir(&launch.cwd)
+        .env_clear()
+        .envs(&launch.env)
+        .stdin(stdin)
+        .stdout(stdout)
+        .stderr(stderr)
+        .process_group(0)
+        .spawn();
+    match spawned {
+        // Reaped by the supervision loop, with everything else of the tree.
+        Ok(child) => {
+            let pid = child.id() as i32;
+            let started = Report::Started {
+                pid,
+                supervisor: own_pid(),
+            };
+            Ahead { pid, sigchld }.supervise(control, Some(started))
+        }
+        Err(err) => refuse(control, os_fail(EXEC_STAGE)(err)),
+    }
+}
+
+/// Supervisors and what they start are the kernel's first choice under memory pressure, not
+/// the daemon (whose low score they would inherit). Set by each supervisor first thing, before
+/// it forks anything; raising needs no privilege.
+pub fn become_workload() {
+    let _ = std::fs::write("/proc/self/oom_score_adj", "500");
+}
+
+/// Makes this process the child subreaper of its descendants.
+pub fn become_subreaper() -> bool {
+    // SAFETY: plain prctl.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0 }
+}
+
+/// The control socket, moved off stdin (which becomes the program's) and close-on-exec.
+pub fn control_socket() -> Result<UnixStream, Failure> {
+    take_socket(libc::STDIN_FILENO)
+}
+
+/// The socket the daemon passed as `fd`, moved off it (close-on-exec), with /dev/null in its
+/// place: no other copy of it stays open here.
+pub fn take_socket(fd: RawFd) -> Result<UnixStream, Failure> {
+    let last_os = || os_fail("control")(std::io::Error::last_os_error());
+    // SAFETY: duplicating an inherited fd into a new one we then own.
+    let socket = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    if socket < 0 {
+        return Err(last_os());
+    }
+    // SAFETY: the new fd is ours.
+    let socket = unsafe { UnixStream::from_raw_fd(socket) };
+    let null = std::fs::File::open("/dev/null").map_err(os_fail("control"))?;
+    // SAFETY: replaces the inherited fd, whose socket is kept above.
+    if unsafe { libc::dup2(null.as_raw_fd(), fd) } < 0 {
+        return Err(last_os());
+    }
+    Ok(socket)
+}
+
+/// The program's stdio (and cgroup), the child setup and the launch, as the daemon sends them.
+pub fn receive(control: &UnixStream) -> Result<(Vec<OwnedFd>, ChildSetup, Vec<u8>), Failure> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    let mut first = [0u8; 4096];
+    let mut fds = Vec::new();
+    // Orders left from a previous launch come first, each alone or glued to the launch.
+    let (start, received) = loop {
+        let mut iov = [std::io::IoSliceMut::new(&mut first)];
+        let mut space = nix::cmsg_space!([RawFd; 5]);
+        let message = recvmsg::<()>(
+            control.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        )
+        .map_err(|errno| os_fail("policy")(errno.into()))?;
+        for cmsg in message.cmsgs().map_err(|e| fail("policy")(e.to_string()))? {
+            if let ControlMessageOwned::ScmRights(raw) = cmsg {
+                // SAFETY: the kernel installed these descriptors for us alone.
+                fds.extend(
+                    raw.into_iter()
+                        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                );
+            }
+        }
+        if message.flags.contains(MsgFlags::MSG_CTRUNC) {
+            return Err(fail("policy")("too many descriptors".into()));
+        }
+        let received = message.bytes;
+        if received == 0 {
+            // The daemon went away before handing out a launch.
+            std::process::exit(0);
+        }
+        let mut start = 0;
+        while let Some(&byte) = first[..received].get(start).filter(|&&b| b != LAUNCH) {
+            start += match byte {
+                KILL => 1,
+                SIGNAL => 2,
+                _ => return Err(fail("policy")("not a launch".into())),
+            };
+        }
+        if start < received {
+            break (start + 1, received);
+        }
+        if !fds.is_empty() {
+            return Err(fail("policy")("descriptors without a launch".into()));
+        }
+    };
+    if !(3..=5).contains(&fds.len()) {
+        return Err(fail("policy")(
+            "expected the program's three stdio descriptors".into(),
+        ));
+    }
+    let mut input = std::io::Cursor::new(first[start..received].to_vec()).chain(control);
+    let setup = read_frame(&mut input)?;
+    let setup = serde_json::from_slice(&setup).map_err(|e| fail("policy")(e.to_string()))?;
+    Ok((fds, setup, read_frame(&mut input)?))
+}
+
+/// One length-prefixed frame.
+pub fn read_frame(input: &mut impl Read) -> Result<Vec<u8>, Failure> {
+    let mut len = [0u8; 4];
+    input.read_exact(&mut len).map_err(os_fail("policy"))?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_PLAN_BYTES {
+        return Err(fail("policy")("the launch is too large".into()));
+    }
+    let mut data = vec![0; len];
+    input.read_exact(&mut data).map_err(os_fail("policy"))?;
+    Ok(data)
+}
+
+/// The frames [`receive`] reads, for the daemon to send.
+pub fn frames(setup: &ChildSetup, payload: &[u8]) -> Vec<u8> {
+    let setup = serde_json::to_vec(setup).expect("the setup serializes");
+    let mut out = Vec::with_capacity(9 + setup.len() + payload.len());
+    out.push(LAUNCH);
+    for frame in [&setup[..], payload] {
+        out.extend_from_slice(&(frame.len() as u32).to_le_bytes());
+        out.extend_from_slice(frame);
+    }
+    out
+}
+
+/// Reports a launch that could not be made before any child existed, and exits.
+pub fn refuse(control: &UnixStream, failure: Failure) -> ! {
+    let supervisor = own_pid();
+    report(
+        control,
+        &Report::Failed {
+            pid: 0,
+            supervisor,
+            failure,
+        },
+    );
+    std::process::exit(125)
+}
+
+fn report(control: &UnixStream, report: &Report) {
+    report_all(control, std::iter::once(report));
+}
+
+/// Reports, one line each, in one write.
+fn report_all<'a>(mut control: &UnixStream, reports: impl Iterator<Item = &'a Report>) {
+    let mut lines = Vec::new();
+    for report in reports {
+        serde_json::to_writer(&mut lines, report).expect("reports serialize");
+        lines.push(b'\n');
+    }
+    // A daemon that is gone reads nothing; its EOF is handled by the loop.
+    let _ = control.write_all(&lines);
+}
+
+/// How a child that could not execute its program exits: the reason on its stderr (the
+/// program's), and the code a shell would use.
+pub fn exit_for(failure: &Failure) -> ! {
+    // A refused exec is the program's own outcome (the daemon reports it as the process's
+    // exit, 126 as from a shell), so the reason is written for its reader.
+    if failure.denied {
+        eprintln!("exec-server: {} (refused by the sandbox)", failure.message);
+    } else {
+        eprintln!(
+            "exec-server sandbox: {}: {}",
+            failure.stage, failure.message
+        );
+    }
+    std::process::exit(if failure.stage == EXEC_STAGE {
+        if failure.errno == Some(libc::ENOENT) {
+            127
+        } else {
+            126
+        }
+    } else {
+        125
+    });
+}
+
+/// The program's process, forked before its launch is known: it receives its launch on its own
+/// socket ([`fork_ahead`]). A sandbox helper forks it while it is pre-started, so that no fork
+/// is on a sandboxed launch's path, and the daemon talks to it directly.
+pub struct Ahead {
+    pid: i32,
+    sigchld: OwnedFd,
+}
+
+/// Forks the program's process ahead of its launch. The child receives the launch on `launch`
+/// (its stdio, the [`ChildSetup`], the payload: see [`frames`]), takes the stdio and its own
+/// session, then runs `child`, which executes the program or returns why it could not. The
+/// verdict is on `launch` too: EOF once the program was executed (the socket is close-on-exec),
+/// the [`Failure`] otherwise. The child has no part of `control`, nor this process of `launch`.
+pub fn fork_ahead(
+    control: &UnixStream,
+    launch: UnixStream,
+    child: impl FnOnce(&ChildSetup, Vec<u8>) -> Failure,
+) -> Result<Ahead, Failure> {
+    let sigchld = block_sigchld();
+    // SAFETY: this process is single-threaded, so the child may run anything.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        drop(sigchld);
+        // SAFETY: the control socket is the supervisor's alone.
+        unsafe { libc::close(control.as_raw_fd()) };
+        let failure = match receive(&launch) {
+            Ok((stdio, setup, payload)) => enter(&stdio, &setup).err().unwrap_or_else(|| {
+                drop(stdio);
+                child(&setup, payload)
+            }),
+            Err(failure) => failure,
+        };
+        let _ = (&launch).write_all(&serde_json::to_vec(&failure).unwrap_or_default());
+        exit_for(&failure)
+    }
+    drop(launch);
+    if pid < 0 {
+        return Err(os_fail("supervisor")(std::io::Error::last_os_error()));
+    }
+    Ok(Ahead { pid, sigchld })
+}
+
+impl Ahead {
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// Supervises the child's tree until it is confirmed gone, first reporting `started`
+    /// when the daemon learns of the exec from this process.
+    pub fn supervise(self, control: &UnixStream, started: Option<Report>) {
+        if let Some(started) = started {
+            report(control, &started);
+        }
+        Supervisor {
+            control,
+            sigchld: self.sigchld,
+            leader: self.pid,
+            leader_exit: None,
+            exit_reported: false,
+            usage: TreeUsage::default(),
+        }
+        .serve()
+    }
+}
+
+/// Forks the program's process for a launch already received, passes the launch on, and
+/// supervises its tree until it is confirmed gone (see [`fork_ahead`]).
+pub fn run(
+    control: &UnixStream,
+    stdio: Vec<OwnedFd>,
+    setup: &ChildSetup,
+    payload: &[u8],
+    child: impl FnOnce(&ChildSetup, Vec<u8>) -> Failure,
+) {
+    let (ours, theirs) =
+        UnixStream::pair().unwrap_or_else(|err| refuse(control, os_fail("supervisor")(err)));
+    let ahead = fork_ahead(control, theirs, child).unwrap_or_else(|f| refuse(control, f));
+    let passed = send_launch(&ours, &stdio, &frames(setup, payload));
+    // The program's pipes or terminal must close when the program's side does.
+    drop(stdio);
+    let mut verdict = Vec::new();
+    let _ = (&ours).read_to_end(&mut verdict);
+    let (pid, supervisor) = (ahead.pid, own_pid());
+    let started = match (passed, serde_json::from_slice(&verdict).ok()) {
+        (Err(err), _) => Report::Failed {
+            pid,
+            supervisor,
+            failure: os_fail("supervisor")(err),
+        },
+        (Ok(()), Some(failure)) => Report::Failed {
+            pid,
+            supervisor,
+            failure,
+        },
+        (Ok(()), None) => Report::Started { pid, supervisor },
+    };
+    ahead.supervise(control, Some(started))
+}
+
+/// Sends a launch: the descriptors with the first bytes, then the rest.
+pub fn send_launch(socket: &UnixStream, fds: &[OwnedFd], frames: &[u8]) -> std::io::Result<()> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    let fds: Vec<RawFd> = fds.iter().map(AsRawFd::as_raw_fd).collect();
+    let sent = sendmsg::<()>(
+        socket.as_raw_fd(),
+        &[std::io::IoSlice::new(frames)],
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )?;
+    (&*socket).write_all(&frames[sent..])
+}
+/// In the child: the signal state of a fresh process, its stdio, its session or group.
+fn enter(stdio: &[OwnedFd], setup: &ChildSetup) -> Result<(), Failure> {
+    let last_os = |stage| os_fail(stage)(std::io::Error::last_os_error());
+    // SAFETY: plain calls on this process's signal state and descriptors.
+    unsafe {
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        // Rust ignores SIGPIPE in its processes; a program expects the default.
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        for (target, fd) in stdio.iter().take(3).enumerate() {
+            if libc::dup2(fd.as_raw_fd(), target as RawFd) < 0 {
+                return Err(last_os("stdio"));
+            }
+        }
+        // Its own session and group, so that signals reach what it starts in it.
+        if libc::setsid() < 0 {
+            return Err(last_os("session"));
+        }
+        // A PTY's session leader takes its terminal as the controlling one.
+        if setup.tty && libc::ioctl(libc::STDIN_FILENO, libc::TIOCSCTTY, 0) < 0 {
+            return Err(last_os("terminal"));
+        }
+    }
+    for cgroup in &stdio[3..] {
+        // Joined before the exec, so that nothing the program does escapes the group.
+        let mut procs = std::fs::File::from(cgroup.try_clone().map_err(os_fail("cgroup"))?);
+        procs.write_all(b"0").map_err(os_fail("cgroup"))?;
+    }
+    Ok(())
+}
+
+impl ChildSetup {
+    /// The per-process limits, set last before the exec (the setup needs descriptors).
+    pub fn apply_limits(&self) -> Result<(), Failure> {
+        use nix::sys::resource::{setrlimit, Resource};
+        for (resource, limit) in [
+            (Resource::RLIMIT_NOFILE, self.max_open_files),
+            (Resource::RLIMIT_CPU, self.max_cpu_seconds),
+        ] {
+            if let Some(limit) = limit {
+                setrlimit(resource, limit, limit)
+                    .map_err(|errno| os_fail("limits")(errno.into()))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The plain child's part: environment, working directory, limits, exec.
+fn exec_plain(launch: &PlainLaunch, setup: &ChildSetup) -> Failure {
+    let cstrings = |items: &mut dyn Iterator<Item = &str>| {
+        items
+            .map(CString::new)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| fail("launch")(e.to_string()))
+    };
+    let prepared = (|| {
+        let program =
+            CString::new(launch.program.as_str()).map_err(|e| fail("launch")(e.to_string()))?;
+        let argv = cstrings(&mut launch.argv.iter().map(String::as_str))?;
+        let env: Vec<String> = launch.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let env = cstrings(&mut env.iter().map(String::as_str))?;
+        std::env::set_current_dir(&launch.cwd).map_err(os_fail(EXEC_STAGE))?;
+        setup.apply_limits()?;
+        Ok((program, argv, env))
+    })();
+    let (program, argv, env) = match prepared {
+        Ok(prepared) => prepared,
+        Err(failure) => return failure,
+    };
+    let err = nix::unistd::execve(&program, &argv, &env).unwrap_err();
+    Failure {
+        stage: EXEC_STAGE.into(),
+        message: format!("cannot execute `{}`: {}", launch.program, err.desc()),
+        errno: Some(err as i32),
+        denied: false,
+    }
+}
+
+/// SIGCHLD blocked and readable as a signalfd (the child unblocks it before its exec).
+fn block_sigchld() -> OwnedFd {
+    // SAFETY: plain calls with a valid signal set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        let fd = libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
+        if fd < 0 {
+            std::process::exit(125);
+        }
+        OwnedFd::from_raw_fd(fd)
+    }
+}
+
+struct Supervisor<'a> {
+    control: &'a UnixStream,
+    sigchld: OwnedFd,
+    leader: i32,
+    /// The program's wait status, once reaped.
+    leader_exit: Option<libc::c_int>,
+    exit_reported: bool,
+    usage: TreeUsage,
+}
+
+impl Supervisor<'_> {
+    /// Returns once the tree is confirmed gone, and both reports are sent.
+    fn serve(mut self) {
+        loop {
+            if !self.reap() {
+                return self.gone(true);
+            }
+            if self.leader_exit.is_some() && !self.exit_reported {
+                self.report_exit();
+            }
+            let mut fds = [
+                libc::pollfd {
+                    fd: self.control.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: self.sigchld.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: two valid pollfds.
+            if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } < 0 {
+                continue;
+            }
+            if fds[1].revents != 0 {
+                drain(&self.sigchld);
+            }
+            if fds[0].revents != 0 {
+                let mut order = [0u8; 2];
+                match (&mut self.control).read(&mut order[..1]) {
+                    Ok(0) | Err(_) => self.on_daemon_gone(),
+                    Ok(_) if order[0] == KILL => return self.kill_and_confirm(),
+                    Ok(_) if order[0] == SIGNAL => {
+                        if (&mut self.control).read_exact(&mut order[1..]).is_err() {
+                            self.on_daemon_gone();
+                        }
+                        if self.leader_exit.is_none() {
+                            // SAFETY: plain syscall; the group is the unreaped program's.
+                            unsafe { libc::kill(-self.leader, libc::c_int::from(order[1])) };
+                        }
+                    }
+                    Ok(_) => {}
+                }
+            }
+        }
+    }
+
+    /// The daemon ended, without an order (even by SIGKILL): the tree dies with it. The one
+    /// place to change for a daemon that re-adopts its trees.
+    fn on_daemon_gone(&mut self) -> ! {
+        self.kill_tree(None);
+        std::process::exit(0)
+    }
+
+    fn kill_and_confirm(&mut self) {
+        let confirmed = self.kill_tree(Some(Instant::now() + KILL_BOUND));
+        self.gone(confirmed);
+    }
+
+    /// Reports the tree gone, then the program's exit, so that the daemon knows the tree's fate
+    /// when it reports the exit. Without confirmation, it kills the tree to the end and exits:
+    /// such a supervisor serves no other launch.
+    fn gone(&mut self, confirmed: bool) {
+        let usage = self.usage.report();
+        // One write: the daemon wakes once for both.
+        let gone = Report::Gone { confirmed, usage };
+        report_all(
+            self.control,
+            [Some(gone), self.exit_report()].iter().flatten(),
+        );
+        if !confirmed {
+            self.kill_tree(None);
+            // A program that was reaped only now.
+            self.report_exit();
+            std::process::exit(0)
+        }
+    }
+
+    fn report_exit(&mut self) {
+        if let Some(exit) = self.exit_report() {
+            report(self.control, &exit);
+        }
+    }
+
+    /// The `exited` report, once the program was reaped, if not made yet.
+    fn exit_report(&mut self) -> Option<Report> {
+        if self.exit_reported {
+            return None;
+        }
+        let status = self.leader_exit?;
+        self.exit_reported = true;
+        let (code, signal) = if libc::WIFSIGNALED(status) {
+            let signal = libc::WTERMSIG(status);
+            (128 + signal, Some(signal))
+        } else {
+            (libc::WEXITSTATUS(status), None)
+        };
+        let usage = self.usage.report();
+        Some(Report::Exited {
+            code,
+            signal,
+            usage,
+        })
+    }
+
+    /// Reaps every exited child, adding up its usage. Returns false once none is left.
+    fn reap(&mut self) -> bool {
+        loop {
+            let mut status = 0;
+            // SAFETY: plain call with valid out-pointers.
+            let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+            let pid = unsafe { libc::wait4(-1, &mut status, libc::WNOHANG, &mut usage) };
+            match pid {
+                0 => return true,
+                p if p < 0 => {
+                    return std::io::Error::last_os_error().raw_os_error() != Some(libc::ECHILD)
+                }
+                p => {
+                    if p == self.leader {
+                        self.leader_exit = Some(status);
+                    }
+                    self.usage.add(&usage);
+                }
+            }
+        }
+    }
+
+    /// SIGKILLs every process of the tree until none is left, or the deadline passes (false).
+    /// A killed process's children are re-parented here, so each round reaches further; the
+    /// process groups of the children reach members that have not been re-parented yet.
+    fn kill_tree(&mut self, deadline: Option<Instant>) -> bool {
+        // SAFETY: plain syscall.
+        let own_group = unsafe { libc::getpgrp() };
+        loop {
+            for child in children(own_pid()) {
+                // SAFETY: plain syscalls on our own unreaped children and their groups.
+                unsafe {
+                    let group = libc::getpgid(child);
+                    if group > 0 && group != own_group {
+                        libc::kill(-group, libc::SIGKILL);
+                    }
+                    libc::kill(child, libc::SIGKILL);
+                }
+            }
+            if !self.reap() {
+                return true;
+            }
+            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
+/// Empties a non-blocking signalfd.
+fn drain(signals: &OwnedFd) {
+    let mut info = [0u8; 128];
+    // SAFETY: reads whole siginfo records into a buffer of the right size.
+    while unsafe { libc::read(signals.as_raw_fd(), info.as_mut_ptr().cast(), 128) } > 0 {}
+}
+
+fn own_pid() -> i32 {
+    // SAFETY: plain syscall.
+    unsafe { libc::getpid() }
+}
+
+/// The children of the single-threaded process `pid` (its one task lists them all).
+pub fn children(pid: i32) -> Vec<i32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|pid| pid.parse().ok())
+        .collect()
+}
+
+/// The usage of one launch's tree as reaped so far: everything the tree ran is reaped here,
+/// directly or by an ancestor that was, and a reaped process's usage includes that of the
+/// descendants it reaped. Counted per launch, since a plain supervisor serves many.
+#[derive(Clone, Copy, Default)]
+struct TreeUsage {
+    user_us: u64,
+    system_us: u64,
+    max_rss_kib: u64,
+}
+
+impl TreeUsage {
+    fn add(&mut self, reaped: &libc::rusage) {
+        let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+        self.user_us += us(reaped.ru_utime);
+        self.system_us += us(reaped.ru_stime);
+        self.max_rss_kib = self.max_rss_kib.max(reaped.ru_maxrss as u64);
+    }
+
+    fn report(self) -> ProcessUsage {
+        ProcessUsage {
+            user_cpu_ms: self.user_us / 1000,
+            system_cpu_ms: self.system_us / 1000,
+            max_rss_kib: self.max_rss_kib,
+            wall_ms: 0,
+        }
+    }
+}

@@ -1,0 +1,212 @@
+//! The daemon's side of a supervised launch ([`super::supervisor`]): the supervisor's process,
+//! its reports and the orders sent to it.
+
+use super::cgroup::Group;
+use super::spawn::LaunchSpec;
+use super::supervisor;
+pub use super::supervisor::Report;
+use crate::sandbox::plan::Failure;
+use crate::sandbox::pool::{self, Kind, StartError};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+
+/// A supervisor that has its launch.
+pub struct Tree {
+    /// The supervisor's process when it is the daemon's child (a sandbox helper); a plain
+    /// supervisor is the fork server's, which reaps it.
+    pub supervisor: Option<tokio::process::Child>,
+    pub supervisor_pid: i32,
+    /// The tree's cgroups, with per-tree limits.
+    pub group: Option<Group>,
+    pub reports: Reports,
+    pub orders: Orders,
+    /// Until [`launch`] returns them.
+    listeners: Vec<OwnedFd>,
+}
+
+/// The read half of the control socket, after what was read before it (see [`launch`]).
+pub struct Reports(
+    tokio::io::Lines<
+        tokio::io::BufReader<tokio::io::Chain<std::io::Cursor<Vec<u8>>, OwnedReadHalf>>,
+    >,
+);
+
+/// The write half of the control socket; taken back when a plain supervisor is reused
+/// ([`reuse`]), after which orders go nowhere: never to the supervisor's next tree.
+pub struct Orders(std::sync::Mutex<Option<OwnedWriteHalf>>);
+
+/// What the supervisor says about the exec.
+pub enum Started {
+    Executed,
+    /// The program's process could not execute the program and exits in its place.
+    Failed {
+        failure: Failure,
+    },
+}
+
+/// Hands the launch of `spec` (`payload`: what the program's process applies) to a waiting
+/// supervisor of `kind`, with the program's `stdio` and the tree's cgroups, and waits for the
+/// verdict on the exec: a plain supervisor reports it; a sandbox helper's program process,
+/// forked ahead, tells the daemon itself. For a managed network (`managed_ports`), also the
+/// listeners the helper opened in the sandbox's network namespace (`crate::sandbox::bridge`).
+pub async fn launch(
+    kind: Kind,
+    spec: &LaunchSpec,
+    stdio: &[OwnedFd; 3],
+    payload: &[u8],
+    managed_ports: Option<&[u16]>,
+) -> Result<(Tree, Started, Vec<OwnedFd>), StartError> {
+    let mut group = Group::create(spec.limits.max_memory_bytes, spec.limits.max_processes)?;
+    // The groups' `cgroup.procs`, which the program's process joins: not kept.
+    let procs = group.as_mut().map(|group| std::mem::take(&mut group.procs));
+    let fds: Vec<BorrowedFd<'_>> = stdio
+        .iter()
+        .chain(procs.iter().flatten())
+        .map(AsFd::as_fd)
+        .collect();
+    let frames = supervisor::frames(&spec.setup(), payload);
+    let tree = |supervisor, control: tokio::net::UnixStream, unread: Vec<u8>, group| {
+        let (read_half, write) = control.into_split();
+        Tree {
+            supervisor,
+            supervisor_pid: 0,
+            group,
+            reports: Reports(
+                tokio::io::BufReader::new(std::io::Cursor::new(unread).chain(read_half)).lines(),
+            ),
+            orders: Orders(std::sync::Mutex::new(Some(write))),
+            listeners: Vec::new(),
+        }
+    };
+    let setup = async {
+        let (mut tree, first) = match kind {
+            Kind::Plain => {
+                let mut control = pool::take_plain().await?;
+                // A waiting supervisor killed from outside cannot take it: a fresh one, once.
+                if pool::send(&mut control, &fds, &frames).await.is_err() {
+                    control = pool::take_plain().await?;
+                    pool::send(&mut control, &fds, &frames).await?;
+                }
+                let mut tree = tree(None, control, Vec::new(), group);
+                let first = tree.reports.next().await;
+                (tree, first)
+            }
+            Kind::Sandboxed(network) => {
+                let helper = pool::take(network).await?;
+                let handed = helper.hand_over(&fds, &frames, managed_ports).await?;
+                let (program, supervisor) = (handed.program, handed.helper.id());
+                let refused = !handed.unread.is_empty();
+                let mut tree = tree(Some(handed.helper), handed.control, handed.unread, group);
+                tree.supervisor_pid = supervisor.map_or(0, |pid| pid as i32);
+                let first = if refused {
+                    // The helper's own failure, in place of the listeners.
+                    tree.reports.next().await
+                } else {
+                    let mut verdict = Vec::new();
+                    let mut socket = handed.verdict;
+                    socket.read_to_end(&mut verdict).await?;
+                    let supervisor = tree.supervisor_pid;
+                    Some(match serde_json::from_slice(&verdict) {
+                        Ok(failure) => Report::Failed {
+                            pid: program,
+                            supervisor,
+                            failure,
+                        },
+                        Err(_) if verdict.is_empty() => Report::Started {
+                            pid: program,
+                            supervisor,
+                        },
+                        Err(err) => return Err(std::io::Error::other(err).into()),
+                    })
+                };
+                tree.listeners = handed.listeners;
+                (tree, first)
+            }
+        };
+        let started = match first {
+            Some(Report::Started { supervisor, .. }) => {
+                tree.supervisor_pid = supervisor;
+                Started::Executed
+            }
+            Some(Report::Failed {
+                supervisor,
+                failure,
+                ..
+            }) => {
+                tree.supervisor_pid = supervisor;
+                Started::Failed { failure }
+            }
+            _ => {
+                return Err(StartError::from(std::io::Error::other(
+                    "the supervisor failed before the exec",
+                )))
+            }
+        };
+        Ok::<_, StartError>((tree, started))
+    };
+    // Dropping the tree (on any error) closes the control socket: the supervisor ends.
+    let setup = tokio::time::timeout(crate::sandbox::SETUP_TIMEOUT, setup).await;
+    drop(fds);
+    if kind == Kind::Plain {
+        pool::refill_plain();
+    }
+    let Ok(setup) = setup else {
+        return Err(
+            std::io::Error::other("the supervisor did not start the program in time").into(),
+        );
+    };
+    drop(procs);
+    let (mut tree, started) = setup?;
+    let listeners = std::mem::take(&mut tree.listeners);
+    Ok((tree, started, listeners))
+}
+
+impl Reports {
+    /// The next report; None once the supervisor is gone (or says something unreadable).
+    pub async fn next(&mut self) -> Option<Report> {
+        let line = self.0.next_line().await.ok()??;
+        serde_json::from_str(&line).ok()
+    }
+}
+
+impl Orders {
+    /// Kill the whole tree; the supervisor answers with `exited` (if not yet) and `gone`.
+    pub fn kill(&self) {
+        self.send(&[supervisor::KILL]);
+    }
+
+    /// `signal` to the program's process group, while it has not exited.
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        self.send(&[supervisor::SIGNAL, signal as u8]);
+    }
+
+    fn send(&self, order: &[u8]) {
+        // An order's bytes always fit in an idle socket's buffer; a supervisor that is gone needs no
+        // order. One sent just before the socket was taken back reaches the supervisor ahead
+        // of its next launch, which skips it.
+        if let Some(orders) = &*self.0.lock().unwrap() {
+            let _ = orders.try_write(order);
+        }
+    }
+}
+
+/// Hands a plain supervisor whose tree is confirmed gone, and which reported it, back to the
+/// pool for the next launch.
+pub fn reuse(reports: Reports, orders: &Orders) {
+    let Some(write) = orders.0.lock().unwrap().take() else {
+        return;
+    };
+    let reader = reports.0.into_inner();
+    // Anything read past the last report would be lost: such a supervisor is not reused.
+    if !reader.buffer().is_empty() {
+        return;
+    }
+    let (before, read) = reader.into_inner().into_inner();
+    if before.position() < before.get_ref().len() as u64 {
+        return;
+    }
+    if let Ok(control) = read.reunite(write) {
+        pool::return_plain(control);
+    }
+}
