@@ -1,8 +1,8 @@
 //! The `process/*` methods.
 
 use super::spawn::{LaunchSpec, Limits, DEFAULT_SIZE};
+use super::ProcessError;
 use super::{env, Lookup, ManagedProcess};
-use crate::rpc::RpcError;
 use crate::sandbox;
 use crate::session::Session;
 use bytes::Bytes;
@@ -13,7 +13,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
 
-pub(crate) async fn start(session: &Session, params: StartParams) -> Result<StartResult, RpcError> {
+pub(crate) async fn start(
+    session: &Session,
+    params: StartParams,
+) -> Result<StartResult, ProcessError> {
     // The client's span context is the launch span's parent; this daemon exports no traces
     // itself, so it is recorded for log correlation.
     let span = tracing::info_span!(
@@ -27,22 +30,20 @@ pub(crate) async fn start(session: &Session, params: StartParams) -> Result<Star
     launch(session, params).instrument(span).await
 }
 
-async fn launch(session: &Session, params: StartParams) -> Result<StartResult, RpcError> {
+async fn launch(session: &Session, params: StartParams) -> Result<StartResult, ProcessError> {
     let Some((program, args)) = params.argv.split_first() else {
-        return Err(RpcError::invalid_params("argv must not be empty"));
+        return Err(ProcessError::EmptyArgv);
     };
-    let cwd = params.cwd.to_path().map_err(|err| {
-        RpcError::invalid_params(format!(
-            "cwd URI `{}` is not valid on this exec-server host: {err}",
-            params.cwd
-        ))
+    let cwd = params.cwd.to_path().map_err(|err| ProcessError::BadCwd {
+        uri: params.cwd.to_string(),
+        why: err.to_string(),
     })?;
     // A resolution that walks directory trees runs off the async workers.
     let prepared = if params.sandbox.as_ref().is_some_and(sandbox::prepare_walks) {
         let (params, cwd) = (params.clone(), cwd.clone());
         tokio::task::spawn_blocking(move || sandbox::prepare_start(&params, &cwd))
             .await
-            .map_err(|err| RpcError::internal(err.to_string()))??
+            .map_err(|err| ProcessError::Internal(err.to_string()))??
     } else {
         sandbox::prepare_start(&params, &cwd)?
     };
@@ -86,14 +87,17 @@ const MAX_MEMORY_BYTES: i64 = 1 << 50;
 const MAX_PROCESSES: i64 = 1 << 22;
 
 /// Validates `process/start.limits`: per process and per tree, and the timeout.
-fn limits(limits: Option<&ProcessLimits>) -> Result<(Limits, Option<Duration>), RpcError> {
+fn limits(limits: Option<&ProcessLimits>) -> Result<(Limits, Option<Duration>), ProcessError> {
     let Some(limits) = limits else {
         return Ok((Limits::default(), None));
     };
-    let check = |name: &str, value: Option<i64>, (min, max): (i64, i64)| match value {
-        Some(value) if !(min..=max).contains(&value) => Err(RpcError::invalid_params(format!(
-            "limits.{name} must be between {min} and {max}, not {value}"
-        ))),
+    let check = |name, value: Option<i64>, (min, max): (i64, i64)| match value {
+        Some(value) if !(min..=max).contains(&value) => Err(ProcessError::LimitOutOfRange {
+            name,
+            min,
+            max,
+            value,
+        }),
         value => Ok(value.map(|value| value as u64)),
     };
     let (memory, pids) = super::cgroup::supported();
@@ -102,10 +106,7 @@ fn limits(limits: Option<&ProcessLimits>) -> Result<(Limits, Option<Duration>), 
         ("maxProcesses", limits.max_processes, pids),
     ] {
         if value.is_some() && !supported {
-            return Err(RpcError::invalid_params(format!(
-                "limits.{name} cannot be enforced on this executor: it has no cgroup controller \
-                 for it (environment/info capabilities.processTreeLimits)"
-            )));
+            return Err(ProcessError::LimitUnsupported(name));
         }
     }
     let timeout =
@@ -127,15 +128,11 @@ fn limits(limits: Option<&ProcessLimits>) -> Result<(Limits, Option<Duration>), 
     Ok((limits, timeout))
 }
 
-fn require(session: &Session, id: &str) -> Result<Arc<ManagedProcess>, RpcError> {
+fn require(session: &Session, id: &str) -> Result<Arc<ManagedProcess>, ProcessError> {
     match session.processes.lookup(id) {
         Lookup::Ready(process) => Ok(process),
-        Lookup::Starting => Err(RpcError::invalid_request(format!(
-            "process id {id} is starting"
-        ))),
-        Lookup::Unknown => Err(RpcError::invalid_request(format!(
-            "unknown process id {id}"
-        ))),
+        Lookup::Starting => Err(ProcessError::Starting(id.to_owned())),
+        Lookup::Unknown => Err(ProcessError::Unknown(id.to_owned())),
     }
 }
 
@@ -143,7 +140,7 @@ pub(crate) async fn read(
     session: &Session,
     connection_id: u64,
     params: ReadParams,
-) -> Result<ReadResult, RpcError> {
+) -> Result<ReadResult, ProcessError> {
     let process = require(session, &params.process_id)?;
     let after_seq = params.after_seq.unwrap_or(0);
     let deadline = tokio::time::Instant::now() + Duration::from_millis(params.wait_ms.unwrap_or(0));
@@ -185,9 +182,9 @@ pub(crate) async fn read(
     })
 }
 
-pub(crate) fn write(session: &Session, params: WriteParams) -> Result<WriteResult, RpcError> {
+pub(crate) fn write(session: &Session, params: WriteParams) -> Result<WriteResult, ProcessError> {
     if params.write_id.is_empty() {
-        return Err(RpcError::invalid_params("writeId must not be empty"));
+        return Err(ProcessError::EmptyWriteId);
     }
     let status = match session.processes.lookup(&params.process_id) {
         Lookup::Unknown => WriteStatus::UnknownProcess,
@@ -197,7 +194,7 @@ pub(crate) fn write(session: &Session, params: WriteParams) -> Result<WriteResul
     Ok(WriteResult { status })
 }
 
-pub(crate) fn signal(session: &Session, params: SignalParams) -> Result<EmptyResult, RpcError> {
+pub(crate) fn signal(session: &Session, params: SignalParams) -> Result<EmptyResult, ProcessError> {
     // Unknown, starting and exited processes are not an error, as in the reference.
     if let Lookup::Ready(process) = session.processes.lookup(&params.process_id) {
         process.signal(params.signal)?;
@@ -208,13 +205,13 @@ pub(crate) fn signal(session: &Session, params: SignalParams) -> Result<EmptyRes
 pub(crate) fn terminate(
     session: &Session,
     params: ProcessIdParams,
-) -> Result<TerminateResult, RpcError> {
+) -> Result<TerminateResult, ProcessError> {
     Ok(TerminateResult {
         running: session.processes.terminate(&params.process_id),
     })
 }
 
-pub(crate) fn resize(session: &Session, params: ResizeParams) -> Result<EmptyResult, RpcError> {
+pub(crate) fn resize(session: &Session, params: ResizeParams) -> Result<EmptyResult, ProcessError> {
     require(session, &params.process_id)?.resize(TerminalSize {
         rows: params.rows,
         cols: params.cols,
@@ -225,7 +222,7 @@ pub(crate) fn resize(session: &Session, params: ResizeParams) -> Result<EmptyRes
 pub(crate) fn close_stdin(
     session: &Session,
     params: ProcessIdParams,
-) -> Result<EmptyResult, RpcError> {
+) -> Result<EmptyResult, ProcessError> {
     require(session, &params.process_id)?.close_stdin()?;
     Ok(EmptyResult {})
 }

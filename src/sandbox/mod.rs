@@ -545,7 +545,7 @@ impl Launch {
     /// Ok, with [`Sandboxed::scanner`] certain of the denial: the helper's child exits 126 like
     /// a program that ran, so the process is reported through its exit.
     pub async fn spawn(&mut self, spec: &LaunchSpec) -> Result<Spawned, RpcError> {
-        let cannot_start = |err| spawn::start_error(&self.program, err);
+        let cannot_start = |err| RpcError::from(spawn::start_error(&self.program, err));
         let (io, stdio) = spawn::detached_stdio(spec).map_err(cannot_start)?;
         let kind = pool::Kind::Sandboxed(self.network);
         let (tree, started, listeners) = match tree::launch(
@@ -601,7 +601,7 @@ fn failure_error(program: &str, failure: Failure) -> RpcError {
             .errno
             .map(|errno| std::io::Error::from_raw_os_error(errno).to_string())
             .unwrap_or(failure.message);
-        spawn::start_error(program, os).with_data(data)
+        RpcError::from(spawn::start_error(program, os)).with_data(data)
     } else {
         RpcError::invalid_params(format!(
             "sandbox intent cannot be enforced on this executor: {}: {}",

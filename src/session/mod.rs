@@ -10,6 +10,7 @@ use crate::process::ProcessTable;
 use crate::rpc::outbound::Outbound;
 use crate::rpc::RpcError;
 use exec_server_protocol::environment::EnvironmentInfo;
+use exec_server_protocol::rpc::code;
 use std::sync::Arc;
 use tokio::sync::watch;
 
@@ -30,16 +31,30 @@ pub struct Attachment {
     pub outbound: Outbound,
 }
 
+/// Why a session cannot be created, resumed or used; an attached session's resume has the
+/// code codex's client retries on.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SessionError {
     #[error("session has been resumed by another connection")]
     ResumedElsewhere,
+    #[error("unknown session id {0}")]
+    Unknown(String),
+    #[error("session {0} is already attached to another connection")]
+    AlreadyAttached(String),
+    #[error("the exec-server is shutting down")]
+    ShuttingDown,
 }
 
 impl From<SessionError> for RpcError {
     fn from(err: SessionError) -> Self {
+        let message = err.to_string();
         match err {
-            SessionError::ResumedElsewhere => RpcError::invalid_request(err.to_string()),
+            SessionError::AlreadyAttached(_) => {
+                RpcError::new(code::SESSION_ALREADY_ATTACHED, message)
+            }
+            SessionError::ResumedElsewhere
+            | SessionError::Unknown(_)
+            | SessionError::ShuttingDown => RpcError::invalid_request(message),
         }
     }
 }
