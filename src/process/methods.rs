@@ -82,9 +82,14 @@ async fn start(ctx: &RequestCtx, params: StartParams) -> Result<StartResult, Rpc
         None => (None, SandboxType::None),
         Some(prepared) => (Some(prepared.launch(&mut spec)?), SandboxType::LinuxSeccomp),
     };
+    // A reply never sent (its connection ended) drops the hook, which releases the events too.
+    let (replied, on_reply) = tokio::sync::oneshot::channel();
+    ctx.after_reply(move || {
+        let _ = replied.send(());
+    });
     ctx.session
         .processes
-        .start(params.process_id.clone(), spec, launch, timeout)
+        .start(params.process_id.clone(), spec, launch, timeout, on_reply)
         .await?;
     tracing::info!(sandbox = ?sandbox_type, "process started");
     Ok(StartResult {
