@@ -3,6 +3,7 @@
 use super::spawn::{LaunchSpec, Limits, DEFAULT_SIZE};
 use super::ProcessError;
 use super::{env, Lookup, ManagedProcess};
+use crate::rpc::Call;
 use crate::sandbox;
 use crate::session::Session;
 use bytes::Bytes;
@@ -13,8 +14,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
 
+/// The process's events are pushed once `call`'s reply is queued.
 pub(crate) async fn start(
     session: &Session,
+    call: &Call,
     params: StartParams,
 ) -> Result<StartResult, ProcessError> {
     // The client's span context is the launch span's parent; this daemon exports no traces
@@ -27,10 +30,14 @@ pub(crate) async fn start(
     if let Some(trace) = &params.trace {
         span.record("parent", tracing::field::display(trace));
     }
-    launch(session, params).instrument(span).await
+    launch(session, call, params).instrument(span).await
 }
 
-async fn launch(session: &Session, params: StartParams) -> Result<StartResult, ProcessError> {
+async fn launch(
+    session: &Session,
+    call: &Call,
+    params: StartParams,
+) -> Result<StartResult, ProcessError> {
     let Some((program, args)) = params.argv.split_first() else {
         return Err(ProcessError::EmptyArgv);
     };
@@ -66,9 +73,14 @@ async fn launch(session: &Session, params: StartParams) -> Result<StartResult, P
         None => (None, SandboxType::None),
         Some(prepared) => (Some(prepared.launch(&mut spec)?), SandboxType::LinuxSeccomp),
     };
+    // A reply never sent (its connection ended) drops the hook, which releases the events too.
+    let (replied, on_reply) = tokio::sync::oneshot::channel();
+    call.after_reply(move || {
+        let _ = replied.send(());
+    });
     session
         .processes
-        .start(params.process_id.clone(), spec, launch, timeout)
+        .start(params.process_id.clone(), spec, launch, timeout, on_reply)
         .await?;
     tracing::info!(sandbox = ?sandbox_type, "process started");
     Ok(StartResult {

@@ -130,14 +130,17 @@ impl ProcessTable {
     /// tasks. With a sandbox `launch`, the supervisor is the sandbox helper. Runs to its end
     /// even when the request is cancelled (its connection dropped), so that a launched tree is
     /// always tracked (and killed with its session) or killed at once, never left behind.
+    /// Its events are pushed once `replied` resolves (Ok or Err): a client hears of a process
+    /// only after the reply that started it.
     pub async fn start(
         &self,
         id: String,
         spec: LaunchSpec,
         launch: Option<Launch>,
         timeout: Option<std::time::Duration>,
+        replied: tokio::sync::oneshot::Receiver<()>,
     ) -> Result<(), ProcessError> {
-        tokio::spawn(self.inner.clone().start(id, spec, launch, timeout))
+        tokio::spawn(self.inner.clone().start(id, spec, launch, timeout, replied))
             .await
             .map_err(|err| ProcessError::Internal(format!("the start failed: {err}")))?
     }
@@ -190,6 +193,7 @@ impl TableInner {
         spec: LaunchSpec,
         mut launch: Option<Launch>,
         timeout: Option<std::time::Duration>,
+        replied: tokio::sync::oneshot::Receiver<()>,
     ) -> Result<(), ProcessError> {
         let token = self.next_token.fetch_add(1, Ordering::Relaxed);
         {
@@ -312,7 +316,12 @@ impl TableInner {
                 }
             });
         }
-        tokio::spawn(delivery::deliver(process.clone(), self.attachment.clone()));
+        let attachment = self.attachment.clone();
+        let process = process.clone();
+        tokio::spawn(async move {
+            let _ = replied.await;
+            delivery::deliver(process, attachment).await
+        });
         Ok(())
     }
 

@@ -13,7 +13,7 @@ fn build() -> Router {
     let mut router = Router::default();
 
     router.request::<m::ProcessStart>(|c: Ctx, p| async move {
-        process::methods::start(&c.session, p).await
+        process::methods::start(&c.session, &c.call, p).await
     });
     router.request::<m::ProcessRead>(|c: Ctx, p| async move {
         process::methods::read(&c.session, c.connection.id, p).await

@@ -684,6 +684,11 @@ fn stdio_mode_serves_one_connection_and_exits_at_eof() {
         reply["result"].get("binaryPayloads").is_none(),
         "one message per line: stdio stays text"
     );
+    // The start's reply comes before any event of its process, though the shell writes at once.
+    line.clear();
+    stdout.read_line(&mut line).unwrap();
+    let started: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(started["id"], 2, "{started}");
     let mut pid = None;
     while pid.is_none() {
         line.clear();
