@@ -1,19 +1,29 @@
 //! exec-server: runs and controls processes and files for a remote orchestrator over JSON-RPC.
 //!
-//! Layers, outside in: `transport` (WebSocket, stdio) → `rpc` (envelope, connection loop,
-//! dispatch) → `session` (registry, attachment) → `process` (managed children), with
-//! `sandbox` enforcing permission intent on launches. Beside them: `environment` (host facts,
-//! capabilities), `fs` (files, streams and watches, per connection) and `http` (requests made on
-//! the client's behalf).
+//! Layers, top down (docs/architecture.md): `transport` (WebSocket, stdio) → `server`
+//! (connection loop, router) → the features `fs`, `http`, `environment` and the `process`
+//! handlers → `session` (registry, attachment) → `process` (managed children) and `sandbox`
+//! (permission intent enforced on launches and fs calls) → `rpc` (envelope, errors, outbound
+//! queue), which imports none of them.
 
-pub mod cli;
-pub mod config;
-pub mod environment;
-pub mod fs;
-pub mod http;
-pub mod memory;
-pub mod process;
+mod cli;
+mod config;
+mod environment;
+mod fs;
+mod http;
+mod memory;
+mod process;
 pub mod rpc;
-pub mod sandbox;
-pub mod session;
-pub mod transport;
+mod sandbox;
+mod server;
+mod session;
+mod transport;
+
+// What the binary needs; `rpc` is public for the fuzz targets.
+pub use cli::main as run_command;
+pub use config::{Args, Cli, LogFormat};
+pub use memory::map_large_buffers;
+pub use process::supervisor::main_if_supervisor;
+pub use sandbox::guard::init as record_own_binary;
+pub use sandbox::helper::main_if_helper;
+pub use transport::{serve, ListenUrl};

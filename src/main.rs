@@ -1,16 +1,15 @@
 use clap::{CommandFactory as _, FromArgMatches as _};
-use exec_server::config::{Args, Cli, LogFormat};
-use exec_server::transport;
+use exec_server::{Args, Cli, ListenUrl, LogFormat};
 
 fn main() -> std::process::ExitCode {
     // First, before flags and before any runtime or thread: the sandbox helper must start as a
     // fresh single-threaded process.
-    exec_server::sandbox::helper::main_if_helper();
+    exec_server::main_if_helper();
     // The supervisor of a plain or PTY process's tree, likewise.
-    exec_server::process::supervisor::main_if_supervisor();
+    exec_server::main_if_supervisor();
     // Record the daemon's own binary before anything could replace it.
-    exec_server::sandbox::guard::init();
-    exec_server::memory::map_large_buffers();
+    exec_server::record_own_binary();
+    exec_server::map_large_buffers();
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|err| err.exit());
     match cli.command {
@@ -19,7 +18,7 @@ fn main() -> std::process::ExitCode {
                 == Some(clap::parser::ValueSource::CommandLine);
             serve(&cli.serve, token_on_argv)
         }
-        Some(command) => exec_server::cli::main(command),
+        Some(command) => exec_server::run_command(command),
     }
 }
 
@@ -34,9 +33,9 @@ fn serve(args: &Args, token_on_argv: bool) -> std::process::ExitCode {
     raise_fd_limit();
     shield_from_oom_killer();
     let result = args.config().and_then(|config| {
-        let listen = transport::ListenUrl::parse(&args.listen)?;
+        let listen = ListenUrl::parse(&args.listen)?;
         let runtime = tokio::runtime::Runtime::new()?;
-        runtime.block_on(transport::serve(listen, config))
+        runtime.block_on(exec_server::serve(listen, config))
     });
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

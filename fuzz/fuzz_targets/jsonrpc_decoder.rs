@@ -1,7 +1,7 @@
 //! The daemon's JSON-RPC decoding: envelope classification and params decoding of every method.
 #![no_main]
 
-use exec_server::rpc::dispatch::decode;
+use exec_server::rpc::decode;
 use exec_server::rpc::envelope::{self, Incoming};
 use exec_server_protocol::methods::{self, Method, Notification, Visitor};
 use exec_server_protocol::{process, rpc};

@@ -1,18 +1,18 @@
 //! `fs/copy`: files, symlinks (as symlinks) and, with `recursive`, directory trees.
 
-use super::host::{io_error, open, with_path};
-use crate::rpc::RpcError;
+use super::host::{open, with_path};
+use super::FsError;
 use std::fs::{FileType, OpenOptions};
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
 const SPECIAL: &str = "fs/copy only supports regular files, directories, and symlinks";
 
-pub fn copy(source: &Path, destination: &Path, recursive: bool) -> Result<(), RpcError> {
+pub fn copy(source: &Path, destination: &Path, recursive: bool) -> Result<(), FsError> {
     let kind = with_path(std::fs::symlink_metadata(source), source)?.file_type();
     if kind.is_dir() {
         if !recursive {
-            return Err(RpcError::invalid_request(
+            return Err(FsError::refused(
                 "fs/copy requires recursive: true when sourcePath is a directory",
             ));
         }
@@ -20,13 +20,13 @@ pub fn copy(source: &Path, destination: &Path, recursive: bool) -> Result<(), Rp
         return copy_tree(source, destination);
     }
     if !copy_leaf(kind, source, destination)? {
-        return Err(RpcError::invalid_request(SPECIAL));
+        return Err(FsError::refused(SPECIAL));
     }
     Ok(())
 }
 
 /// Copies a non-directory; false when it is a FIFO, socket or device (nothing is done).
-fn copy_leaf(kind: FileType, source: &Path, destination: &Path) -> Result<bool, RpcError> {
+fn copy_leaf(kind: FileType, source: &Path, destination: &Path) -> Result<bool, FsError> {
     if kind.is_symlink() {
         let text = with_path(std::fs::read_link(source), source)?;
         with_path(std::os::unix::fs::symlink(text, destination), destination)?;
@@ -45,9 +45,7 @@ fn copy_leaf(kind: FileType, source: &Path, destination: &Path) -> Result<bool, 
     if let Ok(existing) = std::fs::metadata(destination) {
         if (existing.dev(), existing.ino()) == (meta.dev(), meta.ino()) {
             // Truncating the destination would destroy the source.
-            return Err(RpcError::invalid_request(
-                "fs/copy cannot copy a file onto itself",
-            ));
+            return Err(FsError::refused("fs/copy cannot copy a file onto itself"));
         }
     }
     let mut output = with_path(
@@ -69,7 +67,7 @@ fn copy_leaf(kind: FileType, source: &Path, destination: &Path) -> Result<bool, 
 
 /// Depth-first with an explicit stack, so a deep tree cannot overflow the thread's stack.
 /// Symlinks are recreated (their text kept), specials are skipped.
-fn copy_tree(source: &Path, destination: &Path) -> Result<(), RpcError> {
+fn copy_tree(source: &Path, destination: &Path) -> Result<(), FsError> {
     let mut pending: Vec<(PathBuf, PathBuf)> = vec![(source.into(), destination.into())];
     while let Some((from, to)) = pending.pop() {
         with_path(std::fs::create_dir_all(&to), &to)?;
@@ -89,7 +87,7 @@ fn copy_tree(source: &Path, destination: &Path) -> Result<(), RpcError> {
 
 /// Compares real paths, so aliases through symlinks are caught too. The destination may not
 /// exist yet: its nearest existing ancestor is resolved and the rest appended.
-fn refuse_copy_into_itself(source: &Path, destination: &Path) -> Result<(), RpcError> {
+fn refuse_copy_into_itself(source: &Path, destination: &Path) -> Result<(), FsError> {
     let source = with_path(std::fs::canonicalize(source), source)?;
     let mut existing = destination;
     let mut rest = Vec::new();
@@ -101,7 +99,7 @@ fn refuse_copy_into_itself(source: &Path, destination: &Path) -> Result<(), RpcE
                     rest.push(name);
                     existing = parent;
                 }
-                _ => return Err(io_error(&err, destination)),
+                _ => return Err(FsError::io(err, destination)),
             },
         }
     };
@@ -110,7 +108,7 @@ fn refuse_copy_into_itself(source: &Path, destination: &Path) -> Result<(), RpcE
         .rev()
         .fold(resolved, |path, name| path.join(name));
     if destination.starts_with(&source) {
-        return Err(RpcError::invalid_request(
+        return Err(FsError::refused(
             "fs/copy cannot copy a directory to itself or one of its descendants",
         ));
     }

@@ -1,8 +1,8 @@
 //! Whole-file reads and writes: `fs/readFile`, `fs/writeFile`.
 
-use super::host::{not_a_file, open, open_regular, with_path};
+use super::host::{open, open_regular, with_path};
 use super::staged::StagedFile;
-use crate::rpc::RpcError;
+use super::FsError;
 use base64::write::EncoderStringWriter;
 use std::fs::OpenOptions;
 use std::io::{self, Read as _, Write as _};
@@ -11,8 +11,8 @@ use std::path::Path;
 /// Bytes read per system call while encoding.
 const READ_BUFFER: usize = 256 * 1024;
 
-fn too_large(limit: u64) -> RpcError {
-    RpcError::invalid_request(format!(
+fn too_large(limit: u64) -> FsError {
+    FsError::refused(format!(
         "file is too large to read: limit is {limit} bytes; read it in blocks with fs/open and fs/readBlock"
     ))
 }
@@ -21,7 +21,7 @@ fn too_large(limit: u64) -> RpcError {
 /// daemon never holds the raw bytes and their encoding at the same time. The size from
 /// metadata sizes the string and fails fast; reading still goes on to the real end, because
 /// files like those under /proc report size 0.
-pub fn read_base64(path: &Path, follow: bool, limit: u64) -> Result<String, RpcError> {
+pub fn read_base64(path: &Path, follow: bool, limit: u64) -> Result<String, FsError> {
     let (mut file, meta) = open_regular(path, follow)?;
     if meta.len() > limit {
         return Err(too_large(limit));
@@ -41,7 +41,7 @@ pub fn read_base64(path: &Path, follow: bool, limit: u64) -> Result<String, RpcE
             Ok(0) => break,
             Ok(read) => read,
             Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
-            Err(err) => return Err(super::host::io_error(&err, path)),
+            Err(err) => return Err(FsError::io(err, path)),
         };
         total += read as u64;
         if total > limit {
@@ -55,7 +55,7 @@ pub fn read_base64(path: &Path, follow: bool, limit: u64) -> Result<String, RpcE
 
 /// Creates or truncates `path` in place (an existing hard link is written through), or with
 /// `atomic` stages the bytes beside it and renames them into place.
-pub fn write(path: &Path, data: &[u8], follow: bool, atomic: bool) -> Result<(), RpcError> {
+pub fn write(path: &Path, data: &[u8], follow: bool, atomic: bool) -> Result<(), FsError> {
     if atomic {
         let staged = StagedFile::create(path, follow)?;
         with_path(staged.file().write_all(data), path)?;
@@ -68,7 +68,7 @@ pub fn write(path: &Path, data: &[u8], follow: bool, atomic: bool) -> Result<(),
     )?;
     // O_NONBLOCK let a FIFO with a reader open at once; writing to it could still stall.
     if !with_path(file.metadata(), path)?.is_file() {
-        return Err(not_a_file(path));
+        return Err(FsError::NotAFile(path.to_owned()));
     }
     with_path(file.write_all(data), path)
 }

@@ -5,7 +5,7 @@
 use super::host::open_regular;
 use super::sandbox::Confined;
 use super::write_stream::{WriteHandle, WriteTransfer};
-use crate::rpc::RpcError;
+use super::FsError;
 use exec_server_protocol::fs::OpenMode;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
@@ -34,7 +34,7 @@ pub enum Transfer {
 impl Handle {
     /// Opens `path` for a stream in `mode`: the same code in the daemon and, for a sandboxed
     /// open, in the helper.
-    pub fn open(path: &Path, mode: OpenMode, follow: bool) -> Result<Self, RpcError> {
+    pub fn open(path: &Path, mode: OpenMode, follow: bool) -> Result<Self, FsError> {
         Ok(match mode {
             OpenMode::Read => Handle::Read(open_regular(path, follow)?.0),
             mode => Handle::Write(Mutex::new(Some(WriteHandle::open(path, mode, follow)?))),
@@ -61,7 +61,7 @@ impl Handle {
         file: File,
         transfer: Transfer,
         confined: Confined,
-    ) -> Result<Self, RpcError> {
+    ) -> Result<Self, FsError> {
         Ok(match transfer {
             Transfer::Read => Handle::Read(file),
             Transfer::Write(transfer) => Handle::Write(Mutex::new(Some(
@@ -100,15 +100,15 @@ impl Handles {
     }
 
     /// Holds a slot for `id` before anything is opened, so a full table costs nothing.
-    pub fn reserve(&self, id: String) -> Result<Reservation<'_>, RpcError> {
+    pub fn reserve(&self, id: String) -> Result<Reservation<'_>, FsError> {
         let mut table = self.table();
         if table.open.contains_key(&id) || table.opening.contains(&id) {
-            return Err(RpcError::invalid_request(format!(
+            return Err(FsError::refused(format!(
                 "file handle `{id}` already exists"
             )));
         }
         if table.open.len() + table.opening.len() >= MAX_OPEN_HANDLES {
-            return Err(RpcError::invalid_request(format!(
+            return Err(FsError::refused(format!(
                 "at most {MAX_OPEN_HANDLES} file handles may be open per connection"
             )));
         }

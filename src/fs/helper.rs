@@ -10,11 +10,11 @@
 
 use super::handles::{Handle, Transfer};
 use super::host::host_path;
-use super::oneshot::{follow, Request};
+use super::oneshot::{follow, one_shots, OneShot, OneShotVisitor};
 use super::staged::StagedName;
 use super::write_stream::WriteTransfer;
-use crate::rpc::dispatch::decode;
-use crate::rpc::RpcError;
+use super::FsError;
+use crate::rpc::{decode, RpcError};
 use exec_server_protocol::fs::OpenParams;
 use exec_server_protocol::rpc::{method, ErrorObject};
 use serde::{Deserialize, Serialize};
@@ -51,21 +51,21 @@ struct InstallParams {
 pub fn serve() -> ! {
     let reply = match handle() {
         Ok(result) => HelperReply::Ok(result),
-        Err(error) => HelperReply::Error(error.to_object()),
+        Err(error) => HelperReply::Error(RpcError::from(error).to_object()),
     };
     let mut stdout = std::io::stdout().lock();
     let written = serde_json::to_writer(&mut stdout, &reply).is_ok() && stdout.flush().is_ok();
     std::process::exit(if written { 0 } else { 1 });
 }
 
-fn handle() -> Result<Value, RpcError> {
+fn handle() -> Result<Value, FsError> {
     let mut input = Vec::new();
     std::io::stdin()
         .lock()
         .read_to_end(&mut input)
-        .map_err(|err| RpcError::internal(format!("cannot read the helper request: {err}")))?;
+        .map_err(|err| FsError::internal(format!("cannot read the helper request: {err}")))?;
     let request: HelperRequest = serde_json::from_slice(&input)
-        .map_err(|err| RpcError::internal(format!("malformed helper request: {err}")))?;
+        .map_err(|err| FsError::internal(format!("malformed helper request: {err}")))?;
     match request.method.as_str() {
         method::FS_OPEN => open(request.params),
         INSTALL_STAGED => {
@@ -73,28 +73,50 @@ fn handle() -> Result<Value, RpcError> {
             StagedName::new(params.temp, params.target).install()?;
             Ok(Value::Null)
         }
-        name => match Request::decode(name, request.params) {
-            Some(request) => request?.run(),
-            None => Err(RpcError::method_not_found(name)),
-        },
+        name => {
+            let mut run = RunNamed {
+                name,
+                params: request.params,
+                outcome: None,
+            };
+            one_shots(&mut run);
+            run.outcome
+                .unwrap_or_else(|| Err(RpcError::method_not_found(name).into()))
+        }
+    }
+}
+
+/// Runs the one-shot method called `name`, if there is one.
+struct RunNamed<'a> {
+    name: &'a str,
+    params: Option<Value>,
+    outcome: Option<Result<Value, FsError>>,
+}
+
+impl OneShotVisitor for RunNamed<'_> {
+    fn visit<M: OneShot>(&mut self) {
+        if M::NAME == self.name {
+            let params = decode(self.params.take());
+            self.outcome = Some(params.map_err(FsError::from).and_then(M::run));
+        }
     }
 }
 
 /// Opens the stream as the daemon would, passes the open file back, then hands its cleanup
 /// over to the daemon (a staged file is no longer removed here).
-fn open(params: Option<Value>) -> Result<Value, RpcError> {
+fn open(params: Option<Value>) -> Result<Value, FsError> {
     let params: OpenParams = decode(params)?;
     let path = host_path(&params.path)?;
     let mode = params.mode.unwrap_or_default();
     let handle = Handle::open(&path, mode, follow(params.follow_symlinks))?;
     let (file, transfer) = handle
         .into_transfer()
-        .ok_or_else(|| RpcError::internal("a fresh handle is open"))?;
+        .ok_or_else(|| FsError::internal("a fresh handle is open"))?;
     if let Err(err) = crate::sandbox::pass_back(file.as_fd()) {
         if let Transfer::Write(WriteTransfer::Staged { temp, .. }) = &transfer {
             let _ = std::fs::remove_file(temp);
         }
-        return Err(RpcError::internal(format!(
+        return Err(FsError::internal(format!(
             "cannot pass the open file back: {err}"
         )));
     }

@@ -10,20 +10,24 @@
 //! `fsReadDirectoryErrors`, `fsWatch`, `sandboxedFileStreaming`).
 
 mod copy;
+mod error;
 mod file;
 mod handles;
-pub mod helper;
+pub(crate) mod helper;
 mod host;
-pub mod methods;
+mod methods;
 mod oneshot;
 mod ops;
 mod read_stream;
-pub mod sandbox;
+pub(crate) mod sandbox;
 mod staged;
 mod walk;
 mod watch;
 mod write_stream;
 
+pub(crate) use error::FsError;
+pub(crate) use methods::{close, one_shot, open, read_block, unwatch, watch, write_block};
+pub(crate) use oneshot::{one_shots, OneShot, OneShotVisitor};
 pub use watch::{WatchBudget, WatchedDirectories};
 
 /// Per-connection filesystem state: open handles and watches. Dropped with the connection,

@@ -1,160 +1,277 @@
-//! The one-shot `fs/*` methods (everything but streams and watches) as one value: decoded from
-//! the wire, then run to completion as blocking work with the same code either by the daemon
-//! (no restricting sandbox) or by the sandbox helper, confined (`helper`).
+//! The one-shot `fs/*` methods (everything but streams and watches): each decoded from the
+//! wire, then run to completion as blocking work with the same code either by the daemon (no
+//! restricting sandbox) or by the sandbox helper, confined (`helper`).
 
 use super::host::host_path;
+use super::FsError;
 use super::{copy, file, ops, walk};
-use crate::rpc::dispatch::{decode, encode};
-use crate::rpc::RpcError;
+use crate::config::Config;
 use base64::Engine as _;
 use exec_server_protocol::fs::*;
-use exec_server_protocol::rpc::method;
+use exec_server_protocol::methods::{self as m, Method};
 use exec_server_protocol::sandbox::FileSystemSandboxContext;
+use exec_server_protocol::PathUri;
+use serde::{Deserialize as _, Serialize};
 use serde_json::Value;
-use std::path::PathBuf;
+use std::future::Future;
+use std::path::{Path, PathBuf};
 
-pub enum Request {
-    ReadFile(ReadFileParams),
-    WriteFile(WriteFileParams),
-    CreateDirectory(CreateDirectoryParams),
-    GetMetadata(GetMetadataParams),
-    ReadDirectory(PathParams),
-    Remove(RemoveParams),
-    Copy(CopyParams),
-    Rename(RenameParams),
-    Canonicalize(PathParams),
-    Walk(WalkParams),
-}
-
-impl Request {
-    /// None when `name` is not a one-shot method.
-    pub fn decode(name: &str, params: Option<Value>) -> Option<Result<Self, RpcError>> {
-        Some(match name {
-            method::FS_READ_FILE => decode(params).map(Self::ReadFile),
-            method::FS_WRITE_FILE => decode(params).map(Self::WriteFile),
-            method::FS_CREATE_DIRECTORY => decode(params).map(Self::CreateDirectory),
-            method::FS_GET_METADATA => decode(params).map(Self::GetMetadata),
-            method::FS_READ_DIRECTORY => decode(params).map(Self::ReadDirectory),
-            method::FS_REMOVE => decode(params).map(Self::Remove),
-            method::FS_COPY => decode(params).map(Self::Copy),
-            method::FS_RENAME => decode(params).map(Self::Rename),
-            method::FS_CANONICALIZE => decode(params).map(Self::Canonicalize),
-            method::FS_WALK => decode(params).map(Self::Walk),
-            _ => return None,
-        })
-    }
-
-    pub fn method(&self) -> &'static str {
-        match self {
-            Self::ReadFile(_) => method::FS_READ_FILE,
-            Self::WriteFile(_) => method::FS_WRITE_FILE,
-            Self::CreateDirectory(_) => method::FS_CREATE_DIRECTORY,
-            Self::GetMetadata(_) => method::FS_GET_METADATA,
-            Self::ReadDirectory(_) => method::FS_READ_DIRECTORY,
-            Self::Remove(_) => method::FS_REMOVE,
-            Self::Copy(_) => method::FS_COPY,
-            Self::Rename(_) => method::FS_RENAME,
-            Self::Canonicalize(_) => method::FS_CANONICALIZE,
-            Self::Walk(_) => method::FS_WALK,
-        }
-    }
-
+/// A one-shot method: how its params name the sandbox and the paths it touches, and how it
+/// runs. The same [`OneShot::run`] serves the daemon and the sandbox helper.
+pub(crate) trait OneShot: Method<Params: Send + 'static> {
     /// Takes the `sandbox` out, leaving the params the helper receives.
-    pub fn take_sandbox(&mut self) -> Option<FileSystemSandboxContext> {
-        match self {
-            Self::ReadFile(p) => p.sandbox.take(),
-            Self::WriteFile(p) => p.sandbox.take(),
-            Self::CreateDirectory(p) => p.sandbox.take(),
-            Self::GetMetadata(p) => p.sandbox.take(),
-            Self::ReadDirectory(p) | Self::Canonicalize(p) => p.sandbox.take(),
-            Self::Remove(p) => p.sandbox.take(),
-            Self::Copy(p) => p.sandbox.take(),
-            Self::Rename(p) => p.sandbox.take(),
-            Self::Walk(p) => p.sandbox.take(),
-        }
-    }
+    fn take_sandbox(params: &mut Self::Params) -> Option<FileSystemSandboxContext>;
 
-    pub fn params(&self) -> Value {
-        let value = match self {
-            Self::ReadFile(p) => serde_json::to_value(p),
-            Self::WriteFile(p) => serde_json::to_value(p),
-            Self::CreateDirectory(p) => serde_json::to_value(p),
-            Self::GetMetadata(p) => serde_json::to_value(p),
-            Self::ReadDirectory(p) | Self::Canonicalize(p) => serde_json::to_value(p),
-            Self::Remove(p) => serde_json::to_value(p),
-            Self::Copy(p) => serde_json::to_value(p),
-            Self::Rename(p) => serde_json::to_value(p),
-            Self::Walk(p) => serde_json::to_value(p),
-        };
-        value.expect("wire types always serialize")
-    }
-
-    /// The host paths the operation reads (false) or changes (true); a rename changes both
-    /// directories. Paths that do not convert are left out (the operation refuses them).
-    pub fn touches(&self) -> Vec<(PathBuf, bool)> {
-        let paths: Vec<(&exec_server_protocol::PathUri, bool)> = match self {
-            Self::ReadFile(p) => vec![(&p.path, false)],
-            Self::WriteFile(p) => vec![(&p.path, true)],
-            Self::CreateDirectory(p) => vec![(&p.path, true)],
-            Self::GetMetadata(p) => vec![(&p.path, false)],
-            Self::ReadDirectory(p) | Self::Canonicalize(p) => vec![(&p.path, false)],
-            Self::Remove(p) => vec![(&p.path, true)],
-            Self::Copy(p) => vec![(&p.source_path, false), (&p.destination_path, true)],
-            Self::Rename(p) => vec![(&p.source_path, true), (&p.destination_path, true)],
-            Self::Walk(p) => vec![(&p.path, false)],
-        };
-        paths
-            .into_iter()
-            .filter_map(|(uri, write)| Some((uri.to_path().ok()?, write)))
-            .collect()
-    }
+    /// The wire paths the operation reads (false) or changes (true).
+    fn touches(params: &Self::Params) -> Vec<(&PathUri, bool)>;
 
     /// Runs the operation here and now (blocking).
-    pub fn run(self) -> Result<Value, RpcError> {
-        match self {
-            Self::ReadFile(params) => read_file(params),
-            Self::WriteFile(params) => encode(write_file(params)),
-            Self::CreateDirectory(params) => {
-                let path = host_path(&params.path)?;
-                let recursive = params.recursive.unwrap_or(true);
-                ops::create_directory(&path, recursive, follow(params.follow_symlinks))?;
-                encode(Ok(EmptyResult {}))
-            }
-            Self::GetMetadata(params) => {
-                let path = host_path(&params.path)?;
-                encode(ops::metadata(&path, follow(params.follow_symlinks)))
-            }
-            Self::ReadDirectory(params) => encode(ops::read_directory(&host_path(&params.path)?)),
-            Self::Remove(params) => {
-                let path = host_path(&params.path)?;
-                let recursive = params.recursive.unwrap_or(true);
-                let force = params.force.unwrap_or(true);
-                ops::remove(&path, recursive, force)?;
-                encode(Ok(EmptyResult {}))
-            }
-            Self::Copy(params) => {
-                let source = host_path(&params.source_path)?;
-                let destination = host_path(&params.destination_path)?;
-                copy::copy(&source, &destination, params.recursive)?;
-                encode(Ok(EmptyResult {}))
-            }
-            Self::Rename(params) => {
-                let source = host_path(&params.source_path)?;
-                let destination = host_path(&params.destination_path)?;
-                ops::rename(&source, &destination, params.overwrite)?;
-                encode(Ok(EmptyResult {}))
-            }
-            Self::Canonicalize(params) => {
-                let path = ops::canonicalize(&host_path(&params.path)?)?;
-                encode(Ok(CanonicalizeResult { path }))
-            }
-            Self::Walk(params) => {
-                walk::validate(&params.options)?;
-                let path = host_path(&params.path)?;
-                encode(Ok(walk::walk(&path, params.options)))
-            }
-        }
+    fn run(params: Self::Params) -> Result<Value, FsError>;
+
+    /// Applies the daemon's limits to `params` and says how much outbound budget the reply
+    /// needs reserved before it is built, if more than a small one.
+    fn reply_budget(
+        _params: &mut Self::Params,
+        _config: &Config,
+    ) -> impl Future<Output = Option<usize>> + Send {
+        std::future::ready(None)
     }
+
+    /// Drops from a result the entries that `is_placeholder` (a listing run in the sandbox
+    /// shows the placeholders of missing protected names).
+    fn hide_placeholders(
+        _params: &Self::Params,
+        _result: &mut Value,
+        _is_placeholder: &dyn Fn(&Path) -> bool,
+    ) {
+    }
+}
+
+/// Code that handles every one-shot method: [`one_shots`] calls it once per method.
+pub(crate) trait OneShotVisitor {
+    fn visit<M: OneShot>(&mut self);
+}
+
+/// The one list of one-shot methods, for the daemon's router and the sandbox helper.
+pub(crate) fn one_shots(visitor: &mut impl OneShotVisitor) {
+    visitor.visit::<m::FsReadFile>();
+    visitor.visit::<m::FsWriteFile>();
+    visitor.visit::<m::FsCreateDirectory>();
+    visitor.visit::<m::FsGetMetadata>();
+    visitor.visit::<m::FsReadDirectory>();
+    visitor.visit::<m::FsRemove>();
+    visitor.visit::<m::FsCopy>();
+    visitor.visit::<m::FsRename>();
+    visitor.visit::<m::FsCanonicalize>();
+    visitor.visit::<m::FsWalk>();
+}
+
+impl OneShot for m::FsReadFile {
+    fn take_sandbox(params: &mut ReadFileParams) -> Option<FileSystemSandboxContext> {
+        params.sandbox.take()
+    }
+    fn touches(params: &ReadFileParams) -> Vec<(&PathUri, bool)> {
+        vec![(&params.path, false)]
+    }
+    fn run(params: ReadFileParams) -> Result<Value, FsError> {
+        read_file(params)
+    }
+
+    /// Applies the daemon's cap on whole-file reads (the helper reads `maxBytes` too) and
+    /// reserves for the encoded file, twice, as the reply `Value` and its text exist together
+    /// for a moment. A size that cannot be known (stat fails, or 0 under /proc) reserves for
+    /// the cap.
+    async fn reply_budget(params: &mut ReadFileParams, config: &Config) -> Option<usize> {
+        let cap = config.max_read_file_bytes;
+        let limit = params.max_bytes.map_or(cap, |max| max.min(cap));
+        params.max_bytes = Some(limit);
+        let size = match host_path(&params.path) {
+            Ok(path) if follow(params.follow_symlinks) => tokio::fs::metadata(path).await,
+            Ok(path) => tokio::fs::symlink_metadata(path).await,
+            Err(_) => return None,
+        }
+        .map_or(0, |meta| meta.len());
+        let size = if size == 0 { limit } else { size.min(limit) };
+        let encoded = usize::try_from(size.div_ceil(3) * 4).unwrap_or(usize::MAX);
+        Some(encoded.saturating_mul(2))
+    }
+}
+
+impl OneShot for m::FsWriteFile {
+    fn take_sandbox(params: &mut WriteFileParams) -> Option<FileSystemSandboxContext> {
+        params.sandbox.take()
+    }
+    fn touches(params: &WriteFileParams) -> Vec<(&PathUri, bool)> {
+        vec![(&params.path, true)]
+    }
+    fn run(params: WriteFileParams) -> Result<Value, FsError> {
+        encode(write_file(params))
+    }
+}
+
+impl OneShot for m::FsCreateDirectory {
+    fn take_sandbox(params: &mut CreateDirectoryParams) -> Option<FileSystemSandboxContext> {
+        params.sandbox.take()
+    }
+    fn touches(params: &CreateDirectoryParams) -> Vec<(&PathUri, bool)> {
+        vec![(&params.path, true)]
+    }
+    fn run(params: CreateDirectoryParams) -> Result<Value, FsError> {
+        let path = host_path(&params.path)?;
+        let recursive = params.recursive.unwrap_or(true);
+        ops::create_directory(&path, recursive, follow(params.follow_symlinks))?;
+        encode(Ok(EmptyResult {}))
+    }
+}
+
+impl OneShot for m::FsGetMetadata {
+    fn take_sandbox(params: &mut GetMetadataParams) -> Option<FileSystemSandboxContext> {
+        params.sandbox.take()
+    }
+    fn touches(params: &GetMetadataParams) -> Vec<(&PathUri, bool)> {
+        vec![(&params.path, false)]
+    }
+    fn run(params: GetMetadataParams) -> Result<Value, FsError> {
+        let path = host_path(&params.path)?;
+        encode(ops::metadata(&path, follow(params.follow_symlinks)))
+    }
+}
+
+impl OneShot for m::FsReadDirectory {
+    fn take_sandbox(params: &mut PathParams) -> Option<FileSystemSandboxContext> {
+        params.sandbox.take()
+    }
+    fn touches(params: &PathParams) -> Vec<(&PathUri, bool)> {
+        vec![(&params.path, false)]
+    }
+    fn run(params: PathParams) -> Result<Value, FsError> {
+        encode(ops::read_directory(&host_path(&params.path)?))
+    }
+    fn hide_placeholders(
+        params: &PathParams,
+        result: &mut Value,
+        is_placeholder: &dyn Fn(&Path) -> bool,
+    ) {
+        let (Ok(dir), Ok(mut listing)) = (
+            params.path.to_path(),
+            ReadDirectoryResult::deserialize(&*result),
+        ) else {
+            return;
+        };
+        listing
+            .entries
+            .retain(|entry| !is_placeholder(&dir.join(&entry.file_name)));
+        *result = serde_json::to_value(listing).expect("wire types always serialize");
+    }
+}
+
+impl OneShot for m::FsRemove {
+    fn take_sandbox(params: &mut RemoveParams) -> Option<FileSystemSandboxContext> {
+        params.sandbox.take()
+    }
+    fn touches(params: &RemoveParams) -> Vec<(&PathUri, bool)> {
+        vec![(&params.path, true)]
+    }
+    fn run(params: RemoveParams) -> Result<Value, FsError> {
+        let path = host_path(&params.path)?;
+        let recursive = params.recursive.unwrap_or(true);
+        let force = params.force.unwrap_or(true);
+        ops::remove(&path, recursive, force)?;
+        encode(Ok(EmptyResult {}))
+    }
+}
+
+impl OneShot for m::FsCopy {
+    fn take_sandbox(params: &mut CopyParams) -> Option<FileSystemSandboxContext> {
+        params.sandbox.take()
+    }
+    fn touches(params: &CopyParams) -> Vec<(&PathUri, bool)> {
+        vec![
+            (&params.source_path, false),
+            (&params.destination_path, true),
+        ]
+    }
+    fn run(params: CopyParams) -> Result<Value, FsError> {
+        let source = host_path(&params.source_path)?;
+        let destination = host_path(&params.destination_path)?;
+        copy::copy(&source, &destination, params.recursive)?;
+        encode(Ok(EmptyResult {}))
+    }
+}
+
+/// A rename changes both directories.
+impl OneShot for m::FsRename {
+    fn take_sandbox(params: &mut RenameParams) -> Option<FileSystemSandboxContext> {
+        params.sandbox.take()
+    }
+    fn touches(params: &RenameParams) -> Vec<(&PathUri, bool)> {
+        vec![
+            (&params.source_path, true),
+            (&params.destination_path, true),
+        ]
+    }
+    fn run(params: RenameParams) -> Result<Value, FsError> {
+        let source = host_path(&params.source_path)?;
+        let destination = host_path(&params.destination_path)?;
+        ops::rename(&source, &destination, params.overwrite)?;
+        encode(Ok(EmptyResult {}))
+    }
+}
+
+impl OneShot for m::FsCanonicalize {
+    fn take_sandbox(params: &mut PathParams) -> Option<FileSystemSandboxContext> {
+        params.sandbox.take()
+    }
+    fn touches(params: &PathParams) -> Vec<(&PathUri, bool)> {
+        vec![(&params.path, false)]
+    }
+    fn run(params: PathParams) -> Result<Value, FsError> {
+        let path = ops::canonicalize(&host_path(&params.path)?)?;
+        encode(Ok(CanonicalizeResult { path }))
+    }
+}
+
+impl OneShot for m::FsWalk {
+    fn take_sandbox(params: &mut WalkParams) -> Option<FileSystemSandboxContext> {
+        params.sandbox.take()
+    }
+    fn touches(params: &WalkParams) -> Vec<(&PathUri, bool)> {
+        vec![(&params.path, false)]
+    }
+    fn run(params: WalkParams) -> Result<Value, FsError> {
+        walk::validate(&params.options)?;
+        let path = host_path(&params.path)?;
+        encode(Ok(walk::walk(&path, params.options)))
+    }
+    fn hide_placeholders(
+        _params: &WalkParams,
+        result: &mut Value,
+        is_placeholder: &dyn Fn(&Path) -> bool,
+    ) {
+        let Ok(mut walk) = WalkResult::deserialize(&*result) else {
+            return;
+        };
+        walk.entries.retain(|entry| {
+            entry
+                .path
+                .to_path()
+                .map_or(true, |path| !is_placeholder(&path))
+        });
+        *result = serde_json::to_value(walk).expect("wire types always serialize");
+    }
+}
+
+/// The host paths of [`OneShot::touches`]; paths that do not convert are left out (the
+/// operation refuses them).
+pub(crate) fn host_touches<M: OneShot>(params: &M::Params) -> Vec<(PathBuf, bool)> {
+    M::touches(params)
+        .into_iter()
+        .filter_map(|(uri, write)| Some((uri.to_path().ok()?, write)))
+        .collect()
+}
+
+fn encode<T: Serialize>(result: Result<T, FsError>) -> Result<Value, FsError> {
+    result.map(|value| serde_json::to_value(value).expect("wire types always serialize"))
 }
 
 pub fn follow(value: Option<bool>) -> bool {
@@ -163,7 +280,7 @@ pub fn follow(value: Option<bool>) -> bool {
 
 /// Builds the result without a serde round trip, so the (possibly huge) base64 string is
 /// moved into the reply, never copied.
-fn read_file(params: ReadFileParams) -> Result<Value, RpcError> {
+fn read_file(params: ReadFileParams) -> Result<Value, FsError> {
     let path = host_path(&params.path)?;
     let limit = params
         .max_bytes
@@ -174,12 +291,12 @@ fn read_file(params: ReadFileParams) -> Result<Value, RpcError> {
     Ok(Value::Object(result))
 }
 
-fn write_file(params: WriteFileParams) -> Result<EmptyResult, RpcError> {
+fn write_file(params: WriteFileParams) -> Result<EmptyResult, FsError> {
     let path = host_path(&params.path)?;
     let data = base64::engine::general_purpose::STANDARD
         .decode(params.data_base64)
         .map_err(|err| {
-            RpcError::invalid_request(format!(
+            FsError::refused(format!(
                 "fs/writeFile requires valid base64 dataBase64: {err}"
             ))
         })?;

@@ -1,8 +1,8 @@
 //! Single-step path operations: createDirectory, getMetadata, readDirectory, remove,
 //! canonicalize, rename.
 
-use super::host::{io_error, refuse_symlink, with_path};
-use crate::rpc::RpcError;
+use super::host::{refuse_symlink, with_path};
+use super::FsError;
 use exec_server_protocol::fs::{
     DirectoryEntry, DirectoryEntryError, Metadata, ReadDirectoryResult, MAX_DIRECTORY_ENTRIES,
 };
@@ -11,7 +11,7 @@ use std::io;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-pub fn create_directory(path: &Path, recursive: bool, follow: bool) -> Result<(), RpcError> {
+pub fn create_directory(path: &Path, recursive: bool, follow: bool) -> Result<(), FsError> {
     // mkdir never follows a final symlink, but create_dir_all accepts one to a directory.
     if !follow {
         refuse_symlink(path)?;
@@ -26,7 +26,7 @@ pub fn create_directory(path: &Path, recursive: bool, follow: bool) -> Result<()
 
 /// isDirectory/isFile/size describe the target when following, the link itself when not;
 /// isSymlink always comes from lstat.
-pub fn metadata(path: &Path, follow: bool) -> Result<Metadata, RpcError> {
+pub fn metadata(path: &Path, follow: bool) -> Result<Metadata, FsError> {
     let link = with_path(std::fs::symlink_metadata(path), path)?;
     let is_symlink = link.file_type().is_symlink();
     let meta = if follow && is_symlink {
@@ -53,7 +53,7 @@ fn unix_ms(time: SystemTime) -> i64 {
 
 /// Entries in directory order. Those whose (followed) metadata fails go to `errors` instead of
 /// vanishing; the limit counts both.
-pub fn read_directory(path: &Path) -> Result<ReadDirectoryResult, RpcError> {
+pub fn read_directory(path: &Path) -> Result<ReadDirectoryResult, FsError> {
     let mut result = ReadDirectoryResult {
         entries: Vec::new(),
         errors: Vec::new(),
@@ -80,7 +80,7 @@ pub fn read_directory(path: &Path) -> Result<ReadDirectoryResult, RpcError> {
         }
     }
     if count > MAX_DIRECTORY_ENTRIES {
-        return Err(RpcError::internal(format!(
+        return Err(FsError::internal(format!(
             "fs/readDirectory returned {count} entries; limit is {MAX_DIRECTORY_ENTRIES}"
         )));
     }
@@ -89,11 +89,11 @@ pub fn read_directory(path: &Path) -> Result<ReadDirectoryResult, RpcError> {
 
 /// lstat decides: a directory is removed (recursively or not), anything else, a symlink
 /// included, is unlinked, so a link's target is never touched.
-pub fn remove(path: &Path, recursive: bool, force: bool) -> Result<(), RpcError> {
+pub fn remove(path: &Path, recursive: bool, force: bool) -> Result<(), FsError> {
     let meta = match std::fs::symlink_metadata(path) {
         Ok(meta) => meta,
         Err(err) if force && err.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(err) => return Err(io_error(&err, path)),
+        Err(err) => return Err(FsError::io(err, path)),
     };
     let result = if !meta.is_dir() {
         std::fs::remove_file(path)
@@ -109,15 +109,15 @@ pub fn remove(path: &Path, recursive: bool, force: bool) -> Result<(), RpcError>
     }
 }
 
-pub fn canonicalize(path: &Path) -> Result<PathUri, RpcError> {
+pub fn canonicalize(path: &Path) -> Result<PathUri, FsError> {
     let real = with_path(std::fs::canonicalize(path), path)?;
-    PathUri::from_path(&real).map_err(|err| RpcError::internal(err.to_string()))
+    PathUri::from_path(&real).map_err(|err| FsError::internal(err.to_string()))
 }
 
 /// Renames the path itself (a symlink is renamed, not followed). Without `overwrite` the kernel
 /// refuses an existing destination atomically (RENAME_NOREPLACE); on file systems without it
 /// an lstat check stands in, which a concurrent creator can race.
-pub fn rename(source: &Path, destination: &Path, overwrite: bool) -> Result<(), RpcError> {
+pub fn rename(source: &Path, destination: &Path, overwrite: bool) -> Result<(), FsError> {
     if overwrite {
         return with_path(std::fs::rename(source, destination), source);
     }
@@ -133,13 +133,10 @@ pub fn rename(source: &Path, destination: &Path, overwrite: bool) -> Result<(), 
         other => other,
     };
     match result {
-        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
-            Err(RpcError::invalid_request(format!(
-                "destination `{}` already exists and overwrite is false",
-                destination.display()
-            ))
-            .with_data(io_error(&err, destination).data.unwrap_or_default()))
-        }
+        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => Err(FsError::DestinationExists {
+            err,
+            path: destination.to_owned(),
+        }),
         other => with_path(other, source),
     }
 }

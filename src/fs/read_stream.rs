@@ -1,21 +1,21 @@
 //! Positional block reads of an open handle: `fs/readBlock`.
 
-use crate::rpc::RpcError;
+use super::FsError;
 use exec_server_protocol::fs::FILE_CHUNK_SIZE;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt as _;
 
-pub fn check_block(offset: u64, len: usize) -> Result<(), RpcError> {
+pub fn check_block(offset: u64, len: usize) -> Result<(), FsError> {
     if len == 0 || len > FILE_CHUNK_SIZE {
-        return Err(RpcError::invalid_request(format!(
+        return Err(FsError::refused(format!(
             "file read block length must be between 1 and {FILE_CHUNK_SIZE}"
         )));
     }
     // pread takes a signed offset.
     match offset.checked_add(len as u64) {
         Some(end) if end <= i64::MAX as u64 => Ok(()),
-        _ => Err(RpcError::invalid_request("file read offset overflowed")),
+        _ => Err(FsError::refused("file read offset overflowed")),
     }
 }
 

@@ -11,17 +11,17 @@
 
 use super::handles::Handle;
 use super::helper::{HelperReply, HelperRequest, INSTALL_STAGED};
-use super::oneshot::Request;
+use super::oneshot::{host_touches, OneShot};
 use super::staged::StagedName;
+use super::FsError;
 use crate::rpc::RpcError;
 use crate::sandbox::denial::DenialContext;
 use crate::sandbox::{run_fs_op, FsOpOutput};
-use exec_server_protocol::fs::{OpenMode, OpenParams, ReadDirectoryResult, WalkResult};
+use exec_server_protocol::fs::{OpenMode, OpenParams};
 use exec_server_protocol::rpc::method;
 use exec_server_protocol::sandbox::{
     FileSystemPermissions, FileSystemSandboxContext, FsPath, PermissionProfile, SpecialKind,
 };
-use serde::Deserialize as _;
 use serde_json::Value;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -49,7 +49,7 @@ struct Intent {
 /// restricts nothing (disabled, external, unrestricted or plain full-disk write). As in the
 /// reference's `should_run_in_sandbox` for fs calls, the network setting does not decide: a
 /// file operation opens no sockets (a restricted network still applies to the helper).
-pub fn route(sandbox: Option<FileSystemSandboxContext>) -> Result<Route, RpcError> {
+pub fn route(sandbox: Option<FileSystemSandboxContext>) -> Result<Route, FsError> {
     let Some(sandbox) = sandbox else {
         return Ok(Route::Direct);
     };
@@ -62,19 +62,19 @@ pub fn route(sandbox: Option<FileSystemSandboxContext>) -> Result<Route, RpcErro
     }
     let cwd = match sandbox.policy_cwd() {
         Some(uri) => uri.to_path().map_err(|err| {
-            RpcError::invalid_params(format!(
+            FsError::bad_params(format!(
                 "sandbox cwd URI `{uri}` is not valid on this exec-server host: {err}"
             ))
         })?,
         None if needs_cwd(&sandbox) => {
-            return Err(RpcError::invalid_params(
+            return Err(FsError::bad_params(
                 "file system sandbox context with dynamic permissions requires cwd",
             ))
         }
         None => std::env::current_dir()
             .and_then(std::fs::canonicalize)
             .map_err(|err| {
-                RpcError::internal(format!("the daemon's working directory is unusable: {err}"))
+                FsError::internal(format!("the daemon's working directory is unusable: {err}"))
             })?,
     };
     Ok(Route::Confined(Confined(Arc::new(Intent { sandbox, cwd }))))
@@ -100,10 +100,10 @@ fn needs_cwd(sandbox: &FileSystemSandboxContext) -> bool {
 
 /// Refuses what cannot be confined: a watch keeps reporting changes long after any check, and
 /// the kernel has no sandbox rule for inotify.
-pub fn refuse(route: Route, what: &str) -> Result<(), RpcError> {
+pub fn refuse(route: Route, what: &str) -> Result<(), FsError> {
     match route {
         Route::Direct => Ok(()),
-        Route::Confined(_) => Err(RpcError::invalid_params(format!(
+        Route::Confined(_) => Err(FsError::bad_params(format!(
             "{what} cannot be confined by a restricting sandbox on this executor; \
              refusing to run it unconfined"
         ))),
@@ -113,19 +113,26 @@ pub fn refuse(route: Route, what: &str) -> Result<(), RpcError> {
 impl Confined {
     /// Runs a one-shot operation in the sandbox. Listings leave out the placeholders that held
     /// missing protected names while the helper ran, so results match the direct path.
-    pub async fn one_shot(&self, request: Request) -> Result<Value, RpcError> {
-        let touches = request.touches();
-        let (mut result, output) = self
-            .call(request.method(), request.params(), &touches)
-            .await?;
+    pub(crate) async fn one_shot<M: OneShot>(&self, params: M::Params) -> Result<Value, FsError> {
+        let touches = host_touches::<M>(&params);
+        let wire = serde_json::to_value(&params).expect("wire types always serialize");
+        let (mut result, output) = self.call(M::NAME, wire, &touches).await?;
         if !output.placeholders.is_empty() {
-            hide_placeholders(&request, &mut result, &output.placeholders);
+            // Empty read-only directories that existed only while the helper ran.
+            let is_placeholder = |path: &Path| {
+                let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+                    return false;
+                };
+                std::fs::canonicalize(parent)
+                    .is_ok_and(|parent| output.placeholders.contains(&parent.join(name)))
+            };
+            M::hide_placeholders(&params, &mut result, &is_placeholder);
         }
         Ok(result)
     }
 
     /// Opens a stream in the sandbox; the helper passes the open file back.
-    pub async fn open(&self, mut params: OpenParams) -> Result<Handle, RpcError> {
+    pub async fn open(&self, mut params: OpenParams) -> Result<Handle, FsError> {
         params.sandbox = None;
         params.handle_id = None;
         let touches: Vec<(PathBuf, bool)> = params
@@ -137,12 +144,12 @@ impl Confined {
         let params = serde_json::to_value(&params).expect("wire types always serialize");
         let (description, mut output) = self.call(method::FS_OPEN, params, &touches).await?;
         let transfer = serde_json::from_value(description).map_err(|err| {
-            RpcError::internal(format!(
+            FsError::internal(format!(
                 "the sandboxed helper described the file badly: {err}"
             ))
         })?;
         let (Some(fd), true) = (output.fds.pop(), output.fds.is_empty()) else {
-            return Err(RpcError::internal(
+            return Err(FsError::internal(
                 "the sandboxed helper did not pass exactly one open file back",
             ));
         };
@@ -150,7 +157,7 @@ impl Confined {
     }
 
     /// Renames a sealed staged file into place in the sandbox that staged it.
-    pub async fn install(&self, name: StagedName) -> Result<(), RpcError> {
+    pub async fn install(&self, name: StagedName) -> Result<(), FsError> {
         let (temp, target) = name.disarm();
         let touches = [(temp.clone(), true), (target.clone(), true)];
         let params = serde_json::json!({"temp": temp, "target": target});
@@ -171,7 +178,7 @@ impl Confined {
         method: &str,
         params: Value,
         touches: &[(PathBuf, bool)],
-    ) -> Result<(Value, FsOpOutput), RpcError> {
+    ) -> Result<(Value, FsOpOutput), FsError> {
         let request = HelperRequest {
             method: method.to_owned(),
             params: Some(params),
@@ -189,21 +196,14 @@ impl Confined {
                 if caused_by_sandbox(&output.context, &error, touches) {
                     mark_denied(&mut error);
                 }
-                Err(error)
+                Err(FsError::Rpc(error))
             }
-            Err(_) => {
-                let stderr = String::from_utf8_lossy(&output.stderr);
-                let mut error = RpcError::internal(format!(
-                    "the sandboxed filesystem helper failed (exit code {}): {}",
-                    output.exit_code,
-                    stderr.trim()
-                ));
+            Err(_) => Err(FsError::HelperFailed {
+                exit_code: output.exit_code,
+                stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
                 // Killed by seccomp: certainly the sandbox.
-                if output.exit_code == 128 + libc::SIGSYS {
-                    mark_denied(&mut error);
-                }
-                Err(error)
-            }
+                denied: output.exit_code == 128 + libc::SIGSYS,
+            }),
         }
     }
 }
@@ -249,49 +249,11 @@ fn caused_by_sandbox(
         .any(|(path, write)| context.explains_errno(errno, &path, write))
 }
 
-fn mark_denied(error: &mut RpcError) {
+pub(super) fn mark_denied(error: &mut RpcError) {
     let data = error
         .data
         .get_or_insert_with(|| Value::Object(Default::default()));
     if let Value::Object(map) = data {
         map.insert("sandboxDenied".into(), Value::Bool(true));
-    }
-}
-
-/// Drops listing entries that are placeholders: empty read-only directories that existed only
-/// while the helper ran.
-fn hide_placeholders(request: &Request, result: &mut Value, placeholders: &[PathBuf]) {
-    let is_placeholder = |path: &Path| {
-        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-            return false;
-        };
-        std::fs::canonicalize(parent).is_ok_and(|parent| placeholders.contains(&parent.join(name)))
-    };
-    match request {
-        Request::ReadDirectory(params) => {
-            let (Ok(dir), Ok(mut listing)) = (
-                params.path.to_path(),
-                ReadDirectoryResult::deserialize(&*result),
-            ) else {
-                return;
-            };
-            listing
-                .entries
-                .retain(|entry| !is_placeholder(&dir.join(&entry.file_name)));
-            *result = serde_json::to_value(listing).expect("wire types always serialize");
-        }
-        Request::Walk(_) => {
-            let Ok(mut walk) = WalkResult::deserialize(&*result) else {
-                return;
-            };
-            walk.entries.retain(|entry| {
-                entry
-                    .path
-                    .to_path()
-                    .map_or(true, |path| !is_placeholder(&path))
-            });
-            *result = serde_json::to_value(walk).expect("wire types always serialize");
-        }
-        _ => {}
     }
 }

@@ -1,8 +1,8 @@
 //! A file written beside its target and renamed into place, so readers of the target see the
 //! old content or the new, never a mix (`fs/writeFile {atomic}`, `fs/open {mode: "replace"}`).
 
-use super::host::{io_error, not_a_file, symlink_refused, with_path};
-use crate::rpc::RpcError;
+use super::host::{symlink_refused, with_path};
+use super::FsError;
 use std::fs::{File, OpenOptions, Permissions};
 use std::io;
 use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _};
@@ -31,7 +31,7 @@ impl StagedFile {
     /// Stages a replacement for `path`. With `follow`, a symlink at `path` is resolved and its
     /// target replaced (the link stays); without, a symlink is refused. An existing directory or
     /// special file is refused like a plain write would refuse it.
-    pub fn create(path: &Path, follow: bool) -> Result<Self, RpcError> {
+    pub fn create(path: &Path, follow: bool) -> Result<Self, FsError> {
         let (target, permissions) = resolve_target(path, follow)?;
         let parent = target.parent().unwrap_or(Path::new("/"));
         let temp = parent.join(format!(
@@ -43,7 +43,7 @@ impl StagedFile {
             .create_new(true)
             .mode(0o666)
             .open(&temp)
-            .map_err(|err| io_error(&err, &target))?;
+            .map_err(|err| FsError::io(err, &target))?;
         Ok(Self {
             file,
             permissions,
@@ -59,7 +59,7 @@ impl StagedFile {
         temp: PathBuf,
         target: PathBuf,
         mode: Option<u32>,
-    ) -> Result<Self, RpcError> {
+    ) -> Result<Self, FsError> {
         let staging_name = temp
             .file_name()
             .and_then(|name| name.to_str())
@@ -73,7 +73,7 @@ impl StagedFile {
             _ => false,
         };
         if !staging_name || !same_file {
-            return Err(RpcError::internal(format!(
+            return Err(FsError::internal(format!(
                 "the sandboxed helper passed a staged file that is not `{}`",
                 temp.display()
             )));
@@ -99,13 +99,13 @@ impl StagedFile {
 
     /// Makes the staged bytes durable, then atomically replaces the target and makes the
     /// rename durable too.
-    pub fn commit(self) -> Result<(), RpcError> {
+    pub fn commit(self) -> Result<(), FsError> {
         self.seal()?.install()
     }
 
     /// Makes the staged bytes durable and gives them the replaced file's mode (both through
     /// the open file); what remains is the rename.
-    pub fn seal(self) -> Result<StagedName, RpcError> {
+    pub fn seal(self) -> Result<StagedName, FsError> {
         let target = &self.name.target;
         with_path(self.file.sync_all(), target)?;
         if let Some(permissions) = self.permissions {
@@ -125,7 +125,7 @@ impl StagedName {
     }
 
     /// Renames the staged file over the target and makes the rename durable.
-    pub fn install(mut self) -> Result<(), RpcError> {
+    pub fn install(mut self) -> Result<(), FsError> {
         with_path(std::fs::rename(&self.temp, &self.target), &self.target)?;
         self.armed = false;
         let parent = self.target.parent().unwrap_or(Path::new("/"));
@@ -154,11 +154,11 @@ impl Drop for StagedName {
 }
 
 /// The file to replace and its current mode, if it exists.
-fn resolve_target(path: &Path, follow: bool) -> Result<(PathBuf, Option<Permissions>), RpcError> {
+fn resolve_target(path: &Path, follow: bool) -> Result<(PathBuf, Option<Permissions>), FsError> {
     let meta = match std::fs::symlink_metadata(path) {
         Ok(meta) => meta,
         Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok((path.to_owned(), None)),
-        Err(err) => return Err(io_error(&err, path)),
+        Err(err) => return Err(FsError::io(err, path)),
     };
     let (target, meta) = if meta.file_type().is_symlink() {
         if !follow {
@@ -171,10 +171,13 @@ fn resolve_target(path: &Path, follow: bool) -> Result<(PathBuf, Option<Permissi
         (path.to_owned(), meta)
     };
     if meta.is_dir() {
-        return Err(io_error(&io::Error::from_raw_os_error(libc::EISDIR), path));
+        return Err(FsError::io(
+            io::Error::from_raw_os_error(libc::EISDIR),
+            path,
+        ));
     }
     if !meta.is_file() {
-        return Err(not_a_file(path));
+        return Err(FsError::NotAFile(path.to_owned()));
     }
     Ok((target, Some(meta.permissions())))
 }

@@ -1,6 +1,6 @@
 //! `fs/walk`: a bounded breadth-first listing of a tree.
 
-use crate::rpc::RpcError;
+use super::FsError;
 use exec_server_protocol::fs::{WalkEntry, WalkEntryKind, WalkError, WalkOptions, WalkResult};
 use exec_server_protocol::PathUri;
 use std::collections::{HashSet, VecDeque};
@@ -15,7 +15,7 @@ pub const MAX_ENTRIES: usize = 50_000;
 pub const MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
 const ITEM_OVERHEAD: usize = 64;
 
-pub fn validate(options: &WalkOptions) -> Result<(), RpcError> {
+pub fn validate(options: &WalkOptions) -> Result<(), FsError> {
     let WalkOptions {
         max_depth,
         max_directories,
@@ -23,12 +23,12 @@ pub fn validate(options: &WalkOptions) -> Result<(), RpcError> {
         ..
     } = *options;
     if max_depth == 0 || max_directories == 0 || max_entries == 0 {
-        return Err(RpcError::invalid_request(
+        return Err(FsError::refused(
             "filesystem walk limits must be greater than zero",
         ));
     }
     if max_depth > MAX_DEPTH || max_directories > MAX_DIRECTORIES || max_entries > MAX_ENTRIES {
-        return Err(RpcError::invalid_request(format!(
+        return Err(FsError::refused(format!(
             "filesystem walk limits exceed maximums: depth={MAX_DEPTH}, directories={MAX_DIRECTORIES}, entries={MAX_ENTRIES}"
         )));
     }
@@ -188,11 +188,11 @@ mod tests {
     #[test]
     fn limits_are_checked_as_the_reference_does() {
         assert_eq!(
-            validate(&options(0, 1, 1)).unwrap_err().message,
+            validate(&options(0, 1, 1)).unwrap_err().to_string(),
             "filesystem walk limits must be greater than zero"
         );
         assert_eq!(
-            validate(&options(65, 1, 1)).unwrap_err().message,
+            validate(&options(65, 1, 1)).unwrap_err().to_string(),
             "filesystem walk limits exceed maximums: depth=64, directories=10000, entries=50000"
         );
         assert!(validate(&options(64, 10_000, 50_000)).is_ok());

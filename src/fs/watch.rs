@@ -6,8 +6,8 @@
 //! overflow). Watches are per connection and end with it.
 
 use super::host::{blocking, with_path};
+use super::FsError;
 use crate::rpc::outbound::Outbound;
-use crate::rpc::RpcError;
 use exec_server_protocol::fs::{Change, ChangeKind, ChangedNotification};
 use exec_server_protocol::rpc::method;
 use exec_server_protocol::PathUri;
@@ -43,7 +43,7 @@ struct Counted {
 
 impl WatchedDirectories {
     /// Counts `directories` more, unless that would exceed `limit`.
-    fn count(&self, directories: usize, limit: usize, scope: &str) -> Result<Counted, RpcError> {
+    fn count(&self, directories: usize, limit: usize, scope: &str) -> Result<Counted, FsError> {
         self.0
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
                 used.checked_add(directories)
@@ -63,8 +63,8 @@ impl Drop for Counted {
     }
 }
 
-fn over_budget(directories: usize, scope: &str, limit: usize, used: usize) -> RpcError {
-    RpcError::invalid_params(format!(
+fn over_budget(directories: usize, scope: &str, limit: usize, used: usize) -> FsError {
+    FsError::bad_params(format!(
         "fs/watch would exceed the limit of {limit} watched directories {scope}: the tree has \
          at least {directories} and {used} are in use; watch a smaller tree, or unwatch others"
     ))
@@ -133,7 +133,7 @@ impl Watches {
         recursive: bool,
         outbound: Outbound,
         budget: WatchBudget,
-    ) -> Result<(), RpcError> {
+    ) -> Result<(), FsError> {
         room(&self.table(), &id)?;
         let (tx, rx) = mpsc::channel(QUEUE);
         let overflowed = Arc::new(AtomicBool::new(false));
@@ -193,28 +193,26 @@ impl Watches {
     }
 }
 
-fn room(table: &HashMap<String, Watch>, id: &str) -> Result<(), RpcError> {
+fn room(table: &HashMap<String, Watch>, id: &str) -> Result<(), FsError> {
     if table.contains_key(id) {
-        return Err(RpcError::invalid_request(format!(
-            "watch `{id}` already exists"
-        )));
+        return Err(FsError::refused(format!("watch `{id}` already exists")));
     }
     if table.len() >= MAX_WATCHES {
-        return Err(RpcError::invalid_request(format!(
+        return Err(FsError::refused(format!(
             "at most {MAX_WATCHES} watches may be open per connection"
         )));
     }
     Ok(())
 }
 
-fn watch_error(err: notify::Error) -> RpcError {
+fn watch_error(err: notify::Error) -> FsError {
     match err.kind {
-        notify::ErrorKind::Io(io) => RpcError::from_io(&io),
-        notify::ErrorKind::PathNotFound => RpcError::not_found("No such file or directory"),
+        notify::ErrorKind::Io(err) => FsError::Io { err, path: None },
+        notify::ErrorKind::PathNotFound => FsError::WatchedPathMissing,
         notify::ErrorKind::MaxFilesWatch => {
-            RpcError::internal("the system limit on watched files was reached")
+            FsError::internal("the system limit on watched files was reached")
         }
-        _ => RpcError::internal(err.to_string()),
+        _ => FsError::internal(err.to_string()),
     }
 }
 

@@ -1,10 +1,10 @@
 //! Streamed writes: `fs/open` in a write mode, `fs/writeBlock`, and commit on `fs/close`.
 //! Large uploads travel as many bounded blocks instead of one giant base64 string.
 
-use super::host::{not_a_file, open, with_path};
+use super::host::{open, with_path};
 use super::sandbox::Confined;
 use super::staged::{StagedFile, StagedName};
-use crate::rpc::RpcError;
+use super::FsError;
 use exec_server_protocol::fs::{OpenMode, FILE_CHUNK_SIZE};
 use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
@@ -53,7 +53,7 @@ pub type PendingInstall = (StagedName, Confined);
 impl WriteHandle {
     /// `write` (and `read`, which callers never pass) creates or truncates in place, `append`
     /// creates if missing, `replace` stages beside the target.
-    pub fn open(path: &Path, mode: OpenMode, follow: bool) -> Result<Self, RpcError> {
+    pub fn open(path: &Path, mode: OpenMode, follow: bool) -> Result<Self, FsError> {
         let sink = if mode == OpenMode::Replace {
             Sink::Staged {
                 staged: StagedFile::create(path, follow)?,
@@ -70,7 +70,7 @@ impl WriteHandle {
             }
             let file = open(path, &mut options, follow)?;
             if !with_path(file.metadata(), path)?.is_file() {
-                return Err(not_a_file(path));
+                return Err(FsError::NotAFile(path.to_owned()));
             }
             Sink::InPlace { file, append }
         };
@@ -82,9 +82,9 @@ impl WriteHandle {
     }
 
     /// Writes one block; returns the offset just past it.
-    pub fn write_block(&mut self, offset: Option<u64>, data: &[u8]) -> Result<u64, RpcError> {
+    pub fn write_block(&mut self, offset: Option<u64>, data: &[u8]) -> Result<u64, FsError> {
         if data.len() > FILE_CHUNK_SIZE {
-            return Err(RpcError::invalid_request(format!(
+            return Err(FsError::refused(format!(
                 "file write block must be at most {FILE_CHUNK_SIZE} bytes"
             )));
         }
@@ -92,7 +92,7 @@ impl WriteHandle {
         let file = match &self.sink {
             Sink::InPlace { file, append: true } => {
                 if offset.is_some() {
-                    return Err(RpcError::invalid_request(
+                    return Err(FsError::refused(
                         "offset is not allowed on a handle opened in append mode",
                     ));
                 }
@@ -107,7 +107,7 @@ impl WriteHandle {
         let end = start
             .checked_add(data.len() as u64)
             .filter(|end| *end <= i64::MAX as u64)
-            .ok_or_else(|| RpcError::invalid_request("file write offset overflowed"))?;
+            .ok_or_else(|| FsError::refused("file write offset overflowed"))?;
         with_path(file.write_all_at(data, start), path)?;
         self.cursor = end;
         Ok(end)
@@ -115,7 +115,7 @@ impl WriteHandle {
 
     /// Commits a `replace` handle unless `discard`; in-place handles are already written. A
     /// handle a sandbox helper staged is sealed here and its rename returned, for that sandbox.
-    pub fn finish(self, discard: bool) -> Result<Option<PendingInstall>, RpcError> {
+    pub fn finish(self, discard: bool) -> Result<Option<PendingInstall>, FsError> {
         match self.sink {
             Sink::Staged { staged, install_in } if !discard => match install_in {
                 None => staged.commit().map(|()| None),
@@ -149,7 +149,7 @@ impl WriteHandle {
         file: File,
         transfer: WriteTransfer,
         confined: Confined,
-    ) -> Result<Self, RpcError> {
+    ) -> Result<Self, FsError> {
         let (sink, path) = match transfer {
             WriteTransfer::InPlace { path, append } => (Sink::InPlace { file, append }, path),
             WriteTransfer::Staged {

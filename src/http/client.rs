@@ -4,8 +4,7 @@
 //! combination of route (through the ambient proxies, or direct for literal loopback URLs) and
 //! redirect policy; each keeps its own connection pool.
 
-use super::describe;
-use crate::rpc::RpcError;
+use super::{describe, HttpError};
 use exec_server_protocol::http::RedirectPolicy;
 use reqwest::redirect::Policy;
 use std::sync::OnceLock;
@@ -19,17 +18,17 @@ static CLIENTS: [[OnceLock<Result<reqwest::Client, String>>; 2]; 2] =
 pub async fn send(
     request: reqwest::Request,
     policy: RedirectPolicy,
-) -> Result<reqwest::Response, RpcError> {
+) -> Result<reqwest::Response, HttpError> {
     let direct = is_literal_loopback(request.url());
     let stop = policy == RedirectPolicy::Stop;
     let client = CLIENTS[direct as usize][stop as usize]
         .get_or_init(|| build(direct, policy).map_err(|err| describe(&err)))
         .as_ref()
-        .map_err(|err| RpcError::internal(format!("http/request failed: {err}")))?;
+        .map_err(|err| HttpError::Send(err.clone()))?;
     client
         .execute(request)
         .await
-        .map_err(|err| RpcError::internal(format!("http/request failed: {}", describe(&err))))
+        .map_err(|err| HttpError::Send(describe(&err)))
 }
 
 fn build(direct: bool, policy: RedirectPolicy) -> reqwest::Result<reqwest::Client> {

@@ -1,51 +1,40 @@
 //! The `http/request` method.
 
-use super::{body, client, describe, request};
-use crate::rpc::dispatch::{decode, encode, RequestCtx};
-use crate::rpc::RpcError;
+use super::request::build as build_request;
+use super::{body, client, describe, HttpError, HttpStreams};
+use crate::rpc::Call;
 use exec_server_protocol::base64_bytes::Base64Bytes;
 use exec_server_protocol::http::{HttpHeader, HttpRequestParams, HttpRequestResult};
-use exec_server_protocol::rpc::method;
 use reqwest::header::HeaderMap;
-use serde_json::Value;
 
-pub async fn handle(
-    ctx: &RequestCtx,
-    name: &str,
-    params: Option<Value>,
-) -> Result<Value, RpcError> {
-    match name {
-        method::HTTP_REQUEST => encode(http_request(ctx, decode(params)?).await),
-        _ => Err(RpcError::method_not_found(name)),
-    }
-}
-
-async fn http_request(
-    ctx: &RequestCtx,
+/// Sends the request; a buffered body may hold `limit` bytes at most. A streamed one follows
+/// the reply as notifications on `streams`, which stop with the connection.
+pub(crate) async fn request(
+    call: &Call,
+    streams: &HttpStreams,
+    limit: usize,
     params: HttpRequestParams,
-) -> Result<HttpRequestResult, RpcError> {
+) -> Result<HttpRequestResult, HttpError> {
     let (policy, stream_id) = (
         params.redirect_policy,
         params.stream_response.then(|| params.request_id.clone()),
     );
-    let request = request::build(params, |var| std::env::var(var).ok())?;
-    let reservation = stream_id
-        .map(|id| ctx.connection.http.reserve(&id))
-        .transpose()?;
+    let request = build_request(params, |var| std::env::var(var).ok())?;
+    let reservation = stream_id.map(|id| streams.reserve(&id)).transpose()?;
     let response = client::send(request, policy).await?;
     let status = response.status().as_u16();
     let headers = response_headers(response.headers());
     let body = match reservation {
-        None => buffered_body(ctx, response).await?,
+        None => buffered_body(call, limit, response).await?,
         Some(reservation) => {
             // The reply (status and headers) must reach the client before the first delta.
             let stream = body::stream(
                 response,
                 reservation,
-                ctx.connection.outbound.clone(),
-                ctx.connection.http.stop_token(),
+                call.outbound().clone(),
+                streams.stop_token(),
             );
-            ctx.after_reply(move || {
+            call.after_reply(move || {
                 tokio::spawn(stream);
             });
             Vec::new()
@@ -61,23 +50,17 @@ async fn http_request(
 /// The whole body, up to the daemon's limit. Outbound budget is reserved first for what the
 /// reply holds at its peak: the body, and its base64 as a `Value` and as text.
 async fn buffered_body(
-    ctx: &RequestCtx,
+    call: &Call,
+    limit: usize,
     mut response: reqwest::Response,
-) -> Result<Vec<u8>, RpcError> {
-    let limit = ctx.connection.registry.config.max_http_body_bytes;
-    let too_large = || {
-        RpcError::invalid_request(format!(
-            "http/request response body exceeds the limit of {limit} bytes for a buffered \
-             response; send the request with streamResponse: true to receive the body as \
-             http/request/bodyDelta notifications"
-        ))
-    };
+) -> Result<Vec<u8>, HttpError> {
+    let too_large = || HttpError::BodyTooLarge { limit };
     let known = match response.content_length() {
         Some(length) if length > limit as u64 => return Err(too_large()),
         known => known.map(|length| length as usize),
     };
     let expected = known.unwrap_or(limit);
-    ctx.reserve_reply(expected.saturating_add(expected.div_ceil(3).saturating_mul(8)))
+    call.reserve_reply(expected.saturating_add(expected.div_ceil(3).saturating_mul(8)))
         .await;
     let mut body = Vec::with_capacity(known.unwrap_or(0));
     loop {
@@ -85,12 +68,7 @@ async fn buffered_body(
             Ok(Some(chunk)) if body.len() + chunk.len() > limit => return Err(too_large()),
             Ok(Some(chunk)) => body.extend_from_slice(&chunk),
             Ok(None) => return Ok(body),
-            Err(err) => {
-                return Err(RpcError::internal(format!(
-                    "failed to read http/request response body: {}",
-                    describe(&err)
-                )))
-            }
+            Err(err) => return Err(HttpError::ReadBody(describe(&err))),
         }
     }
 }

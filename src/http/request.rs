@@ -1,7 +1,7 @@
 //! Turns `http/request` params into a `reqwest::Request`, with the reference's validation
 //! errors (all -32602).
 
-use crate::rpc::RpcError;
+use super::HttpError;
 use exec_server_protocol::http::{HttpRequestHeader, HttpRequestParams};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, Url};
@@ -12,14 +12,13 @@ use std::time::Duration;
 pub fn build(
     params: HttpRequestParams,
     env: impl Fn(&str) -> Option<String>,
-) -> Result<reqwest::Request, RpcError> {
-    let method = Method::from_bytes(params.method.as_bytes()).map_err(|err| {
-        RpcError::invalid_params(format!("http/request method is invalid: {err}"))
-    })?;
+) -> Result<reqwest::Request, HttpError> {
+    let method = Method::from_bytes(params.method.as_bytes())
+        .map_err(|err| HttpError::Invalid(format!("http/request method is invalid: {err}")))?;
     let url = Url::parse(&params.url)
-        .map_err(|err| RpcError::invalid_params(format!("http/request url is invalid: {err}")))?;
+        .map_err(|err| HttpError::Invalid(format!("http/request url is invalid: {err}")))?;
     if !matches!(url.scheme(), "http" | "https") {
-        return Err(RpcError::invalid_params(format!(
+        return Err(HttpError::Invalid(format!(
             "http/request only supports http and https URLs, got {}",
             url.scheme()
         )));
@@ -40,26 +39,25 @@ pub fn build(
 fn header_pair(
     header: &HttpRequestHeader,
     env: impl Fn(&str) -> Option<String>,
-) -> Result<(HeaderName, HeaderValue), RpcError> {
-    let name = HeaderName::from_bytes(header.name.as_bytes()).map_err(|err| {
-        RpcError::invalid_params(format!("http/request header name is invalid: {err}"))
-    })?;
+) -> Result<(HeaderName, HeaderValue), HttpError> {
+    let name = HeaderName::from_bytes(header.name.as_bytes())
+        .map_err(|err| HttpError::Invalid(format!("http/request header name is invalid: {err}")))?;
     let mut value = header.value.clone();
     if let Some(var) = &header.value_env_var {
         if crate::process::env::is_daemon_setting(var) {
-            return Err(RpcError::invalid_params(format!(
+            return Err(HttpError::Invalid(format!(
                 "http/request header {name} may not read valueEnvVar `{var}`: the executor's own settings, such as its connection token, are never sent"
             )));
         }
         let Some(from_env) = env(var) else {
-            return Err(RpcError::invalid_params(format!(
+            return Err(HttpError::Invalid(format!(
                 "http/request header {name} reads valueEnvVar `{var}`, which is not set on the executor"
             )));
         };
         value.push_str(&from_env);
     }
     let mut value = HeaderValue::from_str(&value).map_err(|err| {
-        RpcError::invalid_params(format!(
+        HttpError::Invalid(format!(
             "http/request header value is invalid for {name}: {err}"
         ))
     })?;
@@ -84,7 +82,7 @@ mod tests {
     }
 
     fn error(extra: serde_json::Value) -> String {
-        let err = build(params(extra), |_| None).unwrap_err();
+        let err = crate::rpc::RpcError::from(build(params(extra), |_| None).unwrap_err());
         assert_eq!(err.code, -32602);
         err.message
     }

@@ -1,7 +1,7 @@
 //! A connection's active body streams: the request ids they reserve, and a token that stops
 //! them all when the connection ends.
 
-use crate::rpc::RpcError;
+use super::HttpError;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
@@ -15,9 +15,9 @@ pub struct HttpStreams {
 
 impl HttpStreams {
     /// Reserves `request_id` until the returned guard is dropped.
-    pub fn reserve(&self, request_id: &str) -> Result<Reservation, RpcError> {
+    pub(crate) fn reserve(&self, request_id: &str) -> Result<Reservation, HttpError> {
         if !self.active.lock().unwrap().insert(request_id.to_owned()) {
-            return Err(RpcError::invalid_params(format!(
+            return Err(HttpError::Invalid(format!(
                 "http/request streamResponse requestId `{request_id}` is already active"
             )));
         }
@@ -67,7 +67,7 @@ mod tests {
         let streams = HttpStreams::default();
         let first = streams.reserve("r").unwrap();
         assert_eq!(
-            streams.reserve("r").err().unwrap().message,
+            streams.reserve("r").err().unwrap().to_string(),
             "http/request streamResponse requestId `r` is already active"
         );
         let other = streams.reserve("s").unwrap();

@@ -1,65 +1,56 @@
 //! The `process/*` methods.
 
 use super::spawn::{LaunchSpec, Limits, DEFAULT_SIZE};
+use super::ProcessError;
 use super::{env, Lookup, ManagedProcess};
-use crate::rpc::dispatch::{decode, encode, RequestCtx};
-use crate::rpc::RpcError;
+use crate::rpc::Call;
 use crate::sandbox;
+use crate::session::Session;
 use bytes::Bytes;
 use exec_server_protocol::base64_bytes::Base64Bytes;
+use exec_server_protocol::fs::EmptyResult;
 use exec_server_protocol::process::*;
-use exec_server_protocol::rpc::method;
-use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
 
-pub async fn handle(
-    ctx: &RequestCtx,
-    name: &str,
-    params: Option<Value>,
-) -> Result<Value, RpcError> {
-    match name {
-        method::PROCESS_START => {
-            let params: StartParams = decode(params)?;
-            // The client's span context is the launch span's parent; this daemon exports no
-            // traces itself, so it is recorded for log correlation.
-            let span = tracing::info_span!(
-                "process_start",
-                process_id = %params.process_id,
-                parent = tracing::field::Empty
-            );
-            if let Some(trace) = &params.trace {
-                span.record("parent", tracing::field::display(trace));
-            }
-            encode(start(ctx, params).instrument(span).await)
-        }
-        method::PROCESS_READ => encode(read(ctx, decode(params)?).await),
-        method::PROCESS_WRITE => encode(write(ctx, decode(params)?)),
-        method::PROCESS_SIGNAL => encode(signal(ctx, decode(params)?)),
-        method::PROCESS_TERMINATE => encode(terminate(ctx, decode(params)?)),
-        method::PROCESS_RESIZE => encode(resize(ctx, decode(params)?)),
-        method::PROCESS_CLOSE_STDIN => encode(close_stdin(ctx, decode(params)?)),
-        _ => Err(RpcError::method_not_found(name)),
+/// The process's events are pushed once `call`'s reply is queued.
+pub(crate) async fn start(
+    session: &Session,
+    call: &Call,
+    params: StartParams,
+) -> Result<StartResult, ProcessError> {
+    // The client's span context is the launch span's parent; this daemon exports no traces
+    // itself, so it is recorded for log correlation.
+    let span = tracing::info_span!(
+        "process_start",
+        process_id = %params.process_id,
+        parent = tracing::field::Empty
+    );
+    if let Some(trace) = &params.trace {
+        span.record("parent", tracing::field::display(trace));
     }
+    launch(session, call, params).instrument(span).await
 }
 
-async fn start(ctx: &RequestCtx, params: StartParams) -> Result<StartResult, RpcError> {
+async fn launch(
+    session: &Session,
+    call: &Call,
+    params: StartParams,
+) -> Result<StartResult, ProcessError> {
     let Some((program, args)) = params.argv.split_first() else {
-        return Err(RpcError::invalid_params("argv must not be empty"));
+        return Err(ProcessError::EmptyArgv);
     };
-    let cwd = params.cwd.to_path().map_err(|err| {
-        RpcError::invalid_params(format!(
-            "cwd URI `{}` is not valid on this exec-server host: {err}",
-            params.cwd
-        ))
+    let cwd = params.cwd.to_path().map_err(|err| ProcessError::BadCwd {
+        uri: params.cwd.to_string(),
+        why: err.to_string(),
     })?;
     // A resolution that walks directory trees runs off the async workers.
     let prepared = if params.sandbox.as_ref().is_some_and(sandbox::prepare_walks) {
         let (params, cwd) = (params.clone(), cwd.clone());
         tokio::task::spawn_blocking(move || sandbox::prepare_start(&params, &cwd))
             .await
-            .map_err(|err| RpcError::internal(err.to_string()))??
+            .map_err(|err| ProcessError::Internal(err.to_string()))??
     } else {
         sandbox::prepare_start(&params, &cwd)?
     };
@@ -84,10 +75,10 @@ async fn start(ctx: &RequestCtx, params: StartParams) -> Result<StartResult, Rpc
     };
     // A reply never sent (its connection ended) drops the hook, which releases the events too.
     let (replied, on_reply) = tokio::sync::oneshot::channel();
-    ctx.after_reply(move || {
+    call.after_reply(move || {
         let _ = replied.send(());
     });
-    ctx.session
+    session
         .processes
         .start(params.process_id.clone(), spec, launch, timeout, on_reply)
         .await?;
@@ -108,14 +99,17 @@ const MAX_MEMORY_BYTES: i64 = 1 << 50;
 const MAX_PROCESSES: i64 = 1 << 22;
 
 /// Validates `process/start.limits`: per process and per tree, and the timeout.
-fn limits(limits: Option<&ProcessLimits>) -> Result<(Limits, Option<Duration>), RpcError> {
+fn limits(limits: Option<&ProcessLimits>) -> Result<(Limits, Option<Duration>), ProcessError> {
     let Some(limits) = limits else {
         return Ok((Limits::default(), None));
     };
-    let check = |name: &str, value: Option<i64>, (min, max): (i64, i64)| match value {
-        Some(value) if !(min..=max).contains(&value) => Err(RpcError::invalid_params(format!(
-            "limits.{name} must be between {min} and {max}, not {value}"
-        ))),
+    let check = |name, value: Option<i64>, (min, max): (i64, i64)| match value {
+        Some(value) if !(min..=max).contains(&value) => Err(ProcessError::LimitOutOfRange {
+            name,
+            min,
+            max,
+            value,
+        }),
         value => Ok(value.map(|value| value as u64)),
     };
     let (memory, pids) = super::cgroup::supported();
@@ -124,10 +118,7 @@ fn limits(limits: Option<&ProcessLimits>) -> Result<(Limits, Option<Duration>), 
         ("maxProcesses", limits.max_processes, pids),
     ] {
         if value.is_some() && !supported {
-            return Err(RpcError::invalid_params(format!(
-                "limits.{name} cannot be enforced on this executor: it has no cgroup controller \
-                 for it (environment/info capabilities.processTreeLimits)"
-            )));
+            return Err(ProcessError::LimitUnsupported(name));
         }
     }
     let timeout =
@@ -149,24 +140,24 @@ fn limits(limits: Option<&ProcessLimits>) -> Result<(Limits, Option<Duration>), 
     Ok((limits, timeout))
 }
 
-fn require(ctx: &RequestCtx, id: &str) -> Result<Arc<ManagedProcess>, RpcError> {
-    match ctx.session.processes.lookup(id) {
+fn require(session: &Session, id: &str) -> Result<Arc<ManagedProcess>, ProcessError> {
+    match session.processes.lookup(id) {
         Lookup::Ready(process) => Ok(process),
-        Lookup::Starting => Err(RpcError::invalid_request(format!(
-            "process id {id} is starting"
-        ))),
-        Lookup::Unknown => Err(RpcError::invalid_request(format!(
-            "unknown process id {id}"
-        ))),
+        Lookup::Starting => Err(ProcessError::Starting(id.to_owned())),
+        Lookup::Unknown => Err(ProcessError::Unknown(id.to_owned())),
     }
 }
 
-async fn read(ctx: &RequestCtx, params: ReadParams) -> Result<ReadResult, RpcError> {
-    let process = require(ctx, &params.process_id)?;
+pub(crate) async fn read(
+    session: &Session,
+    connection_id: u64,
+    params: ReadParams,
+) -> Result<ReadResult, ProcessError> {
+    let process = require(session, &params.process_id)?;
     let after_seq = params.after_seq.unwrap_or(0);
     let deadline = tokio::time::Instant::now() + Duration::from_millis(params.wait_ms.unwrap_or(0));
     let mut changes = process.subscribe();
-    let mut attachment = ctx.session.attachment();
+    let mut attachment = session.attachment();
     let snapshot = loop {
         changes.borrow_and_update();
         let snapshot = process.read(after_seq, params.max_bytes);
@@ -175,11 +166,11 @@ async fn read(ctx: &RequestCtx, params: ReadParams) -> Result<ReadResult, RpcErr
         }
         tokio::select! {
             _ = changes.changed() => {}
-            _ = attachment.changed() => ctx.ensure_attached()?,
+            _ = attachment.changed() => session.ensure_attached(connection_id)?,
             _ = tokio::time::sleep_until(deadline) => {}
         }
     };
-    ctx.ensure_attached()?;
+    session.ensure_attached(connection_id)?;
     Ok(ReadResult {
         chunks: snapshot
             .chunks
@@ -203,11 +194,11 @@ async fn read(ctx: &RequestCtx, params: ReadParams) -> Result<ReadResult, RpcErr
     })
 }
 
-fn write(ctx: &RequestCtx, params: WriteParams) -> Result<WriteResult, RpcError> {
+pub(crate) fn write(session: &Session, params: WriteParams) -> Result<WriteResult, ProcessError> {
     if params.write_id.is_empty() {
-        return Err(RpcError::invalid_params("writeId must not be empty"));
+        return Err(ProcessError::EmptyWriteId);
     }
-    let status = match ctx.session.processes.lookup(&params.process_id) {
+    let status = match session.processes.lookup(&params.process_id) {
         Lookup::Unknown => WriteStatus::UnknownProcess,
         Lookup::Starting => WriteStatus::Starting,
         Lookup::Ready(process) => process.write(&params.write_id, Bytes::from(params.chunk.0))?,
@@ -215,29 +206,35 @@ fn write(ctx: &RequestCtx, params: WriteParams) -> Result<WriteResult, RpcError>
     Ok(WriteResult { status })
 }
 
-fn signal(ctx: &RequestCtx, params: SignalParams) -> Result<Value, RpcError> {
+pub(crate) fn signal(session: &Session, params: SignalParams) -> Result<EmptyResult, ProcessError> {
     // Unknown, starting and exited processes are not an error, as in the reference.
-    if let Lookup::Ready(process) = ctx.session.processes.lookup(&params.process_id) {
+    if let Lookup::Ready(process) = session.processes.lookup(&params.process_id) {
         process.signal(params.signal)?;
     }
-    Ok(Value::Object(Default::default()))
+    Ok(EmptyResult {})
 }
 
-fn terminate(ctx: &RequestCtx, params: ProcessIdParams) -> Result<TerminateResult, RpcError> {
+pub(crate) fn terminate(
+    session: &Session,
+    params: ProcessIdParams,
+) -> Result<TerminateResult, ProcessError> {
     Ok(TerminateResult {
-        running: ctx.session.processes.terminate(&params.process_id),
+        running: session.processes.terminate(&params.process_id),
     })
 }
 
-fn resize(ctx: &RequestCtx, params: ResizeParams) -> Result<Value, RpcError> {
-    require(ctx, &params.process_id)?.resize(TerminalSize {
+pub(crate) fn resize(session: &Session, params: ResizeParams) -> Result<EmptyResult, ProcessError> {
+    require(session, &params.process_id)?.resize(TerminalSize {
         rows: params.rows,
         cols: params.cols,
     })?;
-    Ok(Value::Object(Default::default()))
+    Ok(EmptyResult {})
 }
 
-fn close_stdin(ctx: &RequestCtx, params: ProcessIdParams) -> Result<Value, RpcError> {
-    require(ctx, &params.process_id)?.close_stdin()?;
-    Ok(Value::Object(Default::default()))
+pub(crate) fn close_stdin(
+    session: &Session,
+    params: ProcessIdParams,
+) -> Result<EmptyResult, ProcessError> {
+    require(session, &params.process_id)?.close_stdin()?;
+    Ok(EmptyResult {})
 }

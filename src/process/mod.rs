@@ -3,6 +3,7 @@
 mod cgroup;
 mod delivery;
 pub mod env;
+mod error;
 pub mod methods;
 pub mod output;
 pub mod spawn;
@@ -10,8 +11,9 @@ mod stdin;
 pub mod supervisor;
 pub(crate) mod tree;
 
+pub(crate) use error::ProcessError;
+
 use crate::config::Config;
-use crate::rpc::RpcError;
 use crate::sandbox::denial::Scanner;
 use crate::sandbox::{Launch, Sandboxed};
 use crate::session::Attachment;
@@ -137,10 +139,10 @@ impl ProcessTable {
         launch: Option<Launch>,
         timeout: Option<std::time::Duration>,
         replied: tokio::sync::oneshot::Receiver<()>,
-    ) -> Result<(), RpcError> {
+    ) -> Result<(), ProcessError> {
         tokio::spawn(self.inner.clone().start(id, spec, launch, timeout, replied))
             .await
-            .map_err(|err| RpcError::internal(format!("the start failed: {err}")))?
+            .map_err(|err| ProcessError::Internal(format!("the start failed: {err}")))?
     }
 
     /// Kills the tree of a process, or cancels a start in progress. Returns whether the
@@ -182,14 +184,6 @@ impl ProcessTable {
         }
         processes
     }
-
-    pub fn len(&self) -> usize {
-        self.inner.slots.lock().unwrap().map.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 impl TableInner {
@@ -200,25 +194,21 @@ impl TableInner {
         mut launch: Option<Launch>,
         timeout: Option<std::time::Duration>,
         replied: tokio::sync::oneshot::Receiver<()>,
-    ) -> Result<(), RpcError> {
+    ) -> Result<(), ProcessError> {
         let token = self.next_token.fetch_add(1, Ordering::Relaxed);
         {
             let mut slots = self.slots.lock().unwrap();
             if slots.closed {
-                return Err(RpcError::invalid_request(
-                    "the session is closing; no process can start in it",
-                ));
+                return Err(ProcessError::SessionClosing);
             }
             if slots.map.contains_key(&id) {
-                return Err(RpcError::invalid_request(format!(
-                    "process {id} already exists"
-                )));
+                return Err(ProcessError::Exists(id));
             }
             slots.map.insert(id.clone(), Slot::Starting(token));
         }
         let spawned = match &mut launch {
             None => spawn::start(&spec).await,
-            Some(launch) => launch.spawn(&spec).await,
+            Some(launch) => launch.spawn(&spec).await.map_err(ProcessError::from),
         };
         let spawned = match spawned {
             Ok(spawned) => spawned,
@@ -305,9 +295,7 @@ impl TableInner {
                 _ => {
                     drop(slots);
                     process.kill(ExitReason::Terminated);
-                    return Err(RpcError::invalid_request(format!(
-                        "process {id} start was cancelled"
-                    )));
+                    return Err(ProcessError::StartCancelled(id));
                 }
             }
         }
@@ -636,7 +624,7 @@ impl ManagedProcess {
         running
     }
 
-    pub fn signal(&self, signal: ProcessSignal) -> Result<(), RpcError> {
+    pub fn signal(&self, signal: ProcessSignal) -> Result<(), ProcessError> {
         let signal = match signal {
             ProcessSignal::Interrupt => Signal::SIGINT,
             ProcessSignal::Terminate => Signal::SIGTERM,
@@ -689,21 +677,18 @@ impl ManagedProcess {
         }
     }
 
-    pub fn write(&self, write_id: &str, data: Bytes) -> Result<WriteStatus, RpcError> {
+    pub fn write(&self, write_id: &str, data: Bytes) -> Result<WriteStatus, ProcessError> {
         self.stdin.write(write_id, data)
     }
 
-    pub fn close_stdin(&self) -> Result<(), RpcError> {
+    pub fn close_stdin(&self) -> Result<(), ProcessError> {
         self.stdin.close(self.tty)
     }
 
-    pub fn resize(&self, size: TerminalSize) -> Result<(), RpcError> {
+    pub fn resize(&self, size: TerminalSize) -> Result<(), ProcessError> {
         match &self.pty_size {
             Some(resizer) => resizer.resize(size),
-            None => Err(RpcError::invalid_request(format!(
-                "process {} has no terminal to resize",
-                self.id
-            ))),
+            None => Err(ProcessError::NoTerminal(self.id.clone())),
         }
     }
 

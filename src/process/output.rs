@@ -145,10 +145,6 @@ impl OutputLog {
         self.closed_seq.is_some()
     }
 
-    pub fn delivered_everything(&self) -> bool {
-        self.closed_seq.is_some_and(|seq| self.delivered_seq >= seq)
-    }
-
     fn first_retained_seq(&self) -> u64 {
         self.chunks.front().map_or(self.next_seq, |chunk| chunk.seq)
     }

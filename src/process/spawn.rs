@@ -3,7 +3,7 @@
 
 use super::supervisor::{ChildSetup, PlainLaunch};
 use super::tree::{self, Started, Tree};
-use crate::rpc::RpcError;
+use super::ProcessError;
 use crate::sandbox::pool::Kind;
 use exec_server_protocol::process::TerminalSize;
 use std::collections::BTreeMap;
@@ -54,8 +54,6 @@ pub enum ChildIo {
 pub struct Spawned {
     /// The program's supervisor, which holds its tree.
     pub tree: Tree,
-    /// The program's own pid (the leader of its process group).
-    pub pid: i32,
     pub io: ChildIo,
 }
 
@@ -68,7 +66,7 @@ pub const DEFAULT_SIZE: TerminalSize = TerminalSize { rows: 24, cols: 80 };
 /// terminal, as the leader of its own process group (of its session on a PTY). A failure
 /// is the start error, naming the working directory when that is what is missing (the OS
 /// reports it as the program's ENOENT or ENOTDIR).
-pub async fn start(spec: &LaunchSpec) -> Result<Spawned, RpcError> {
+pub async fn start(spec: &LaunchSpec) -> Result<Spawned, ProcessError> {
     let cannot_start = |err| start_error(&spec.program, err);
     let (io, stdio) = detached_stdio(spec).map_err(cannot_start)?;
     let mut argv = vec![spec.arg0.clone().unwrap_or_else(|| spec.program.clone())];
@@ -81,13 +79,13 @@ pub async fn start(spec: &LaunchSpec) -> Result<Spawned, RpcError> {
         cwd: spec.cwd.clone(),
         env: spec.env.clone(),
     };
-    let payload = serde_json::to_vec(&launch).map_err(|e| RpcError::internal(e.to_string()))?;
+    let payload = serde_json::to_vec(&launch).map_err(|e| ProcessError::Internal(e.to_string()))?;
     let (tree, started, _) = tree::launch(Kind::Plain, spec, &stdio, &payload, None)
         .await
         .map_err(|err| start_error(&spec.program, err))?;
     match started {
-        Started::Executed { pid } => Ok(Spawned { tree, pid, io }),
-        Started::Failed { failure, .. } => Err(match failure.errno {
+        Started::Executed => Ok(Spawned { tree, io }),
+        Started::Failed { failure } => Err(match failure.errno {
             Some(errno) => exec_error(spec, std::io::Error::from_raw_os_error(errno)),
             None => start_error(&spec.program, failure.message),
         }),
@@ -180,7 +178,7 @@ fn grow_output_pipe(fd: std::os::fd::RawFd) {
 
 /// The error for an exec that failed with `err`, naming the working directory when that is
 /// what is missing. Looked at only after a failure, so a normal launch pays nothing for it.
-fn exec_error(spec: &LaunchSpec, err: std::io::Error) -> RpcError {
+fn exec_error(spec: &LaunchSpec, err: std::io::Error) -> ProcessError {
     let cwd = spec.cwd.display();
     match std::fs::metadata(&spec.cwd) {
         Err(missing) if matches!(missing.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {
@@ -198,8 +196,11 @@ fn exec_error(spec: &LaunchSpec, err: std::io::Error) -> RpcError {
 }
 
 /// The error for a program that could not be started.
-pub fn start_error(program: &str, why: impl std::fmt::Display) -> RpcError {
-    RpcError::internal(format!("failed to start `{program}`: {why}"))
+pub fn start_error(program: &str, why: impl std::fmt::Display) -> ProcessError {
+    ProcessError::StartFailed {
+        program: program.to_owned(),
+        why: why.to_string(),
+    }
 }
 
 fn pty_error(err: pty_process::Error) -> std::io::Error {

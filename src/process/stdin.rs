@@ -2,7 +2,7 @@
 //! full pipe, and every accepted `writeId` is recorded in the same critical section that queues
 //! its bytes, so a retried write can never be written twice.
 
-use crate::rpc::RpcError;
+use super::ProcessError;
 use bytes::Bytes;
 use exec_server_protocol::process::{TerminalSize, WriteStatus};
 use std::collections::{HashSet, VecDeque};
@@ -82,7 +82,7 @@ impl Stdin {
         });
     }
 
-    pub fn write(&self, write_id: &str, data: Bytes) -> Result<WriteStatus, RpcError> {
+    pub fn write(&self, write_id: &str, data: Bytes) -> Result<WriteStatus, ProcessError> {
         let mut state = self.state.lock().unwrap();
         if state.accepted.contains(write_id) {
             return Ok(WriteStatus::Accepted);
@@ -91,18 +91,15 @@ impl Stdin {
             return Ok(WriteStatus::StdinClosed);
         };
         if self.failed.load(Ordering::Relaxed) {
-            return Err(RpcError::internal("failed to write to process stdin"));
+            return Err(ProcessError::StdinFailed);
         }
         let queued = self.queued.load(Ordering::Relaxed);
         if queued + data.len() > MAX_QUEUED_BYTES {
-            return Err(RpcError::invalid_request(format!(
-                "stdin queue is full ({queued} bytes not yet read by the process); retry later"
-            ))
-            .with_data(serde_json::json!({ "retryable": true })));
+            return Err(ProcessError::StdinFull { queued });
         }
         self.queued.fetch_add(data.len(), Ordering::Relaxed);
         if sender.send(data).is_err() {
-            return Err(RpcError::internal("failed to write to process stdin"));
+            return Err(ProcessError::StdinFailed);
         }
         state.accepted.insert(write_id.to_owned());
         state.accepted_order.push_back(write_id.to_owned());
@@ -114,7 +111,7 @@ impl Stdin {
     }
 
     /// Pipes: EOF after the queued bytes. Terminals: an EOF character, as a typed Ctrl-D.
-    pub fn close(&self, tty: bool) -> Result<(), RpcError> {
+    pub fn close(&self, tty: bool) -> Result<(), ProcessError> {
         let mut state = self.state.lock().unwrap();
         if let Some(sender) = state.sender.take() {
             if tty {
@@ -131,9 +128,9 @@ pub struct PtyResizer {
 }
 
 impl PtyResizer {
-    pub fn resize(&self, size: TerminalSize) -> Result<(), RpcError> {
+    pub fn resize(&self, size: TerminalSize) -> Result<(), ProcessError> {
         if size.rows == 0 || size.cols == 0 {
-            return Err(RpcError::invalid_params("rows and cols must be positive"));
+            return Err(ProcessError::EmptySize);
         }
         let winsize = libc::winsize {
             ws_row: size.rows,
@@ -144,10 +141,7 @@ impl PtyResizer {
         // SAFETY: TIOCSWINSZ reads a winsize from a valid pointer; the fd is owned by us.
         let rc = unsafe { libc::ioctl(self.master.as_raw_fd(), libc::TIOCSWINSZ, &winsize) };
         if rc != 0 {
-            return Err(RpcError::internal(format!(
-                "failed to resize terminal: {}",
-                std::io::Error::last_os_error()
-            )));
+            return Err(ProcessError::Resize(std::io::Error::last_os_error()));
         }
         Ok(())
     }

@@ -38,12 +38,9 @@ pub struct Orders(std::sync::Mutex<Option<OwnedWriteHalf>>);
 
 /// What the supervisor says about the exec.
 pub enum Started {
-    Executed {
-        pid: i32,
-    },
-    /// The child `pid` could not execute the program and exits in its place.
+    Executed,
+    /// The program's process could not execute the program and exits in its place.
     Failed {
-        pid: i32,
         failure: Failure,
     },
 }
@@ -128,17 +125,17 @@ pub async fn launch(
             }
         };
         let started = match first {
-            Some(Report::Started { pid, supervisor }) => {
+            Some(Report::Started { supervisor, .. }) => {
                 tree.supervisor_pid = supervisor;
-                Started::Executed { pid }
+                Started::Executed
             }
             Some(Report::Failed {
-                pid,
                 supervisor,
                 failure,
+                ..
             }) => {
                 tree.supervisor_pid = supervisor;
-                Started::Failed { pid, failure }
+                Started::Failed { failure }
             }
             _ => {
                 return Err(StartError::from(std::io::Error::other(

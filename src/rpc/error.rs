@@ -80,3 +80,10 @@ impl std::fmt::Display for RpcError {
 }
 
 impl std::error::Error for RpcError {}
+
+/// For handlers that cannot fail.
+impl From<std::convert::Infallible> for RpcError {
+    fn from(never: std::convert::Infallible) -> Self {
+        match never {}
+    }
+}

@@ -1,12 +1,16 @@
-//! The JSON-RPC layer: envelope parsing in both dialects, errors, the per-connection loop and
-//! method dispatch.
+//! The JSON-RPC layer, beneath every feature: envelope parsing in both dialects, params
+//! decoding, errors, the outbound queue and what a handler may do about its reply. It knows no
+//! method; the connection loop and the router live above the features, in `server`.
 
-pub mod connection;
-pub mod dispatch;
+mod call;
 pub mod envelope;
-pub mod error;
-mod in_flight;
-pub mod outbound;
-pub mod reply;
+mod error;
+pub(crate) mod in_flight;
+pub(crate) mod outbound;
+mod params;
+pub(crate) mod reply;
 
+pub(crate) use call::Call;
 pub use error::RpcError;
+pub(crate) use params::check_ids;
+pub use params::decode;

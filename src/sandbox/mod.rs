@@ -545,7 +545,7 @@ impl Launch {
     /// Ok, with [`Sandboxed::scanner`] certain of the denial: the helper's child exits 126 like
     /// a program that ran, so the process is reported through its exit.
     pub async fn spawn(&mut self, spec: &LaunchSpec) -> Result<Spawned, RpcError> {
-        let cannot_start = |err| spawn::start_error(&self.program, err);
+        let cannot_start = |err| RpcError::from(spawn::start_error(&self.program, err));
         let (io, stdio) = spawn::detached_stdio(spec).map_err(cannot_start)?;
         let kind = pool::Kind::Sandboxed(self.network);
         let (tree, started, listeners) = match tree::launch(
@@ -563,16 +563,12 @@ impl Launch {
                 return Err(failure_error(&self.program, failure))
             }
         };
-        let pid = match started {
-            Started::Executed { pid } => pid,
-            Started::Failed { pid, failure } => {
-                if !(failure.stage == EXEC_STAGE && failure.denied) {
-                    return Err(failure_error(&self.program, failure));
-                }
-                self.sandboxed.refused = true;
-                pid
+        if let Started::Failed { failure } = started {
+            if !(failure.stage == EXEC_STAGE && failure.denied) {
+                return Err(failure_error(&self.program, failure));
             }
-        };
+            self.sandboxed.refused = true;
+        }
         if let Some(ports) = &self.managed_ports {
             // Until now the program's connections wait in the listeners' backlogs.
             let bridge = bridge::Bridge::start(listeners, ports).map_err(|err| {
@@ -585,7 +581,7 @@ impl Launch {
             std::fs::File::open(format!("/proc/{}/ns/mnt", tree.supervisor_pid))
                 .ok()
                 .map(OwnedFd::from);
-        Ok(Spawned { tree, pid, io })
+        Ok(Spawned { tree, io })
     }
 
     /// After [`Launch::spawn`]: what the running process keeps.
@@ -605,7 +601,7 @@ fn failure_error(program: &str, failure: Failure) -> RpcError {
             .errno
             .map(|errno| std::io::Error::from_raw_os_error(errno).to_string())
             .unwrap_or(failure.message);
-        spawn::start_error(program, os).with_data(data)
+        RpcError::from(spawn::start_error(program, os)).with_data(data)
     } else {
         RpcError::invalid_params(format!(
             "sandbox intent cannot be enforced on this executor: {}: {}",

@@ -8,7 +8,9 @@ pub use registry::Registry;
 use crate::config::Config;
 use crate::process::ProcessTable;
 use crate::rpc::outbound::Outbound;
+use crate::rpc::RpcError;
 use exec_server_protocol::environment::EnvironmentInfo;
+use exec_server_protocol::rpc::code;
 use std::sync::Arc;
 use tokio::sync::watch;
 
@@ -27,6 +29,34 @@ pub fn log_digest(id: &str) -> String {
 pub struct Attachment {
     pub connection_id: u64,
     pub outbound: Outbound,
+}
+
+/// Why a session cannot be created, resumed or used; an attached session's resume has the
+/// code codex's client retries on.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SessionError {
+    #[error("session has been resumed by another connection")]
+    ResumedElsewhere,
+    #[error("unknown session id {0}")]
+    Unknown(String),
+    #[error("session {0} is already attached to another connection")]
+    AlreadyAttached(String),
+    #[error("the exec-server is shutting down")]
+    ShuttingDown,
+}
+
+impl From<SessionError> for RpcError {
+    fn from(err: SessionError) -> Self {
+        let message = err.to_string();
+        match err {
+            SessionError::AlreadyAttached(_) => {
+                RpcError::new(code::SESSION_ALREADY_ATTACHED, message)
+            }
+            SessionError::ResumedElsewhere
+            | SessionError::Unknown(_)
+            | SessionError::ShuttingDown => RpcError::invalid_request(message),
+        }
+    }
 }
 
 pub struct Session {
@@ -55,6 +85,15 @@ impl Session {
 
     pub fn attached_connection(&self) -> Option<u64> {
         self.attachment.borrow().as_ref().map(|a| a.connection_id)
+    }
+
+    /// Fails once another connection than `connection_id` has resumed this session.
+    pub(crate) fn ensure_attached(&self, connection_id: u64) -> Result<(), SessionError> {
+        if self.attached_connection() == Some(connection_id) {
+            Ok(())
+        } else {
+            Err(SessionError::ResumedElsewhere)
+        }
     }
 
     fn set_attachment(&self, attachment: Option<Attachment>) {

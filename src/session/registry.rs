@@ -1,10 +1,8 @@
 //! All sessions of the daemon, with attach, detach, resume and time-to-live expiry.
 
-use super::{Attachment, Session};
+use super::{Attachment, Session, SessionError};
 use crate::config::Config;
-use crate::rpc::RpcError;
 use exec_server_protocol::process::ExitReason;
-use exec_server_protocol::rpc::code;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -40,7 +38,7 @@ impl Registry {
         })
     }
 
-    pub fn create(&self, attachment: Attachment) -> Result<Arc<Session>, RpcError> {
+    pub fn create(&self, attachment: Attachment) -> Result<Arc<Session>, SessionError> {
         let id = uuid::Uuid::new_v4().to_string();
         let session = Arc::new(Session::new(id.clone(), self.config.clone(), attachment));
         let entry = Entry {
@@ -50,7 +48,7 @@ impl Registry {
         };
         let mut sessions = self.sessions.lock().unwrap();
         if self.is_closing() {
-            return Err(shutting_down());
+            return Err(SessionError::ShuttingDown);
         }
         sessions.insert(id, entry);
         Ok(session)
@@ -60,18 +58,15 @@ impl Registry {
         self.closing.load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    pub fn resume(&self, id: &str, attachment: Attachment) -> Result<Arc<Session>, RpcError> {
-        let unknown = || RpcError::invalid_request(format!("unknown session id {id}"));
+    pub fn resume(&self, id: &str, attachment: Attachment) -> Result<Arc<Session>, SessionError> {
+        let unknown = || SessionError::Unknown(id.to_owned());
         let mut sessions = self.sessions.lock().unwrap();
         if self.is_closing() {
-            return Err(shutting_down());
+            return Err(SessionError::ShuttingDown);
         }
         let entry = sessions.get_mut(id).ok_or_else(unknown)?;
         match entry.detached_at {
-            None => Err(RpcError::new(
-                code::SESSION_ALREADY_ATTACHED,
-                format!("session {id} is already attached to another connection"),
-            )),
+            None => Err(SessionError::AlreadyAttached(id.to_owned())),
             Some(since) if since.elapsed() >= self.config.session_ttl => {
                 let entry = sessions.remove(id).expect("looked up above");
                 drop(sessions);
@@ -150,14 +145,6 @@ impl Registry {
             .collect();
         reap(processes).await;
     }
-
-    pub fn session_count(&self) -> usize {
-        self.sessions.lock().unwrap().len()
-    }
-}
-
-fn shutting_down() -> RpcError {
-    RpcError::invalid_request("the exec-server is shutting down")
 }
 
 /// Waits (bounded) until the killed trees are gone; says so when some could not be confirmed.

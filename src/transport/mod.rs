@@ -1,6 +1,6 @@
 //! Where clients connect: a WebSocket listener (with `/readyz`) or a single stdio connection.
 
-mod stdio;
+pub(crate) mod stdio;
 mod ws;
 
 use crate::config::Config;

@@ -1,8 +1,8 @@
 //! The WebSocket listener: `/` upgrades (guarded against browsers and, when configured, by a
 //! bearer token), `/readyz` answers 200. One JSON-RPC message per frame, Text or Binary.
 
-use crate::rpc::connection::{self, AtEnd, Frame};
 use crate::rpc::outbound::{self, Outbound};
+use crate::server::{self, AtEnd, Frame};
 use crate::session::Registry;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{ConnectInfo, State};
@@ -219,7 +219,7 @@ async fn run(socket: WebSocket, registry: Arc<Registry>, peer: SocketAddr) {
             })
         });
     let context = format!("websocket JSON-RPC message from exec-server websocket {peer}");
-    connection::serve(frames, outbound, registry, context, AtEnd::Abort).await;
+    server::serve(frames, outbound, registry, context, AtEnd::Abort).await;
     let _ = writer.await;
 }
 

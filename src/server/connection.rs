@@ -1,12 +1,12 @@
 //! One client connection: the handshake in order, then every request on its own task, so a
 //! long-poll never delays the requests behind it.
 
-use super::dispatch::{dispatch, family, ConnectionShared, RequestCtx};
-use super::envelope::{self, Incoming};
-use super::in_flight::{Claim, InFlightIds};
-use super::outbound::Outbound;
-use super::reply;
-use super::RpcError;
+use super::context::{ConnectionShared, RequestCtx};
+use super::routes::ROUTER;
+use crate::rpc::envelope::{self, Incoming};
+use crate::rpc::in_flight::{Claim, InFlightIds};
+use crate::rpc::outbound::Outbound;
+use crate::rpc::{decode, reply, RpcError};
 use crate::session::{Attachment, Registry, Session};
 use bytes::Bytes;
 use exec_server_protocol::rpc::method;
@@ -18,10 +18,10 @@ use std::sync::Arc;
 use tokio::task::JoinSet;
 
 /// Largest batch accepted.
-pub const MAX_BATCH: usize = 128;
+const MAX_BATCH: usize = 128;
 
 /// One message as the transport delivered it.
-pub enum Frame {
+pub(crate) enum Frame {
     Message(Bytes),
     /// A message over the size limit, already discarded by the transport.
     Oversized,
@@ -42,7 +42,7 @@ struct Connection {
 }
 
 /// What becomes of requests still running when the client's messages end.
-pub enum AtEnd {
+pub(crate) enum AtEnd {
     /// Abort them: on a WebSocket nobody is left to read the replies.
     Abort,
     /// Answer them first: on stdio the end of input leaves stdout open.
@@ -56,7 +56,7 @@ enum Flow {
 }
 
 /// Serves one connection until its frames end or a protocol error closes it.
-pub async fn serve(
+pub(crate) async fn serve(
     frames: impl Stream<Item = Frame>,
     outbound: Outbound,
     registry: Arc<Registry>,
@@ -173,13 +173,15 @@ impl Connection {
                     }
                 };
                 self.requests.spawn(async move {
-                    let outcome = dispatch(&ctx, &method, params).await;
+                    let outcome = ROUTER.dispatch(ctx.clone(), &method, params).await;
                     // Freed before the reply is queued: a client may reuse the id once it sees it.
                     drop(claim);
                     let outbound = &ctx.connection.outbound;
                     let message = reply::message(outbound, id, outcome, strict);
-                    let _ = outbound.send_within(message, ctx.take_reserved()).await;
-                    ctx.replied();
+                    let _ = outbound
+                        .send_within(message, ctx.call.take_reserved())
+                        .await;
+                    ctx.call.replied();
                 });
                 Flow::Continue
             }
@@ -216,7 +218,7 @@ impl Connection {
                 "initialize may only be sent once per connection",
             ));
         }
-        let params: InitializeParams = super::dispatch::decode(params)?;
+        let params: InitializeParams = decode(params)?;
         let binary_payloads = params.binary_payloads && self.shared.outbound.enable_binary();
         let attachment = Attachment {
             connection_id: self.shared.id,
@@ -238,7 +240,7 @@ impl Connection {
     }
 
     /// Checks the handshake for a request of `method`; on failure also says whether to close.
-    fn request_ctx(&self, method: &str) -> Result<RequestCtx, (RpcError, Flow)> {
+    fn request_ctx(&self, method: &str) -> Result<Arc<RequestCtx>, (RpcError, Flow)> {
         let family = family(method);
         let Some(session) = &self.session else {
             let message = format!("client must call initialize before using {family} methods");
@@ -248,14 +250,21 @@ impl Connection {
             let message = format!("client must send initialized before using {family} methods");
             return Err((RpcError::invalid_request(message), Flow::Continue));
         }
-        let ctx = RequestCtx::new(self.shared.clone(), session.clone());
-        ctx.ensure_attached()
-            .map_err(|error| (error, Flow::Close))?;
-        Ok(ctx)
+        session
+            .ensure_attached(self.shared.id)
+            .map_err(|error| (error.into(), Flow::Close))?;
+        Ok(Arc::new(RequestCtx::new(
+            self.shared.clone(),
+            session.clone(),
+        )))
     }
 
     /// [`Self::request_ctx`], and `id` is not already in flight.
-    fn admit(&self, method: &str, id: &Value) -> Result<(RequestCtx, Claim), (RpcError, Flow)> {
+    fn admit(
+        &self,
+        method: &str,
+        id: &Value,
+    ) -> Result<(Arc<RequestCtx>, Claim), (RpcError, Flow)> {
         let ctx = self.request_ctx(method)?;
         let claim = self
             .in_flight
@@ -282,7 +291,7 @@ impl Connection {
         }
         // Each reply comes with its request's context, whose after-reply hooks run once the
         // whole batch reply is queued, and its id's claim, freed just before that.
-        type Reply = (Value, Option<(RequestCtx, Claim)>);
+        type Reply = (Value, Option<(Arc<RequestCtx>, Claim)>);
         let mut replies: Vec<futures::future::BoxFuture<'static, Reply>> = Vec::new();
         for message in batch {
             let immediate = |value: Value| -> futures::future::BoxFuture<'static, Reply> {
@@ -301,10 +310,10 @@ impl Connection {
                     strict,
                 } => match self.admit(&method, &id) {
                     Ok((ctx, claim)) => replies.push(Box::pin(async move {
-                        let outcome = dispatch(&ctx, &method, params).await;
+                        let outcome = ROUTER.dispatch(ctx.clone(), &method, params).await;
                         // A reservation held until the whole batch is sent would make a second
                         // large reply in the batch wait for the first forever.
-                        drop(ctx.take_reserved());
+                        drop(ctx.call.take_reserved());
                         let outcome = outcome.map(reply::Success::into_value);
                         (envelope::reply(id, outcome, strict), Some((ctx, claim)))
                     })),
@@ -327,11 +336,16 @@ impl Connection {
         self.requests.spawn(async move {
             let (replies, admitted): (Vec<Value>, Vec<_>) =
                 futures::future::join_all(replies).await.into_iter().unzip();
-            let (contexts, claims): (Vec<RequestCtx>, Vec<Claim>) =
+            let (contexts, claims): (Vec<Arc<RequestCtx>>, Vec<Claim>) =
                 admitted.into_iter().flatten().unzip();
             drop(claims);
             let _ = outbound.send_value(&Value::Array(replies)).await;
-            contexts.into_iter().for_each(RequestCtx::replied);
+            contexts.iter().for_each(|ctx| ctx.call.replied());
         });
     }
+}
+
+/// The family of a method is what precedes its first `/` (`process/start` → `process`).
+fn family(method: &str) -> &str {
+    method.split_once('/').map_or(method, |(family, _)| family)
 }

@@ -1,0 +1,86 @@
+//! Why a `process/*` call failed, and the JSON-RPC error each reason becomes: params the
+//! method cannot take -32602, a request the table refuses -32600, the daemon's own failure to
+//! start or feed a process -32603.
+
+use crate::rpc::RpcError;
+use crate::session::SessionError;
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ProcessError {
+    #[error("argv must not be empty")]
+    EmptyArgv,
+    #[error("cwd URI `{uri}` is not valid on this exec-server host: {why}")]
+    BadCwd { uri: String, why: String },
+    #[error("limits.{name} must be between {min} and {max}, not {value}")]
+    LimitOutOfRange {
+        name: &'static str,
+        min: i64,
+        max: i64,
+        value: i64,
+    },
+    #[error(
+        "limits.{0} cannot be enforced on this executor: it has no cgroup controller for it \
+         (environment/info capabilities.processTreeLimits)"
+    )]
+    LimitUnsupported(&'static str),
+    #[error("writeId must not be empty")]
+    EmptyWriteId,
+    #[error("rows and cols must be positive")]
+    EmptySize,
+
+    #[error("process id {0} is starting")]
+    Starting(String),
+    #[error("unknown process id {0}")]
+    Unknown(String),
+    #[error("process {0} already exists")]
+    Exists(String),
+    #[error("process {0} start was cancelled")]
+    StartCancelled(String),
+    #[error("the session is closing; no process can start in it")]
+    SessionClosing,
+    #[error("process {0} has no terminal to resize")]
+    NoTerminal(String),
+    /// The client may retry the write once the process read some of its stdin.
+    #[error("stdin queue is full ({queued} bytes not yet read by the process); retry later")]
+    StdinFull { queued: usize },
+
+    #[error("failed to start `{program}`: {why}")]
+    StartFailed { program: String, why: String },
+    #[error("failed to write to process stdin")]
+    StdinFailed,
+    #[error("failed to resize terminal: {0}")]
+    Resize(std::io::Error),
+    /// A task of the daemon's own (the start, a blocking preparation) failed.
+    #[error("{0}")]
+    Internal(String),
+
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    /// The sandbox's own errors, already JSON-RPC errors.
+    #[error(transparent)]
+    Sandbox(#[from] RpcError),
+}
+
+impl From<ProcessError> for RpcError {
+    fn from(err: ProcessError) -> Self {
+        use ProcessError::*;
+        let message = err.to_string();
+        match err {
+            EmptyArgv
+            | BadCwd { .. }
+            | LimitOutOfRange { .. }
+            | LimitUnsupported(_)
+            | EmptyWriteId
+            | EmptySize => RpcError::invalid_params(message),
+            Starting(_) | Unknown(_) | Exists(_) | StartCancelled(_) | SessionClosing
+            | NoTerminal(_) => RpcError::invalid_request(message),
+            StdinFull { .. } => RpcError::invalid_request(message)
+                .with_data(serde_json::json!({ "retryable": true })),
+            StartFailed { .. } | StdinFailed | Resize(_) | Internal(_) => {
+                RpcError::internal(message)
+            }
+            Session(err) => err.into(),
+            Sandbox(err) => err,
+        }
+    }
+}

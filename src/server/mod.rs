@@ -1,0 +1,11 @@
+//! The daemon's top layer, above every feature: one client connection's loop, and the router
+//! that hands each request to the handler of its method.
+
+mod connection;
+mod context;
+mod router;
+mod routes;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use connection::{serve, AtEnd, Frame};
