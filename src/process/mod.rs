@@ -699,7 +699,9 @@ impl ManagedProcess {
             return None;
         }
         let mut pending = vec![self.supervisor_pid];
-        let mut count = 0u32;
+        // A process that exits during the walk has its children re-parented to the supervisor,
+        // where the walk may meet them a second time: counted once.
+        let mut seen = std::collections::HashSet::new();
         while let Some(pid) = pending.pop() {
             let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
                 continue;
@@ -707,15 +709,16 @@ impl ManagedProcess {
             for task in tasks.flatten() {
                 let children = std::fs::read_to_string(task.path().join("children"));
                 for child in children.unwrap_or_default().split_whitespace() {
-                    if let Ok(child) = child.parse() {
-                        count += 1;
-                        pending.push(child);
+                    if let Ok(child) = child.parse::<i32>() {
+                        if seen.insert(child) {
+                            pending.push(child);
+                        }
                     }
                 }
             }
         }
         // The process itself, until it is reaped.
-        Some(count.saturating_sub(u32::from(!self.is_exited())))
+        Some((seen.len() as u32).saturating_sub(u32::from(!self.is_exited())))
     }
 
     /// The process exited, its output closed, and its tree is gone.
