@@ -41,6 +41,9 @@ const MIN_READ_BYTES: usize = 16 * 1024;
 
 /// How long the exit waits for the pipes to drain, so `exited` follows the output before it.
 const EXIT_DRAIN_GRACE: std::time::Duration = std::time::Duration::from_millis(50);
+/// How long the `terminate` signal leaves a tree to end by itself before it is killed: long
+/// enough for a program to save its state, short enough for an agent waiting on it.
+const TERMINATE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 pub enum Lookup {
     Unknown,
@@ -624,10 +627,13 @@ impl ManagedProcess {
         running
     }
 
-    pub fn signal(&self, signal: ProcessSignal) -> Result<(), ProcessError> {
+    pub fn signal(self: &Arc<Self>, signal: ProcessSignal) -> Result<(), ProcessError> {
         let signal = match signal {
             ProcessSignal::Interrupt => Signal::SIGINT,
-            ProcessSignal::Terminate => Signal::SIGTERM,
+            ProcessSignal::Terminate => {
+                self.terminate_gracefully();
+                return Ok(());
+            }
             // A kill is for the whole tree, as `process/terminate`.
             ProcessSignal::Kill => {
                 self.kill(ExitReason::Terminated);
@@ -640,6 +646,23 @@ impl ManagedProcess {
             self.orders.signal(signal);
         }
         Ok(())
+    }
+
+    /// SIGTERM to every process of the tree, however it detached, also after the process
+    /// itself exited; what is left of the tree after [`TERMINATE_GRACE`] is killed
+    /// (`reason: "terminated"`).
+    fn terminate_gracefully(self: &Arc<Self>) {
+        if self.state.lock().unwrap().tree_gone {
+            return;
+        }
+        self.orders.signal_tree(Signal::SIGTERM);
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(TERMINATE_GRACE).await;
+            if let Some(process) = weak.upgrade() {
+                process.kill(ExitReason::Terminated);
+            }
+        });
     }
 
     fn record_gone(
@@ -698,27 +721,9 @@ impl ManagedProcess {
         if self.state.lock().unwrap().tree_gone {
             return None;
         }
-        let mut pending = vec![self.supervisor_pid];
-        // A process that exits during the walk has its children re-parented to the supervisor,
-        // where the walk may meet them a second time: counted once.
-        let mut seen = std::collections::HashSet::new();
-        while let Some(pid) = pending.pop() {
-            let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-                continue;
-            };
-            for task in tasks.flatten() {
-                let children = std::fs::read_to_string(task.path().join("children"));
-                for child in children.unwrap_or_default().split_whitespace() {
-                    if let Ok(child) = child.parse::<i32>() {
-                        if seen.insert(child) {
-                            pending.push(child);
-                        }
-                    }
-                }
-            }
-        }
+        let tree = supervisor::descendants(self.supervisor_pid).len() as u32;
         // The process itself, until it is reaped.
-        Some((seen.len() as u32).saturating_sub(u32::from(!self.is_exited())))
+        Some(tree.saturating_sub(u32::from(!self.is_exited())))
     }
 
     /// The process exited, its output closed, and its tree is gone.

@@ -48,6 +48,8 @@ pub const KILL: u8 = b'K';
 const LAUNCH: u8 = b'L';
 /// Order: send the next byte's signal to the program's process group while it runs.
 pub const SIGNAL: u8 = b'S';
+/// Order: send the next byte's signal to every process of the tree.
+pub const SIGNAL_TREE: u8 = b'T';
 
 /// How long a kill order waits for the tree to be gone before it says it could not confirm.
 const KILL_BOUND: Duration = Duration::from_secs(2);
@@ -322,7 +324,7 @@ pub fn receive(control: &UnixStream) -> Result<(Vec<OwnedFd>, ChildSetup, Vec<u8
         while let Some(&byte) = first[..received].get(start).filter(|&&b| b != LAUNCH) {
             start += match byte {
                 KILL => 1,
-                SIGNAL => 2,
+                SIGNAL | SIGNAL_TREE => 2,
                 _ => return Err(fail("policy")("not a launch".into())),
             };
         }
@@ -674,13 +676,20 @@ impl Supervisor<'_> {
                 match (&mut self.control).read(&mut order[..1]) {
                     Ok(0) | Err(_) => self.on_daemon_gone(),
                     Ok(_) if order[0] == KILL => return self.kill_and_confirm(),
-                    Ok(_) if order[0] == SIGNAL => {
+                    Ok(_) if order[0] == SIGNAL || order[0] == SIGNAL_TREE => {
                         if (&mut self.control).read_exact(&mut order[1..]).is_err() {
                             self.on_daemon_gone();
                         }
-                        if self.leader_exit.is_none() {
+                        let signal = libc::c_int::from(order[1]);
+                        if order[0] == SIGNAL_TREE {
+                            for pid in descendants(own_pid()) {
+                                // SAFETY: plain syscall on a process of this tree (a pid
+                                // reaped meanwhile can only be ours to reap, so not reused).
+                                unsafe { libc::kill(pid, signal) };
+                            }
+                        } else if self.leader_exit.is_none() {
                             // SAFETY: plain syscall; the group is the unreaped program's.
-                            unsafe { libc::kill(-self.leader, libc::c_int::from(order[1])) };
+                            unsafe { libc::kill(-self.leader, signal) };
                         }
                     }
                     Ok(_) => {}
@@ -807,6 +816,30 @@ fn drain(signals: &OwnedFd) {
 fn own_pid() -> i32 {
     // SAFETY: plain syscall.
     unsafe { libc::getpid() }
+}
+
+/// Every process below `root`, through every thread's children. One that exits during the
+/// walk has its children re-parented to the supervisor, where the walk may meet them again:
+/// each is listed once.
+pub fn descendants(root: i32) -> std::collections::HashSet<i32> {
+    let mut pending = vec![root];
+    let mut seen = std::collections::HashSet::new();
+    while let Some(pid) = pending.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let children = std::fs::read_to_string(task.path().join("children"));
+            for child in children.unwrap_or_default().split_whitespace() {
+                if let Ok(child) = child.parse::<i32>() {
+                    if seen.insert(child) {
+                        pending.push(child);
+                    }
+                }
+            }
+        }
+    }
+    seen
 }
 
 /// The children of the single-threaded process `pid` (its one task lists them all).

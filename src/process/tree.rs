@@ -181,6 +181,11 @@ impl Orders {
         self.send(&[supervisor::SIGNAL, signal as u8]);
     }
 
+    /// `signal` to every process of the tree.
+    pub fn signal_tree(&self, signal: nix::sys::signal::Signal) {
+        self.send(&[supervisor::SIGNAL_TREE, signal as u8]);
+    }
+
     fn send(&self, order: &[u8]) {
         // An order's bytes always fit in an idle socket's buffer; a supervisor that is gone needs no
         // order. One sent just before the socket was taken back reaches the supervisor ahead

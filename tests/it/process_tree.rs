@@ -487,3 +487,40 @@ async fn a_fork_bomb_is_contained_and_the_daemon_stays_responsive() {
         .await;
     assert!(read.get("liveDescendants").is_none(), "{read}");
 }
+
+/// The `terminate` signal reaches every process of the tree, also one in a session of its own,
+/// and what ignores it is killed after the grace.
+#[tokio::test]
+async fn the_terminate_signal_reaches_the_whole_tree_then_kills_what_ignores_it() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let dir = scratch_dir();
+    let marker = dir.path().join("terminated");
+    let tags = tags(13);
+    let script = format!(
+        "setsid sh -c 'trap \"echo term > {marker}; exit 0\" TERM; sleep {a} & wait' & \
+         sh -c \"trap '' TERM; exec sleep {b}\" & trap '' TERM; sleep {c}",
+        marker = marker.display(),
+        a = tags[0],
+        b = tags[1],
+        c = tags[2],
+    );
+    client
+        .call("process/start", start_params("t", &["sh", "-c", &script]))
+        .await;
+    let pids = all_running(&tags).await;
+    let began = std::time::Instant::now();
+    client
+        .call(
+            "process/signal",
+            json!({"processId": "t", "signal": "terminate"}),
+        )
+        .await;
+    // The detached shell's trap ran: SIGTERM, not the later kill, reached it.
+    eventually("the detached shell to handle SIGTERM", || marker.exists()).await;
+    let exit = exited(&client, "t").await;
+    assert!(began.elapsed() >= Duration::from_millis(1900), "{exit}");
+    assert_eq!(exit["reason"], "terminated", "{exit}");
+    assert_eq!(exit["signal"], 9, "{exit}");
+    assert_all_gone(&pids, "every process of the tree to be gone").await;
+}
