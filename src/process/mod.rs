@@ -602,6 +602,11 @@ impl ManagedProcess {
         self.state.lock().unwrap().log.read(after_seq, max_bytes)
     }
 
+    /// Every event so far was handed to a connection.
+    pub(crate) fn delivered_all(&self) -> bool {
+        self.undelivered(1).is_empty()
+    }
+
     fn undelivered(&self, limit: usize) -> Vec<Event> {
         self.state.lock().unwrap().log.undelivered(limit)
     }

@@ -93,6 +93,11 @@ impl Outbound {
         )
     }
 
+    /// Nothing is queued or being written: the transport took every message and wrote it.
+    pub fn is_flushed(&self) -> bool {
+        self.budget.available_permits() == self.budget_bytes
+    }
+
     /// Waits until `bytes` of the budget are free and holds them (all of it for more).
     pub async fn reserve(&self, bytes: usize) -> Budget {
         let bytes = bytes.clamp(1, self.budget_bytes);

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 /// How long shutdown and expiry wait for killed trees to be confirmed gone (the supervisors'
 /// own bound is shorter, so they answer within it).
 const REAP_GRACE: Duration = Duration::from_secs(3);
+/// How long shutdown then waits for the last events to reach the clients still attached.
+const FLUSH_GRACE: Duration = Duration::from_secs(1);
 
 pub struct Registry {
     sessions: Mutex<HashMap<String, Entry>>,
@@ -139,11 +141,28 @@ impl Registry {
                 .store(true, std::sync::atomic::Ordering::SeqCst);
             sessions.drain().map(|(_, e)| e.session).collect()
         };
-        let processes = sessions
-            .iter()
-            .flat_map(|s| s.processes.kill_all(ExitReason::Shutdown))
-            .collect();
-        reap(processes).await;
+        let mut killed = Vec::new();
+        let mut attached = Vec::new();
+        for session in &sessions {
+            let processes = session.processes.kill_all(ExitReason::Shutdown);
+            if let Some(attachment) = &*session.attachment().borrow() {
+                attached.push((processes.clone(), attachment.outbound.clone()));
+            }
+            killed.extend(processes);
+        }
+        reap(killed).await;
+        // A client still connected sees its processes end (`reason: "shutdown"`) before its
+        // connection does.
+        let delivered = async {
+            while !attached.iter().all(|(processes, outbound)| {
+                processes.iter().all(|p| p.delivered_all()) && outbound.is_flushed()
+            }) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        if tokio::time::timeout(FLUSH_GRACE, delivered).await.is_err() {
+            tracing::warn!("some clients did not take the last events of their processes");
+        }
     }
 }
 

@@ -212,6 +212,13 @@ async fn daemon_sigterm_kills_every_tree_and_refuses_new_sessions() {
     let tags = tags(8);
     let pids = start_tree(&client, "tree", &tags, false).await;
     daemon.send_signal(libc::SIGTERM);
+    // The client still connected hears of the end before its connection closes.
+    let events = client.events_until_closed("tree").await;
+    let exited = events
+        .iter()
+        .find(|event| event["method"] == "process/exited")
+        .expect("an exit before the close");
+    assert_eq!(exited["params"]["reason"], "shutdown", "{events:?}");
     assert!(daemon.wait_exit(TIMEOUT).is_some(), "the daemon exits");
     let left: Vec<_> = pids.iter().filter(|pid| !gone(**pid)).collect();
     assert!(left.is_empty(), "left {left:?} after the daemon's shutdown");
