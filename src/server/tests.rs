@@ -121,6 +121,10 @@ async fn bad_lines_are_answered_in_order_and_the_connection_goes_on() {
         error(&oversized),
         (-32600, "JSON-RPC message exceeds the limit of 1024 bytes")
     );
+    // The rest of the over-long line is skipped, and the next line is served.
+    let info = client.call(7, "environment/info", json!({})).await;
+    assert_eq!(info["id"], 7, "{info}");
+    assert!(info.get("result").is_some(), "{info}");
 }
 
 #[tokio::test]

@@ -37,19 +37,18 @@ pub(crate) async fn serve_lines(
             }
         }
     });
-    let codec = AnyDelimiterCodec::new_with_max_length(
+    let codec = Lines(AnyDelimiterCodec::new_with_max_length(
         b"\n".to_vec(),
         b"\n".to_vec(),
         registry.config.max_message_bytes,
-    );
+    ));
+    // A read error ends the connection.
     let lines = FramedRead::new(input, codec)
-        .take_while(|line| std::future::ready(!matches!(line, Err(AnyDelimiterCodecError::Io(_)))))
-        .filter_map(|line| {
-            std::future::ready(match line {
-                Ok(line) if line.trim_ascii().is_empty() => None,
-                Ok(line) => Some(Frame::Message(line)),
-                // The codec skips the rest of an over-long line; the connection names the limit.
-                Err(_) => Some(Frame::Oversized),
+        .take_while(|frame| std::future::ready(frame.is_ok()))
+        .filter_map(|frame| {
+            std::future::ready(match frame {
+                Ok(Frame::Message(line)) if line.trim_ascii().is_empty() => None,
+                frame => frame.ok(),
             })
         });
     server::serve(
@@ -61,4 +60,34 @@ pub(crate) async fn serve_lines(
     )
     .await;
     let _ = writer.await;
+}
+
+/// Lines of at most the configured length. A longer one is an [`Frame::Oversized`] and the
+/// rest of it is skipped, while the connection goes on: `FramedRead` would end the stream at
+/// the codec's first error, so that error is made a frame here.
+struct Lines(AnyDelimiterCodec);
+
+impl Lines {
+    fn frame(
+        decoded: Result<Option<bytes::Bytes>, AnyDelimiterCodecError>,
+    ) -> std::io::Result<Option<Frame>> {
+        match decoded {
+            Ok(line) => Ok(line.map(Frame::Message)),
+            Err(AnyDelimiterCodecError::MaxChunkLengthExceeded) => Ok(Some(Frame::Oversized)),
+            Err(AnyDelimiterCodecError::Io(err)) => Err(err),
+        }
+    }
+}
+
+impl tokio_util::codec::Decoder for Lines {
+    type Item = Frame;
+    type Error = std::io::Error;
+
+    fn decode(&mut self, buf: &mut bytes::BytesMut) -> std::io::Result<Option<Frame>> {
+        Self::frame(self.0.decode(buf))
+    }
+
+    fn decode_eof(&mut self, buf: &mut bytes::BytesMut) -> std::io::Result<Option<Frame>> {
+        Self::frame(self.0.decode_eof(buf))
+    }
 }
