@@ -324,7 +324,7 @@ const CAP_VERSION_3: u32 = 0x2008_0522;
 
 /// Drops every capability for good: securebits locked (so exec as uid 0 grants nothing back),
 /// bounding and ambient sets emptied, then effective/permitted/inheritable cleared, and checked.
-fn drop_capabilities() -> std::io::Result<()> {
+pub(super) fn drop_capabilities() -> std::io::Result<()> {
     let last_os = || Err(std::io::Error::last_os_error());
     let bits = libc::SECBIT_NOROOT
         | libc::SECBIT_NOROOT_LOCKED

@@ -59,27 +59,36 @@ fn unsupported() -> Option<String> {
     landlock::unsupported().or_else(|| namespaces_unavailable().clone())
 }
 
-/// Whether the daemon may make the mount and network namespaces a sandbox is built in: it
-/// needs CAP_SYS_ADMIN in its user namespace, and nothing (a container's seccomp profile, a
-/// namespace limit) in the way. Probed once, by trying, on a throwaway thread whose new
-/// namespaces end with it.
+/// Whether the daemon may build a sandbox: make the mount and network namespaces (it needs
+/// CAP_SYS_ADMIN in its user namespace, and nothing such as a container's seccomp profile or a
+/// namespace limit in the way), mount in them (an AppArmor profile may forbid it), and drop
+/// every capability (CAP_SETPCAP). Probed once, by doing what a helper does, on a throwaway
+/// thread: namespaces, credentials and securebits are the thread's own, and end with it.
 fn namespaces_unavailable() -> &'static Option<String> {
     static PROBE: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     PROBE.get_or_init(|| {
         let probe = std::thread::spawn(|| {
             // SAFETY: plain syscall; it changes only this thread's namespaces (and file-system
             // attributes, which CLONE_NEWNS unshares), and the thread ends right after.
-            (unsafe { libc::unshare(libc::CLONE_NEWNS | libc::CLONE_NEWNET) } < 0)
-                .then(std::io::Error::last_os_error)
+            if unsafe { libc::unshare(libc::CLONE_NEWNS | libc::CLONE_NEWNET) } < 0 {
+                let err = std::io::Error::last_os_error();
+                return Some(format!(
+                    "the daemon cannot create mount and network namespaces ({err}); it needs \
+                     root (CAP_SYS_ADMIN)"
+                ));
+            }
+            if let Err(err) = mounts::follow_host().and_then(|()| mounts::own_proc()) {
+                return Some(format!("the daemon cannot mount in its namespaces ({err})"));
+            }
+            helper::drop_capabilities().err().map(|err| {
+                format!("the daemon cannot drop capabilities ({err}); it needs CAP_SETPCAP")
+            })
         });
-        let failure = match probe.join() {
-            Ok(None) => return None,
-            Ok(Some(err)) => err.to_string(),
-            Err(_) => "the probe failed".into(),
-        };
+        let failure = probe
+            .join()
+            .unwrap_or_else(|_| Some("the probe failed".into()))?;
         Some(format!(
-            "sandbox intent cannot be enforced on this executor: the daemon cannot create mount \
-             and network namespaces ({failure}); it needs root (CAP_SYS_ADMIN)"
+            "sandbox intent cannot be enforced on this executor: {failure}"
         ))
     })
 }

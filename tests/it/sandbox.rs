@@ -678,6 +678,55 @@ async fn without_cap_sys_nice_helpers_start_at_the_daemons_own_priority() {
     assert!(policies.iter().all(|policy| policy == "0"), "{policies:?}");
 }
 
+/// A daemon that can make namespaces but not drop capabilities (a container without
+/// CAP_SETPCAP) cannot build a sandbox: it says so up front instead of failing every start.
+#[tokio::test]
+async fn without_cap_setpcap_the_daemon_offers_no_sandbox_and_says_why() {
+    use std::os::unix::process::CommandExt as _;
+    let mut command = Daemon::command(env!("CARGO_BIN_EXE_exec-server"), &[], &[]);
+    const CAP_SETPCAP: libc::c_ulong = 8;
+    // SAFETY: prctl is async-signal-safe and touches no memory.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_CAPBSET_DROP, CAP_SETPCAP, 0, 0, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let daemon = Daemon::launch(command);
+    let client = daemon.client().await;
+    let init = client
+        .call("initialize", json!({"clientName": "test"}))
+        .await;
+    let capabilities = &init["environmentInfo"]["capabilities"];
+    assert_eq!(capabilities["linuxSandbox"], false, "{init}");
+    client.notify("initialized", json!({})).await;
+    let ws = tempfile::tempdir().unwrap();
+    let marker = ws.path().join("ran");
+    let script = format!("touch {}", marker.display());
+    let sandbox = restricted(
+        ws.path(),
+        vec![entry(special("root"), "read")],
+        "restricted",
+    );
+    let error = refused(
+        &client,
+        params("p", &["sh", "-c", &script], ws.path(), sandbox),
+    )
+    .await;
+    assert_eq!(error["code"], -32602, "{error}");
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(
+            "sandbox intent cannot be enforced on this executor: the daemon cannot drop \
+             capabilities"
+        ),
+        "{error}"
+    );
+    assert!(!marker.exists(), "a refused start ran");
+}
+
 #[tokio::test]
 async fn an_unprivileged_daemon_offers_no_sandbox_and_refuses_restricting_intents() {
     let (daemon, _binary) = Daemon::start_unprivileged();
