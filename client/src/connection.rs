@@ -48,6 +48,14 @@ pub struct Connection {
     dead: watch::Sender<bool>,
 }
 
+impl Drop for Connection {
+    fn drop(&mut self) {
+        for task in self.tasks.get_mut().unwrap().iter() {
+            task.abort();
+        }
+    }
+}
+
 impl Connection {
     pub async fn open(
         url: &str,
@@ -80,8 +88,11 @@ impl Connection {
             tasks: Mutex::new(Vec::new()),
             dead: watch::channel(false).0,
         });
+        // The tasks hold the connection weakly: one nobody holds any more is dropped, which
+        // ends its tasks and closes the socket (else a connection abandoned mid-resume stayed
+        // open, and its session attached, for as long as this process lived).
         let writer = {
-            let connection = connection.clone();
+            let connection = Arc::downgrade(&connection);
             tokio::spawn(async move {
                 while let Some(message) = queue.recv().await {
                     // Coalesce whatever is queued into one flush.
@@ -93,13 +104,18 @@ impl Connection {
                         break;
                     }
                 }
-                connection.kill();
+                if let Some(connection) = connection.upgrade() {
+                    connection.kill();
+                }
             })
         };
         let reader = {
-            let connection = connection.clone();
+            let connection = Arc::downgrade(&connection);
             tokio::spawn(async move {
                 while let Some(Ok(message)) = stream.next().await {
+                    let Some(connection) = connection.upgrade() else {
+                        return;
+                    };
                     match message {
                         Message::Text(text) => connection.route(text.as_str(), None, &router),
                         Message::Binary(bytes) => {
@@ -116,7 +132,9 @@ impl Connection {
                         _ => {}
                     }
                 }
-                connection.kill();
+                if let Some(connection) = connection.upgrade() {
+                    connection.kill();
+                }
             })
         };
         connection
@@ -189,6 +207,13 @@ impl Connection {
     /// Sends a close frame after what is queued; the reader then ends the connection.
     pub fn close(&self) {
         let _ = self.outgoing.send(Message::Close(None));
+    }
+
+    /// Closes cleanly, and kills what has not ended a second later.
+    pub async fn close_then_kill(&self) {
+        self.close();
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), self.dead()).await;
+        self.kill();
     }
 
     pub fn is_dead(&self) -> bool {

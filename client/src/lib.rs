@@ -292,9 +292,7 @@ impl Client {
             .state
             .send_replace(State::Failed("the client was closed".into()));
         if let Some(connection) = connection {
-            connection.close();
-            let _ = tokio::time::timeout(Duration::from_secs(1), connection.dead()).await;
-            connection.kill();
+            connection.close_then_kill().await;
         }
     }
 
@@ -421,10 +419,16 @@ async fn supervise(inner: Weak<Inner>, mut connection: Arc<Connection>) {
         let Some(strong) = inner.upgrade() else {
             return;
         };
-        if matches!(&*strong.state.borrow(), State::Failed(_)) {
+        // A client closed meanwhile stays closed (checked and set as one step).
+        if !strong.state.send_if_modified(|state| {
+            let open = !matches!(state, State::Failed(_));
+            if open {
+                *state = State::Reconnecting;
+            }
+            open
+        }) {
             return;
         }
-        strong.state.send_replace(State::Reconnecting);
         let outcome = match strong.options.reconnect_deadline {
             None => Err(Error::Connect("the connection dropped".into())),
             Some(_) => {
@@ -444,10 +448,21 @@ async fn supervise(inner: Weak<Inner>, mut connection: Arc<Connection>) {
         };
         match outcome {
             Ok((next, _)) => {
+                // Closed while resuming: the new connection is closed too, or it would keep
+                // the session attached (and its processes alive) for as long as this process
+                // lives.
+                let closed = !strong.state.send_if_modified(|state| {
+                    let open = !matches!(state, State::Failed(_));
+                    if open {
+                        *state = State::Connected(next.clone());
+                    }
+                    open
+                });
+                if closed {
+                    next.close_then_kill().await;
+                    return;
+                }
                 connection = next;
-                strong
-                    .state
-                    .send_replace(State::Connected(connection.clone()));
                 let client = Client { inner: strong };
                 tokio::spawn(async move {
                     let ids = client.router().unfinished();

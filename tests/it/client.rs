@@ -325,3 +325,36 @@ async fn files_stream_both_ways_across_a_dropped_connection() {
     client.write_file(&uri, b"small").await.unwrap();
     assert_eq!(client.read_file(&uri).await.unwrap(), b"small");
 }
+
+/// A client closed while it is resuming after a drop must not finish the resume and keep the
+/// new connection: that kept the session attached, so it never expired and its processes
+/// lived as long as the client's process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_closed_while_it_reconnects_leaves_its_session_detached() {
+    let daemon = Daemon::start();
+    let mut sessions = Vec::new();
+    for k in 0..40u64 {
+        let client = connect(&daemon.url).await;
+        // Kept alive, as a process handle keeps its client: the closed client lives on.
+        let kept = client.clone();
+        sessions.push((kept.session_id().to_owned(), kept));
+        client.drop_connection();
+        tokio::time::sleep(Duration::from_millis(k % 8)).await;
+        client.close().await;
+    }
+    for (session, _kept) in &sessions {
+        // The daemon sees each close (or the killed socket) at once; a few seconds is plenty.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let probe = common::Client::connect(&daemon.url).await;
+            match probe.initialize(Some(session)).await {
+                Ok(_) => break,
+                Err(error) => assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "session {session} stays attached after its client closed: {error}"
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
