@@ -172,31 +172,47 @@ async fn fork_supervisor() -> Result<UnixStream, StartError> {
         SockFlag::SOCK_CLOEXEC,
     )
     .map_err(io::Error::from)?;
-    // Twice: a fork server killed from outside is replaced once.
-    for _ in 0..2 {
-        let forks = pool(&mut POOL.lock().unwrap()).forks.take();
-        let mut forks = match forks {
-            Some(forks) => forks,
-            None => start(Kind::Plain, false).await?,
-        };
-        let sent = sendmsg::<()>(
-            forks.control.as_raw_fd(),
-            &[io::IoSlice::new(b"F")],
-            &[ControlMessage::ScmRights(&[theirs.as_raw_fd()])],
-            MsgFlags::MSG_NOSIGNAL,
-            None,
-        );
-        if sent.is_ok() {
-            // A concurrent first use may have started one too: the spare ends at its EOF.
-            pool(&mut POOL.lock().unwrap()).forks.get_or_insert(forks);
-            let ours = std::os::unix::net::UnixStream::from(ours);
-            ours.set_nonblocking(true)?;
-            return Ok(UnixStream::from_std(ours)?);
+    // A fork server killed from outside is replaced once.
+    let mut replaced = false;
+    loop {
+        let sent = pool(&mut POOL.lock().unwrap()).forks.as_ref().map(|forks| {
+            sendmsg::<()>(
+                forks.control.as_raw_fd(),
+                &[io::IoSlice::new(b"F")],
+                &[ControlMessage::ScmRights(&[theirs.as_raw_fd()])],
+                MsgFlags::MSG_NOSIGNAL,
+                None,
+            )
+            .is_ok()
+        });
+        match sent {
+            Some(true) => {
+                let ours = std::os::unix::net::UnixStream::from(ours);
+                ours.set_nonblocking(true)?;
+                return Ok(UnixStream::from_std(ours)?);
+            }
+            Some(false) if replaced => break,
+            Some(false) => {
+                replaced = true;
+                if let Some(mut dead) = pool(&mut POOL.lock().unwrap()).forks.take() {
+                    let _ = dead.child.start_kill();
+                }
+            }
+            None => {}
         }
-        let _ = forks.child.start_kill();
+        // One fork server at a time: a second one started by a concurrent first use would
+        // exit as a spare, and the supervisor it forked would be re-parented to init.
+        let _starting = FORK_SERVER_START.lock().await;
+        if pool(&mut POOL.lock().unwrap()).forks.is_none() {
+            let forks = start(Kind::Plain, false).await?;
+            pool(&mut POOL.lock().unwrap()).forks = Some(forks);
+        }
     }
     Err(io::Error::other("the supervisor fork server is not answering").into())
 }
+
+/// Held while the fork server is started.
+static FORK_SERVER_START: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A ready sandbox helper for this network mode: a waiting one, or a new one.
 pub async fn take(network: NetworkMode) -> Result<Helper, StartError> {
