@@ -12,8 +12,9 @@ use std::time::Duration;
     after_help = "After binding, the WebSocket URL (ws://IP:PORT) is printed as one line on stdout; logs go to stderr."
 )]
 pub struct Args {
-    /// Where to serve: `ws://IP:PORT` (port 0 picks a free port) or `stdio://` (one connection on
-    /// stdin/stdout, newline-delimited JSON).
+    /// Where to serve: `ws://IP:PORT` (port 0 picks a free port), `unix:///PATH` (the same
+    /// WebSocket protocol on a Unix socket, for the daemon's own uid and --allow-uid) or
+    /// `stdio://` (one connection on stdin/stdout, newline-delimited JSON).
     #[arg(long, env = "EXEC_SERVER_LISTEN", default_value = "ws://127.0.0.1:0")]
     pub listen: String,
 
@@ -110,6 +111,15 @@ pub struct Args {
     )]
     pub max_pending_connections: usize,
 
+    /// On a `unix://` listener, a further uid allowed to connect (the daemon's own always is);
+    /// repeat for several. Checked with the peer's credentials.
+    #[arg(
+        long = "allow-uid",
+        env = "EXEC_SERVER_ALLOW_UIDS",
+        value_delimiter = ','
+    )]
+    pub allow_uids: Vec<u32>,
+
     /// Log format on stderr.
     #[arg(
         long,
@@ -165,6 +175,7 @@ pub struct Config {
     pub ping_interval: Duration,
     pub upgrade_timeout: Duration,
     pub max_pending_connections: usize,
+    pub allow_uids: Vec<u32>,
 }
 
 impl Args {
@@ -225,6 +236,7 @@ impl Args {
             ping_interval: self.ping_interval,
             upgrade_timeout: self.upgrade_timeout,
             max_pending_connections: self.max_pending_connections,
+            allow_uids: self.allow_uids.clone(),
         })
     }
 }

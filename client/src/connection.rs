@@ -63,7 +63,10 @@ impl Connection {
         epoch: u64,
         router: Arc<Router>,
     ) -> Result<Arc<Self>, Error> {
-        let mut request = url
+        // `unix:///PATH`: the same protocol on a Unix socket (the request names no host).
+        let unix_path = url.strip_prefix("unix://");
+        let mut request = unix_path
+            .map_or(url, |_| "ws://localhost/")
             .into_client_request()
             .map_err(|err| Error::Connect(format!("invalid URL `{url}`: {err}")))?;
         if let Some(token) = token {
@@ -76,9 +79,33 @@ impl Connection {
         let config = WebSocketConfig::default()
             .max_message_size(None)
             .max_frame_size(None);
+        let cannot =
+            |err: &dyn std::fmt::Display| Error::Connect(format!("cannot connect to {url}: {err}"));
+        if let Some(path) = unix_path {
+            let stream = tokio::net::UnixStream::connect(path)
+                .await
+                .map_err(|err| cannot(&err))?;
+            let (socket, _) =
+                tokio_tungstenite::client_async_with_config(request, stream, Some(config))
+                    .await
+                    .map_err(|err| cannot(&err))?;
+            return Ok(Self::run(socket, epoch, router));
+        }
         let (socket, _) = tokio_tungstenite::connect_async_with_config(request, Some(config), true)
             .await
-            .map_err(|err| Error::Connect(format!("cannot connect to {url}: {err}")))?;
+            .map_err(|err| cannot(&err))?;
+        Ok(Self::run(socket, epoch, router))
+    }
+
+    /// Starts the connection's writer and reader over an open WebSocket.
+    fn run<S>(
+        socket: tokio_tungstenite::WebSocketStream<S>,
+        epoch: u64,
+        router: Arc<Router>,
+    ) -> Arc<Self>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
         let (mut sink, mut stream) = socket.split();
         let (outgoing, mut queue) = mpsc::unbounded_channel::<Message>();
         let connection = Arc::new(Self {
@@ -146,7 +173,7 @@ impl Connection {
             // A task may have died before its abort handle was stored.
             connection.kill();
         }
-        Ok(connection)
+        connection
     }
 
     /// Routes one message; `chunk` is the binary payload that stands for its `chunk` member.

@@ -35,19 +35,31 @@ pub async fn run(args: ReadyArgs) -> u8 {
 }
 
 async fn readyz(text: &str) -> anyhow::Result<()> {
+    let cannot = || format!("cannot connect to {text}");
+    if let Some(path) = text.strip_prefix("unix://") {
+        let stream = tokio::net::UnixStream::connect(path)
+            .await
+            .with_context(cannot)?;
+        return ask(stream, "localhost").await;
+    }
     let url = url::Url::parse(text).with_context(|| format!("invalid URL `{text}`"))?;
     anyhow::ensure!(
         url.scheme() == "ws",
-        "unsupported URL `{text}`; expected ws://HOST:PORT"
+        "unsupported URL `{text}`; expected ws://HOST:PORT or unix:///PATH"
     );
     let addrs = url.socket_addrs(|| None)?;
-    let mut stream = tokio::net::TcpStream::connect(&*addrs)
+    let stream = tokio::net::TcpStream::connect(&*addrs)
         .await
-        .with_context(|| format!("cannot connect to {text}"))?;
-    let request = format!(
-        "GET /readyz HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-        url.authority()
-    );
+        .with_context(cannot)?;
+    ask(stream, url.authority()).await
+}
+
+/// `GET /readyz` on an open connection to `host`.
+async fn ask(
+    mut stream: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    host: &str,
+) -> anyhow::Result<()> {
+    let request = format!("GET /readyz HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await?;
     // The status line is all that matters; a server that never stops talking is cut off.
     let mut response = Vec::new();

@@ -237,6 +237,42 @@ fn cgroup_of(reply: &[u8]) -> Option<u64> {
     None
 }
 
+/// Whether process `pid` runs inside a sandbox: below a sandbox helper, the daemon's child that
+/// every sandboxed launch runs under (whatever it forks stays below it, its subreaper). A
+/// process that is gone counts as sandboxed: nothing is known of it.
+pub fn runs_in_sandbox(pid: i32) -> bool {
+    let daemon = std::process::id() as i32;
+    let mut current = pid;
+    // Bounded, in case a chain changes under the walk.
+    for _ in 0..4096 {
+        let Some(parent) = parent_of(current) else {
+            return true;
+        };
+        if parent == daemon {
+            return std::fs::read(format!("/proc/{current}/cmdline")).map_or(true, |cmdline| {
+                cmdline.split(|b| *b == 0).nth(1) == Some(super::helper::HELPER_ARG.as_bytes())
+            });
+        }
+        if parent <= 1 {
+            return false;
+        }
+        current = parent;
+    }
+    true
+}
+
+/// The parent of `pid`, from `/proc/PID/stat` (its 4th field, after the command name, which
+/// may hold spaces and parentheses).
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

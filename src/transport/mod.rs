@@ -1,6 +1,8 @@
-//! Where clients connect: a WebSocket listener (with `/readyz`) or a single stdio connection.
+//! Where clients connect: a WebSocket listener (with `/readyz`) on TCP or on a Unix socket, or
+//! a single stdio connection.
 
 pub(crate) mod stdio;
+mod unix_socket;
 mod ws;
 
 use crate::config::Config;
@@ -8,9 +10,11 @@ use crate::session::Registry;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ListenUrl {
     WebSocket(SocketAddr),
+    /// The WebSocket protocol on a Unix socket at this absolute path.
+    Unix(std::path::PathBuf),
     Stdio,
 }
 
@@ -19,12 +23,19 @@ impl ListenUrl {
         if text == "stdio" || text == "stdio://" {
             return Ok(Self::Stdio);
         }
+        if let Some(path) = text.strip_prefix("unix://") {
+            anyhow::ensure!(
+                path.starts_with('/') && path.len() > 1,
+                "invalid --listen URL `{text}`; expected `unix:///ABSOLUTE/PATH`"
+            );
+            return Ok(Self::Unix(path.into()));
+        }
         match text.strip_prefix("ws://") {
             Some(addr) => addr.parse().map(Self::WebSocket).map_err(|_| {
                 anyhow::anyhow!("invalid websocket --listen URL `{text}`; expected `ws://IP:PORT`")
             }),
             None => anyhow::bail!(
-                "unsupported --listen URL `{text}`; expected `ws://IP:PORT` or `stdio`"
+                "unsupported --listen URL `{text}`; expected `ws://IP:PORT`, `unix:///PATH` or `stdio`"
             ),
         }
     }
@@ -34,11 +45,18 @@ impl ListenUrl {
 /// process before returning.
 pub async fn serve(listen: ListenUrl, config: Config) -> anyhow::Result<()> {
     let registry = Registry::new(Arc::new(config));
+    // Bound before serving, so a live daemon on the path is refused before anything else; the
+    // socket is removed when this is dropped, once the daemon stops serving.
+    let unix = match &listen {
+        ListenUrl::Unix(path) => Some(unix_socket::UnixSocket::bind(path, &registry.config)?),
+        _ => None,
+    };
     let outcome = tokio::select! {
         outcome = async {
-            match listen {
-                ListenUrl::WebSocket(addr) => ws::serve(addr, registry.clone()).await,
-                ListenUrl::Stdio => stdio::serve(registry.clone()).await,
+            match (&unix, listen) {
+                (Some(socket), _) => ws::serve_unix(socket, registry.clone()).await,
+                (None, ListenUrl::WebSocket(addr)) => ws::serve_tcp(addr, registry.clone()).await,
+                (None, _) => stdio::serve(registry.clone()).await,
             }
         } => outcome,
         signal = shutdown_signal() => {
@@ -46,6 +64,7 @@ pub async fn serve(listen: ListenUrl, config: Config) -> anyhow::Result<()> {
             Ok(())
         }
     };
+    drop(unix);
     registry.shutdown().await;
     outcome
 }
@@ -86,7 +105,12 @@ mod tests {
             ListenUrl::parse("http://127.0.0.1:1")
                 .unwrap_err()
                 .to_string(),
-            "unsupported --listen URL `http://127.0.0.1:1`; expected `ws://IP:PORT` or `stdio`"
+            "unsupported --listen URL `http://127.0.0.1:1`; expected `ws://IP:PORT`, `unix:///PATH` or `stdio`"
         );
+        assert_eq!(
+            ListenUrl::parse("unix:///run/exec/exec.sock").unwrap(),
+            ListenUrl::Unix("/run/exec/exec.sock".into())
+        );
+        assert!(ListenUrl::parse("unix://relative.sock").is_err());
     }
 }

@@ -5,10 +5,11 @@ use crate::rpc::outbound::{self, Outbound};
 use crate::server::{self, AtEnd, Frame};
 use crate::session::Registry;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{ConnectInfo, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
+use axum::Extension;
 use axum::Router;
 use futures::{SinkExt as _, StreamExt as _};
 use hyper::body::Incoming;
@@ -34,33 +35,80 @@ const READ_BUFFER_BYTES: usize = 8 * 1024;
 /// Pause after a failed accept (e.g. out of descriptors) before trying again.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
-pub async fn serve(addr: SocketAddr, registry: Arc<Registry>) -> anyhow::Result<()> {
+/// The listener's routes, and the cap on connections in their HTTP phase.
+struct Http {
+    app: TowerToHyperService<Router>,
+    /// Connections in their HTTP phase (nothing authenticated yet) hold a permit, so slow or
+    /// silent peers can neither pile up without bound nor stay forever.
+    pending: Arc<Semaphore>,
+    upgrade_timeout: Duration,
+}
+
+impl Http {
+    /// Announces `url` (the one line on stdout: clients and harnesses read the bound address
+    /// from it) and builds the routes.
+    fn announce(url: &str, registry: Arc<Registry>) -> anyhow::Result<Self> {
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "{url}")?;
+        stdout.flush()?;
+        drop(stdout);
+        tracing::info!("exec-server listening on {url}");
+        let config = registry.config.clone();
+        Ok(Self {
+            app: TowerToHyperService::new(
+                Router::new()
+                    .route("/readyz", get(|| async { StatusCode::OK }))
+                    .route("/", any(upgrade))
+                    .with_state(registry),
+            ),
+            pending: Arc::new(Semaphore::new(config.max_pending_connections)),
+            upgrade_timeout: config.upgrade_timeout,
+        })
+    }
+
+    /// Serves one accepted connection's HTTP phase (`/readyz`, or the upgrade) in a task.
+    fn spawn<S>(&self, stream: S, peer: String)
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let Ok(permit) = self.pending.clone().try_acquire_owned() else {
+            tracing::debug!(%peer, "too many connections in their HTTP phase; closing");
+            return;
+        };
+        let app = self.app.clone();
+        let label = Peer(peer.clone().into());
+        let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
+            request.extensions_mut().insert(label.clone());
+            app.call(request)
+        });
+        let timeout = self.upgrade_timeout;
+        tokio::spawn(async move {
+            // The connection future completes once the upgrade hands the socket over.
+            let connection = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .with_upgrades();
+            if tokio::time::timeout(timeout, connection).await.is_err() {
+                tracing::debug!(%peer, "HTTP phase timed out; closing");
+            }
+            drop(permit);
+        });
+    }
+}
+
+/// Who is on the other end, for logs and error contexts.
+#[derive(Clone)]
+struct Peer(Arc<str>);
+
+pub async fn serve_tcp(addr: SocketAddr, registry: Arc<Registry>) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
     crate::sandbox::peers::note_listener(local);
-    // The one line on stdout: clients and harnesses read the bound address from it.
-    let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "ws://{local}")?;
-    stdout.flush()?;
-    drop(stdout);
-    tracing::info!("exec-server listening on ws://{local}");
-    let config = registry.config.clone();
-    let app = TowerToHyperService::new(
-        Router::new()
-            .route("/readyz", get(|| async { StatusCode::OK }))
-            .route("/", any(upgrade))
-            .with_state(registry),
-    );
-    // Connections in their HTTP phase (nothing authenticated yet) hold a permit, so slow or
-    // silent peers can neither pile up without bound nor stay forever.
-    let pending = Arc::new(Semaphore::new(config.max_pending_connections));
+    let http = Http::announce(&format!("ws://{local}"), registry)?;
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(err) => {
-                // E.g. EMFILE: retrying at once would spin while nothing is freed.
-                tracing::warn!("accepting a connection failed: {err}");
-                tokio::time::sleep(ACCEPT_RETRY).await;
+                retry_accept(err).await;
                 continue;
             }
         };
@@ -75,34 +123,42 @@ pub async fn serve(addr: SocketAddr, registry: Arc<Registry>) -> anyhow::Result<
             );
             continue;
         }
-        let Ok(permit) = pending.clone().try_acquire_owned() else {
-            tracing::debug!(%peer, "too many connections in their HTTP phase; closing");
-            continue;
-        };
         // Without TCP_NODELAY a small reply waits for the client's delayed ACK (~40 ms).
         let _ = stream.set_nodelay(true);
-        let app = app.clone();
-        let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
-            request.extensions_mut().insert(ConnectInfo(peer));
-            app.call(request)
-        });
-        let timeout = config.upgrade_timeout;
-        tokio::spawn(async move {
-            // The connection future completes once the upgrade hands the socket over.
-            let connection = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .with_upgrades();
-            if tokio::time::timeout(timeout, connection).await.is_err() {
-                tracing::debug!(%peer, "HTTP phase timed out; closing");
-            }
-            drop(permit);
-        });
+        http.spawn(stream, peer.to_string());
     }
+}
+
+pub async fn serve_unix(
+    socket: &super::unix_socket::UnixSocket,
+    registry: Arc<Registry>,
+) -> anyhow::Result<()> {
+    let http = Http::announce(&socket.url(), registry)?;
+    loop {
+        let stream = match socket.listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(err) => {
+                retry_accept(err).await;
+                continue;
+            }
+        };
+        match socket.admit(&stream) {
+            Ok(peer) => http.spawn(stream, peer),
+            Err(why) => tracing::warn!("refused a connection on {}: {why}", socket.url()),
+        }
+    }
+}
+
+/// After a failed accept (e.g. EMFILE), a pause: retrying at once would spin while nothing
+/// is freed.
+async fn retry_accept(err: std::io::Error) {
+    tracing::warn!("accepting a connection failed: {err}");
+    tokio::time::sleep(ACCEPT_RETRY).await;
 }
 
 async fn upgrade(
     State(registry): State<Arc<Registry>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Extension(Peer(peer)): Extension<Peer>,
     headers: HeaderMap,
     ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> Response {
@@ -143,7 +199,7 @@ fn bearer_matches(authorization: Option<&HeaderValue>, token: &str) -> bool {
     scheme.eq_ignore_ascii_case("bearer") && bool::from(given.ct_eq(token.as_bytes()))
 }
 
-async fn run(socket: WebSocket, registry: Arc<Registry>, peer: SocketAddr) {
+async fn run(socket: WebSocket, registry: Arc<Registry>, peer: Arc<str>) {
     let (mut sink, stream) = socket.split();
     let (outbound, mut queue) = Outbound::new(true, registry.config.outbound_buffer_bytes);
     let ping_interval = registry.config.ping_interval;
@@ -154,6 +210,7 @@ async fn run(socket: WebSocket, registry: Arc<Registry>, peer: SocketAddr) {
     // from at least once per interval.
     let heard = Arc::new(Mutex::new(Instant::now()));
     let writer_heard = heard.clone();
+    let writer_peer = peer.clone();
     // Cancelled when the writer ends, which ends the reading side too.
     let writer_gone = CancellationToken::new();
     let writer_guard = writer_gone.clone().drop_guard();
@@ -189,7 +246,7 @@ async fn run(socket: WebSocket, registry: Arc<Registry>, peer: SocketAddr) {
         tokio::select! {
             () = write => {}
             () = silence(&writer_heard, 2 * ping_interval) => {
-                tracing::info!(%peer, "no pong for two ping intervals; disconnecting");
+                tracing::info!(peer = %writer_peer, "no pong for two ping intervals; disconnecting");
             }
         }
     });

@@ -35,3 +35,4 @@ mod sandbox_net;
 mod session;
 mod soak;
 mod transport;
+mod unix_socket;

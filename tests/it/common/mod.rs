@@ -68,7 +68,10 @@ impl Daemon {
             .read_line(&mut line)
             .expect("read banner");
         let url = line.trim().to_owned();
-        assert!(url.starts_with("ws://"), "unexpected banner {url:?}");
+        assert!(
+            url.starts_with("ws://") || url.starts_with("unix://"),
+            "unexpected banner {url:?}"
+        );
         Self { child, url }
     }
 

@@ -1,0 +1,111 @@
+//! The file of a `unix://` listener, and who may connect through it.
+//!
+//! The daemon creates the socket's directory (0700) when it is missing and never changes the
+//! permissions of one that exists. A socket file already at the path is a live daemon when it
+//! answers a connect (the daemon refuses to start), a leftover when it refuses (it is
+//! replaced); anything else at the path is left alone and the daemon refuses to start. The
+//! socket is removed when the daemon stops serving, if it is still the daemon's own.
+//! A peer is admitted by its credentials: the daemon's own uid or an `--allow-uid`, and never a
+//! process inside a sandbox (which runs as the daemon's uid, and may see the path).
+
+use crate::config::Config;
+use anyhow::Context as _;
+use std::os::unix::fs::PermissionsExt as _;
+use std::os::unix::fs::{DirBuilderExt as _, FileTypeExt as _, MetadataExt as _};
+use std::path::{Path, PathBuf};
+
+pub(super) struct UnixSocket {
+    pub listener: tokio::net::UnixListener,
+    path: PathBuf,
+    /// The socket file's device and inode, so that only the daemon's own is removed.
+    identity: (u64, u64),
+    allowed_uids: Vec<u32>,
+}
+
+impl UnixSocket {
+    pub fn bind(path: &Path, config: &Config) -> anyhow::Result<Self> {
+        let shown = path.display();
+        let dir = path
+            .parent()
+            .with_context(|| format!("--listen unix://{shown} has no directory"))?;
+        if !dir.exists() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .with_context(|| format!("cannot create the socket directory {}", dir.display()))?;
+        }
+        match std::fs::symlink_metadata(path) {
+            Ok(found) if found.file_type().is_socket() => {
+                match std::os::unix::net::UnixStream::connect(path) {
+                    Ok(_) => anyhow::bail!(
+                        "another daemon is serving on {shown} (it answers a connect); not starting"
+                    ),
+                    Err(err) if err.kind() == std::io::ErrorKind::ConnectionRefused => {
+                        std::fs::remove_file(path)
+                            .with_context(|| format!("cannot remove the stale socket {shown}"))?;
+                        tracing::info!("replaced the stale socket {shown} (nothing served it)");
+                    }
+                    Err(err) => anyhow::bail!("cannot tell whether {shown} is served: {err}"),
+                }
+            }
+            Ok(_) => anyhow::bail!("{shown} exists and is not a socket; not touching it"),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => anyhow::bail!("cannot inspect {shown}: {err}"),
+        }
+        let listener = std::os::unix::net::UnixListener::bind(path)
+            .with_context(|| format!("cannot bind {shown}"))?;
+        // Only the owner can connect unless other uids are allowed; their credentials are
+        // checked on every connection either way.
+        let mode = if config.allow_uids.is_empty() {
+            0o600
+        } else {
+            0o666
+        };
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+        let bound = std::fs::metadata(path)?;
+        listener.set_nonblocking(true)?;
+        Ok(Self {
+            listener: tokio::net::UnixListener::from_std(listener)?,
+            path: path.to_owned(),
+            identity: (bound.dev(), bound.ino()),
+            allowed_uids: config.allow_uids.clone(),
+        })
+    }
+
+    pub fn url(&self) -> String {
+        format!("unix://{}", self.path.display())
+    }
+
+    /// Why the peer of `stream` may not connect, if it may not; otherwise a label for logs.
+    pub fn admit(&self, stream: &tokio::net::UnixStream) -> Result<String, String> {
+        let credentials = stream
+            .peer_cred()
+            .map_err(|err| format!("its credentials cannot be read: {err}"))?;
+        let uid = credentials.uid();
+        // SAFETY: plain syscall.
+        let own = unsafe { libc::geteuid() };
+        if uid != own && !self.allowed_uids.contains(&uid) {
+            return Err(format!(
+                "uid {uid} is neither the daemon's ({own}) nor an --allow-uid"
+            ));
+        }
+        let pid = credentials.pid().ok_or("the peer's process is not known")?;
+        if crate::sandbox::peers::runs_in_sandbox(pid) {
+            return Err(format!(
+                "pid {pid} runs inside a sandbox, or was gone before it could be checked"
+            ));
+        }
+        Ok(format!("unix peer pid {pid} uid {uid}"))
+    }
+}
+
+impl Drop for UnixSocket {
+    fn drop(&mut self) {
+        let ours = std::fs::symlink_metadata(&self.path)
+            .is_ok_and(|found| (found.dev(), found.ino()) == self.identity);
+        if ours {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
