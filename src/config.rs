@@ -12,7 +12,8 @@ use std::time::Duration;
     after_help = "After binding, the WebSocket URL (ws://IP:PORT) is printed as one line on stdout; logs go to stderr."
 )]
 pub struct Args {
-    /// Where to serve: `ws://IP:PORT` (port 0 picks a free port), `unix:///PATH` (the same
+    /// Where to serve: `ws://IP:PORT` (port 0 picks a free port), `wss://IP:PORT` (TLS, with
+    /// --tls-cert and --tls-key), `unix:///PATH` (the same
     /// WebSocket protocol on a Unix socket, for the daemon's own uid and --allow-uid) or
     /// `stdio://` (one connection on stdin/stdout, newline-delimited JSON).
     #[arg(long, env = "EXEC_SERVER_LISTEN", default_value = "ws://127.0.0.1:0")]
@@ -111,6 +112,14 @@ pub struct Args {
     )]
     pub max_pending_connections: usize,
 
+    /// The certificate chain (PEM) of a `wss://` listener, read again on SIGHUP.
+    #[arg(long, env = "EXEC_SERVER_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The private key (PEM) of a `wss://` listener, read again on SIGHUP.
+    #[arg(long, env = "EXEC_SERVER_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
     /// On a `unix://` listener, a further uid allowed to connect (the daemon's own always is);
     /// repeat for several. Checked with the peer's credentials.
     #[arg(
@@ -176,6 +185,8 @@ pub struct Config {
     pub upgrade_timeout: Duration,
     pub max_pending_connections: usize,
     pub allow_uids: Vec<u32>,
+    /// A `wss://` listener's certificate chain and key files.
+    pub tls: Option<(PathBuf, PathBuf)>,
 }
 
 impl Args {
@@ -237,6 +248,7 @@ impl Args {
             upgrade_timeout: self.upgrade_timeout,
             max_pending_connections: self.max_pending_connections,
             allow_uids: self.allow_uids.clone(),
+            tls: self.tls_cert.clone().zip(self.tls_key.clone()),
         })
     }
 }

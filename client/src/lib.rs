@@ -1,6 +1,6 @@
 //! A client for exec-server.
 //!
-//! [`Client::connect`] opens a session. When the connection drops, the client reconnects and
+//! [`Client::connect`] opens a session (`ws://`, `wss://` or `unix:///PATH`). When the connection drops, the client reconnects and
 //! resumes the session by itself (retrying while the daemon still sees the old connection),
 //! then catches every unfinished process up with `process/read {afterSeq}`, so each
 //! [`ProcessEvent`] reaches the [`Process`] exactly once and in order. Writes keep their
@@ -100,6 +100,9 @@ pub struct ClientOptions {
     pub reconnect_deadline: Option<Duration>,
     /// Ask for output and file blocks as binary WebSocket messages (no base64); on by default.
     pub binary_payloads: bool,
+    /// For `wss://`: a PEM file of CA certificates trusted besides the Mozilla roots (e.g. the
+    /// daemon's self-signed certificate).
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 impl ClientOptions {
@@ -111,7 +114,13 @@ impl ClientOptions {
             resume_session_id: None,
             reconnect_deadline: Some(DEFAULT_RECONNECT_DEADLINE),
             binary_payloads: true,
+            ca_file: None,
         }
+    }
+
+    pub fn ca_file(mut self, path: Option<std::path::PathBuf>) -> Self {
+        self.ca_file = path;
+        self
     }
 
     pub fn token(mut self, token: Option<String>) -> Self {
@@ -168,9 +177,7 @@ impl Client {
         let (connection, init) = match &options.resume_session_id {
             Some(id) => resume(&options, id, 1, &router).await?,
             None => {
-                let connection =
-                    Connection::open(&options.url, options.token.as_deref(), 1, router.clone())
-                        .await?;
+                let connection = Connection::open(&options, 1, router.clone()).await?;
                 let init = handshake(&connection, &options, None).await?;
                 (connection, init)
             }
@@ -379,13 +386,7 @@ async fn resume(
     let mut pause = FIRST_RECONNECT_PAUSE;
     loop {
         let attempt = async {
-            let connection = Connection::open(
-                &options.url,
-                options.token.as_deref(),
-                epoch,
-                router.clone(),
-            )
-            .await?;
+            let connection = Connection::open(options, epoch, router.clone()).await?;
             match handshake(&connection, options, Some(session_id)).await {
                 Ok(init) => Ok((connection, init)),
                 Err(err) => {

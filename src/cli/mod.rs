@@ -24,17 +24,22 @@ pub enum Command {
 /// Where the daemon is.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ConnectArgs {
-    /// The daemon's WebSocket URL, as it printed it (e.g. ws://127.0.0.1:8080).
+    /// The daemon's URL, as it printed it (e.g. ws://127.0.0.1:8080, wss://…, unix:///…).
     #[arg(long, env = "EXEC_SERVER_URL")]
     pub url: String,
     /// Bearer token, if the daemon requires one.
     #[arg(long, env = "EXEC_SERVER_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// For wss://: CA certificates (PEM) to trust besides the usual roots.
+    #[arg(long, env = "EXEC_SERVER_CA_FILE")]
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 impl ConnectArgs {
     async fn connect(&self) -> anyhow::Result<Client> {
-        let mut options = ClientOptions::new(self.url.clone()).token(self.token.clone());
+        let mut options = ClientOptions::new(self.url.clone())
+            .token(self.token.clone())
+            .ca_file(self.ca_file.clone());
         options.client_name = "exec-server-cli".into();
         Ok(Client::connect(options).await?)
     }

@@ -2,6 +2,7 @@
 //! a single stdio connection.
 
 pub(crate) mod stdio;
+mod tls;
 mod unix_socket;
 mod ws;
 
@@ -13,6 +14,8 @@ use std::sync::Arc;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ListenUrl {
     WebSocket(SocketAddr),
+    /// `wss://`: TLS with `--tls-cert` and `--tls-key`.
+    SecureWebSocket(SocketAddr),
     /// The WebSocket protocol on a Unix socket at this absolute path.
     Unix(std::path::PathBuf),
     Stdio,
@@ -30,12 +33,17 @@ impl ListenUrl {
             );
             return Ok(Self::Unix(path.into()));
         }
+        if let Some(addr) = text.strip_prefix("wss://") {
+            return addr.parse().map(Self::SecureWebSocket).map_err(|_| {
+                anyhow::anyhow!("invalid websocket --listen URL `{text}`; expected `wss://IP:PORT`")
+            });
+        }
         match text.strip_prefix("ws://") {
             Some(addr) => addr.parse().map(Self::WebSocket).map_err(|_| {
                 anyhow::anyhow!("invalid websocket --listen URL `{text}`; expected `ws://IP:PORT`")
             }),
             None => anyhow::bail!(
-                "unsupported --listen URL `{text}`; expected `ws://IP:PORT`, `unix:///PATH` or `stdio`"
+                "unsupported --listen URL `{text}`; expected `ws://IP:PORT`, `wss://IP:PORT`, `unix:///PATH` or `stdio`"
             ),
         }
     }
@@ -51,11 +59,21 @@ pub async fn serve(listen: ListenUrl, config: Config) -> anyhow::Result<()> {
         ListenUrl::Unix(path) => Some(unix_socket::UnixSocket::bind(path, &registry.config)?),
         _ => None,
     };
+    let tls = match (&listen, &registry.config.tls) {
+        (ListenUrl::SecureWebSocket(_), Some((cert, key))) => Some(tls::Tls::new(cert, key)?),
+        (ListenUrl::SecureWebSocket(_), None) => {
+            anyhow::bail!("a wss:// listener needs --tls-cert and --tls-key")
+        }
+        (_, Some(_)) => anyhow::bail!("--tls-cert and --tls-key are for a wss:// listener"),
+        (_, None) => None,
+    };
     let outcome = tokio::select! {
         outcome = async {
             match (&unix, listen) {
                 (Some(socket), _) => ws::serve_unix(socket, registry.clone()).await,
-                (None, ListenUrl::WebSocket(addr)) => ws::serve_tcp(addr, registry.clone()).await,
+                (None, ListenUrl::WebSocket(addr) | ListenUrl::SecureWebSocket(addr)) => {
+                    ws::serve_tcp(addr, tls, registry.clone()).await
+                }
                 (None, _) => stdio::serve(registry.clone()).await,
             }
         } => outcome,
@@ -105,7 +123,7 @@ mod tests {
             ListenUrl::parse("http://127.0.0.1:1")
                 .unwrap_err()
                 .to_string(),
-            "unsupported --listen URL `http://127.0.0.1:1`; expected `ws://IP:PORT`, `unix:///PATH` or `stdio`"
+            "unsupported --listen URL `http://127.0.0.1:1`; expected `ws://IP:PORT`, `wss://IP:PORT`, `unix:///PATH` or `stdio`"
         );
         assert_eq!(
             ListenUrl::parse("unix:///run/exec/exec.sock").unwrap(),

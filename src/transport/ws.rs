@@ -66,9 +66,13 @@ impl Http {
         })
     }
 
-    /// Serves one accepted connection's HTTP phase (`/readyz`, or the upgrade) in a task.
-    fn spawn<S>(&self, stream: S, peer: String)
-    where
+    /// Serves one accepted connection's HTTP phase (`/readyz`, or the upgrade) in a task, once
+    /// `stream` is ready (a TLS handshake comes first, under the same deadline and cap).
+    fn spawn<S>(
+        &self,
+        stream: impl std::future::Future<Output = std::io::Result<S>> + Send + 'static,
+        peer: String,
+    ) where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
         let Ok(permit) = self.pending.clone().try_acquire_owned() else {
@@ -84,9 +88,17 @@ impl Http {
         let timeout = self.upgrade_timeout;
         tokio::spawn(async move {
             // The connection future completes once the upgrade hands the socket over.
-            let connection = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .with_upgrades();
+            let connection = async {
+                match stream.await {
+                    Ok(stream) => {
+                        let _ = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(TokioIo::new(stream), service)
+                            .with_upgrades()
+                            .await;
+                    }
+                    Err(err) => tracing::debug!(%peer, "TLS handshake failed: {err}"),
+                }
+            };
             if tokio::time::timeout(timeout, connection).await.is_err() {
                 tracing::debug!(%peer, "HTTP phase timed out; closing");
             }
@@ -99,11 +111,23 @@ impl Http {
 #[derive(Clone)]
 struct Peer(Arc<str>);
 
-pub async fn serve_tcp(addr: SocketAddr, registry: Arc<Registry>) -> anyhow::Result<()> {
+pub async fn serve_tcp(
+    addr: SocketAddr,
+    tls: Option<super::tls::Tls>,
+    registry: Arc<Registry>,
+) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
     crate::sandbox::peers::note_listener(local);
-    let http = Http::announce(&format!("ws://{local}"), registry)?;
+    let scheme = if tls.is_some() { "wss" } else { "ws" };
+    if tls.is_none() && !local.ip().is_loopback() && registry.config.connection_token.is_none() {
+        tracing::warn!(
+            "LISTENING ON {local} WITHOUT A TOKEN OR TLS: anyone who can reach this address \
+             runs commands as this user; set --connection-token-file (and use wss://, or a \
+             TLS proxy, beyond a trusted network)"
+        );
+    }
+    let http = Http::announce(&format!("{scheme}://{local}"), registry)?;
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -125,7 +149,10 @@ pub async fn serve_tcp(addr: SocketAddr, registry: Arc<Registry>) -> anyhow::Res
         }
         // Without TCP_NODELAY a small reply waits for the client's delayed ACK (~40 ms).
         let _ = stream.set_nodelay(true);
-        http.spawn(stream, peer.to_string());
+        match &tls {
+            Some(tls) => http.spawn(tls.acceptor.accept(stream), peer.to_string()),
+            None => http.spawn(std::future::ready(Ok(stream)), peer.to_string()),
+        }
     }
 }
 
@@ -143,7 +170,7 @@ pub async fn serve_unix(
             }
         };
         match socket.admit(&stream) {
-            Ok(peer) => http.spawn(stream, peer),
+            Ok(peer) => http.spawn(std::future::ready(Ok(stream)), peer),
             Err(why) => tracing::warn!("refused a connection on {}: {why}", socket.url()),
         }
     }

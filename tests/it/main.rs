@@ -34,5 +34,6 @@ mod sandbox_managed_net;
 mod sandbox_net;
 mod session;
 mod soak;
+mod tls;
 mod transport;
 mod unix_socket;

@@ -69,7 +69,9 @@ impl Daemon {
             .expect("read banner");
         let url = line.trim().to_owned();
         assert!(
-            url.starts_with("ws://") || url.starts_with("unix://"),
+            ["ws://", "wss://", "unix://"]
+                .iter()
+                .any(|scheme| url.starts_with(scheme)),
             "unexpected banner {url:?}"
         );
         Self { child, url }
