@@ -23,8 +23,7 @@
 //! (kill the tree, confirm) or [`SIGNAL`] and a signal number (for the program's process
 //! group). EOF means the daemon is gone: [`on_daemon_gone`].
 
-use crate::sandbox::helper::{fail, os_fail};
-use crate::sandbox::plan::{Failure, EXEC_STAGE, MAX_PLAN_BYTES};
+use crate::sandbox::plan::{Failure, Stage, MAX_PLAN_BYTES};
 use exec_server_protocol::process::ProcessUsage;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -195,14 +194,14 @@ fn supervise(control: UnixStream) -> ! {
     if unsafe { libc::setsid() } < 0 || !become_subreaper() {
         refuse(
             &control,
-            os_fail("supervisor")(std::io::Error::last_os_error()),
+            Stage::Supervisor.os(std::io::Error::last_os_error()),
         );
     }
     loop {
         let (stdio, setup, payload) =
             receive(&control).unwrap_or_else(|failure| refuse(&control, failure));
         let launch: PlainLaunch = serde_json::from_slice(&payload)
-            .unwrap_or_else(|err| refuse(&control, fail("launch")(err.to_string())));
+            .unwrap_or_else(|err| refuse(&control, Stage::Launch.fail(err)));
         let simple = !setup.tty
             && stdio.len() == 3
             && setup.max_open_files.is_none()
@@ -246,7 +245,7 @@ fn spawn_plain(control: &UnixStream, stdio: Vec<OwnedFd>, launch: &PlainLaunch) 
             };
             Ahead { pid, sigchld }.supervise(control, Some(started))
         }
-        Err(err) => refuse(control, os_fail(EXEC_STAGE)(err)),
+        Err(err) => refuse(control, Stage::Exec.os(err)),
     }
 }
 
@@ -271,7 +270,7 @@ pub fn control_socket() -> Result<UnixStream, Failure> {
 /// The socket the daemon passed as `fd`, moved off it (close-on-exec), with /dev/null in its
 /// place: no other copy of it stays open here.
 pub fn take_socket(fd: RawFd) -> Result<UnixStream, Failure> {
-    let last_os = || os_fail("control")(std::io::Error::last_os_error());
+    let last_os = || Stage::Control.os(std::io::Error::last_os_error());
     // SAFETY: duplicating an inherited fd into a new one we then own.
     let socket = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
     if socket < 0 {
@@ -279,7 +278,7 @@ pub fn take_socket(fd: RawFd) -> Result<UnixStream, Failure> {
     }
     // SAFETY: the new fd is ours.
     let socket = unsafe { UnixStream::from_raw_fd(socket) };
-    let null = std::fs::File::open("/dev/null").map_err(os_fail("control"))?;
+    let null = std::fs::File::open("/dev/null").map_err(|err| Stage::Control.os(err))?;
     // SAFETY: replaces the inherited fd, whose socket is kept above.
     if unsafe { libc::dup2(null.as_raw_fd(), fd) } < 0 {
         return Err(last_os());
@@ -302,8 +301,8 @@ pub fn receive(control: &UnixStream) -> Result<(Vec<OwnedFd>, ChildSetup, Vec<u8
             Some(&mut space),
             MsgFlags::MSG_CMSG_CLOEXEC,
         )
-        .map_err(|errno| os_fail("policy")(errno.into()))?;
-        for cmsg in message.cmsgs().map_err(|e| fail("policy")(e.to_string()))? {
+        .map_err(|errno| Stage::Policy.os(errno))?;
+        for cmsg in message.cmsgs().map_err(|e| Stage::Policy.fail(e))? {
             if let ControlMessageOwned::ScmRights(raw) = cmsg {
                 // SAFETY: the kernel installed these descriptors for us alone.
                 fds.extend(
@@ -313,7 +312,7 @@ pub fn receive(control: &UnixStream) -> Result<(Vec<OwnedFd>, ChildSetup, Vec<u8
             }
         }
         if message.flags.contains(MsgFlags::MSG_CTRUNC) {
-            return Err(fail("policy")("too many descriptors".into()));
+            return Err(Stage::Policy.fail("too many descriptors"));
         }
         let received = message.bytes;
         if received == 0 {
@@ -325,37 +324,39 @@ pub fn receive(control: &UnixStream) -> Result<(Vec<OwnedFd>, ChildSetup, Vec<u8
             start += match byte {
                 KILL => 1,
                 SIGNAL | SIGNAL_TREE => 2,
-                _ => return Err(fail("policy")("not a launch".into())),
+                _ => return Err(Stage::Policy.fail("not a launch")),
             };
         }
         if start < received {
             break (start + 1, received);
         }
         if !fds.is_empty() {
-            return Err(fail("policy")("descriptors without a launch".into()));
+            return Err(Stage::Policy.fail("descriptors without a launch"));
         }
     };
     if !(3..=5).contains(&fds.len()) {
-        return Err(fail("policy")(
-            "expected the program's three stdio descriptors".into(),
-        ));
+        return Err(Stage::Policy.fail("expected the program's three stdio descriptors"));
     }
     let mut input = std::io::Cursor::new(first[start..received].to_vec()).chain(control);
     let setup = read_frame(&mut input)?;
-    let setup = serde_json::from_slice(&setup).map_err(|e| fail("policy")(e.to_string()))?;
+    let setup = serde_json::from_slice(&setup).map_err(|e| Stage::Policy.fail(e))?;
     Ok((fds, setup, read_frame(&mut input)?))
 }
 
 /// One length-prefixed frame.
 pub fn read_frame(input: &mut impl Read) -> Result<Vec<u8>, Failure> {
     let mut len = [0u8; 4];
-    input.read_exact(&mut len).map_err(os_fail("policy"))?;
+    input
+        .read_exact(&mut len)
+        .map_err(|err| Stage::Policy.os(err))?;
     let len = u32::from_le_bytes(len) as usize;
     if len > MAX_PLAN_BYTES {
-        return Err(fail("policy")("the launch is too large".into()));
+        return Err(Stage::Policy.fail("the launch is too large"));
     }
     let mut data = vec![0; len];
-    input.read_exact(&mut data).map_err(os_fail("policy"))?;
+    input
+        .read_exact(&mut data)
+        .map_err(|err| Stage::Policy.os(err))?;
     Ok(data)
 }
 
@@ -413,7 +414,7 @@ pub fn exit_for(failure: &Failure) -> ! {
             failure.stage, failure.message
         );
     }
-    std::process::exit(if failure.stage == EXEC_STAGE {
+    std::process::exit(if failure.stage == Stage::Exec {
         if failure.errno == Some(libc::ENOENT) {
             127
         } else {
@@ -461,7 +462,7 @@ pub fn fork_ahead(
     }
     drop(launch);
     if pid < 0 {
-        return Err(os_fail("supervisor")(std::io::Error::last_os_error()));
+        return Err(Stage::Supervisor.os(std::io::Error::last_os_error()));
     }
     Ok(Ahead { pid, sigchld })
 }
@@ -499,7 +500,7 @@ pub fn run(
     child: impl FnOnce(&ChildSetup, Vec<u8>) -> Failure,
 ) {
     let (ours, theirs) =
-        UnixStream::pair().unwrap_or_else(|err| refuse(control, os_fail("supervisor")(err)));
+        UnixStream::pair().unwrap_or_else(|err| refuse(control, Stage::Supervisor.os(err)));
     let ahead = fork_ahead(control, theirs, child).unwrap_or_else(|f| refuse(control, f));
     let passed = send_launch(&ours, &stdio, &frames(setup, payload));
     // The program's pipes or terminal must close when the program's side does.
@@ -511,7 +512,7 @@ pub fn run(
         (Err(err), _) => Report::Failed {
             pid,
             supervisor,
-            failure: os_fail("supervisor")(err),
+            failure: Stage::Supervisor.os(err),
         },
         (Ok(()), Some(failure)) => Report::Failed {
             pid,
@@ -538,7 +539,7 @@ pub fn send_launch(socket: &UnixStream, fds: &[OwnedFd], frames: &[u8]) -> std::
 }
 /// In the child: the signal state of a fresh process, its stdio, its session or group.
 fn enter(stdio: &[OwnedFd], setup: &ChildSetup) -> Result<(), Failure> {
-    let last_os = |stage| os_fail(stage)(std::io::Error::last_os_error());
+    let last_os = |stage: Stage| stage.os(std::io::Error::last_os_error());
     // SAFETY: plain calls on this process's signal state and descriptors.
     unsafe {
         let mut empty: libc::sigset_t = std::mem::zeroed();
@@ -548,22 +549,23 @@ fn enter(stdio: &[OwnedFd], setup: &ChildSetup) -> Result<(), Failure> {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         for (target, fd) in stdio.iter().take(3).enumerate() {
             if libc::dup2(fd.as_raw_fd(), target as RawFd) < 0 {
-                return Err(last_os("stdio"));
+                return Err(last_os(Stage::Stdio));
             }
         }
         // Its own session and group, so that signals reach what it starts in it.
         if libc::setsid() < 0 {
-            return Err(last_os("session"));
+            return Err(last_os(Stage::Session));
         }
         // A PTY's session leader takes its terminal as the controlling one.
         if setup.tty && libc::ioctl(libc::STDIN_FILENO, libc::TIOCSCTTY, 0) < 0 {
-            return Err(last_os("terminal"));
+            return Err(last_os(Stage::Terminal));
         }
     }
     for cgroup in &stdio[3..] {
         // Joined before the exec, so that nothing the program does escapes the group.
-        let mut procs = std::fs::File::from(cgroup.try_clone().map_err(os_fail("cgroup"))?);
-        procs.write_all(b"0").map_err(os_fail("cgroup"))?;
+        let mut procs =
+            std::fs::File::from(cgroup.try_clone().map_err(|err| Stage::Cgroup.os(err))?);
+        procs.write_all(b"0").map_err(|err| Stage::Cgroup.os(err))?;
     }
     Ok(())
 }
@@ -577,8 +579,7 @@ impl ChildSetup {
             (Resource::RLIMIT_CPU, self.max_cpu_seconds),
         ] {
             if let Some(limit) = limit {
-                setrlimit(resource, limit, limit)
-                    .map_err(|errno| os_fail("limits")(errno.into()))?;
+                setrlimit(resource, limit, limit).map_err(|errno| Stage::Limits.os(errno))?;
             }
         }
         Ok(())
@@ -591,15 +592,14 @@ fn exec_plain(launch: &PlainLaunch, setup: &ChildSetup) -> Failure {
         items
             .map(CString::new)
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| fail("launch")(e.to_string()))
+            .map_err(|e| Stage::Launch.fail(e))
     };
     let prepared = (|| {
-        let program =
-            CString::new(launch.program.as_str()).map_err(|e| fail("launch")(e.to_string()))?;
+        let program = CString::new(launch.program.as_str()).map_err(|e| Stage::Launch.fail(e))?;
         let argv = cstrings(&mut launch.argv.iter().map(String::as_str))?;
         let env: Vec<String> = launch.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let env = cstrings(&mut env.iter().map(String::as_str))?;
-        std::env::set_current_dir(&launch.cwd).map_err(os_fail(EXEC_STAGE))?;
+        std::env::set_current_dir(&launch.cwd).map_err(|err| Stage::Exec.os(err))?;
         setup.apply_limits()?;
         Ok((program, argv, env))
     })();
@@ -609,7 +609,7 @@ fn exec_plain(launch: &PlainLaunch, setup: &ChildSetup) -> Failure {
     };
     let err = nix::unistd::execve(&program, &argv, &env).unwrap_err();
     Failure {
-        stage: EXEC_STAGE.into(),
+        stage: Stage::Exec,
         message: format!("cannot execute `{}`: {}", launch.program, err.desc()),
         errno: Some(err as i32),
         denied: false,

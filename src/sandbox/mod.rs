@@ -12,6 +12,7 @@
 
 pub(crate) mod bridge;
 pub mod denial;
+mod error;
 mod glob;
 pub mod guard;
 pub mod helper;
@@ -32,7 +33,7 @@ use exec_server_protocol::process::StartParams;
 use exec_server_protocol::sandbox::{
     FileSystemSandboxContext, FsAccess, ManagedNetwork, NetworkAccess,
 };
-use plan::{Failure, FsPlan, Identity, ManagedPlan, NetworkMode, Plan, EXEC_STAGE, MAX_PLAN_BYTES};
+use plan::{Failure, FsPlan, Identity, ManagedPlan, NetworkMode, Plan, Stage, MAX_PLAN_BYTES};
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -56,7 +57,9 @@ pub fn enforceable() -> bool {
 
 /// Why no restricting intent can be enforced here, if none can.
 fn unsupported() -> Option<String> {
-    landlock::unsupported().or_else(|| namespaces_unavailable().clone())
+    landlock::unsupported()
+        .map(|why| why.to_string())
+        .or_else(|| namespaces_unavailable().as_ref().map(ToString::to_string))
 }
 
 /// Whether the daemon may build a sandbox: make the mount and network namespaces (it needs
@@ -64,32 +67,23 @@ fn unsupported() -> Option<String> {
 /// namespace limit in the way), mount in them (an AppArmor profile may forbid it), and drop
 /// every capability (CAP_SETPCAP). Probed once, by doing what a helper does, on a throwaway
 /// thread: namespaces, credentials and securebits are the thread's own, and end with it.
-fn namespaces_unavailable() -> &'static Option<String> {
-    static PROBE: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+fn namespaces_unavailable() -> &'static Option<error::Unsupported> {
+    use error::Missing;
+    static PROBE: std::sync::OnceLock<Option<error::Unsupported>> = std::sync::OnceLock::new();
     PROBE.get_or_init(|| {
         let probe = std::thread::spawn(|| {
             // SAFETY: plain syscall; it changes only this thread's namespaces (and file-system
             // attributes, which CLONE_NEWNS unshares), and the thread ends right after.
             if unsafe { libc::unshare(libc::CLONE_NEWNS | libc::CLONE_NEWNET) } < 0 {
-                let err = std::io::Error::last_os_error();
-                return Some(format!(
-                    "the daemon cannot create mount and network namespaces ({err}); it needs \
-                     root (CAP_SYS_ADMIN)"
-                ));
+                return Some(Missing::Namespaces(std::io::Error::last_os_error()));
             }
             if let Err(err) = mounts::follow_host().and_then(|()| mounts::own_proc()) {
-                return Some(format!("the daemon cannot mount in its namespaces ({err})"));
+                return Some(Missing::Mounts(Box::new(err)));
             }
-            helper::drop_capabilities().err().map(|err| {
-                format!("the daemon cannot drop capabilities ({err}); it needs CAP_SETPCAP")
-            })
+            helper::drop_capabilities().err().map(Missing::Capabilities)
         });
-        let failure = probe
-            .join()
-            .unwrap_or_else(|_| Some("the probe failed".into()))?;
-        Some(format!(
-            "sandbox intent cannot be enforced on this executor: {failure}"
-        ))
+        let missing = probe.join().unwrap_or(Some(Missing::Probe))?;
+        Some(missing.into())
     })
 }
 
@@ -201,7 +195,7 @@ fn prepare_policy(
             for rule in rules.iter().filter(|rule| rule.access == FsAccess::Write) {
                 guard
                     .check_write_root(&rule.path)
-                    .map_err(RpcError::invalid_params)?;
+                    .map_err(|err| RpcError::invalid_params(err.to_string()))?;
             }
             leases = protected::protect(&mut rules)?;
             Some(rules)
@@ -573,7 +567,7 @@ impl Launch {
             }
         };
         if let Started::Failed { failure } = started {
-            if !(failure.stage == EXEC_STAGE && failure.denied) {
+            if !(failure.stage == Stage::Exec && failure.denied) {
                 return Err(failure_error(&self.program, failure));
             }
             self.sandboxed.refused = true;
@@ -605,7 +599,7 @@ fn failure_error(program: &str, failure: Failure) -> RpcError {
         "sandboxDenied": failure.denied,
         "stage": failure.stage,
     });
-    if failure.stage == EXEC_STAGE {
+    if failure.stage == Stage::Exec {
         let os = failure
             .errno
             .map(|errno| std::io::Error::from_raw_os_error(errno).to_string())

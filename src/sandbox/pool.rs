@@ -12,7 +12,7 @@
 //! ([`return_plain`]) and serve the next.
 
 use super::helper::HELPER_ARG;
-use super::plan::{Failure, NetworkMode};
+use super::plan::{Failure, NetworkMode, Stage};
 use crate::process::supervisor::{READY, SUPERVISOR_ARG};
 use std::io::{self, Write as _};
 use std::os::fd::{AsRawFd as _, BorrowedFd};
@@ -319,10 +319,8 @@ async fn start(kind: Kind, background: bool) -> Result<Helper, StartError> {
         (_, Ok(cgroup)) => Some(cgroup),
         (_, Err(why)) => {
             return Err(StartError::Refused(Failure {
-                stage: "network".into(),
-                message: why.clone(),
-                errno: None,
-                denied: false,
+                errno: why.source.raw_os_error(),
+                ..Stage::Network.fail(why)
             }))
         }
     };
