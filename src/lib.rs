@@ -6,6 +6,7 @@
 //! (permission intent enforced on launches and fs calls) → `rpc` (envelope, errors, outbound
 //! queue), which imports none of them.
 
+mod channel;
 mod cli;
 mod config;
 mod environment;

@@ -23,32 +23,19 @@
 //! (kill the tree, confirm) or [`SIGNAL`] and a signal number (for the program's process
 //! group). EOF means the daemon is gone: [`on_daemon_gone`].
 
+use crate::channel::{self, FrameError, KILL, LAUNCH, READY, SIGNAL, SIGNAL_TREE};
 use crate::sandbox::plan::{Failure, Stage, MAX_PLAN_BYTES};
 use exec_server_protocol::process::ProcessUsage;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::ffi::{CString, OsStr};
 use std::io::{Read, Write as _};
-use std::os::fd::{AsRawFd, FromRawFd as _, OwnedFd, RawFd};
+use std::os::fd::{AsFd as _, AsRawFd, FromRawFd as _, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 pub const SUPERVISOR_ARG: &str = "__supervise";
-
-/// Written once on the control socket when a supervisor is ready for its launch.
-pub const READY: u8 = b'R';
-
-/// Order: kill the whole tree, then report `exited` (if not yet) and `gone`.
-pub const KILL: u8 = b'K';
-/// The first byte of a launch (the descriptors travel with it). A plain supervisor serves one
-/// launch after another, so an order sent just as the previous tree ended may come first: it
-/// is skipped.
-const LAUNCH: u8 = b'L';
-/// Order: send the next byte's signal to the program's process group while it runs.
-pub const SIGNAL: u8 = b'S';
-/// Order: send the next byte's signal to every process of the tree.
-pub const SIGNAL_TREE: u8 = b'T';
 
 /// How long a kill order waits for the tree to be gone before it says it could not confirm.
 const KILL_BOUND: Duration = Duration::from_secs(2);
@@ -122,7 +109,6 @@ pub fn main_if_supervisor() {
 /// fresh supervisor is forked, which serves that launch. It reaps the supervisors, and exits
 /// at EOF (the supervisors see their own EOF and kill their trees).
 fn serve_forks(control: &UnixStream) -> ! {
-    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
     let sigchld = block_sigchld();
     loop {
         let mut fds = [
@@ -150,29 +136,13 @@ fn serve_forks(control: &UnixStream) -> ! {
             continue;
         }
         let mut byte = [0u8; 1];
-        let mut iov = [std::io::IoSliceMut::new(&mut byte)];
-        let mut space = nix::cmsg_space!([RawFd; 1]);
-        let Ok(message) = recvmsg::<()>(
-            control.as_raw_fd(),
-            &mut iov,
-            Some(&mut space),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        ) else {
+        let Ok(received) = channel::recv_fds(control.as_fd(), &mut byte, 1, false) else {
             std::process::exit(0)
         };
-        if message.bytes == 0 {
+        if received.bytes == 0 {
             std::process::exit(0);
         }
-        let mut sockets = Vec::new();
-        for cmsg in message.cmsgs().into_iter().flatten() {
-            if let ControlMessageOwned::ScmRights(raw) = cmsg {
-                // SAFETY: the kernel installed these descriptors for us alone.
-                sockets.extend(
-                    raw.into_iter()
-                        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
-                );
-            }
-        }
+        let mut sockets = received.fds;
         let Some(socket) = sockets.pop() else {
             continue;
         };
@@ -288,30 +258,14 @@ pub fn take_socket(fd: RawFd) -> Result<UnixStream, Failure> {
 
 /// The program's stdio (and cgroup), the child setup and the launch, as the daemon sends them.
 pub fn receive(control: &UnixStream) -> Result<(Vec<OwnedFd>, ChildSetup, Vec<u8>), Failure> {
-    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
     let mut first = [0u8; 4096];
     let mut fds = Vec::new();
     // Orders left from a previous launch come first, each alone or glued to the launch.
     let (start, received) = loop {
-        let mut iov = [std::io::IoSliceMut::new(&mut first)];
-        let mut space = nix::cmsg_space!([RawFd; 5]);
-        let message = recvmsg::<()>(
-            control.as_raw_fd(),
-            &mut iov,
-            Some(&mut space),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        )
-        .map_err(|errno| Stage::Policy.os(errno))?;
-        for cmsg in message.cmsgs().map_err(|e| Stage::Policy.fail(e))? {
-            if let ControlMessageOwned::ScmRights(raw) = cmsg {
-                // SAFETY: the kernel installed these descriptors for us alone.
-                fds.extend(
-                    raw.into_iter()
-                        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
-                );
-            }
-        }
-        if message.flags.contains(MsgFlags::MSG_CTRUNC) {
+        let message = channel::recv_fds(control.as_fd(), &mut first, 5, false)
+            .map_err(|err| Stage::Policy.os(err))?;
+        fds.extend(message.fds);
+        if message.truncated {
             return Err(Stage::Policy.fail("too many descriptors"));
         }
         let received = message.bytes;
@@ -343,33 +297,18 @@ pub fn receive(control: &UnixStream) -> Result<(Vec<OwnedFd>, ChildSetup, Vec<u8
     Ok((fds, setup, read_frame(&mut input)?))
 }
 
-/// One length-prefixed frame.
+/// One length-prefixed frame of a launch.
 pub fn read_frame(input: &mut impl Read) -> Result<Vec<u8>, Failure> {
-    let mut len = [0u8; 4];
-    input
-        .read_exact(&mut len)
-        .map_err(|err| Stage::Policy.os(err))?;
-    let len = u32::from_le_bytes(len) as usize;
-    if len > MAX_PLAN_BYTES {
-        return Err(Stage::Policy.fail("the launch is too large"));
-    }
-    let mut data = vec![0; len];
-    input
-        .read_exact(&mut data)
-        .map_err(|err| Stage::Policy.os(err))?;
-    Ok(data)
+    channel::read_frame(input, MAX_PLAN_BYTES).map_err(|err| match err {
+        FrameError::Io(err) => Stage::Policy.os(err),
+        too_large => Stage::Policy.fail(too_large),
+    })
 }
 
-/// The frames [`receive`] reads, for the daemon to send.
+/// The launch [`receive`] reads, for the daemon to send.
 pub fn frames(setup: &ChildSetup, payload: &[u8]) -> Vec<u8> {
     let setup = serde_json::to_vec(setup).expect("the setup serializes");
-    let mut out = Vec::with_capacity(9 + setup.len() + payload.len());
-    out.push(LAUNCH);
-    for frame in [&setup[..], payload] {
-        out.extend_from_slice(&(frame.len() as u32).to_le_bytes());
-        out.extend_from_slice(frame);
-    }
-    out
+    channel::launch(&[&setup, payload])
 }
 
 /// Reports a launch that could not be made before any child existed, and exits.
@@ -525,18 +464,11 @@ pub fn run(
 }
 
 /// Sends a launch: the descriptors with the first bytes, then the rest.
-pub fn send_launch(socket: &UnixStream, fds: &[OwnedFd], frames: &[u8]) -> std::io::Result<()> {
-    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+fn send_launch(socket: &UnixStream, fds: &[OwnedFd], frames: &[u8]) -> std::io::Result<()> {
     let fds: Vec<RawFd> = fds.iter().map(AsRawFd::as_raw_fd).collect();
-    let sent = sendmsg::<()>(
-        socket.as_raw_fd(),
-        &[std::io::IoSlice::new(frames)],
-        &[ControlMessage::ScmRights(&fds)],
-        MsgFlags::MSG_NOSIGNAL,
-        None,
-    )?;
-    (&*socket).write_all(&frames[sent..])
+    channel::send_all_with_fds(socket, frames, &fds)
 }
+
 /// In the child: the signal state of a fresh process, its stdio, its session or group.
 fn enter(stdio: &[OwnedFd], setup: &ChildSetup) -> Result<(), Failure> {
     let last_os = |stage: Stage| stage.os(std::io::Error::last_os_error());

@@ -37,16 +37,13 @@
 
 use super::plan::{Failure, Identity, NetworkMode, Plan, Stage};
 use super::{landlock, mounts, seccomp};
-use crate::process::supervisor::{self, control_socket, exit_for, READY};
+use crate::channel::{ADMITTED, READY};
+use crate::process::supervisor::{self, control_socket, exit_for};
 use std::ffi::{CString, OsStr};
 use std::io::{Read as _, Write as _};
 use std::os::unix::ffi::OsStrExt as _;
 
 pub const HELPER_ARG: &str = "__sandbox-exec";
-
-/// Sent by the daemon once the helper is in the cgroup it must be in (`super::peers`): only
-/// then may it fork.
-pub const ADMITTED: u8 = b'A';
 
 /// Runs the helper and never returns when this process was started as one.
 pub fn main_if_helper() {

@@ -34,7 +34,7 @@ use exec_server_protocol::sandbox::{
     FileSystemSandboxContext, FsAccess, ManagedNetwork, NetworkAccess,
 };
 use plan::{Failure, FsPlan, Identity, ManagedPlan, NetworkMode, Plan, Stage, MAX_PLAN_BYTES};
-use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
+use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -434,31 +434,12 @@ async fn end(tree: tree::Tree) {
 
 /// The descriptors queued on `socket` by a program that has exited (so nothing blocks).
 fn received_fds(socket: &std::os::unix::net::UnixStream) -> Vec<OwnedFd> {
-    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
     let mut fds = Vec::new();
-    loop {
-        let mut data = [0u8; 256];
-        let mut iov = [std::io::IoSliceMut::new(&mut data)];
-        let mut space = nix::cmsg_space!([RawFd; MAX_PASSED_FDS]);
-        let Ok(message) = recvmsg::<()>(
-            socket.as_raw_fd(),
-            &mut iov,
-            Some(&mut space),
-            MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_CMSG_CLOEXEC,
-        ) else {
-            break;
-        };
-        if let Ok(messages) = message.cmsgs() {
-            for control in messages {
-                if let ControlMessageOwned::ScmRights(raw) = control {
-                    // SAFETY: the kernel installed these descriptors for us alone.
-                    fds.extend(
-                        raw.into_iter()
-                            .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
-                    );
-                }
-            }
-        }
+    let mut data = [0u8; 256];
+    while let Ok(message) =
+        crate::channel::recv_fds(socket.as_fd(), &mut data, MAX_PASSED_FDS, true)
+    {
+        fds.extend(message.fds);
         if message.bytes == 0 {
             break;
         }
@@ -616,15 +597,8 @@ fn failure_error(program: &str, failure: Failure) -> RpcError {
 
 /// For an operation [`run_fs_op`] runs: passes `fd` back to the daemon over stdin (the socket).
 pub fn pass_back(fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<()> {
-    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
-    // A stream socket carries control data only along with at least one byte.
-    sendmsg::<()>(
-        libc::STDIN_FILENO,
-        &[std::io::IoSlice::new(b"f")],
-        &[ControlMessage::ScmRights(&[fd.as_raw_fd()])],
-        MsgFlags::empty(),
-        None,
-    )
-    .map(drop)
-    .map_err(std::io::Error::from)
+    use crate::channel::{send_fds, PASSED_FILE};
+    // SAFETY: stdin is the socket to the daemon for as long as the operation runs.
+    let socket = unsafe { std::os::fd::BorrowedFd::borrow_raw(libc::STDIN_FILENO) };
+    send_fds(socket, &[PASSED_FILE], &[fd.as_raw_fd()]).map(drop)
 }
