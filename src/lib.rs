@@ -13,6 +13,7 @@ mod environment;
 mod fs;
 mod http;
 mod memory;
+mod path;
 mod process;
 pub mod rpc;
 mod sandbox;

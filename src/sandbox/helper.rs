@@ -41,7 +41,6 @@ use crate::channel::{ADMITTED, READY};
 use crate::process::supervisor::{self, control_socket, exit_for};
 use std::ffi::{CString, OsStr};
 use std::io::{Read as _, Write as _};
-use std::os::unix::ffi::OsStrExt as _;
 
 pub const HELPER_ARG: &str = "__sandbox-exec";
 
@@ -261,7 +260,7 @@ fn executable_by_mode(program: &str) -> bool {
             .unwrap_or_default()
     };
     candidates.iter().any(|path| {
-        CString::new(path.as_os_str().as_bytes())
+        crate::path::cstring(path)
             // SAFETY: valid NUL-terminated path.
             .is_ok_and(|c| unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0)
     })

@@ -20,12 +20,12 @@
 use super::error::SetupError;
 use super::plan::Identity;
 use super::policy::{effective, Rule};
+use crate::path::cstring;
 use exec_server_protocol::sandbox::FsAccess;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -358,11 +358,6 @@ fn mask(
     attach(&tree, path)
 }
 
-fn cpath(path: &Path) -> std::io::Result<CString> {
-    CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))
-}
-
 fn check(rc: libc::c_long) -> std::io::Result<libc::c_long> {
     if rc < 0 {
         Err(std::io::Error::last_os_error())
@@ -373,7 +368,7 @@ fn check(rc: libc::c_long) -> std::io::Result<libc::c_long> {
 
 /// Sets the propagation of every mount (`MS_PRIVATE`, `MS_SLAVE`).
 fn propagation(kind: libc::c_ulong) -> std::io::Result<()> {
-    let root = cpath(Path::new("/"))?;
+    let root = cstring(Path::new("/"))?;
     // SAFETY: valid strings; NULL source, type and data are allowed for a propagation change.
     let rc = unsafe {
         libc::mount(
@@ -399,7 +394,7 @@ fn set_attr(
     set: u64,
     clear: u64,
 ) -> std::io::Result<()> {
-    let path = cpath(path)?;
+    let path = cstring(path)?;
     let mut attr: libc::mount_attr = unsafe { std::mem::zeroed() };
     attr.attr_set = set;
     attr.attr_clr = clear;
@@ -436,7 +431,7 @@ pub fn open_nofollow(path: &Path) -> std::io::Result<OwnedFd> {
 
 /// [`open_nofollow`] with the kernel's own error (ELOOP for a symbolic link on the way).
 pub fn openat2_nofollow(path: &Path) -> std::io::Result<OwnedFd> {
-    let c_path = cpath(path)?;
+    let c_path = cstring(path)?;
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
     how.resolve = libc::RESOLVE_NO_SYMLINKS;
@@ -456,7 +451,7 @@ pub fn openat2_nofollow(path: &Path) -> std::io::Result<OwnedFd> {
 
 /// Clones the mount tree at `path` below `dir` (`""`: `dir` itself).
 fn open_tree_at(dir: &OwnedFd, path: &Path, extra: libc::c_uint) -> std::io::Result<OwnedFd> {
-    let path = cpath(path)?;
+    let path = cstring(path)?;
     let mut flags = libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC | extra;
     if path.as_bytes().is_empty() {
         flags |= libc::AT_EMPTY_PATH as libc::c_uint;
@@ -490,14 +485,14 @@ fn attach(tree: &OwnedFd, target: &Path) -> std::io::Result<()> {
 
 /// A new, configured instance of file system `fstype`, ready for [`fsmount`].
 fn fsopen(fstype: &str, options: &[(&str, &str)]) -> std::io::Result<OwnedFd> {
-    let name = cpath(Path::new(fstype))?;
+    let name = cstring(Path::new(fstype))?;
     // SAFETY: valid string.
     let fd =
         check(unsafe { libc::syscall(libc::SYS_fsopen, name.as_ptr(), libc::FSOPEN_CLOEXEC) })?;
     // SAFETY: new fd we own.
     let fs = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
     for (key, value) in options {
-        let (key, value) = (cpath(Path::new(key))?, cpath(Path::new(value))?);
+        let (key, value) = (cstring(Path::new(key))?, cstring(Path::new(value))?);
         // SAFETY: valid fd and strings.
         check(unsafe {
             libc::syscall(
@@ -540,7 +535,7 @@ fn fsmount(fs: &OwnedFd, attrs: u64) -> std::io::Result<OwnedFd> {
 }
 
 fn make_dir(dir: &OwnedFd, path: &Path, mode: libc::mode_t) -> std::io::Result<()> {
-    let path = cpath(path)?;
+    let path = cstring(path)?;
     // SAFETY: valid fd and path.
     match check(unsafe { libc::mkdirat(dir.as_raw_fd(), path.as_ptr(), mode) }.into()) {
         Err(err) if err.raw_os_error() == Some(libc::EEXIST) => Ok(()),
@@ -550,7 +545,7 @@ fn make_dir(dir: &OwnedFd, path: &Path, mode: libc::mode_t) -> std::io::Result<(
 }
 
 fn make_file(dir: &OwnedFd, path: &Path, mode: libc::mode_t) -> std::io::Result<()> {
-    let path = cpath(path)?;
+    let path = cstring(path)?;
     // SAFETY: valid fd and path.
     let fd = check(
         unsafe {
