@@ -4,7 +4,7 @@
 use exec_server_protocol::environment::*;
 use exec_server_protocol::PathUri;
 use std::ffi::OsString;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 /// The daemon answers, so it is ready: there is nothing it waits for.
 pub(crate) fn status() -> EnvironmentStatus {
@@ -100,17 +100,7 @@ fn resolve(path: PathBuf, cwd: Option<&Path>) -> Option<PathBuf> {
     } else {
         cwd?.join(path)
     };
-    let mut normalized = PathBuf::new();
-    for component in joined.components() {
-        match component {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                normalized.pop();
-            }
-            other => normalized.push(other),
-        }
-    }
-    Some(normalized)
+    Some(crate::path::normalize(&joined))
 }
 
 #[cfg(test)]

@@ -6,12 +6,14 @@
 //! (permission intent enforced on launches and fs calls) → `rpc` (envelope, errors, outbound
 //! queue), which imports none of them.
 
+mod channel;
 mod cli;
 mod config;
 mod environment;
 mod fs;
 mod http;
 mod memory;
+mod path;
 mod process;
 pub mod rpc;
 mod sandbox;

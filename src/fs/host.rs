@@ -48,11 +48,17 @@ pub fn open(path: &Path, options: &mut OpenOptions, follow: bool) -> Result<File
     })
 }
 
-/// Opens a regular file for reading. A directory gets the OS's own EISDIR error (what a plain
-/// read reports in the reference); FIFOs, sockets and devices are not files.
+/// Opens a regular file for reading ([`regular`]).
 pub fn open_regular(path: &Path, follow: bool) -> Result<(File, Metadata), FsError> {
     let file = open(path, OpenOptions::new().read(true), follow)?;
     let meta = with_path(file.metadata(), path)?;
+    regular(&meta, path)?;
+    Ok((file, meta))
+}
+
+/// Err unless `meta` is a regular file's. A directory gets the OS's own EISDIR error (what a
+/// plain read reports in the reference); FIFOs, sockets and devices are not files.
+pub fn regular(meta: &Metadata, path: &Path) -> Result<(), FsError> {
     if meta.is_dir() {
         return Err(FsError::io(
             io::Error::from_raw_os_error(libc::EISDIR),
@@ -62,7 +68,7 @@ pub fn open_regular(path: &Path, follow: bool) -> Result<(File, Metadata), FsErr
     if !meta.is_file() {
         return Err(FsError::NotAFile(path.to_owned()));
     }
-    Ok((file, meta))
+    Ok(())
 }
 
 /// Runs blocking filesystem work off the async runtime.

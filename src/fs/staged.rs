@@ -1,7 +1,7 @@
 //! A file written beside its target and renamed into place, so readers of the target see the
 //! old content or the new, never a mix (`fs/writeFile {atomic}`, `fs/open {mode: "replace"}`).
 
-use super::host::{symlink_refused, with_path};
+use super::host::{regular, symlink_refused, with_path};
 use super::FsError;
 use std::fs::{File, OpenOptions, Permissions};
 use std::io;
@@ -170,14 +170,6 @@ fn resolve_target(path: &Path, follow: bool) -> Result<(PathBuf, Option<Permissi
     } else {
         (path.to_owned(), meta)
     };
-    if meta.is_dir() {
-        return Err(FsError::io(
-            io::Error::from_raw_os_error(libc::EISDIR),
-            path,
-        ));
-    }
-    if !meta.is_file() {
-        return Err(FsError::NotAFile(path.to_owned()));
-    }
+    regular(&meta, path)?;
     Ok((target, Some(meta.permissions())))
 }

@@ -23,33 +23,19 @@
 //! (kill the tree, confirm) or [`SIGNAL`] and a signal number (for the program's process
 //! group). EOF means the daemon is gone: [`on_daemon_gone`].
 
-use crate::sandbox::helper::{fail, os_fail};
-use crate::sandbox::plan::{Failure, EXEC_STAGE, MAX_PLAN_BYTES};
+use crate::channel::{self, FrameError, KILL, LAUNCH, READY, SIGNAL, SIGNAL_TREE};
+use crate::sandbox::plan::{Failure, Stage, MAX_PLAN_BYTES};
 use exec_server_protocol::process::ProcessUsage;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::ffi::{CString, OsStr};
 use std::io::{Read, Write as _};
-use std::os::fd::{AsRawFd, FromRawFd as _, OwnedFd, RawFd};
+use std::os::fd::{AsFd as _, AsRawFd, FromRawFd as _, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 pub const SUPERVISOR_ARG: &str = "__supervise";
-
-/// Written once on the control socket when a supervisor is ready for its launch.
-pub const READY: u8 = b'R';
-
-/// Order: kill the whole tree, then report `exited` (if not yet) and `gone`.
-pub const KILL: u8 = b'K';
-/// The first byte of a launch (the descriptors travel with it). A plain supervisor serves one
-/// launch after another, so an order sent just as the previous tree ended may come first: it
-/// is skipped.
-const LAUNCH: u8 = b'L';
-/// Order: send the next byte's signal to the program's process group while it runs.
-pub const SIGNAL: u8 = b'S';
-/// Order: send the next byte's signal to every process of the tree.
-pub const SIGNAL_TREE: u8 = b'T';
 
 /// How long a kill order waits for the tree to be gone before it says it could not confirm.
 const KILL_BOUND: Duration = Duration::from_secs(2);
@@ -123,7 +109,6 @@ pub fn main_if_supervisor() {
 /// fresh supervisor is forked, which serves that launch. It reaps the supervisors, and exits
 /// at EOF (the supervisors see their own EOF and kill their trees).
 fn serve_forks(control: &UnixStream) -> ! {
-    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
     let sigchld = block_sigchld();
     loop {
         let mut fds = [
@@ -151,29 +136,13 @@ fn serve_forks(control: &UnixStream) -> ! {
             continue;
         }
         let mut byte = [0u8; 1];
-        let mut iov = [std::io::IoSliceMut::new(&mut byte)];
-        let mut space = nix::cmsg_space!([RawFd; 1]);
-        let Ok(message) = recvmsg::<()>(
-            control.as_raw_fd(),
-            &mut iov,
-            Some(&mut space),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        ) else {
+        let Ok(received) = channel::recv_fds(control.as_fd(), &mut byte, 1, false) else {
             std::process::exit(0)
         };
-        if message.bytes == 0 {
+        if received.bytes == 0 {
             std::process::exit(0);
         }
-        let mut sockets = Vec::new();
-        for cmsg in message.cmsgs().into_iter().flatten() {
-            if let ControlMessageOwned::ScmRights(raw) = cmsg {
-                // SAFETY: the kernel installed these descriptors for us alone.
-                sockets.extend(
-                    raw.into_iter()
-                        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
-                );
-            }
-        }
+        let mut sockets = received.fds;
         let Some(socket) = sockets.pop() else {
             continue;
         };
@@ -195,14 +164,14 @@ fn supervise(control: UnixStream) -> ! {
     if unsafe { libc::setsid() } < 0 || !become_subreaper() {
         refuse(
             &control,
-            os_fail("supervisor")(std::io::Error::last_os_error()),
+            Stage::Supervisor.os(std::io::Error::last_os_error()),
         );
     }
     loop {
         let (stdio, setup, payload) =
             receive(&control).unwrap_or_else(|failure| refuse(&control, failure));
         let launch: PlainLaunch = serde_json::from_slice(&payload)
-            .unwrap_or_else(|err| refuse(&control, fail("launch")(err.to_string())));
+            .unwrap_or_else(|err| refuse(&control, Stage::Launch.fail(err)));
         let simple = !setup.tty
             && stdio.len() == 3
             && setup.max_open_files.is_none()
@@ -246,7 +215,7 @@ fn spawn_plain(control: &UnixStream, stdio: Vec<OwnedFd>, launch: &PlainLaunch) 
             };
             Ahead { pid, sigchld }.supervise(control, Some(started))
         }
-        Err(err) => refuse(control, os_fail(EXEC_STAGE)(err)),
+        Err(err) => refuse(control, Stage::Exec.os(err)),
     }
 }
 
@@ -271,7 +240,7 @@ pub fn control_socket() -> Result<UnixStream, Failure> {
 /// The socket the daemon passed as `fd`, moved off it (close-on-exec), with /dev/null in its
 /// place: no other copy of it stays open here.
 pub fn take_socket(fd: RawFd) -> Result<UnixStream, Failure> {
-    let last_os = || os_fail("control")(std::io::Error::last_os_error());
+    let last_os = || Stage::Control.os(std::io::Error::last_os_error());
     // SAFETY: duplicating an inherited fd into a new one we then own.
     let socket = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
     if socket < 0 {
@@ -279,7 +248,7 @@ pub fn take_socket(fd: RawFd) -> Result<UnixStream, Failure> {
     }
     // SAFETY: the new fd is ours.
     let socket = unsafe { UnixStream::from_raw_fd(socket) };
-    let null = std::fs::File::open("/dev/null").map_err(os_fail("control"))?;
+    let null = std::fs::File::open("/dev/null").map_err(|err| Stage::Control.os(err))?;
     // SAFETY: replaces the inherited fd, whose socket is kept above.
     if unsafe { libc::dup2(null.as_raw_fd(), fd) } < 0 {
         return Err(last_os());
@@ -289,31 +258,15 @@ pub fn take_socket(fd: RawFd) -> Result<UnixStream, Failure> {
 
 /// The program's stdio (and cgroup), the child setup and the launch, as the daemon sends them.
 pub fn receive(control: &UnixStream) -> Result<(Vec<OwnedFd>, ChildSetup, Vec<u8>), Failure> {
-    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
     let mut first = [0u8; 4096];
     let mut fds = Vec::new();
     // Orders left from a previous launch come first, each alone or glued to the launch.
     let (start, received) = loop {
-        let mut iov = [std::io::IoSliceMut::new(&mut first)];
-        let mut space = nix::cmsg_space!([RawFd; 5]);
-        let message = recvmsg::<()>(
-            control.as_raw_fd(),
-            &mut iov,
-            Some(&mut space),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        )
-        .map_err(|errno| os_fail("policy")(errno.into()))?;
-        for cmsg in message.cmsgs().map_err(|e| fail("policy")(e.to_string()))? {
-            if let ControlMessageOwned::ScmRights(raw) = cmsg {
-                // SAFETY: the kernel installed these descriptors for us alone.
-                fds.extend(
-                    raw.into_iter()
-                        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
-                );
-            }
-        }
-        if message.flags.contains(MsgFlags::MSG_CTRUNC) {
-            return Err(fail("policy")("too many descriptors".into()));
+        let message = channel::recv_fds(control.as_fd(), &mut first, 5, false)
+            .map_err(|err| Stage::Policy.os(err))?;
+        fds.extend(message.fds);
+        if message.truncated {
+            return Err(Stage::Policy.fail("too many descriptors"));
         }
         let received = message.bytes;
         if received == 0 {
@@ -325,50 +278,37 @@ pub fn receive(control: &UnixStream) -> Result<(Vec<OwnedFd>, ChildSetup, Vec<u8
             start += match byte {
                 KILL => 1,
                 SIGNAL | SIGNAL_TREE => 2,
-                _ => return Err(fail("policy")("not a launch".into())),
+                _ => return Err(Stage::Policy.fail("not a launch")),
             };
         }
         if start < received {
             break (start + 1, received);
         }
         if !fds.is_empty() {
-            return Err(fail("policy")("descriptors without a launch".into()));
+            return Err(Stage::Policy.fail("descriptors without a launch"));
         }
     };
     if !(3..=5).contains(&fds.len()) {
-        return Err(fail("policy")(
-            "expected the program's three stdio descriptors".into(),
-        ));
+        return Err(Stage::Policy.fail("expected the program's three stdio descriptors"));
     }
     let mut input = std::io::Cursor::new(first[start..received].to_vec()).chain(control);
     let setup = read_frame(&mut input)?;
-    let setup = serde_json::from_slice(&setup).map_err(|e| fail("policy")(e.to_string()))?;
+    let setup = serde_json::from_slice(&setup).map_err(|e| Stage::Policy.fail(e))?;
     Ok((fds, setup, read_frame(&mut input)?))
 }
 
-/// One length-prefixed frame.
+/// One length-prefixed frame of a launch.
 pub fn read_frame(input: &mut impl Read) -> Result<Vec<u8>, Failure> {
-    let mut len = [0u8; 4];
-    input.read_exact(&mut len).map_err(os_fail("policy"))?;
-    let len = u32::from_le_bytes(len) as usize;
-    if len > MAX_PLAN_BYTES {
-        return Err(fail("policy")("the launch is too large".into()));
-    }
-    let mut data = vec![0; len];
-    input.read_exact(&mut data).map_err(os_fail("policy"))?;
-    Ok(data)
+    channel::read_frame(input, MAX_PLAN_BYTES).map_err(|err| match err {
+        FrameError::Io(err) => Stage::Policy.os(err),
+        too_large => Stage::Policy.fail(too_large),
+    })
 }
 
-/// The frames [`receive`] reads, for the daemon to send.
+/// The launch [`receive`] reads, for the daemon to send.
 pub fn frames(setup: &ChildSetup, payload: &[u8]) -> Vec<u8> {
     let setup = serde_json::to_vec(setup).expect("the setup serializes");
-    let mut out = Vec::with_capacity(9 + setup.len() + payload.len());
-    out.push(LAUNCH);
-    for frame in [&setup[..], payload] {
-        out.extend_from_slice(&(frame.len() as u32).to_le_bytes());
-        out.extend_from_slice(frame);
-    }
-    out
+    channel::launch(&[&setup, payload])
 }
 
 /// Reports a launch that could not be made before any child existed, and exits.
@@ -413,7 +353,7 @@ pub fn exit_for(failure: &Failure) -> ! {
             failure.stage, failure.message
         );
     }
-    std::process::exit(if failure.stage == EXEC_STAGE {
+    std::process::exit(if failure.stage == Stage::Exec {
         if failure.errno == Some(libc::ENOENT) {
             127
         } else {
@@ -461,7 +401,7 @@ pub fn fork_ahead(
     }
     drop(launch);
     if pid < 0 {
-        return Err(os_fail("supervisor")(std::io::Error::last_os_error()));
+        return Err(Stage::Supervisor.os(std::io::Error::last_os_error()));
     }
     Ok(Ahead { pid, sigchld })
 }
@@ -499,7 +439,7 @@ pub fn run(
     child: impl FnOnce(&ChildSetup, Vec<u8>) -> Failure,
 ) {
     let (ours, theirs) =
-        UnixStream::pair().unwrap_or_else(|err| refuse(control, os_fail("supervisor")(err)));
+        UnixStream::pair().unwrap_or_else(|err| refuse(control, Stage::Supervisor.os(err)));
     let ahead = fork_ahead(control, theirs, child).unwrap_or_else(|f| refuse(control, f));
     let passed = send_launch(&ours, &stdio, &frames(setup, payload));
     // The program's pipes or terminal must close when the program's side does.
@@ -511,7 +451,7 @@ pub fn run(
         (Err(err), _) => Report::Failed {
             pid,
             supervisor,
-            failure: os_fail("supervisor")(err),
+            failure: Stage::Supervisor.os(err),
         },
         (Ok(()), Some(failure)) => Report::Failed {
             pid,
@@ -524,21 +464,14 @@ pub fn run(
 }
 
 /// Sends a launch: the descriptors with the first bytes, then the rest.
-pub fn send_launch(socket: &UnixStream, fds: &[OwnedFd], frames: &[u8]) -> std::io::Result<()> {
-    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+fn send_launch(socket: &UnixStream, fds: &[OwnedFd], frames: &[u8]) -> std::io::Result<()> {
     let fds: Vec<RawFd> = fds.iter().map(AsRawFd::as_raw_fd).collect();
-    let sent = sendmsg::<()>(
-        socket.as_raw_fd(),
-        &[std::io::IoSlice::new(frames)],
-        &[ControlMessage::ScmRights(&fds)],
-        MsgFlags::MSG_NOSIGNAL,
-        None,
-    )?;
-    (&*socket).write_all(&frames[sent..])
+    channel::send_all_with_fds(socket, frames, &fds)
 }
+
 /// In the child: the signal state of a fresh process, its stdio, its session or group.
 fn enter(stdio: &[OwnedFd], setup: &ChildSetup) -> Result<(), Failure> {
-    let last_os = |stage| os_fail(stage)(std::io::Error::last_os_error());
+    let last_os = |stage: Stage| stage.os(std::io::Error::last_os_error());
     // SAFETY: plain calls on this process's signal state and descriptors.
     unsafe {
         let mut empty: libc::sigset_t = std::mem::zeroed();
@@ -548,22 +481,23 @@ fn enter(stdio: &[OwnedFd], setup: &ChildSetup) -> Result<(), Failure> {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         for (target, fd) in stdio.iter().take(3).enumerate() {
             if libc::dup2(fd.as_raw_fd(), target as RawFd) < 0 {
-                return Err(last_os("stdio"));
+                return Err(last_os(Stage::Stdio));
             }
         }
         // Its own session and group, so that signals reach what it starts in it.
         if libc::setsid() < 0 {
-            return Err(last_os("session"));
+            return Err(last_os(Stage::Session));
         }
         // A PTY's session leader takes its terminal as the controlling one.
         if setup.tty && libc::ioctl(libc::STDIN_FILENO, libc::TIOCSCTTY, 0) < 0 {
-            return Err(last_os("terminal"));
+            return Err(last_os(Stage::Terminal));
         }
     }
     for cgroup in &stdio[3..] {
         // Joined before the exec, so that nothing the program does escapes the group.
-        let mut procs = std::fs::File::from(cgroup.try_clone().map_err(os_fail("cgroup"))?);
-        procs.write_all(b"0").map_err(os_fail("cgroup"))?;
+        let mut procs =
+            std::fs::File::from(cgroup.try_clone().map_err(|err| Stage::Cgroup.os(err))?);
+        procs.write_all(b"0").map_err(|err| Stage::Cgroup.os(err))?;
     }
     Ok(())
 }
@@ -577,8 +511,7 @@ impl ChildSetup {
             (Resource::RLIMIT_CPU, self.max_cpu_seconds),
         ] {
             if let Some(limit) = limit {
-                setrlimit(resource, limit, limit)
-                    .map_err(|errno| os_fail("limits")(errno.into()))?;
+                setrlimit(resource, limit, limit).map_err(|errno| Stage::Limits.os(errno))?;
             }
         }
         Ok(())
@@ -591,15 +524,14 @@ fn exec_plain(launch: &PlainLaunch, setup: &ChildSetup) -> Failure {
         items
             .map(CString::new)
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| fail("launch")(e.to_string()))
+            .map_err(|e| Stage::Launch.fail(e))
     };
     let prepared = (|| {
-        let program =
-            CString::new(launch.program.as_str()).map_err(|e| fail("launch")(e.to_string()))?;
+        let program = CString::new(launch.program.as_str()).map_err(|e| Stage::Launch.fail(e))?;
         let argv = cstrings(&mut launch.argv.iter().map(String::as_str))?;
         let env: Vec<String> = launch.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let env = cstrings(&mut env.iter().map(String::as_str))?;
-        std::env::set_current_dir(&launch.cwd).map_err(os_fail(EXEC_STAGE))?;
+        std::env::set_current_dir(&launch.cwd).map_err(|err| Stage::Exec.os(err))?;
         setup.apply_limits()?;
         Ok((program, argv, env))
     })();
@@ -609,7 +541,7 @@ fn exec_plain(launch: &PlainLaunch, setup: &ChildSetup) -> Failure {
     };
     let err = nix::unistd::execve(&program, &argv, &env).unwrap_err();
     Failure {
-        stage: EXEC_STAGE.into(),
+        stage: Stage::Exec,
         message: format!("cannot execute `{}`: {}", launch.program, err.desc()),
         errno: Some(err as i32),
         denied: false,

@@ -5,6 +5,7 @@ use super::cgroup::Group;
 use super::spawn::LaunchSpec;
 use super::supervisor;
 pub use super::supervisor::Report;
+use crate::channel;
 use crate::sandbox::plan::Failure;
 use crate::sandbox::pool::{self, Kind, StartError};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -173,17 +174,17 @@ impl Reports {
 impl Orders {
     /// Kill the whole tree; the supervisor answers with `exited` (if not yet) and `gone`.
     pub fn kill(&self) {
-        self.send(&[supervisor::KILL]);
+        self.send(&[channel::KILL]);
     }
 
     /// `signal` to the program's process group, while it has not exited.
     pub fn signal(&self, signal: nix::sys::signal::Signal) {
-        self.send(&[supervisor::SIGNAL, signal as u8]);
+        self.send(&[channel::SIGNAL, signal as u8]);
     }
 
     /// `signal` to every process of the tree.
     pub fn signal_tree(&self, signal: nix::sys::signal::Signal) {
-        self.send(&[supervisor::SIGNAL_TREE, signal as u8]);
+        self.send(&[channel::SIGNAL_TREE, signal as u8]);
     }
 
     fn send(&self, order: &[u8]) {

@@ -11,9 +11,10 @@
 //! any other address is unreachable (no route), and seccomp and Landlock refuse the rest (see
 //! `seccomp::tcp_only`, `landlock::restrict`).
 
+use crate::channel::{self, LISTENERS};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::os::fd::{AsRawFd as _, OwnedFd, RawFd};
+use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,14 +31,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long an accept loop pauses after a failed accept (e.g. EMFILE) instead of spinning.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
-/// Sent by the helper with the listeners; a failure report starts with `{` instead.
-const LISTENERS: u8 = b'L';
-
 /// In the helper, in its new network namespace (which it may still configure): `lo` up, a
 /// listener on 127.0.0.1 at each of `ports`, all sent to the daemon on `control` (then closed
 /// here, so the program never holds them).
 pub fn open(control: &UnixStream, ports: &[u16]) -> io::Result<()> {
-    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
     loopback_up()?;
     let listeners = ports
         .iter()
@@ -45,15 +42,7 @@ pub fn open(control: &UnixStream, ports: &[u16]) -> io::Result<()> {
         .collect::<io::Result<Vec<_>>>()?;
     let fds: Vec<RawFd> = listeners.iter().map(|l| l.as_raw_fd()).collect();
     // No ports: the marker alone (the daemon has nothing to bridge).
-    let rights = [ControlMessage::ScmRights(&fds)];
-    sendmsg::<()>(
-        control.as_raw_fd(),
-        &[io::IoSlice::new(&[LISTENERS])],
-        if fds.is_empty() { &[] } else { &rights },
-        MsgFlags::MSG_NOSIGNAL,
-        None,
-    )?;
-    Ok(())
+    channel::send_fds(control.as_fd(), &[LISTENERS], &fds).map(drop)
 }
 
 /// Sets IFF_UP on `lo`, which assigns it 127.0.0.1.
@@ -88,31 +77,12 @@ fn loopback_up() -> io::Result<()> {
 /// (after the marker): them and the bytes that followed. A helper that failed before it could
 /// send them writes its failure report instead: no listeners, and the report's first bytes.
 pub async fn receive(control: &tokio::net::UnixStream) -> io::Result<(Vec<OwnedFd>, Vec<u8>)> {
-    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
-    use std::os::fd::FromRawFd as _;
     let mut data = [0u8; 512];
     let (fds, bytes) = loop {
         control.readable().await?;
         let received = control.try_io(tokio::io::Interest::READABLE, || {
-            let mut iov = [io::IoSliceMut::new(&mut data)];
-            let mut space = nix::cmsg_space!([RawFd; MAX_PORTS]);
-            let message = recvmsg::<()>(
-                control.as_raw_fd(),
-                &mut iov,
-                Some(&mut space),
-                MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT,
-            )?;
-            let mut fds = Vec::new();
-            for control in message.cmsgs()? {
-                if let ControlMessageOwned::ScmRights(raw) = control {
-                    // SAFETY: the kernel installed these descriptors for us alone.
-                    fds.extend(
-                        raw.into_iter()
-                            .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
-                    );
-                }
-            }
-            Ok((fds, message.bytes))
+            channel::recv_fds(control.as_fd(), &mut data, MAX_PORTS, true)
+                .map(|message| (message.fds, message.bytes))
         });
         match received {
             Ok(received) => break received,

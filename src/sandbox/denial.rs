@@ -27,7 +27,7 @@ use super::plan::ManagedPlan;
 use super::policy::{effective, Rule};
 use exec_server_protocol::process::OutputStream;
 use exec_server_protocol::sandbox::FsAccess;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 /// Longest line scanned; the rest of a longer line is ignored.
 const MAX_LINE: usize = 4096;
@@ -281,17 +281,7 @@ fn candidate_paths(line: &str) -> Vec<String> {
 /// An absolute, lexically normalized path; the longest existing prefix is canonicalized so
 /// symbolic links in the reported path do not hide where it really is.
 fn resolve(cwd: &Path, path: &Path) -> PathBuf {
-    let joined = cwd.join(path);
-    let mut normal = PathBuf::new();
-    for component in joined.components() {
-        match component {
-            Component::ParentDir => {
-                normal.pop();
-            }
-            Component::CurDir => {}
-            other => normal.push(other),
-        }
-    }
+    let normal = crate::path::normalize(&cwd.join(path));
     let mut existing = normal.clone();
     let mut tail = Vec::new();
     while !existing.exists() {

@@ -20,9 +20,31 @@ pub fn is_pattern(pattern: &str) -> bool {
     pattern.contains(['*', '?', '[', '\\'])
 }
 
+/// Why a pattern cannot be expanded (a bound hit fails rather than grant a partial set).
+#[derive(Debug, thiserror::Error)]
+pub enum GlobError {
+    #[error("glob pattern `{0}` must not contain `..`")]
+    Parent(String),
+    #[error("glob pattern `{0}` is not UTF-8")]
+    NotUtf8(String),
+    #[error("glob pattern `{0}` is not POSIX")]
+    NotPosix(String),
+    #[error(
+        "glob pattern `{pattern}` reaches deeper than glob_scan_max_depth {max_depth} under `{}`",
+        under.display()
+    )]
+    TooDeep {
+        pattern: String,
+        max_depth: u32,
+        under: PathBuf,
+    },
+    #[error("glob pattern `{0}` visits more than {MAX_VISITED} entries")]
+    TooMany(String),
+}
+
 /// Existing paths under `base` matching the relative or absolute `pattern` (an absolute one
 /// ignores `base`).
-pub fn expand(pattern: &str, base: &Path, max_depth: u32) -> Result<Vec<PathBuf>, String> {
+pub fn expand(pattern: &str, base: &Path, max_depth: u32) -> Result<Vec<PathBuf>, GlobError> {
     let path = Path::new(pattern);
     let mut start = if path.is_absolute() {
         PathBuf::from("/")
@@ -33,15 +55,13 @@ pub fn expand(pattern: &str, base: &Path, max_depth: u32) -> Result<Vec<PathBuf>
     for component in path.components() {
         match component {
             Component::RootDir | Component::CurDir => {}
-            Component::ParentDir => {
-                return Err(format!("glob pattern `{pattern}` must not contain `..`"))
-            }
+            Component::ParentDir => return Err(GlobError::Parent(pattern.into())),
             Component::Normal(part) => parts.push(
                 part.to_str()
-                    .ok_or_else(|| format!("glob pattern `{pattern}` is not UTF-8"))?
+                    .ok_or_else(|| GlobError::NotUtf8(pattern.into()))?
                     .to_owned(),
             ),
-            Component::Prefix(_) => return Err(format!("glob pattern `{pattern}` is not POSIX")),
+            Component::Prefix(_) => return Err(GlobError::NotPosix(pattern.into())),
         }
     }
     // The literal prefix is walked directly, not scanned.
@@ -77,7 +97,7 @@ struct Walk<'a> {
 }
 
 impl Walk<'_> {
-    fn visit(&mut self, dir: &Path, rest: &[String], depth: u32) -> Result<(), String> {
+    fn visit(&mut self, dir: &Path, rest: &[String], depth: u32) -> Result<(), GlobError> {
         let Some((first, tail)) = rest.split_first() else {
             self.matches.push(dir.to_path_buf());
             return Ok(());
@@ -90,12 +110,11 @@ impl Walk<'_> {
             if first == "**" || !tail.is_empty() {
                 // Entries below the bound could match: the set would be incomplete.
                 if has_subdirectories(dir) {
-                    return Err(format!(
-                        "glob pattern `{}` reaches deeper than glob_scan_max_depth {} under `{}`",
-                        self.pattern,
-                        self.max_depth,
-                        dir.display()
-                    ));
+                    return Err(GlobError::TooDeep {
+                        pattern: self.pattern.into(),
+                        max_depth: self.max_depth,
+                        under: dir.to_path_buf(),
+                    });
                 }
             }
             if first == "**" {
@@ -108,10 +127,7 @@ impl Walk<'_> {
         for entry in entries.flatten() {
             self.visited += 1;
             if self.visited > MAX_VISITED {
-                return Err(format!(
-                    "glob pattern `{}` visits more than {MAX_VISITED} entries",
-                    self.pattern
-                ));
+                return Err(GlobError::TooMany(self.pattern.into()));
             }
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };

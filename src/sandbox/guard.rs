@@ -135,45 +135,45 @@ impl Guard {
 
     /// Err(reason) when a write grant on the canonical directory or file `root` would expose
     /// the daemon's state.
-    pub fn check_write_root(&self, root: &Path) -> Result<(), String> {
-        let meta = std::fs::metadata(root)
-            .map_err(|err| format!("write root `{}` cannot be inspected: {err}", root.display()))?;
+    pub fn check_write_root(&self, root: &Path) -> Result<(), GuardError> {
+        let meta = std::fs::metadata(root).map_err(|source| GuardError::Inspect {
+            root: root.to_path_buf(),
+            source,
+        })?;
         let mounts = Mounts::read();
         let grant_in_fs = mounts.fs_path(root);
         for item in &self.protected {
-            let refuse = |how: String| {
-                Err(format!(
-                    "sandbox write grant `{}` would expose {} `{}` ({how}); refusing it",
-                    root.display(),
-                    item.what,
-                    item.path.display()
-                ))
+            let refuse = |how: Overlap| {
+                Err(GuardError::Exposes {
+                    root: root.to_path_buf(),
+                    what: item.what,
+                    protected: item.path.clone(),
+                    how,
+                })
             };
             if item.path.starts_with(root) {
-                return refuse("it lies inside the grant".into());
+                return refuse(Overlap::Inside);
             }
             if root.starts_with(&item.path) {
-                return refuse("the grant lies inside it".into());
+                return refuse(Overlap::Contains);
             }
             if item.id == Some((meta.dev(), meta.ino())) {
-                return refuse("the grant is the same file".into());
+                return refuse(Overlap::Same);
             }
             if item.ancestors.contains(&(meta.dev(), meta.ino())) {
-                return refuse("the grant is an alias of one of its directories".into());
+                return refuse(Overlap::Alias);
             }
             if meta.dev() == item.dev {
                 if let (Some(grant), Some(target)) = (&grant_in_fs, mounts.fs_path(&item.path)) {
                     if target.starts_with(grant) || grant.starts_with(&target) {
-                        return refuse("a bind mount makes the grant overlap it".into());
+                        return refuse(Overlap::BindMount);
                     }
                 }
                 if let (true, true, Some((dev, ino))) = (item.nlink > 1, meta.is_dir(), item.id) {
                     match find_inode(root, dev, ino) {
                         Ok(None) => {}
-                        Ok(Some(link)) => {
-                            return refuse(format!("`{}` is a hard link to it", link.display()))
-                        }
-                        Err(err) => return refuse(err),
+                        Ok(Some(link)) => return refuse(Overlap::HardLink(link)),
+                        Err(too_large) => return refuse(too_large),
                     }
                 }
             }
@@ -182,8 +182,51 @@ impl Guard {
     }
 }
 
+/// Why a write grant is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum GuardError {
+    #[error("write root `{}` cannot be inspected: {source}", root.display())]
+    Inspect {
+        root: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "sandbox write grant `{}` would expose {what} `{}` ({how}); refusing it",
+        root.display(),
+        protected.display()
+    )]
+    Exposes {
+        root: PathBuf,
+        what: &'static str,
+        protected: PathBuf,
+        how: Overlap,
+    },
+}
+
+/// How a grant would overlap a protected file.
+#[derive(Debug, thiserror::Error)]
+pub enum Overlap {
+    #[error("it lies inside the grant")]
+    Inside,
+    #[error("the grant lies inside it")]
+    Contains,
+    #[error("the grant is the same file")]
+    Same,
+    #[error("the grant is an alias of one of its directories")]
+    Alias,
+    #[error("a bind mount makes the grant overlap it")]
+    BindMount,
+    #[error("`{}` is a hard link to it", .0.display())]
+    HardLink(PathBuf),
+    #[error(
+        "it has other hard links and the grant has more than {MAX_LINK_SCAN} entries to search \
+         for them"
+    )]
+    TooLarge,
+}
+
 /// Searches `root` (same device only, no symlinks followed) for a file with this inode.
-fn find_inode(root: &Path, dev: u64, ino: u64) -> Result<Option<PathBuf>, String> {
+fn find_inode(root: &Path, dev: u64, ino: u64) -> Result<Option<PathBuf>, Overlap> {
     let mut stack = vec![root.to_path_buf()];
     let mut visited = 0usize;
     while let Some(dir) = stack.pop() {
@@ -193,10 +236,7 @@ fn find_inode(root: &Path, dev: u64, ino: u64) -> Result<Option<PathBuf>, String
         for entry in entries.flatten() {
             visited += 1;
             if visited > MAX_LINK_SCAN {
-                return Err(format!(
-                    "it has other hard links and the grant has more than {MAX_LINK_SCAN} entries \
-                     to search for them"
-                ));
+                return Err(Overlap::TooLarge);
             }
             let Ok(meta) = entry.metadata() else { continue };
             if meta.dev() != dev {
@@ -278,7 +318,7 @@ mod tests {
         let guard = init();
         let exe = std::env::current_exe().unwrap().canonicalize().unwrap();
         let err = guard.check_write_root(exe.parent().unwrap()).unwrap_err();
-        assert!(err.contains("inside the grant"), "{err}");
+        assert!(err.to_string().contains("inside the grant"), "{err}");
         assert!(guard.check_write_root(Path::new("/")).is_err());
         let disjoint = tempfile::tempdir().unwrap();
         guard.check_write_root(disjoint.path()).unwrap();

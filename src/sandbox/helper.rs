@@ -35,18 +35,14 @@
 //! loaded or looked up after the sandbox is in place, so the intent need not grant the daemon's
 //! binary or its libraries.
 
-use super::plan::{Failure, Identity, NetworkMode, Plan, EXEC_STAGE};
+use super::plan::{Failure, Identity, NetworkMode, Plan, Stage};
 use super::{landlock, mounts, seccomp};
-use crate::process::supervisor::{self, control_socket, exit_for, READY};
+use crate::channel::{ADMITTED, READY};
+use crate::process::supervisor::{self, control_socket, exit_for};
 use std::ffi::{CString, OsStr};
 use std::io::{Read as _, Write as _};
-use std::os::unix::ffi::OsStrExt as _;
 
 pub const HELPER_ARG: &str = "__sandbox-exec";
-
-/// Sent by the daemon once the helper is in the cgroup it must be in (`super::peers`): only
-/// then may it fork.
-pub const ADMITTED: u8 = b'A';
 
 /// Runs the helper and never returns when this process was started as one.
 pub fn main_if_helper() {
@@ -94,7 +90,7 @@ pub fn main_if_helper() {
                     // alive. Closing the launch socket tells the daemon the sandbox is in
                     // place.
                     if unsafe { libc::close_range(3, libc::c_uint::MAX, 0) } != 0 {
-                        return os_fail("fds")(std::io::Error::last_os_error());
+                        return Stage::Fds.os(std::io::Error::last_os_error());
                     }
                     crate::fs::helper::serve()
                 }
@@ -106,7 +102,9 @@ pub fn main_if_helper() {
         .and_then(|ahead| {
             let mut ready = vec![READY];
             ready.extend_from_slice(&ahead.pid().to_le_bytes());
-            control.write_all(&ready).map_err(os_fail("control"))?;
+            control
+                .write_all(&ready)
+                .map_err(|err| Stage::Control.os(err))?;
             Ok(ahead)
         })
         .unwrap_or_else(|failure| {
@@ -118,10 +116,11 @@ pub fn main_if_helper() {
         // fork, so the program never holds them.
         let opened = supervisor::read_frame(&mut &control)
             .and_then(|ports| {
-                serde_json::from_slice::<Vec<u16>>(&ports)
-                    .map_err(|e| fail("network")(e.to_string()))
+                serde_json::from_slice::<Vec<u16>>(&ports).map_err(|e| Stage::Network.fail(e))
             })
-            .and_then(|ports| super::bridge::open(&control, &ports).map_err(os_fail("network")));
+            .and_then(|ports| {
+                super::bridge::open(&control, &ports).map_err(|err| Stage::Network.os(err))
+            });
         if let Err(failure) = opened {
             // SAFETY: plain syscall on our own child, which has no launch yet.
             unsafe { libc::kill(ahead.pid(), libc::SIGKILL) };
@@ -135,31 +134,11 @@ pub fn main_if_helper() {
 
 /// The plan, for this helper's network mode.
 fn parse(text: &[u8], network: NetworkMode) -> Result<Plan, Failure> {
-    let plan: Plan = serde_json::from_slice(text).map_err(|e| fail("policy")(e.to_string()))?;
+    let plan: Plan = serde_json::from_slice(text).map_err(|e| Stage::Policy.fail(e))?;
     if plan.network_mode() != network {
-        return Err(fail("policy")(
-            "the plan's network mode is not this helper's".into(),
-        ));
+        return Err(Stage::Policy.fail("the plan's network mode is not this helper's"));
     }
     Ok(plan)
-}
-
-pub(crate) fn fail(stage: &str) -> impl Fn(String) -> Failure + '_ {
-    move |message| Failure {
-        stage: stage.into(),
-        message,
-        errno: None,
-        denied: false,
-    }
-}
-
-pub(crate) fn os_fail(stage: &str) -> impl Fn(std::io::Error) -> Failure + '_ {
-    move |err| Failure {
-        stage: stage.into(),
-        message: err.to_string(),
-        errno: err.raw_os_error(),
-        denied: false,
-    }
 }
 
 /// The plan asks for an fs operation in place of a program, and the sandbox is in place.
@@ -169,28 +148,28 @@ struct FsOp;
 fn start(network: NetworkMode) -> Result<seccomp::BpfProgram, Failure> {
     // SAFETY: plain syscalls without pointers.
     if unsafe { libc::getsid(0) != libc::getpid() } && unsafe { libc::setsid() } < 0 {
-        return Err(os_fail("session")(std::io::Error::last_os_error()));
+        return Err(Stage::Session.os(std::io::Error::last_os_error()));
     }
-    let filters = seccomp::filters(network).map_err(fail("seccomp"))?;
+    let filters = seccomp::filters(network).map_err(|err| Stage::Seccomp.setup(err))?;
     // SAFETY: plain syscall; the process is single-threaded.
     if network != NetworkMode::Enabled && unsafe { libc::unshare(libc::CLONE_NEWNET) } < 0 {
-        return Err(os_fail("namespaces")(std::io::Error::last_os_error()));
+        return Err(Stage::Namespaces.os(std::io::Error::last_os_error()));
     }
     // Every launch gets its own mount namespace, if only for its own /proc. Made here, off
     // the launch path, as a follower of the host's mounts, so the view a launch builds from it
     // is still the host's as it is at the launch.
     // SAFETY: plain syscall; the process is single-threaded.
     if unsafe { libc::unshare(libc::CLONE_NEWNS) } < 0 {
-        return Err(os_fail("namespaces")(std::io::Error::last_os_error()));
+        return Err(Stage::Namespaces.os(std::io::Error::last_os_error()));
     }
     mounts::follow_host()
         .and_then(|()| mounts::own_proc())
-        .map_err(fail("mounts"))?;
+        .map_err(|err| Stage::Mounts.setup(err))?;
     // The supervisor of the program's tree (`crate::process::supervisor`).
     if !supervisor::become_subreaper() {
-        return Err(os_fail("supervisor")(std::io::Error::last_os_error()));
+        return Err(Stage::Supervisor.os(std::io::Error::last_os_error()));
     }
-    seccomp::apply(&filters.early).map_err(fail("seccomp"))?;
+    seccomp::apply(&filters.early).map_err(|err| Stage::Seccomp.setup(err))?;
     Ok(filters.late)
 }
 
@@ -205,26 +184,23 @@ fn run(
         .iter()
         .map(|arg| CString::new(arg.as_bytes()))
         .collect::<Result<_, _>>()
-        .map_err(|e| fail("policy")(e.to_string()))?;
-    let program =
-        CString::new(plan.program.as_bytes()).map_err(|e| fail("policy")(e.to_string()))?;
+        .map_err(|e| Stage::Policy.fail(e))?;
+    let program = CString::new(plan.program.as_bytes()).map_err(|e| Stage::Policy.fail(e))?;
 
     if let Some(fs) = &mut plan.fs {
-        mounts::apply(&fs.mounts, &fs.identities).map_err(fail("mounts"))?;
+        mounts::apply(&fs.mounts, &fs.identities).map_err(|err| Stage::Mounts.setup(err))?;
         proc_identities_from_own_proc(&mut fs.identities);
         if let Some((grant, id)) = own_terminal() {
             fs.identities.insert(grant.path.clone(), id);
             fs.grants.push(grant);
         }
         // The cwd the daemon resolved, not a directory or link put in its place since.
-        let (dir, _) = mounts::open_verified(&plan.cwd, &fs.identities).map_err(|err| Failure {
-            errno: err.errno(),
-            ..fail("cwd")(err.to_string())
-        })?;
-        nix::unistd::fchdir(&dir).map_err(|errno| os_fail("cwd")(errno.into()))?;
+        let (dir, _) = mounts::open_verified(&plan.cwd, &fs.identities)
+            .map_err(|err| Stage::Cwd.setup(err))?;
+        nix::unistd::fchdir(&dir).map_err(|errno| Stage::Cwd.os(errno))?;
     } else {
         // The old cwd may sit on a mount that the view has since covered.
-        std::env::set_current_dir(&plan.cwd).map_err(os_fail("cwd"))?;
+        std::env::set_current_dir(&plan.cwd).map_err(|err| Stage::Cwd.os(err))?;
     }
     let no_tcp_bind = plan
         .managed_network
@@ -234,18 +210,18 @@ fn run(
         plan.fs.as_ref().map(|fs| (&fs.grants[..], &fs.identities)),
         no_tcp_bind,
     )
-    .map_err(fail("landlock"))?;
-    drop_capabilities().map_err(os_fail("capabilities"))?;
+    .map_err(|err| Stage::Landlock.setup(err))?;
+    drop_capabilities().map_err(|err| Stage::Capabilities.os(err))?;
     // SAFETY: plain prctl.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
-        return Err(os_fail("no_new_privs")(std::io::Error::last_os_error()));
+        return Err(Stage::NoNewPrivs.os(std::io::Error::last_os_error()));
     }
     // SAFETY: plain syscall; only marks fds close-on-exec (the control socket stays open to
     // exec).
     if unsafe { libc::close_range(3, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC as i32) } != 0 {
-        return Err(os_fail("fds")(std::io::Error::last_os_error()));
+        return Err(Stage::Fds.os(std::io::Error::last_os_error()));
     }
-    seccomp::apply(std::slice::from_ref(late_filter)).map_err(fail("seccomp"))?;
+    seccomp::apply(std::slice::from_ref(late_filter)).map_err(|err| Stage::Seccomp.setup(err))?;
     setup.apply_limits()?;
     if plan.fs_op {
         return Ok(FsOp);
@@ -254,9 +230,7 @@ fn run(
     // Only now, with everything in place, the program's environment (execvp searches its PATH).
     for (key, value) in &plan.env {
         if key.is_empty() || key.contains(['=', '\0']) || value.contains('\0') {
-            return Err(fail("policy")(format!(
-                "invalid environment variable `{key}`"
-            )));
+            return Err(Stage::Policy.fail(format!("invalid environment variable `{key}`")));
         }
         std::env::set_var(key, value);
     }
@@ -264,7 +238,7 @@ fn run(
     let err = nix::unistd::execvp(&program, &argv).unwrap_err();
     let errno = err as i32;
     Err(Failure {
-        stage: EXEC_STAGE.into(),
+        stage: Stage::Exec,
         message: format!("cannot execute `{}`: {}", plan.program, err.desc()),
         errno: Some(errno),
         denied: matches!(errno, libc::EACCES | libc::EPERM) && executable_by_mode(&plan.program),
@@ -286,7 +260,7 @@ fn executable_by_mode(program: &str) -> bool {
             .unwrap_or_default()
     };
     candidates.iter().any(|path| {
-        CString::new(path.as_os_str().as_bytes())
+        crate::path::cstring(path)
             // SAFETY: valid NUL-terminated path.
             .is_ok_and(|c| unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0)
     })

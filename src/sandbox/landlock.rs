@@ -9,6 +9,7 @@
 //! symbolic links (a path that cannot be opened fails the launch instead of being skipped), and
 //! anything but `FullyEnforced` fails.
 
+use super::error::{Missing, SetupError, Unsupported};
 use landlock::{
     Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset,
     RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
@@ -51,18 +52,14 @@ pub fn kernel_abi() -> i32 {
 }
 
 /// Why the kernel cannot enforce the intent, if it cannot.
-pub fn unsupported() -> Option<String> {
-    let abi = kernel_abi();
-    (abi < MIN_ABI).then(|| {
-        format!(
-            "sandbox intent cannot be enforced on this executor: Landlock ABI {MIN_ABI} or newer \
-             is required, the kernel offers {}",
-            if abi > 0 {
-                abi.to_string()
-            } else {
-                "none".into()
-            }
-        )
+pub fn unsupported() -> Option<Unsupported> {
+    let offered = kernel_abi();
+    (offered < MIN_ABI).then(|| {
+        Missing::LandlockAbi {
+            required: MIN_ABI,
+            offered,
+        }
+        .into()
     })
 }
 
@@ -81,36 +78,29 @@ fn crate_abi(version: i32) -> ABI {
 pub fn restrict(
     grants: Option<(&[Grant], &super::mounts::Identities)>,
     no_tcp_bind: bool,
-) -> Result<(), String> {
-    let version = kernel_abi();
-    if version < MIN_ABI {
-        return Err(unsupported().unwrap_or_default());
+) -> Result<(), SetupError> {
+    if let Some(unsupported) = unsupported() {
+        return Err(unsupported.into());
     }
+    let version = kernel_abi();
     let abi = crate_abi(version);
     let all = AccessFs::from_all(abi);
     let write = all & !(AccessFs::MakeChar | AccessFs::MakeBlock);
     let read = AccessFs::from_read(abi);
     let mut ruleset = Ruleset::default().set_compatibility(CompatLevel::HardRequirement);
     if grants.is_some() {
-        ruleset = ruleset.handle_access(all).map_err(|e| e.to_string())?;
+        ruleset = ruleset.handle_access(all)?;
     }
     if no_tcp_bind {
         // Handled without any rule: every explicit bind(2) of a TCP socket fails (EACCES).
-        ruleset = ruleset
-            .handle_access(AccessNet::BindTcp)
-            .map_err(|e| e.to_string())?;
+        ruleset = ruleset.handle_access(AccessNet::BindTcp)?;
     }
-    let mut created = ruleset
-        .scope(Scope::from_all(ABI::V6))
-        .map_err(|e| e.to_string())?
-        .create()
-        .map_err(|e| e.to_string())?;
+    let mut created = ruleset.scope(Scope::from_all(ABI::V6))?.create()?;
     for (grant, ids) in grants
         .into_iter()
         .flat_map(|(grants, ids)| grants.iter().map(move |grant| (grant, ids)))
     {
-        let (fd, stat) =
-            super::mounts::open_verified(&grant.path, ids).map_err(|e| e.to_string())?;
+        let (fd, stat) = super::mounts::open_verified(&grant.path, ids)?;
         let mut access: BitFlags<AccessFs> = if grant.write { write } else { read };
         if !super::mounts::is_dir(&stat) {
             access &= AccessFs::from_file(abi);
@@ -120,14 +110,14 @@ pub fn restrict(
         }
         created = created
             .add_rule(PathBeneath::new(fd, access))
-            .map_err(|e| format!("granting `{}`: {e}", grant.path.display()))?;
+            .map_err(|source| SetupError::Grant {
+                path: grant.path.clone(),
+                source,
+            })?;
     }
-    let status = created.restrict_self().map_err(|e| e.to_string())?;
+    let status = created.restrict_self()?;
     if status.ruleset != RulesetStatus::FullyEnforced {
-        return Err(format!(
-            "Landlock is not fully enforced ({:?}); refusing to run",
-            status.ruleset
-        ));
+        return Err(SetupError::NotEnforced(status.ruleset));
     }
     Ok(())
 }

@@ -12,6 +12,7 @@
 
 pub(crate) mod bridge;
 pub mod denial;
+mod error;
 mod glob;
 pub mod guard;
 pub mod helper;
@@ -32,8 +33,8 @@ use exec_server_protocol::process::StartParams;
 use exec_server_protocol::sandbox::{
     FileSystemSandboxContext, FsAccess, ManagedNetwork, NetworkAccess,
 };
-use plan::{Failure, FsPlan, Identity, ManagedPlan, NetworkMode, Plan, EXEC_STAGE, MAX_PLAN_BYTES};
-use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
+use plan::{Failure, FsPlan, Identity, ManagedPlan, NetworkMode, Plan, Stage, MAX_PLAN_BYTES};
+use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,7 +57,9 @@ pub fn enforceable() -> bool {
 
 /// Why no restricting intent can be enforced here, if none can.
 fn unsupported() -> Option<String> {
-    landlock::unsupported().or_else(|| namespaces_unavailable().clone())
+    landlock::unsupported()
+        .map(|why| why.to_string())
+        .or_else(|| namespaces_unavailable().as_ref().map(ToString::to_string))
 }
 
 /// Whether the daemon may build a sandbox: make the mount and network namespaces (it needs
@@ -64,32 +67,23 @@ fn unsupported() -> Option<String> {
 /// namespace limit in the way), mount in them (an AppArmor profile may forbid it), and drop
 /// every capability (CAP_SETPCAP). Probed once, by doing what a helper does, on a throwaway
 /// thread: namespaces, credentials and securebits are the thread's own, and end with it.
-fn namespaces_unavailable() -> &'static Option<String> {
-    static PROBE: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+fn namespaces_unavailable() -> &'static Option<error::Unsupported> {
+    use error::Missing;
+    static PROBE: std::sync::OnceLock<Option<error::Unsupported>> = std::sync::OnceLock::new();
     PROBE.get_or_init(|| {
         let probe = std::thread::spawn(|| {
             // SAFETY: plain syscall; it changes only this thread's namespaces (and file-system
             // attributes, which CLONE_NEWNS unshares), and the thread ends right after.
             if unsafe { libc::unshare(libc::CLONE_NEWNS | libc::CLONE_NEWNET) } < 0 {
-                let err = std::io::Error::last_os_error();
-                return Some(format!(
-                    "the daemon cannot create mount and network namespaces ({err}); it needs \
-                     root (CAP_SYS_ADMIN)"
-                ));
+                return Some(Missing::Namespaces(std::io::Error::last_os_error()));
             }
             if let Err(err) = mounts::follow_host().and_then(|()| mounts::own_proc()) {
-                return Some(format!("the daemon cannot mount in its namespaces ({err})"));
+                return Some(Missing::Mounts(Box::new(err)));
             }
-            helper::drop_capabilities().err().map(|err| {
-                format!("the daemon cannot drop capabilities ({err}); it needs CAP_SETPCAP")
-            })
+            helper::drop_capabilities().err().map(Missing::Capabilities)
         });
-        let failure = probe
-            .join()
-            .unwrap_or_else(|_| Some("the probe failed".into()))?;
-        Some(format!(
-            "sandbox intent cannot be enforced on this executor: {failure}"
-        ))
+        let missing = probe.join().unwrap_or(Some(Missing::Probe))?;
+        Some(missing.into())
     })
 }
 
@@ -201,7 +195,7 @@ fn prepare_policy(
             for rule in rules.iter().filter(|rule| rule.access == FsAccess::Write) {
                 guard
                     .check_write_root(&rule.path)
-                    .map_err(RpcError::invalid_params)?;
+                    .map_err(|err| RpcError::invalid_params(err.to_string()))?;
             }
             leases = protected::protect(&mut rules)?;
             Some(rules)
@@ -440,31 +434,12 @@ async fn end(tree: tree::Tree) {
 
 /// The descriptors queued on `socket` by a program that has exited (so nothing blocks).
 fn received_fds(socket: &std::os::unix::net::UnixStream) -> Vec<OwnedFd> {
-    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
     let mut fds = Vec::new();
-    loop {
-        let mut data = [0u8; 256];
-        let mut iov = [std::io::IoSliceMut::new(&mut data)];
-        let mut space = nix::cmsg_space!([RawFd; MAX_PASSED_FDS]);
-        let Ok(message) = recvmsg::<()>(
-            socket.as_raw_fd(),
-            &mut iov,
-            Some(&mut space),
-            MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_CMSG_CLOEXEC,
-        ) else {
-            break;
-        };
-        if let Ok(messages) = message.cmsgs() {
-            for control in messages {
-                if let ControlMessageOwned::ScmRights(raw) = control {
-                    // SAFETY: the kernel installed these descriptors for us alone.
-                    fds.extend(
-                        raw.into_iter()
-                            .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
-                    );
-                }
-            }
-        }
+    let mut data = [0u8; 256];
+    while let Ok(message) =
+        crate::channel::recv_fds(socket.as_fd(), &mut data, MAX_PASSED_FDS, true)
+    {
+        fds.extend(message.fds);
         if message.bytes == 0 {
             break;
         }
@@ -573,7 +548,7 @@ impl Launch {
             }
         };
         if let Started::Failed { failure } = started {
-            if !(failure.stage == EXEC_STAGE && failure.denied) {
+            if !(failure.stage == Stage::Exec && failure.denied) {
                 return Err(failure_error(&self.program, failure));
             }
             self.sandboxed.refused = true;
@@ -605,7 +580,7 @@ fn failure_error(program: &str, failure: Failure) -> RpcError {
         "sandboxDenied": failure.denied,
         "stage": failure.stage,
     });
-    if failure.stage == EXEC_STAGE {
+    if failure.stage == Stage::Exec {
         let os = failure
             .errno
             .map(|errno| std::io::Error::from_raw_os_error(errno).to_string())
@@ -622,15 +597,8 @@ fn failure_error(program: &str, failure: Failure) -> RpcError {
 
 /// For an operation [`run_fs_op`] runs: passes `fd` back to the daemon over stdin (the socket).
 pub fn pass_back(fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<()> {
-    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
-    // A stream socket carries control data only along with at least one byte.
-    sendmsg::<()>(
-        libc::STDIN_FILENO,
-        &[std::io::IoSlice::new(b"f")],
-        &[ControlMessage::ScmRights(&[fd.as_raw_fd()])],
-        MsgFlags::empty(),
-        None,
-    )
-    .map(drop)
-    .map_err(std::io::Error::from)
+    use crate::channel::{send_fds, PASSED_FILE};
+    // SAFETY: stdin is the socket to the daemon for as long as the operation runs.
+    let socket = unsafe { std::os::fd::BorrowedFd::borrow_raw(libc::STDIN_FILENO) };
+    send_fds(socket, &[PASSED_FILE], &[fd.as_raw_fd()]).map(drop)
 }

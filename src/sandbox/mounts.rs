@@ -17,14 +17,15 @@
 //! Bind sources are cloned (`open_tree`) from the read-only host view before anything is
 //! attached, so a grant under a mask still reaches the real directory.
 
+use super::error::SetupError;
 use super::plan::Identity;
 use super::policy::{effective, Rule};
+use crate::path::cstring;
 use exec_server_protocol::sandbox::FsAccess;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -205,9 +206,9 @@ pub fn open_verified(
 }
 
 /// Builds the view; the caller has unshared the mount namespace.
-pub fn apply(ops: &[MountOp], ids: &Identities) -> Result<(), String> {
+pub fn apply(ops: &[MountOp], ids: &Identities) -> Result<(), SetupError> {
     // Nothing done here may reach the host's mount table.
-    propagation(libc::MS_PRIVATE).map_err(|err| format!("making mounts private: {err}"))?;
+    propagation(libc::MS_PRIVATE).map_err(SetupError::MakePrivate)?;
     let host_read_only: Vec<bool> = ops
         .iter()
         .map(|op| match op {
@@ -225,22 +226,30 @@ pub fn apply(ops: &[MountOp], ids: &Identities) -> Result<(), String> {
         libc::MOUNT_ATTR_RDONLY,
         0,
     )
-    .map_err(|err| format!("making the view read-only: {err}"))?;
+    .map_err(SetupError::ReadOnlyView)?;
     let mut sources: Vec<Option<OwnedFd>> = Vec::with_capacity(ops.len());
     for (op, host_ro) in ops.iter().zip(host_read_only) {
         sources.push(match op {
             MountOp::Bind { path, writable } => {
-                let (fd, _) = open_verified(path, ids).map_err(|err| err.to_string())?;
-                let tree = open_tree_at(&fd, Path::new(""), libc::AT_RECURSIVE as u32)
-                    .map_err(|err| format!("cloning `{}`: {err}", path.display()))?;
+                let (fd, _) = open_verified(path, ids)?;
+                let tree = open_tree_at(&fd, Path::new(""), libc::AT_RECURSIVE as u32).map_err(
+                    |source| SetupError::Clone {
+                        path: path.clone(),
+                        source,
+                    },
+                )?;
                 let (set, clear) = if *writable && !host_ro {
                     (0, libc::MOUNT_ATTR_RDONLY)
                 } else {
                     (libc::MOUNT_ATTR_RDONLY, 0)
                 };
                 // Writable: only the top mount; read-only: everything below too.
-                set_attr(tree.as_raw_fd(), Path::new(""), !*writable, set, clear)
-                    .map_err(|err| format!("setting access on `{}`: {err}", path.display()))?;
+                set_attr(tree.as_raw_fd(), Path::new(""), !*writable, set, clear).map_err(
+                    |source| SetupError::SetAccess {
+                        path: path.clone(),
+                        source,
+                    },
+                )?;
                 Some(tree)
             }
             MountOp::Mask { .. } => None,
@@ -250,17 +259,25 @@ pub fn apply(ops: &[MountOp], ids: &Identities) -> Result<(), String> {
     for op in ops {
         if let MountOp::Mask { path, keep } = op {
             for path in keep.iter().chain(std::iter::once(path)) {
-                let (_, stat) = open_verified(path, ids).map_err(|err| err.to_string())?;
+                let (_, stat) = open_verified(path, ids)?;
                 kinds.insert(path.clone(), is_dir(&stat));
             }
         }
     }
     for (op, source) in ops.iter().zip(sources) {
         match (op, source) {
-            (MountOp::Bind { path, .. }, Some(tree)) => attach(&tree, path)
-                .map_err(|err| format!("mounting `{}`: {err}", path.display()))?,
-            (MountOp::Mask { path, keep }, _) => mask(path, keep, &kinds)
-                .map_err(|err| format!("masking `{}`: {err}", path.display()))?,
+            (MountOp::Bind { path, .. }, Some(tree)) => {
+                attach(&tree, path).map_err(|source| SetupError::Mount {
+                    path: path.clone(),
+                    source,
+                })?
+            }
+            (MountOp::Mask { path, keep }, _) => {
+                mask(path, keep, &kinds).map_err(|source| SetupError::Mask {
+                    path: path.clone(),
+                    source,
+                })?
+            }
             (MountOp::Bind { .. }, None) => unreachable!("every bind has a source"),
         }
     }
@@ -274,8 +291,8 @@ pub fn is_dir(stat: &nix::sys::stat::FileStat) -> bool {
 /// For a helper's new mount namespace (the caller has unshared it): host mounts keep
 /// propagating in until a launch's view makes them private, and nothing done here propagates
 /// out.
-pub fn follow_host() -> Result<(), String> {
-    propagation(libc::MS_SLAVE).map_err(|err| format!("making mounts slaves: {err}"))
+pub fn follow_host() -> Result<(), SetupError> {
+    propagation(libc::MS_SLAVE).map_err(SetupError::FollowHost)
 }
 
 /// Mounts a new procfs instance over `/proc`, read-only, with `hidepid=invisible`: a
@@ -285,21 +302,21 @@ pub fn follow_host() -> Result<(), String> {
 /// `net/tcp`), not another launch. Procfs options are per instance (Linux 5.8), so the host's
 /// `/proc` is unchanged. The exempt group (`gid=`, root's by default) is one the process is
 /// not in, and cannot join without CAP_SETGID.
-pub fn own_proc() -> Result<(), String> {
+pub fn own_proc() -> Result<(), SetupError> {
     let groups = nix::unistd::getgroups().unwrap_or_default();
     let own = [nix::unistd::getgid(), nix::unistd::getegid()];
     let exempt = (1..u32::MAX)
         .rev()
         .map(nix::unistd::Gid::from_raw)
         .find(|gid| !groups.contains(gid) && !own.contains(gid))
-        .ok_or("no group is free to exempt from hidepid")?
+        .ok_or(SetupError::NoFreeGroup)?
         .to_string();
     let options = [("hidepid", "invisible"), ("gid", exempt.as_str())];
     let mounted = fsopen("proc", &options).and_then(|fs| {
         let tree = fsmount(&fs, libc::MOUNT_ATTR_RDONLY)?;
         attach(&tree, Path::new("/proc"))
     });
-    mounted.map_err(|err| format!("mounting a private /proc: {err}"))
+    mounted.map_err(SetupError::OwnProc)
 }
 
 fn mask(
@@ -341,11 +358,6 @@ fn mask(
     attach(&tree, path)
 }
 
-fn cpath(path: &Path) -> std::io::Result<CString> {
-    CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))
-}
-
 fn check(rc: libc::c_long) -> std::io::Result<libc::c_long> {
     if rc < 0 {
         Err(std::io::Error::last_os_error())
@@ -356,7 +368,7 @@ fn check(rc: libc::c_long) -> std::io::Result<libc::c_long> {
 
 /// Sets the propagation of every mount (`MS_PRIVATE`, `MS_SLAVE`).
 fn propagation(kind: libc::c_ulong) -> std::io::Result<()> {
-    let root = cpath(Path::new("/"))?;
+    let root = cstring(Path::new("/"))?;
     // SAFETY: valid strings; NULL source, type and data are allowed for a propagation change.
     let rc = unsafe {
         libc::mount(
@@ -382,7 +394,7 @@ fn set_attr(
     set: u64,
     clear: u64,
 ) -> std::io::Result<()> {
-    let path = cpath(path)?;
+    let path = cstring(path)?;
     let mut attr: libc::mount_attr = unsafe { std::mem::zeroed() };
     attr.attr_set = set;
     attr.attr_clr = clear;
@@ -419,7 +431,7 @@ pub fn open_nofollow(path: &Path) -> std::io::Result<OwnedFd> {
 
 /// [`open_nofollow`] with the kernel's own error (ELOOP for a symbolic link on the way).
 pub fn openat2_nofollow(path: &Path) -> std::io::Result<OwnedFd> {
-    let c_path = cpath(path)?;
+    let c_path = cstring(path)?;
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
     how.resolve = libc::RESOLVE_NO_SYMLINKS;
@@ -439,7 +451,7 @@ pub fn openat2_nofollow(path: &Path) -> std::io::Result<OwnedFd> {
 
 /// Clones the mount tree at `path` below `dir` (`""`: `dir` itself).
 fn open_tree_at(dir: &OwnedFd, path: &Path, extra: libc::c_uint) -> std::io::Result<OwnedFd> {
-    let path = cpath(path)?;
+    let path = cstring(path)?;
     let mut flags = libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC | extra;
     if path.as_bytes().is_empty() {
         flags |= libc::AT_EMPTY_PATH as libc::c_uint;
@@ -473,14 +485,14 @@ fn attach(tree: &OwnedFd, target: &Path) -> std::io::Result<()> {
 
 /// A new, configured instance of file system `fstype`, ready for [`fsmount`].
 fn fsopen(fstype: &str, options: &[(&str, &str)]) -> std::io::Result<OwnedFd> {
-    let name = cpath(Path::new(fstype))?;
+    let name = cstring(Path::new(fstype))?;
     // SAFETY: valid string.
     let fd =
         check(unsafe { libc::syscall(libc::SYS_fsopen, name.as_ptr(), libc::FSOPEN_CLOEXEC) })?;
     // SAFETY: new fd we own.
     let fs = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
     for (key, value) in options {
-        let (key, value) = (cpath(Path::new(key))?, cpath(Path::new(value))?);
+        let (key, value) = (cstring(Path::new(key))?, cstring(Path::new(value))?);
         // SAFETY: valid fd and strings.
         check(unsafe {
             libc::syscall(
@@ -523,7 +535,7 @@ fn fsmount(fs: &OwnedFd, attrs: u64) -> std::io::Result<OwnedFd> {
 }
 
 fn make_dir(dir: &OwnedFd, path: &Path, mode: libc::mode_t) -> std::io::Result<()> {
-    let path = cpath(path)?;
+    let path = cstring(path)?;
     // SAFETY: valid fd and path.
     match check(unsafe { libc::mkdirat(dir.as_raw_fd(), path.as_ptr(), mode) }.into()) {
         Err(err) if err.raw_os_error() == Some(libc::EEXIST) => Ok(()),
@@ -533,7 +545,7 @@ fn make_dir(dir: &OwnedFd, path: &Path, mode: libc::mode_t) -> std::io::Result<(
 }
 
 fn make_file(dir: &OwnedFd, path: &Path, mode: libc::mode_t) -> std::io::Result<()> {
-    let path = cpath(path)?;
+    let path = cstring(path)?;
     // SAFETY: valid fd and path.
     let fd = check(
         unsafe {

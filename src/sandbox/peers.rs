@@ -37,18 +37,21 @@ impl SandboxCgroup {
     }
 }
 
+/// Why there is no sandbox cgroup.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "a sandbox with network enabled must run in a cgroup of its own, so that the daemon can \
+     refuse its connections, and none could be made: {source}"
+)]
+pub struct CgroupError {
+    pub source: io::Error,
+}
+
 /// The sandbox cgroup, made on first use; Err says why there is none (then no sandbox with
 /// network enabled may run).
-pub fn cgroup() -> &'static Result<SandboxCgroup, String> {
-    static CGROUP: OnceLock<Result<SandboxCgroup, String>> = OnceLock::new();
-    CGROUP.get_or_init(|| {
-        create().map_err(|err| {
-            format!(
-                "a sandbox with network enabled must run in a cgroup of its own, so that the \
-                 daemon can refuse its connections, and none could be made: {err}"
-            )
-        })
-    })
+pub fn cgroup() -> &'static Result<SandboxCgroup, CgroupError> {
+    static CGROUP: OnceLock<Result<SandboxCgroup, CgroupError>> = OnceLock::new();
+    CGROUP.get_or_init(|| create().map_err(|source| CgroupError { source }))
 }
 
 fn create() -> io::Result<SandboxCgroup> {

@@ -1,6 +1,7 @@
 //! What the daemon hands the helper over the policy pipe: everything already resolved, so the
 //! helper only applies it.
 
+use super::error::SetupError;
 use super::landlock::Grant;
 use super::mounts::{Identities, MountOp};
 use serde::{Deserialize, Serialize};
@@ -140,7 +141,7 @@ pub const MAX_PLAN_BYTES: usize = 1 << 20;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Failure {
-    pub stage: String,
+    pub stage: Stage,
     pub message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub errno: Option<i32>,
@@ -149,5 +150,70 @@ pub struct Failure {
     pub denied: bool,
 }
 
-/// The stage at which the program itself could not be executed.
-pub const EXEC_STAGE: &str = "exec";
+/// The step of a launch that failed: named in the error a client sees (`data.stage`, and the
+/// message), and `Exec` (the program itself could not be executed) reported as a start error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    /// The helper's or supervisor's own socket to the daemon.
+    Control,
+    /// Receiving or reading the launch, the plan.
+    Policy,
+    Launch,
+    Supervisor,
+    Session,
+    Stdio,
+    Terminal,
+    Cgroup,
+    Namespaces,
+    Mounts,
+    Network,
+    Cwd,
+    Landlock,
+    Capabilities,
+    NoNewPrivs,
+    Fds,
+    Seccomp,
+    Limits,
+    Exec,
+}
+
+impl Stage {
+    /// A failure at this stage without an OS error behind it.
+    pub fn fail(self, message: impl std::fmt::Display) -> Failure {
+        Failure {
+            stage: self,
+            message: message.to_string(),
+            errno: None,
+            denied: false,
+        }
+    }
+
+    /// A failure at this stage that the kernel reported (an `std::io::Error` or an errno).
+    pub fn os(self, err: impl Into<std::io::Error>) -> Failure {
+        let err = err.into();
+        Failure {
+            errno: err.raw_os_error(),
+            ..self.fail(err)
+        }
+    }
+
+    /// A sandbox primitive's failure at this stage, with its errno.
+    pub fn setup(self, err: impl Into<SetupError>) -> Failure {
+        let err = err.into();
+        Failure {
+            errno: err.errno(),
+            ..self.fail(err)
+        }
+    }
+}
+
+impl std::fmt::Display for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The serialized name: the one clients see in `data.stage`.
+        match serde_json::to_value(self) {
+            Ok(serde_json::Value::String(name)) => f.write_str(&name),
+            _ => write!(f, "{self:?}"),
+        }
+    }
+}

@@ -20,6 +20,7 @@
 //! and write beats read; otherwise the deepest rule covering a path decides.
 
 use super::glob;
+use crate::path::normalize;
 use crate::rpc::RpcError;
 use exec_server_protocol::sandbox::{
     FileSystemEntry, FileSystemPermissions, FileSystemSandboxContext, FsAccess, FsPath,
@@ -212,21 +213,6 @@ fn system_link(link: &Path, meta: &std::fs::Metadata) -> bool {
             .is_some_and(|parent| parent.uid() == 0 && parent.mode() & 0o022 == 0)
     };
     meta.uid() == 0 && depth <= 2 && parent_is_roots()
-}
-
-/// `path` without `.` components, and `..` applied lexically.
-fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for component in path.components() {
-        match component {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                out.pop();
-            }
-            other => out.push(other),
-        }
-    }
-    out
 }
 
 /// Whether resolving `sandbox` expands glob patterns.

@@ -12,10 +12,11 @@
 //! ([`return_plain`]) and serve the next.
 
 use super::helper::HELPER_ARG;
-use super::plan::{Failure, NetworkMode};
-use crate::process::supervisor::{READY, SUPERVISOR_ARG};
+use super::plan::{Failure, NetworkMode, Stage};
+use crate::channel::{self, ADMITTED, FORK, READY};
+use crate::process::supervisor::SUPERVISOR_ARG;
 use std::io::{self, Write as _};
-use std::os::fd::{AsRawFd as _, BorrowedFd};
+use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd};
 use std::process::Stdio;
 use std::sync::{Mutex, OnceLock};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -163,8 +164,7 @@ pub fn return_plain(control: UnixStream) {
 /// Has the fork server (started on first use) fork a new plain supervisor; returns its
 /// control socket.
 async fn fork_supervisor() -> Result<UnixStream, StartError> {
-    use nix::sys::socket::{sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags};
-    use nix::sys::socket::{SockFlag, SockType};
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
     let (ours, theirs) = socketpair(
         AddressFamily::Unix,
         SockType::Stream,
@@ -176,14 +176,7 @@ async fn fork_supervisor() -> Result<UnixStream, StartError> {
     let mut replaced = false;
     loop {
         let sent = pool(&mut POOL.lock().unwrap()).forks.as_ref().map(|forks| {
-            sendmsg::<()>(
-                forks.control.as_raw_fd(),
-                &[io::IoSlice::new(b"F")],
-                &[ControlMessage::ScmRights(&[theirs.as_raw_fd()])],
-                MsgFlags::MSG_NOSIGNAL,
-                None,
-            )
-            .is_ok()
+            channel::send_fds(forks.control.as_fd(), &[FORK], &[theirs.as_raw_fd()]).is_ok()
         });
         match sent {
             Some(true) => {
@@ -319,10 +312,8 @@ async fn start(kind: Kind, background: bool) -> Result<Helper, StartError> {
         (_, Ok(cgroup)) => Some(cgroup),
         (_, Err(why)) => {
             return Err(StartError::Refused(Failure {
-                stage: "network".into(),
-                message: why.clone(),
-                errno: None,
-                denied: false,
+                errno: why.source.raw_os_error(),
+                ..Stage::Network.fail(why)
             }))
         }
     };
@@ -360,7 +351,7 @@ async fn start(kind: Kind, background: bool) -> Result<Helper, StartError> {
     if matches!(kind, Kind::Sandboxed(_)) {
         // The helper forks the program's process once it knows it is in its cgroup, so that
         // the fork is in it too. A helper that is gone reads nothing: its EOF below.
-        let _ = (&socket).write_all(&[super::helper::ADMITTED]);
+        let _ = (&socket).write_all(&[ADMITTED]);
     }
     socket.set_nonblocking(true)?;
     let mut control = UnixStream::from_std(socket)?;
@@ -480,7 +471,6 @@ pub async fn send(
     fds: &[BorrowedFd<'_>],
     frames: &[u8],
 ) -> io::Result<()> {
-    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
     if frames.is_empty() {
         return Err(io::Error::other("empty launch"));
     }
@@ -489,13 +479,7 @@ pub async fn send(
     // with data), and as much of the launch as the socket takes: nothing was sent on it
     // before, so at least its first byte. One message wakes the supervisor once, with all it
     // needs (a launch sent after the descriptors woke it twice).
-    let sent = sendmsg::<()>(
-        control.as_raw_fd(),
-        &[io::IoSlice::new(frames)],
-        &[ControlMessage::ScmRights(&fds)],
-        MsgFlags::MSG_NOSIGNAL,
-        None,
-    )?;
+    let sent = channel::send_fds(control.as_fd(), frames, &fds)?;
     control.write_all(&frames[sent..]).await
 }
 

@@ -21,6 +21,7 @@
 //!   is visible on the host (git skips an empty `.git` directory and keeps searching upward).
 
 use super::policy::{effective, Rule};
+use crate::path::cstring;
 use crate::rpc::RpcError;
 use exec_server_protocol::sandbox::FsAccess;
 use nix::errno::Errno;
@@ -287,11 +288,6 @@ fn is_marked(path: &Path) -> bool {
     };
     // SAFETY: valid strings; a NULL buffer of size 0 asks for the value's size only.
     unsafe { libc::lgetxattr(path.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) >= 0 }
-}
-
-fn cstring(path: &Path) -> std::io::Result<std::ffi::CString> {
-    std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))
 }
 
 /// Whether any other mount namespace has a mount on `path`.

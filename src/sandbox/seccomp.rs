@@ -19,6 +19,7 @@
 //! hand-written filter kills x32 calls, which carry a bit in the syscall number that a
 //! number-keyed filter would not see.
 
+use super::error::SetupError;
 use super::plan::NetworkMode;
 pub use seccompiler::BpfProgram;
 use seccompiler::{
@@ -94,15 +95,14 @@ const CREATE_FLAGS: &[libc::c_int] = &[libc::O_CREAT, libc::O_TMPFILE & !libc::O
 
 const PRIVILEGE_BITS: &[libc::mode_t] = &[libc::S_ISUID, libc::S_ISGID];
 
-fn rule(conditions: &[(u8, SeccompCmpOp, u64)]) -> Result<SeccompRule, String> {
+fn rule(conditions: &[(u8, SeccompCmpOp, u64)]) -> Result<SeccompRule, SetupError> {
     let conditions = conditions
         .iter()
         .map(|(arg, op, value)| {
             SeccompCondition::new(*arg, SeccompCmpArgLen::Dword, op.clone(), *value)
         })
-        .collect::<Result<_, _>>()
-        .map_err(|e| e.to_string())?;
-    SeccompRule::new(conditions).map_err(|e| e.to_string())
+        .collect::<Result<_, _>>()?;
+    Ok(SeccompRule::new(conditions)?)
 }
 
 /// `(arg & bit) == bit`.
@@ -113,7 +113,7 @@ fn has(arg: u8, bit: u64) -> (u8, SeccompCmpOp, u64) {
 /// `socket` rules for a managed network: AF_UNIX, or AF_INET/AF_INET6 stream sockets of TCP
 /// (protocol 0 or IPPROTO_TCP; not MPTCP or SCTP, which Landlock's TCP rules do not cover).
 /// Denied: any other family, and any other type (UDP, raw), whatever the flags.
-fn tcp_only() -> Result<Vec<SeccompRule>, String> {
+fn tcp_only() -> Result<Vec<SeccompRule>, SetupError> {
     use SeccompCmpOp::{Eq, Ne};
     let stream = libc::SOCK_STREAM as u64;
     let (nonblock, cloexec) = (libc::SOCK_NONBLOCK as u64, libc::SOCK_CLOEXEC as u64);
@@ -148,7 +148,7 @@ pub struct Filters {
     pub late: BpfProgram,
 }
 
-pub fn filters(network: NetworkMode) -> Result<Filters, String> {
+pub fn filters(network: NetworkMode) -> Result<Filters, SetupError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
         ALWAYS_DENIED.iter().map(|&nr| (nr, Vec::new())).collect();
     let (op, family) = match network {
@@ -185,17 +185,14 @@ pub fn filters(network: NetworkMode) -> Result<Filters, String> {
     }
     let arch = std::env::consts::ARCH
         .try_into()
-        .map_err(|e: seccompiler::BackendError| e.to_string())?;
+        .map_err(SetupError::SeccompBackend)?;
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
         SeccompAction::Errno(libc::EPERM as u32),
         arch,
-    )
-    .map_err(|e| e.to_string())?;
-    let program: BpfProgram = filter
-        .try_into()
-        .map_err(|e: seccompiler::BackendError| e.to_string())?;
+    )?;
+    let program: BpfProgram = filter.try_into().map_err(SetupError::SeccompBackend)?;
     let mut early = vec![program];
     early.extend(x32_filter());
     Ok(Filters {
@@ -257,9 +254,9 @@ fn x32_filter() -> Option<BpfProgram> {
     None
 }
 
-pub fn apply(programs: &[BpfProgram]) -> Result<(), String> {
+pub fn apply(programs: &[BpfProgram]) -> Result<(), SetupError> {
     for program in programs {
-        seccompiler::apply_filter(program).map_err(|e| e.to_string())?;
+        seccompiler::apply_filter(program)?;
     }
     Ok(())
 }
