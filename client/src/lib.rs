@@ -39,7 +39,7 @@ use exec_server_protocol::environment::EnvironmentInfo;
 use exec_server_protocol::methods::{self, Method};
 use exec_server_protocol::process::ReadParams;
 use exec_server_protocol::rpc::{code, method, ErrorObject};
-use exec_server_protocol::session::{InitializeParams, InitializeResult};
+use exec_server_protocol::session::{DisconnectPolicy, InitializeParams, InitializeResult};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
@@ -100,6 +100,11 @@ pub struct ClientOptions {
     pub reconnect_deadline: Option<Duration>,
     /// Ask for output and file blocks as binary WebSocket messages (no base64); on by default.
     pub binary_payloads: bool,
+    /// What the daemon does with the session's processes when the connection drops (the
+    /// daemon's default, `keep`, when None). With `kill`, the client cannot resume.
+    pub on_disconnect: Option<DisconnectPolicy>,
+    /// How long the session waits for a resume (the daemon's `--session-ttl` when None).
+    pub session_ttl: Option<Duration>,
 }
 
 impl ClientOptions {
@@ -111,6 +116,8 @@ impl ClientOptions {
             resume_session_id: None,
             reconnect_deadline: Some(DEFAULT_RECONNECT_DEADLINE),
             binary_payloads: true,
+            on_disconnect: None,
+            session_ttl: None,
         }
     }
 
@@ -343,6 +350,10 @@ async fn handshake(
         client_name: options.client_name.clone(),
         resume_session_id: resume_session_id.map(str::to_owned),
         binary_payloads: options.binary_payloads,
+        on_disconnect: options.on_disconnect,
+        session_ttl_ms: options
+            .session_ttl
+            .map(|ttl| i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)),
     };
     let params = serde_json::to_string(&params).expect("wire types serialize");
     let result = match connection

@@ -33,5 +33,6 @@ mod sandbox_fs_ops;
 mod sandbox_managed_net;
 mod sandbox_net;
 mod session;
+mod session_api;
 mod soak;
 mod transport;
