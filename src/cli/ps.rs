@@ -24,8 +24,9 @@ pub async fn run(args: PsArgs) -> anyhow::Result<()> {
         // Its own session leaves nothing behind.
         None => options.on_disconnect = Some(DisconnectPolicy::Kill),
     }
-    // One attempt: a session attached elsewhere is reported at once, not waited for.
-    options.reconnect_deadline = None;
+    // A session whose client just dropped is taken over once the daemon noticed; one attached
+    // elsewhere is reported soon rather than waited for.
+    options.reconnect_deadline = Some(std::time::Duration::from_secs(2));
     let client = Client::connect(options).await?;
     let listed = client.send::<methods::ProcessList>(&()).await;
     client.close().await;
