@@ -176,16 +176,7 @@ impl ProcessTable {
 
     /// Every process of the table, by id.
     pub fn list(&self) -> Vec<ProcessInfo> {
-        let slots = self.inner.slots.lock().unwrap();
-        let mut processes: Vec<_> = slots
-            .map
-            .values()
-            .filter_map(|slot| match slot {
-                Slot::Ready(process) => Some(process.clone()),
-                Slot::Starting(_) => None,
-            })
-            .collect();
-        drop(slots);
+        let mut processes = self.inner.slots.lock().unwrap().ready();
         processes.sort_by(|a, b| a.id.cmp(&b.id));
         processes.iter().map(|process| process.info()).collect()
     }
@@ -240,19 +231,25 @@ impl ProcessTable {
         slots.closed = true;
         slots.map.retain(|_, slot| matches!(slot, Slot::Ready(_)));
         self.inner.settled.send_replace(());
-        let processes: Vec<_> = slots
-            .map
-            .values()
-            .filter_map(|slot| match slot {
-                Slot::Ready(process) => Some(process.clone()),
-                Slot::Starting(_) => None,
-            })
-            .collect();
+        let processes = slots.ready();
         drop(slots);
         for process in &processes {
             process.kill(reason);
         }
         processes
+    }
+}
+
+impl Slots {
+    /// The processes started (not those still starting).
+    fn ready(&self) -> Vec<Arc<ManagedProcess>> {
+        self.map
+            .values()
+            .filter_map(|slot| match slot {
+                Slot::Ready(process) => Some(process.clone()),
+                Slot::Starting(_) => None,
+            })
+            .collect()
     }
 }
 

@@ -25,9 +25,14 @@ async fn open(url: &str, extra: Value) -> Result<(Client, String), Value> {
     Ok((client, session))
 }
 
-/// A command that appends a line to `file` each time it runs, then sleeps (`sleep_tag`).
+/// A script that appends a line to `file` each time it runs, then sleeps (`sleep_tag`).
+fn appending_script(file: &std::path::Path, sleep_tag: &str) -> String {
+    format!("echo ran >> {}; exec sleep {sleep_tag}", file.display())
+}
+
+/// An idempotent start of [`appending_script`].
 fn appending(id: &str, file: &std::path::Path, sleep_tag: &str) -> Value {
-    let script = format!("echo ran >> {}; exec sleep {sleep_tag}", file.display());
+    let script = appending_script(file, sleep_tag);
     let mut params = start_params(id, &["sh", "-c", &script]);
     params["idempotent"] = json!(true);
     params
@@ -128,6 +133,23 @@ async fn same_id_with_other_params_is_a_start_conflict_and_without_the_flag_a_du
         .await;
 }
 
+/// Waits until the paused proxy holds the reply to a start, then cuts the connection.
+async fn lose_the_start_reply(proxy: &Proxy) {
+    eventually("the start's reply to be held", || {
+        proxy.held_contains(b"sandboxType")
+    })
+    .await;
+    proxy.cut();
+}
+
+/// The command of [`appending`] ran, and a while later still only once.
+async fn assert_ran_once(file: &std::path::Path, sleep_tag: &str) {
+    eventually("the command to run", || sleeps(sleep_tag).len() == 1).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(runs(file), 1);
+    assert_eq!(sleeps(sleep_tag).len(), 1);
+}
+
 /// The reply of a start is lost with its connection (held by the proxy, then cut): the same
 /// start on a new connection of the session returns the process, which ran once.
 #[tokio::test]
@@ -144,18 +166,11 @@ async fn a_start_retried_after_its_connection_dropped_runs_the_command_once() {
     client
         .send_text(json!({"id": 7, "method": "process/start", "params": params}).to_string())
         .await;
-    eventually("the start's reply to be held", || {
-        proxy.held_contains(b"sandboxType")
-    })
-    .await;
-    proxy.cut();
+    lose_the_start_reply(&proxy).await;
     let resumed = daemon.resume(&session).await;
     let repeat = resumed.call("process/start", params).await;
     assert_eq!(repeat["existing"], true, "{repeat}");
-    eventually("the command to run", || runs(&file) == 1).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(runs(&file), 1);
-    assert_eq!(sleeps(&tag).len(), 1);
+    assert_ran_once(&file, &tag).await;
     resumed
         .call("process/terminate", json!({"processId": "lost"}))
         .await;
@@ -172,8 +187,7 @@ async fn the_clients_start_whose_reply_was_lost_yields_one_process() {
     let dir = scratch_dir();
     let file = dir.path().join("runs");
     let tag = tags(104)[0].clone();
-    let script = format!("echo ran >> {}; exec sleep {tag}", file.display());
-    let command = Command::new(["sh", "-c", &script])
+    let command = Command::new(["sh", "-c", &appending_script(&file, &tag)])
         .cwd("/tmp")
         .unwrap()
         .env("PATH", "/usr/bin:/bin")
@@ -183,16 +197,10 @@ async fn the_clients_start_whose_reply_was_lost_yields_one_process() {
         let client = client.clone();
         tokio::spawn(async move { client.start(command).await })
     };
-    eventually("the start's reply to be held", || {
-        proxy.held_contains(b"sandboxType")
-    })
-    .await;
-    proxy.cut();
+    lose_the_start_reply(&proxy).await;
     let process = starting.await.unwrap().expect("the retried start succeeds");
     assert_eq!(process.id(), "retried");
-    eventually("the sleep to run", || sleeps(&tag).len() == 1).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(runs(&file), 1);
+    assert_ran_once(&file, &tag).await;
     let list = client
         .send::<exec_server_client::protocol::methods::ProcessList>(&())
         .await
