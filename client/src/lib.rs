@@ -4,7 +4,8 @@
 //! resumes the session by itself (retrying while the daemon still sees the old connection),
 //! then catches every unfinished process up with `process/read {afterSeq}`, so each
 //! [`ProcessEvent`] reaches the [`Process`] exactly once and in order. Writes keep their
-//! `writeId` across retries, so a write whose reply was lost is not applied twice. Output the
+//! `writeId` across retries, so a write whose reply was lost is not applied twice; starts are
+//! sent `idempotent` and repeated, so a start whose reply was lost yields the one process. Output the
 //! daemon could no longer replay is reported as [`ProcessEvent::Gap`], never skipped silently.
 //!
 //! ```no_run
