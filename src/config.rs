@@ -39,6 +39,10 @@ pub struct Args {
     #[arg(long, env = "EXEC_SERVER_SESSION_TTL", default_value = "30s", value_parser = humantime::parse_duration)]
     pub session_ttl: Duration,
 
+    /// The longest `sessionTtlMs` a client may ask for in `initialize` (longer is refused).
+    #[arg(long, env = "EXEC_SERVER_MAX_SESSION_TTL", default_value = "24h", value_parser = humantime::parse_duration)]
+    pub max_session_ttl: Duration,
+
     /// How long an exited process stays readable after its output closed; then its id is free.
     #[arg(long, env = "EXEC_SERVER_EXITED_RETENTION", default_value = "30s", value_parser = humantime::parse_duration)]
     pub exited_retention: Duration,
@@ -171,6 +175,7 @@ pub enum LogFormat {
 pub struct Config {
     pub connection_token: Option<String>,
     pub session_ttl: Duration,
+    pub max_session_ttl: Duration,
     pub exited_retention: Duration,
     pub output_retention_bytes: usize,
     pub output_retention_chunks: usize,
@@ -192,7 +197,7 @@ pub struct Config {
 impl Args {
     pub fn config(&self) -> anyhow::Result<Config> {
         let token = match &self.connection_token_file {
-            Some(path) => Some(read_token_file(path)?),
+            Some(path) => Some(read_token_file(path, "--connection-token-file")?),
             None => self
                 .connection_token
                 .clone()
@@ -232,6 +237,7 @@ impl Args {
         Ok(Config {
             connection_token: token,
             session_ttl: self.session_ttl,
+            max_session_ttl: self.max_session_ttl,
             exited_retention: self.exited_retention,
             output_retention_bytes: self.output_retention_bytes,
             output_retention_chunks: self.output_retention_chunks,
@@ -253,13 +259,14 @@ impl Args {
     }
 }
 
-/// The token from `path`, which only its owner may access (as ssh does with private keys).
-fn read_token_file(path: &Path) -> anyhow::Result<String> {
+/// The token from `path` (given as `flag`), which only its owner may access (as ssh does with
+/// private keys).
+pub(crate) fn read_token_file(path: &Path, flag: &str) -> anyhow::Result<String> {
     use anyhow::Context as _;
     use std::io::Read as _;
     use std::os::unix::fs::PermissionsExt as _;
     let shown = path.display();
-    let cannot_read = || format!("cannot read --connection-token-file {shown}");
+    let cannot_read = || format!("cannot read {flag} {shown}");
     let mut file = std::fs::File::open(path).with_context(cannot_read)?;
     let mode = file
         .metadata()
@@ -269,7 +276,7 @@ fn read_token_file(path: &Path) -> anyhow::Result<String> {
         & 0o777;
     anyhow::ensure!(
         mode & 0o077 == 0,
-        "--connection-token-file {shown} has mode {mode:03o}, so group or others may access it; \
+        "{flag} {shown} has mode {mode:03o}, so group or others may access it; \
          run `chmod 600 {shown}`"
     );
     let mut text = String::new();

@@ -36,6 +36,9 @@ pub fn capabilities() -> EnvironmentCapabilities {
         linux_sandbox: sandbox,
         process_limits: true,
         process_tree_limits: crate::process::tree_limits_supported(),
+        process_start_idempotent: true,
+        process_list: true,
+        session_disconnect_policy: true,
     }
 }
 

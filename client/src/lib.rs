@@ -4,7 +4,8 @@
 //! resumes the session by itself (retrying while the daemon still sees the old connection),
 //! then catches every unfinished process up with `process/read {afterSeq}`, so each
 //! [`ProcessEvent`] reaches the [`Process`] exactly once and in order. Writes keep their
-//! `writeId` across retries, so a write whose reply was lost is not applied twice. Output the
+//! `writeId` across retries, so a write whose reply was lost is not applied twice; starts are
+//! sent `idempotent` and repeated, so a start whose reply was lost yields the one process. Output the
 //! daemon could no longer replay is reported as [`ProcessEvent::Gap`], never skipped silently.
 //!
 //! ```no_run
@@ -39,7 +40,7 @@ use exec_server_protocol::environment::EnvironmentInfo;
 use exec_server_protocol::methods::{self, Method};
 use exec_server_protocol::process::ReadParams;
 use exec_server_protocol::rpc::{code, method, ErrorObject};
-use exec_server_protocol::session::{InitializeParams, InitializeResult};
+use exec_server_protocol::session::{DisconnectPolicy, InitializeParams, InitializeResult};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
@@ -103,6 +104,11 @@ pub struct ClientOptions {
     /// For `wss://`: a PEM file of CA certificates trusted besides the Mozilla roots (e.g. the
     /// daemon's self-signed certificate).
     pub ca_file: Option<std::path::PathBuf>,
+    /// What the daemon does with the session's processes when the connection drops (the
+    /// daemon's default, `keep`, when None). With `kill`, the client cannot resume.
+    pub on_disconnect: Option<DisconnectPolicy>,
+    /// How long the session waits for a resume (the daemon's `--session-ttl` when None).
+    pub session_ttl: Option<Duration>,
 }
 
 impl ClientOptions {
@@ -115,6 +121,8 @@ impl ClientOptions {
             reconnect_deadline: Some(DEFAULT_RECONNECT_DEADLINE),
             binary_payloads: true,
             ca_file: None,
+            on_disconnect: None,
+            session_ttl: None,
         }
     }
 
@@ -350,6 +358,10 @@ async fn handshake(
         client_name: options.client_name.clone(),
         resume_session_id: resume_session_id.map(str::to_owned),
         binary_payloads: options.binary_payloads,
+        on_disconnect: options.on_disconnect,
+        session_ttl_ms: options
+            .session_ttl
+            .map(|ttl| i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)),
     };
     let params = serde_json::to_string(&params).expect("wire types serialize");
     let result = match connection

@@ -3,12 +3,11 @@
 
 use crate::{Client, Error, ProcessEvent};
 use exec_server_protocol::base64_bytes::Base64Bytes;
-use exec_server_protocol::methods;
+use exec_server_protocol::methods::{self, Method as _, Retry};
 use exec_server_protocol::process::{
     EnvPolicy, ProcessIdParams, ProcessSignal, ReadParams, ReadResult, ResizeParams, SandboxType,
     SignalParams, StartParams, StartResult, TerminalSize, WriteParams, WriteStatus,
 };
-use exec_server_protocol::rpc::code;
 use exec_server_protocol::PathUri;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -39,6 +38,8 @@ impl Command {
                 managed_network: None,
                 trace: None,
                 limits: None,
+                // Makes a start safe to repeat after a reconnect (see [`start`]).
+                idempotent: true,
             },
         }
     }
@@ -109,31 +110,22 @@ pub struct Process {
     sandbox_type: SandboxType,
 }
 
+/// A start is `idempotent`, so the client repeats it after a reconnect like any call that is
+/// safe to repeat: a start whose reply was lost yields the process it started, never a second
+/// one. (A daemon without `processStartIdempotent` ignores the flag: there a repeat whose lost
+/// attempt succeeded fails with "already exists".)
 pub(crate) async fn start(client: Client, command: Command) -> Result<Process, Error> {
     let id = command.params.process_id.clone();
     let events = client.router().register(&id).ok_or_else(|| {
         Error::Invalid(format!("process {id} was already started by this client"))
     })?;
-    let mut retried = false;
-    let result = loop {
-        // A start is repeated only after a reconnect, and then "already exists" means the
-        // lost attempt succeeded: this client registered the id, nobody else uses the session.
-        let outcome = client.send::<methods::ProcessStart>(&command.params).await;
-        match outcome {
-            Err(Error::Disconnected(_)) => retried = true,
-            Err(Error::Rpc(error))
-                if retried
-                    && error.code == code::INVALID_REQUEST
-                    && error.message == format!("process {id} already exists") =>
-            {
-                break Ok(StartResult {
-                    process_id: id.clone(),
-                    sandbox_type: SandboxType::None,
-                })
-            }
-            other => break other,
-        }
+    let retry = match command.params.idempotent {
+        true => Retry::Safe,
+        false => Retry::Never,
     };
+    let result = client
+        .request::<_, StartResult>(methods::ProcessStart::NAME, &command.params, retry)
+        .await;
     match result {
         Ok(result) => Ok(Process {
             handle: ProcessHandle { client, id },

@@ -67,6 +67,13 @@ pub struct EnvironmentCapabilities {
     /// where the daemon has no cgroup controller to enforce them, and they are then refused
     /// (this daemon's addition).
     pub process_tree_limits: bool,
+    /// `process/start {idempotent: true}`, `existing` on its result and the `-32011` conflict
+    /// (this daemon's addition).
+    pub process_start_idempotent: bool,
+    /// `process/list` (this daemon's addition).
+    pub process_list: bool,
+    /// `initialize` `onDisconnect` and `sessionTtlMs` (this daemon's addition).
+    pub session_disconnect_policy: bool,
 }
 
 fn legacy_executor_version() -> String {
@@ -165,7 +172,10 @@ mod tests {
                 "fsWatch": true,
                 "linuxSandbox": true,
                 "processLimits": true,
-                "processTreeLimits": false
+                "processTreeLimits": false,
+                "processStartIdempotent": true,
+                "processList": true,
+                "sessionDisconnectPolicy": true
             }
         });
         let info: EnvironmentInfo = serde_json::from_value(wire.clone()).unwrap();

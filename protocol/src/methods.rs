@@ -112,6 +112,8 @@ methods! {
             process::ResizeParams => fs::EmptyResult, Safe;
         ProcessCloseStdin, PROCESS_CLOSE_STDIN = "process/closeStdin":
             process::ProcessIdParams => fs::EmptyResult, Safe;
+        ProcessList, PROCESS_LIST = "process/list":
+            () => process::ListResult, Safe;
         FsReadFile, FS_READ_FILE = "fs/readFile":
             fs::ReadFileParams => fs::ReadFileResult, Safe;
         FsWriteFile, FS_WRITE_FILE = "fs/writeFile":

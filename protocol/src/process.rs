@@ -71,6 +71,11 @@ pub struct StartParams {
     /// Resource limits for the process and everything it starts (this daemon's addition).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<ProcessLimits>,
+    /// A repeat of this start (same `processId`, same params) returns the first one's result
+    /// with `existing: true` and runs nothing; different params are `-32011` (this daemon's
+    /// addition, `processStartIdempotent`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub idempotent: bool,
 }
 
 /// `process/start.limits`. Signed so that a negative value gets a clear error rather than a
@@ -113,6 +118,9 @@ pub enum ExitReason {
     SessionExpired,
     /// The daemon shut down.
     Shutdown,
+    /// Its session's connection dropped and the session was opened with
+    /// `onDisconnect: "kill"`.
+    Disconnected,
 }
 
 /// Resources used by the whole tree of a process (this daemon's addition).
@@ -159,6 +167,52 @@ pub enum SandboxType {
 pub struct StartResult {
     pub process_id: String,
     pub sandbox_type: SandboxType,
+    /// An `idempotent` start found the process already started by an identical start.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub existing: bool,
+}
+
+/// Where a process is in its life, as `process/list` reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ProcessState {
+    Running,
+    /// It exited; some of its output may still be coming.
+    Exited,
+    /// It exited and its output ended.
+    Closed,
+}
+
+/// One process of the session, on `process/list` (this daemon's addition).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessInfo {
+    pub process_id: String,
+    pub argv: Vec<String>,
+    pub cwd: PathUri,
+    /// The program's pid on the daemon's host.
+    pub pid: i32,
+    pub tty: bool,
+    pub sandbox_type: SandboxType,
+    pub state: ProcessState,
+    pub exit_code: Option<i32>,
+    /// RFC 3339, UTC.
+    pub started_at: String,
+    /// RFC 3339, UTC; null while running.
+    pub exited_at: Option<String>,
+    /// What `process/read` would report.
+    pub next_seq: u64,
+    pub first_retained_seq: u64,
+    /// As on `process/read`; absent once the tree is gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live_descendants: Option<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ListResult {
+    /// The calling session's processes, by `processId`.
+    pub processes: Vec<ProcessInfo>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -13,6 +13,9 @@ pub mod code {
     pub const INTERNAL_ERROR: i64 = -32603;
     pub const NOT_FOUND: i64 = -32004;
     pub const SESSION_ALREADY_ATTACHED: i64 = -32010;
+    /// An `idempotent` `process/start` repeated a process id with other params (this daemon's
+    /// addition); `data.fields` names them.
+    pub const START_CONFLICT: i64 = -32011;
 }
 
 /// A request id: a string or an integer, echoed back verbatim.

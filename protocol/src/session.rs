@@ -15,6 +15,24 @@ pub struct InitializeParams {
     /// daemon's addition.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub binary_payloads: bool,
+    /// What becomes of the session's processes when its connection drops (default `keep`);
+    /// this daemon's addition. A resume keeps the session's policy and refuses another one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_disconnect: Option<DisconnectPolicy>,
+    /// How long the session survives without a connection (default: the daemon's
+    /// `--session-ttl`), at most the daemon's `--max-session-ttl`; this daemon's addition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_ttl_ms: Option<i64>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum DisconnectPolicy {
+    /// The session waits its time-to-live for a resume; its processes run on.
+    #[default]
+    Keep,
+    /// The session ends at once: its process trees are killed (`reason: "disconnected"`).
+    Kill,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -1,7 +1,9 @@
-//! The client subcommands: `exec-server run` and `exec-server fs ...`, a human's way to use a
-//! running daemon, built on the `exec-server-client` crate; `exec-server ready`, a health check.
+//! The client subcommands: `exec-server run`, `exec-server fs ...` and `exec-server ps`, a
+//! human's way to use a running daemon, built on the `exec-server-client` crate;
+//! `exec-server ready`, a health check.
 
 mod fs;
+mod ps;
 mod ready;
 mod run;
 mod terminal;
@@ -17,6 +19,8 @@ pub enum Command {
     /// Copy files from and to a daemon's host, and list its directories.
     #[command(subcommand)]
     Fs(fs::FsCommand),
+    /// List a session's processes as a table.
+    Ps(ps::PsArgs),
     /// Exit 0 if the daemon answers `/readyz` (a health check for containers), 1 if not.
     Ready(ready::ReadyArgs),
 }
@@ -27,21 +31,33 @@ pub struct ConnectArgs {
     /// The daemon's URL, as it printed it (e.g. ws://127.0.0.1:8080, wss://…, unix:///…).
     #[arg(long, env = "EXEC_SERVER_URL")]
     pub url: String,
-    /// Bearer token, if the daemon requires one.
+    /// Bearer token, if the daemon requires one. Prefer --token-file: a command line is
+    /// readable by every local user.
     #[arg(long, env = "EXEC_SERVER_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     /// For wss://: CA certificates (PEM) to trust besides the usual roots.
     #[arg(long, env = "EXEC_SERVER_CA_FILE")]
     pub ca_file: Option<std::path::PathBuf>,
+    /// Read the bearer token from this file (trailing line breaks ignored; chmod 600).
+    #[arg(long, env = "EXEC_SERVER_TOKEN_FILE", conflicts_with = "token")]
+    pub token_file: Option<std::path::PathBuf>,
 }
 
 impl ConnectArgs {
     async fn connect(&self) -> anyhow::Result<Client> {
+        Ok(Client::connect(self.options()?).await?)
+    }
+
+    fn options(&self) -> anyhow::Result<ClientOptions> {
+        let token = match &self.token_file {
+            Some(path) => Some(crate::config::read_token_file(path, "--token-file")?),
+            None => self.token.clone(),
+        };
         let mut options = ClientOptions::new(self.url.clone())
-            .token(self.token.clone())
+            .token(token)
             .ca_file(self.ca_file.clone());
         options.client_name = "exec-server-cli".into();
-        Ok(Client::connect(options).await?)
+        Ok(options)
     }
 }
 
@@ -60,6 +76,7 @@ pub fn main(command: Command) -> ExitCode {
         match command {
             Command::Run(args) => run::run(args).await,
             Command::Fs(command) => fs::run(command).await.map(|()| 0),
+            Command::Ps(args) => ps::run(args).await.map(|()| 0),
             Command::Ready(args) => Ok(ready::run(args).await),
         }
     });

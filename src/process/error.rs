@@ -4,6 +4,7 @@
 
 use crate::rpc::RpcError;
 use crate::session::SessionError;
+use exec_server_protocol::rpc::code;
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ProcessError {
@@ -34,6 +35,11 @@ pub(crate) enum ProcessError {
     Unknown(String),
     #[error("process {0} already exists")]
     Exists(String),
+    #[error(
+        "process {id} was already started with other params ({}); an idempotent start must \
+         repeat them", fields.join(", ")
+    )]
+    StartConflict { id: String, fields: Vec<String> },
     #[error("process {0} start was cancelled")]
     StartCancelled(String),
     #[error("the session is closing; no process can start in it")]
@@ -74,6 +80,8 @@ impl From<ProcessError> for RpcError {
             | EmptySize => RpcError::invalid_params(message),
             Starting(_) | Unknown(_) | Exists(_) | StartCancelled(_) | SessionClosing
             | NoTerminal(_) => RpcError::invalid_request(message),
+            StartConflict { fields, .. } => RpcError::new(code::START_CONFLICT, message)
+                .with_data(serde_json::json!({ "fields": fields })),
             StdinFull { .. } => RpcError::invalid_request(message)
                 .with_data(serde_json::json!({ "retryable": true })),
             StartFailed { .. } | StdinFailed | Resize(_) | Internal(_) => {

@@ -2,7 +2,7 @@
 
 use super::spawn::{LaunchSpec, Limits, DEFAULT_SIZE};
 use super::ProcessError;
-use super::{env, Lookup, ManagedProcess};
+use super::{env, Lookup, ManagedProcess, Origin};
 use crate::rpc::Call;
 use crate::sandbox;
 use crate::session::Session;
@@ -30,13 +30,33 @@ pub(crate) async fn start(
     if let Some(trace) = &params.trace {
         span.record("parent", tracing::field::display(trace));
     }
-    launch(session, call, params).instrument(span).await
+    start_once(session, call, &params).instrument(span).await
+}
+
+/// An idempotent start first looks for the process it repeats (waiting out a start of it in
+/// progress); losing the race for the id to another start is the same as finding it.
+async fn start_once(
+    session: &Session,
+    call: &Call,
+    params: &StartParams,
+) -> Result<StartResult, ProcessError> {
+    loop {
+        if params.idempotent {
+            if let Some(process) = session.processes.settled(&params.process_id).await {
+                return process.repeat(params);
+            }
+        }
+        match launch(session, call, params).await {
+            Err(ProcessError::Exists(_)) if params.idempotent => continue,
+            outcome => return outcome,
+        }
+    }
 }
 
 async fn launch(
     session: &Session,
     call: &Call,
-    params: StartParams,
+    params: &StartParams,
 ) -> Result<StartResult, ProcessError> {
     let Some((program, args)) = params.argv.split_first() else {
         return Err(ProcessError::EmptyArgv);
@@ -52,14 +72,14 @@ async fn launch(
             .await
             .map_err(|err| ProcessError::Internal(err.to_string()))??
     } else {
-        sandbox::prepare_start(&params, &cwd)?
+        sandbox::prepare_start(params, &cwd)?
     };
     let (limits, timeout) = limits(params.limits.as_ref())?;
     let env = env::child_env(params.env_policy.as_ref(), &params.env, std::env::vars());
     let spec = LaunchSpec {
         program: program.clone(),
         args: args.to_vec(),
-        arg0: params.arg0,
+        arg0: params.arg0.clone(),
         cwd,
         env,
         tty: params.tty,
@@ -78,15 +98,26 @@ async fn launch(
     call.after_reply(move || {
         let _ = replied.send(());
     });
+    let origin = Origin {
+        params: Origin::identity(params),
+        sandbox_type,
+    };
     session
         .processes
-        .start(params.process_id.clone(), spec, launch, timeout, on_reply)
+        .start(origin, spec, launch, timeout, on_reply)
         .await?;
     tracing::info!(sandbox = ?sandbox_type, "process started");
     Ok(StartResult {
-        process_id: params.process_id,
+        process_id: params.process_id.clone(),
         sandbox_type,
+        existing: false,
     })
+}
+
+pub(crate) fn list(session: &Session) -> ListResult {
+    ListResult {
+        processes: session.processes.list(),
+    }
 }
 
 /// Accepted ranges: beyond them a limit is a mistake, not a limit.

@@ -19,7 +19,8 @@ use crate::sandbox::{Launch, Sandboxed};
 use crate::session::Attachment;
 use bytes::{Bytes, BytesMut};
 use exec_server_protocol::process::{
-    ExitDetails, ExitReason, OutputStream, ProcessSignal, ProcessUsage, TerminalSize, WriteStatus,
+    ExitDetails, ExitReason, OutputStream, ProcessInfo, ProcessSignal, ProcessUsage, SandboxType,
+    StartParams, StartResult, TerminalSize, WriteStatus,
 };
 use nix::sys::signal::Signal;
 use output::{Event, Exit, OutputLog, ReadSnapshot};
@@ -71,14 +72,42 @@ struct Slots {
 
 struct TableInner {
     slots: Mutex<Slots>,
+    /// Bumped whenever a start in progress ends (ready, failed or cancelled), so an idempotent
+    /// repeat waiting on it looks again.
+    settled: watch::Sender<()>,
     config: Arc<Config>,
     attachment: watch::Receiver<Option<Attachment>>,
     next_token: AtomicU64,
 }
 
+/// What a process was started with: what an idempotent repeat is compared with, and what
+/// `process/list` shows.
+pub(crate) struct Origin {
+    /// As the client sent them, without what does not make a start different
+    /// ([`Origin::identity`]).
+    pub params: StartParams,
+    pub sandbox_type: SandboxType,
+}
+
+impl Origin {
+    /// `params` without `trace` (a retry may carry another span) and `idempotent`.
+    pub fn identity(params: &StartParams) -> StartParams {
+        StartParams {
+            trace: None,
+            idempotent: false,
+            ..params.clone()
+        }
+    }
+}
+
 pub struct ManagedProcess {
     pub id: String,
     tty: bool,
+    origin: Origin,
+    /// The program's process.
+    pid: i32,
+    started_at: std::time::SystemTime,
+    exited_at: std::sync::OnceLock<std::time::SystemTime>,
     /// The supervisor holding the tree, and the orders to it.
     supervisor_pid: i32,
     orders: tree::Orders,
@@ -114,6 +143,7 @@ impl ProcessTable {
         Self {
             inner: Arc::new(TableInner {
                 slots: Mutex::new(Slots::default()),
+                settled: watch::channel(()).0,
                 config,
                 attachment,
                 next_token: AtomicU64::new(1),
@@ -129,6 +159,28 @@ impl ProcessTable {
         }
     }
 
+    /// The process `id`, once a start of it in progress has ended; None when there is none.
+    pub async fn settled(&self, id: &str) -> Option<Arc<ManagedProcess>> {
+        let mut settled = self.inner.settled.subscribe();
+        loop {
+            match self.lookup(id) {
+                Lookup::Unknown => return None,
+                Lookup::Ready(process) => return Some(process),
+                Lookup::Starting => {
+                    // The table outlives every waiter, so the sender does too.
+                    let _ = settled.changed().await;
+                }
+            }
+        }
+    }
+
+    /// Every process of the table, by id.
+    pub fn list(&self) -> Vec<ProcessInfo> {
+        let mut processes = self.inner.slots.lock().unwrap().ready();
+        processes.sort_by(|a, b| a.id.cmp(&b.id));
+        processes.iter().map(|process| process.info()).collect()
+    }
+
     /// Reserves `id`, launches the child and starts its reader, supervision and delivery
     /// tasks. With a sandbox `launch`, the supervisor is the sandbox helper. Runs to its end
     /// even when the request is cancelled (its connection dropped), so that a launched tree is
@@ -137,15 +189,19 @@ impl ProcessTable {
     /// only after the reply that started it.
     pub async fn start(
         &self,
-        id: String,
+        origin: Origin,
         spec: LaunchSpec,
         launch: Option<Launch>,
         timeout: Option<std::time::Duration>,
         replied: tokio::sync::oneshot::Receiver<()>,
     ) -> Result<(), ProcessError> {
-        tokio::spawn(self.inner.clone().start(id, spec, launch, timeout, replied))
-            .await
-            .map_err(|err| ProcessError::Internal(format!("the start failed: {err}")))?
+        tokio::spawn(
+            self.inner
+                .clone()
+                .start(origin, spec, launch, timeout, replied),
+        )
+        .await
+        .map_err(|err| ProcessError::Internal(format!("the start failed: {err}")))?
     }
 
     /// Kills the tree of a process, or cancels a start in progress. Returns whether the
@@ -156,6 +212,7 @@ impl ProcessTable {
             None => false,
             Some(Slot::Starting(_)) => {
                 slots.map.remove(id);
+                self.inner.settled.send_replace(());
                 true
             }
             Some(Slot::Ready(process)) => {
@@ -173,14 +230,8 @@ impl ProcessTable {
         let mut slots = self.inner.slots.lock().unwrap();
         slots.closed = true;
         slots.map.retain(|_, slot| matches!(slot, Slot::Ready(_)));
-        let processes: Vec<_> = slots
-            .map
-            .values()
-            .filter_map(|slot| match slot {
-                Slot::Ready(process) => Some(process.clone()),
-                Slot::Starting(_) => None,
-            })
-            .collect();
+        self.inner.settled.send_replace(());
+        let processes = slots.ready();
         drop(slots);
         for process in &processes {
             process.kill(reason);
@@ -189,15 +240,29 @@ impl ProcessTable {
     }
 }
 
+impl Slots {
+    /// The processes started (not those still starting).
+    fn ready(&self) -> Vec<Arc<ManagedProcess>> {
+        self.map
+            .values()
+            .filter_map(|slot| match slot {
+                Slot::Ready(process) => Some(process.clone()),
+                Slot::Starting(_) => None,
+            })
+            .collect()
+    }
+}
+
 impl TableInner {
     async fn start(
         self: Arc<Self>,
-        id: String,
+        origin: Origin,
         spec: LaunchSpec,
         mut launch: Option<Launch>,
         timeout: Option<std::time::Duration>,
         replied: tokio::sync::oneshot::Receiver<()>,
     ) -> Result<(), ProcessError> {
+        let id = origin.params.process_id.clone();
         let token = self.next_token.fetch_add(1, Ordering::Relaxed);
         {
             let mut slots = self.slots.lock().unwrap();
@@ -217,6 +282,7 @@ impl TableInner {
             Ok(spawned) => spawned,
             Err(err) => {
                 self.slots.lock().unwrap().map.remove(&id);
+                self.settled.send_replace(());
                 return Err(err);
             }
         };
@@ -253,6 +319,7 @@ impl TableInner {
         let tree::Tree {
             supervisor,
             supervisor_pid,
+            program_pid,
             group,
             reports,
             orders,
@@ -261,6 +328,10 @@ impl TableInner {
         let process = Arc::new(ManagedProcess {
             id: id.clone(),
             tty: spec.tty,
+            origin,
+            pid: program_pid,
+            started_at: std::time::SystemTime::now(),
+            exited_at: Default::default(),
             supervisor_pid,
             orders,
             started: std::time::Instant::now(),
@@ -294,6 +365,8 @@ impl TableInner {
             match slots.map.get(&id) {
                 Some(Slot::Starting(current)) if *current == token => {
                     slots.map.insert(id.clone(), Slot::Ready(process.clone()));
+                    drop(slots);
+                    self.settled.send_replace(());
                 }
                 _ => {
                     drop(slots);
@@ -517,6 +590,7 @@ async fn record_exit(
             .as_mut()
             .is_some_and(|scanner| scanner.verdict(code, signal));
         state.usage = Some(usage);
+        let _ = process.exited_at.set(std::time::SystemTime::now());
         let exit = Exit {
             code,
             sandbox_denied: denied,
@@ -729,6 +803,70 @@ impl ManagedProcess {
         let tree = supervisor::descendants(self.supervisor_pid).len() as u32;
         // The process itself, until it is reaped.
         Some(tree.saturating_sub(u32::from(!self.is_exited())))
+    }
+
+    /// The result of an idempotent start that repeats this process's: the first start's, or
+    /// the conflict naming the params that differ.
+    pub(crate) fn repeat(&self, params: &StartParams) -> Result<StartResult, ProcessError> {
+        let as_object = |params: &StartParams| match serde_json::to_value(params) {
+            Ok(serde_json::Value::Object(object)) => object,
+            _ => unreachable!("StartParams serialize as an object"),
+        };
+        let (first, again) = (
+            as_object(&self.origin.params),
+            as_object(&Origin::identity(params)),
+        );
+        let fields: std::collections::BTreeSet<&String> = first
+            .keys()
+            .chain(again.keys())
+            .filter(|key| first.get(*key) != again.get(*key))
+            .collect();
+        if !fields.is_empty() {
+            return Err(ProcessError::StartConflict {
+                id: self.id.clone(),
+                fields: fields.into_iter().cloned().collect(),
+            });
+        }
+        Ok(StartResult {
+            process_id: self.id.clone(),
+            sandbox_type: self.origin.sandbox_type,
+            existing: true,
+        })
+    }
+
+    fn info(&self) -> ProcessInfo {
+        let rfc3339 = |time| humantime::format_rfc3339_millis(time).to_string();
+        let (next_seq, first_retained_seq, exit_code, closed) = {
+            let state = self.state.lock().unwrap();
+            let log = &state.log;
+            (
+                log.next_seq(),
+                log.first_retained_seq(),
+                log.exit_code(),
+                log.is_closed(),
+            )
+        };
+        let state = match (exit_code, closed) {
+            (None, _) => exec_server_protocol::process::ProcessState::Running,
+            (Some(_), false) => exec_server_protocol::process::ProcessState::Exited,
+            (Some(_), true) => exec_server_protocol::process::ProcessState::Closed,
+        };
+        let params = &self.origin.params;
+        ProcessInfo {
+            process_id: self.id.clone(),
+            argv: params.argv.clone(),
+            cwd: params.cwd.clone(),
+            pid: self.pid,
+            tty: self.tty,
+            sandbox_type: self.origin.sandbox_type,
+            state,
+            exit_code,
+            started_at: rfc3339(self.started_at),
+            exited_at: exit_code.and(self.exited_at.get().copied()).map(rfc3339),
+            next_seq,
+            first_retained_seq,
+            live_descendants: self.live_descendants(),
+        }
     }
 
     /// The process exited, its output closed, and its tree is gone.

@@ -145,7 +145,11 @@ impl OutputLog {
         self.closed_seq.is_some()
     }
 
-    fn first_retained_seq(&self) -> u64 {
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    pub fn first_retained_seq(&self) -> u64 {
         self.chunks.front().map_or(self.next_seq, |chunk| chunk.seq)
     }
 

@@ -18,6 +18,8 @@ pub struct Tree {
     /// supervisor is the fork server's, which reaps it.
     pub supervisor: Option<tokio::process::Child>,
     pub supervisor_pid: i32,
+    /// The program's process (or the one exiting in its place).
+    pub program_pid: i32,
     /// The tree's cgroups, with per-tree limits.
     pub group: Option<Group>,
     pub reports: Reports,
@@ -72,6 +74,7 @@ pub async fn launch(
         Tree {
             supervisor,
             supervisor_pid: 0,
+            program_pid: 0,
             group,
             reports: Reports(
                 tokio::io::BufReader::new(std::io::Cursor::new(unread).chain(read_half)).lines(),
@@ -126,16 +129,16 @@ pub async fn launch(
             }
         };
         let started = match first {
-            Some(Report::Started { supervisor, .. }) => {
-                tree.supervisor_pid = supervisor;
+            Some(Report::Started { supervisor, pid }) => {
+                (tree.supervisor_pid, tree.program_pid) = (supervisor, pid);
                 Started::Executed
             }
             Some(Report::Failed {
                 supervisor,
                 failure,
-                ..
+                pid,
             }) => {
-                tree.supervisor_pid = supervisor;
+                (tree.supervisor_pid, tree.program_pid) = (supervisor, pid);
                 Started::Failed { failure }
             }
             _ => {

@@ -7,7 +7,7 @@ use crate::rpc::envelope::{self, Incoming};
 use crate::rpc::in_flight::{Claim, InFlightIds};
 use crate::rpc::outbound::Outbound;
 use crate::rpc::{decode, reply, RpcError};
-use crate::session::{Attachment, Registry, Session};
+use crate::session::{Attachment, Registry, RequestedPolicy, Session};
 use bytes::Bytes;
 use exec_server_protocol::rpc::method;
 use exec_server_protocol::session::{InitializeParams, InitializeResult};
@@ -225,9 +225,10 @@ impl Connection {
             outbound: self.shared.outbound.clone(),
         };
         let registry = &self.shared.registry;
+        let policy = RequestedPolicy::from_params(&params, &registry.config)?;
         let session = match &params.resume_session_id {
-            Some(id) => registry.resume(id, attachment)?,
-            None => registry.create(attachment)?,
+            Some(id) => registry.resume(id, attachment, &policy)?,
+            None => registry.create(attachment, &policy)?,
         };
         tracing::info!(session = %crate::session::log_digest(&session.id), client = %params.client_name, resumed = params.resume_session_id.is_some(), "session attached");
         let result = InitializeResult {

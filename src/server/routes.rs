@@ -34,6 +34,10 @@ fn build() -> Router {
         process::methods::close_stdin(&c.session, p)
     });
 
+    router.request::<m::ProcessList>(|c: Ctx, ()| async move {
+        Ok::<_, Infallible>(process::methods::list(&c.session))
+    });
+
     fs::one_shots(&mut OneShots(&mut router));
     router.request::<m::FsOpen>(|c: Ctx, p| async move { fs::open(&c.connection.fs, p).await });
     router.request_raw::<m::FsReadBlock>(|c: Ctx, p| async move {

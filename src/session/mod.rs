@@ -11,7 +11,9 @@ use crate::rpc::outbound::Outbound;
 use crate::rpc::RpcError;
 use exec_server_protocol::environment::EnvironmentInfo;
 use exec_server_protocol::rpc::code;
+use exec_server_protocol::session::{DisconnectPolicy, InitializeParams};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::watch;
 
 /// How logs name a session. Its id lets any connection take the session over, so logs carry only
@@ -43,6 +45,15 @@ pub(crate) enum SessionError {
     AlreadyAttached(String),
     #[error("the exec-server is shutting down")]
     ShuttingDown,
+    #[error(
+        "sessionTtlMs must be between 1 and {max_ms} (the daemon's --max-session-ttl), not {value}"
+    )]
+    TtlOutOfRange { max_ms: i64, value: i64 },
+    #[error(
+        "session {0} keeps the onDisconnect and sessionTtlMs it was created with; a resume may \
+         repeat them or leave them out"
+    )]
+    PolicyChanged(String),
 }
 
 impl From<SessionError> for RpcError {
@@ -55,7 +66,65 @@ impl From<SessionError> for RpcError {
             SessionError::ResumedElsewhere
             | SessionError::Unknown(_)
             | SessionError::ShuttingDown => RpcError::invalid_request(message),
+            SessionError::TtlOutOfRange { .. } | SessionError::PolicyChanged(_) => {
+                RpcError::invalid_params(message)
+            }
         }
+    }
+}
+
+/// What becomes of a session when its connection drops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Policy {
+    pub on_disconnect: DisconnectPolicy,
+    /// How long a detached session waits for a resume (with `keep`).
+    pub ttl: Duration,
+}
+
+/// The policy an `initialize` asked for; a part left out means the daemon's default for a new
+/// session, the session's own for a resume.
+pub(crate) struct RequestedPolicy {
+    on_disconnect: Option<DisconnectPolicy>,
+    ttl: Option<Duration>,
+}
+
+impl RequestedPolicy {
+    pub(crate) fn from_params(
+        params: &InitializeParams,
+        config: &Config,
+    ) -> Result<Self, SessionError> {
+        let max_ms = i64::try_from(config.max_session_ttl.as_millis()).unwrap_or(i64::MAX);
+        let ttl = match params.session_ttl_ms {
+            Some(value) if !(1..=max_ms).contains(&value) => {
+                return Err(SessionError::TtlOutOfRange { max_ms, value })
+            }
+            value => value.map(|ms| Duration::from_millis(ms as u64)),
+        };
+        Ok(Self {
+            on_disconnect: params.on_disconnect,
+            ttl,
+        })
+    }
+
+    fn for_new_session(&self, config: &Config) -> Policy {
+        Policy {
+            on_disconnect: self.on_disconnect.unwrap_or_default(),
+            ttl: self.ttl.unwrap_or(config.session_ttl),
+        }
+    }
+
+    /// A resume may repeat the session's policy, never change it: a client that asks for
+    /// another one learns that it does not have it.
+    fn check_resume(&self, session: &Session) -> Result<(), SessionError> {
+        let policy = &session.policy;
+        if self
+            .on_disconnect
+            .is_some_and(|asked| asked != policy.on_disconnect)
+            || self.ttl.is_some_and(|asked| asked != policy.ttl)
+        {
+            return Err(SessionError::PolicyChanged(session.id.clone()));
+        }
+        Ok(())
     }
 }
 
@@ -65,14 +134,16 @@ pub struct Session {
     /// What `initialize` reported when the session was created; a resume reports it again so
     /// the client sees the same executor it started with, field for field.
     pub environment_info: EnvironmentInfo,
+    pub policy: Policy,
     attachment: watch::Sender<Option<Attachment>>,
 }
 
 impl Session {
-    fn new(id: String, config: Arc<Config>, attachment: Attachment) -> Self {
+    fn new(id: String, config: Arc<Config>, attachment: Attachment, policy: Policy) -> Self {
         let (sender, receiver) = watch::channel(Some(attachment));
         Self {
             id,
+            policy,
             processes: ProcessTable::new(config, receiver),
             environment_info: crate::environment::info(),
             attachment: sender,

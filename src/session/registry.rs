@@ -1,8 +1,9 @@
 //! All sessions of the daemon, with attach, detach, resume and time-to-live expiry.
 
-use super::{Attachment, Session, SessionError};
+use super::{Attachment, RequestedPolicy, Session, SessionError};
 use crate::config::Config;
 use exec_server_protocol::process::ExitReason;
+use exec_server_protocol::session::DisconnectPolicy;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -40,9 +41,19 @@ impl Registry {
         })
     }
 
-    pub fn create(&self, attachment: Attachment) -> Result<Arc<Session>, SessionError> {
+    pub(crate) fn create(
+        &self,
+        attachment: Attachment,
+        policy: &RequestedPolicy,
+    ) -> Result<Arc<Session>, SessionError> {
         let id = uuid::Uuid::new_v4().to_string();
-        let session = Arc::new(Session::new(id.clone(), self.config.clone(), attachment));
+        let policy = policy.for_new_session(&self.config);
+        let session = Arc::new(Session::new(
+            id.clone(),
+            self.config.clone(),
+            attachment,
+            policy,
+        ));
         let entry = Entry {
             session: session.clone(),
             detached_at: None,
@@ -60,7 +71,12 @@ impl Registry {
         self.closing.load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    pub fn resume(&self, id: &str, attachment: Attachment) -> Result<Arc<Session>, SessionError> {
+    pub(crate) fn resume(
+        &self,
+        id: &str,
+        attachment: Attachment,
+        policy: &RequestedPolicy,
+    ) -> Result<Arc<Session>, SessionError> {
         let unknown = || SessionError::Unknown(id.to_owned());
         let mut sessions = self.sessions.lock().unwrap();
         if self.is_closing() {
@@ -69,13 +85,14 @@ impl Registry {
         let entry = sessions.get_mut(id).ok_or_else(unknown)?;
         match entry.detached_at {
             None => Err(SessionError::AlreadyAttached(id.to_owned())),
-            Some(since) if since.elapsed() >= self.config.session_ttl => {
+            Some(since) if since.elapsed() >= entry.session.policy.ttl => {
                 let entry = sessions.remove(id).expect("looked up above");
                 drop(sessions);
-                entry.session.processes.kill_all(ExitReason::SessionExpired);
+                tokio::spawn(end(entry.session, ExitReason::SessionExpired));
                 Err(unknown())
             }
             Some(_) => {
+                policy.check_resume(&entry.session)?;
                 entry.detached_at = None;
                 // Notifications move to the new connection before the initialize reply is sent.
                 entry.session.set_attachment(Some(attachment));
@@ -85,7 +102,7 @@ impl Registry {
     }
 
     /// Called when a connection ends. Only its own attachment is cleared: after a takeover the
-    /// session belongs to the new connection.
+    /// session belongs to the new connection. A session with `onDisconnect: "kill"` ends here.
     pub fn detach(self: &Arc<Self>, session: &Session, connection_id: u64) {
         let epoch = {
             let mut sessions = self.sessions.lock().unwrap();
@@ -96,13 +113,19 @@ impl Registry {
                 return;
             }
             entry.session.set_attachment(None);
+            if entry.session.policy.on_disconnect == DisconnectPolicy::Kill {
+                let entry = sessions.remove(&session.id).expect("looked up above");
+                drop(sessions);
+                tokio::spawn(end(entry.session, ExitReason::Disconnected));
+                return;
+            }
             entry.detached_at = Some(Instant::now());
             entry.detach_epoch += 1;
             entry.detach_epoch
         };
         let registry = Arc::downgrade(self);
         let id = session.id.clone();
-        let ttl = self.config.session_ttl;
+        let ttl = session.policy.ttl;
         tokio::spawn(async move {
             tokio::time::sleep(ttl).await;
             if let Some(registry) = registry.upgrade() {
@@ -122,13 +145,7 @@ impl Registry {
             }
         };
         if let Some(entry) = expired {
-            tracing::info!(
-                session = %super::log_digest(id),
-                "session expired; killing its processes"
-            );
-            reap(entry.session.processes.kill_all(ExitReason::SessionExpired)).await;
-            drop(entry);
-            crate::memory::release_soon();
+            end(entry.session, ExitReason::SessionExpired).await;
         }
     }
 
@@ -163,6 +180,23 @@ impl Registry {
         if tokio::time::timeout(FLUSH_GRACE, delivered).await.is_err() {
             tracing::warn!("some clients did not take the last events of their processes");
         }
+    }
+}
+
+/// Ends a session already removed from the registry (expired, or disconnected with
+/// `onDisconnect: "kill"`): kills every tree at once (`reason`), cancels starts in progress,
+/// then waits (bounded) until the trees are gone and frees what the session held.
+fn end(session: Arc<Session>, reason: ExitReason) -> impl std::future::Future<Output = ()> {
+    tracing::info!(
+        session = %super::log_digest(&session.id),
+        ?reason,
+        "session ended; killing its processes"
+    );
+    let killed = session.processes.kill_all(reason);
+    async move {
+        reap(killed).await;
+        drop(session);
+        crate::memory::release_soon();
     }
 }
 

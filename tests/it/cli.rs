@@ -1,4 +1,4 @@
-//! The human CLI (`exec-server run`, `exec-server fs`) against a real daemon.
+//! The human CLI (`exec-server run`, `exec-server fs`, `exec-server ps`) against a real daemon.
 
 use crate::common;
 
@@ -231,4 +231,86 @@ fn ready_fails_with_the_reason_when_nothing_ready_answers() {
         "{output:?}"
     );
     drop(silent);
+}
+
+/// `ps --session` lists that session's processes; the token comes from `--token-file`.
+#[test]
+fn ps_lists_a_sessions_processes_as_a_table() {
+    use crate::process_tree::{sleeps, tags};
+    use serde_json::json;
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = common::scratch_dir();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "s3cret\n").unwrap();
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let token_path = token_file.to_str().unwrap();
+    let daemon = Daemon::start_with(&["--connection-token-file", token_path], &[]);
+    let tag = tags(109)[0].clone();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let session = runtime.block_on(async {
+        let client = common::Client::connect_with_token(&daemon.url, "s3cret").await;
+        let session = client.initialize(None).await.unwrap();
+        client
+            .call(
+                "process/start",
+                common::start_params("slow", &["sleep", &tag]),
+            )
+            .await;
+        client
+            .call("process/start", common::start_params("quick", &["true"]))
+            .await;
+        common::read_all(&client, "quick").await;
+        common::eventually("the sleep", || sleeps(&tag).len() == 1).await;
+        session
+    });
+    // Its tasks go with it: the connection closes and the session is detached.
+    drop(runtime);
+    let ps = |extra: &[&str]| {
+        let mut args = vec!["ps", "--token-file", token_path];
+        args.extend(extra);
+        cli(&daemon, &args, b"")
+    };
+    let output = ps(&["--session", &session]);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let table = text(&output.stdout);
+    let lines: Vec<Vec<&str>> = table
+        .lines()
+        .map(|line| line.split_whitespace().collect())
+        .collect();
+    assert_eq!(lines.len(), 3, "{table}");
+    assert_eq!(
+        lines[0],
+        ["PROCESS", "ID", "PID", "STATE", "EXIT", "SANDBOX", "STARTED", "CHILDREN", "COMMAND"]
+    );
+    let pid = sleeps(&tag)[0].to_string();
+    assert_eq!(lines[1][0], "quick");
+    assert_eq!(lines[1][2..5], ["closed", "0", "none"], "{table}");
+    assert_eq!(lines[1].last(), Some(&"true"));
+    assert_eq!(
+        lines[2][..5],
+        ["slow", pid.as_str(), "running", "-", "none"]
+    );
+    assert_eq!(lines[2][6..], ["0", "sleep", tag.as_str()], "{table}");
+    // Without --session: a session of its own, empty; and no token, no listing.
+    let output = ps(&[]);
+    assert_eq!(text(&output.stdout).lines().count(), 1, "{output:?}");
+    let output = cli(&daemon, &["ps", "--session", &session], b"");
+    assert_eq!(output.status.code(), Some(255), "{output:?}");
+    // The listed session is detached again and can be resumed.
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let resumed = loop {
+            let client = common::Client::connect_with_token(&daemon.url, "s3cret").await;
+            match client.initialize(Some(&session)).await {
+                Ok(_) => break client,
+                // ps's connection may not be noticed gone yet.
+                Err(error) if error["code"] == -32010 => {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await
+                }
+                Err(error) => panic!("{error}"),
+            }
+        };
+        resumed
+            .call("process/terminate", json!({"processId": "slow"}))
+            .await;
+    });
 }

@@ -58,7 +58,10 @@ async fn info_describes_the_host_the_daemon_runs_on() {
             "fsWatch": true,
             "linuxSandbox": true,
             "processLimits": true,
-            "processTreeLimits": true
+            "processTreeLimits": true,
+            "processStartIdempotent": true,
+            "processList": true,
+            "sessionDisconnectPolicy": true
         })
     );
 }

@@ -33,6 +33,7 @@ mod sandbox_fs_ops;
 mod sandbox_managed_net;
 mod sandbox_net;
 mod session;
+mod session_api;
 mod soak;
 mod tls;
 mod transport;

@@ -10,12 +10,12 @@ use serde_json::{json, Value};
 use std::time::Duration;
 
 /// Unique `sleep` arguments per test (tests of this file run at once in one machine).
-fn tags(test: u32) -> [String; 3] {
+pub(crate) fn tags(test: u32) -> [String; 3] {
     [1, 2, 3].map(|n| format!("{}{test:03}{n}", 4242))
 }
 
 /// `setsid`, a `nohup` double fork that ignores HUP and TERM, and a plain foreground child.
-fn detaching_script(tags: &[String; 3]) -> String {
+pub(crate) fn detaching_script(tags: &[String; 3]) -> String {
     format!(
         "setsid sleep {} & (trap '' HUP TERM; nohup sleep {} >/dev/null 2>&1 &); sleep {}",
         tags[0], tags[1], tags[2]
@@ -24,7 +24,7 @@ fn detaching_script(tags: &[String; 3]) -> String {
 
 /// Pids of live or zombie `sleep ARG` processes (a zombie keeps its pid and comm, not its
 /// cmdline, so zombies are found by the pids seen while they ran; see [`assert_all_gone`]).
-fn sleeps(arg: &str) -> Vec<i32> {
+pub(crate) fn sleeps(arg: &str) -> Vec<i32> {
     let wanted = format!("sleep\0{arg}\0");
     std::fs::read_dir("/proc")
         .unwrap()
@@ -38,7 +38,7 @@ fn sleeps(arg: &str) -> Vec<i32> {
 }
 
 /// Waits until every tagged sleep runs; returns their pids.
-async fn all_running(tags: &[String; 3]) -> Vec<i32> {
+pub(crate) async fn all_running(tags: &[String; 3]) -> Vec<i32> {
     let mut pids = Vec::new();
     eventually("every sleep of the tree to run", || {
         pids = tags.iter().flat_map(|tag| sleeps(tag)).collect();
@@ -49,11 +49,11 @@ async fn all_running(tags: &[String; 3]) -> Vec<i32> {
 }
 
 /// Not running, and not a zombie either: no /proc entry is left.
-fn gone(pid: i32) -> bool {
+pub(crate) fn gone(pid: i32) -> bool {
     !std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
-async fn assert_all_gone(pids: &[i32], what: &str) {
+pub(crate) async fn assert_all_gone(pids: &[i32], what: &str) {
     eventually(what, || pids.iter().all(|pid| gone(*pid))).await;
 }
 
