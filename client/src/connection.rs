@@ -114,41 +114,47 @@ impl Connection {
             let stream = tokio::net::UnixStream::connect(path)
                 .await
                 .map_err(|err| cannot(&err))?;
-            let (socket, _) =
-                tokio_tungstenite::client_async_with_config(request, stream, Some(config))
-                    .await
-                    .map_err(|err| cannot(&err))?;
-            return Ok(Self::run(socket, epoch, router));
+            return Self::over(stream, request, config, epoch, router)
+                .await
+                .map_err(|err| cannot(&err));
         }
         if url.starts_with("wss://") {
             let uri = request.uri().clone();
             let host = uri.host().unwrap_or_default();
-            let stream = tokio::net::TcpStream::connect((
-                host.trim_start_matches('[').trim_end_matches(']'),
-                uri.port_u16().unwrap_or(443),
-            ))
-            .await
-            .map_err(|err| cannot(&err))?;
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            let stream = tokio::net::TcpStream::connect((host, uri.port_u16().unwrap_or(443)))
+                .await
+                .map_err(|err| cannot(&err))?;
             let _ = stream.set_nodelay(true);
-            let name = rustls::pki_types::ServerName::try_from(
-                host.trim_start_matches('[')
-                    .trim_end_matches(']')
-                    .to_owned(),
-            )
-            .map_err(|err| cannot(&err))?;
+            let name = rustls::pki_types::ServerName::try_from(host.to_owned())
+                .map_err(|err| cannot(&err))?;
             let stream = tls_connector(options.ca_file.as_deref())?
                 .connect(name, stream)
                 .await
                 .map_err(|err| cannot(&err))?;
-            let (socket, _) =
-                tokio_tungstenite::client_async_with_config(request, stream, Some(config))
-                    .await
-                    .map_err(|err| cannot(&err))?;
-            return Ok(Self::run(socket, epoch, router));
+            return Self::over(stream, request, config, epoch, router)
+                .await
+                .map_err(|err| cannot(&err));
         }
         let (socket, _) = tokio_tungstenite::connect_async_with_config(request, Some(config), true)
             .await
             .map_err(|err| cannot(&err))?;
+        Ok(Self::run(socket, epoch, router))
+    }
+
+    /// The WebSocket handshake over a stream opened here, then the connection's tasks.
+    async fn over<S>(
+        stream: S,
+        request: tokio_tungstenite::tungstenite::handshake::client::Request,
+        config: WebSocketConfig,
+        epoch: u64,
+        router: Arc<Router>,
+    ) -> Result<Arc<Self>, tokio_tungstenite::tungstenite::Error>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let (socket, _) =
+            tokio_tungstenite::client_async_with_config(request, stream, Some(config)).await?;
         Ok(Self::run(socket, epoch, router))
     }
 
