@@ -645,22 +645,27 @@ fn thread_policies(pid: i32) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test]
-async fn without_cap_sys_nice_helpers_start_at_the_daemons_own_priority() {
+/// A daemon (still root) with every capability but `capability`, which is out of its
+/// bounding set.
+fn daemon_without(capability: libc::c_ulong) -> Daemon {
     use std::os::unix::process::CommandExt as _;
     let mut command = Daemon::command(env!("CARGO_BIN_EXE_exec-server"), &[], &[]);
-    // Out of the bounding set, so the daemon (still root) has every capability but this one.
-    const CAP_SYS_NICE: libc::c_ulong = 23;
     // SAFETY: prctl is async-signal-safe and touches no memory.
     unsafe {
-        command.pre_exec(|| {
-            if libc::prctl(libc::PR_CAPBSET_DROP, CAP_SYS_NICE, 0, 0, 0) < 0 {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_CAPBSET_DROP, capability, 0, 0, 0) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
         });
     }
-    let daemon = Daemon::launch(command);
+    Daemon::launch(command)
+}
+
+#[tokio::test]
+async fn without_cap_sys_nice_helpers_start_at_the_daemons_own_priority() {
+    const CAP_SYS_NICE: libc::c_ulong = 23;
+    let daemon = daemon_without(CAP_SYS_NICE);
     let (client, _) = daemon.session().await;
     let d = Dirs::new();
     // Replacements for this launch start in the background. SCHED_IDLE, which a privileged
@@ -682,19 +687,8 @@ async fn without_cap_sys_nice_helpers_start_at_the_daemons_own_priority() {
 /// CAP_SETPCAP) cannot build a sandbox: it says so up front instead of failing every start.
 #[tokio::test]
 async fn without_cap_setpcap_the_daemon_offers_no_sandbox_and_says_why() {
-    use std::os::unix::process::CommandExt as _;
-    let mut command = Daemon::command(env!("CARGO_BIN_EXE_exec-server"), &[], &[]);
     const CAP_SETPCAP: libc::c_ulong = 8;
-    // SAFETY: prctl is async-signal-safe and touches no memory.
-    unsafe {
-        command.pre_exec(|| {
-            if libc::prctl(libc::PR_CAPBSET_DROP, CAP_SETPCAP, 0, 0, 0) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let daemon = Daemon::launch(command);
+    let daemon = daemon_without(CAP_SETPCAP);
     let client = daemon.client().await;
     let init = client
         .call("initialize", json!({"clientName": "test"}))

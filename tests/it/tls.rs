@@ -130,42 +130,30 @@ async fn wss_serves_under_its_ca_refuses_another_and_reloads_on_sighup() {
 async fn tls_flags_must_match_the_listener() {
     let dir = tempfile::tempdir().unwrap();
     let pair = issue(dir.path(), "pair");
-    let run = |args: &[&str]| {
-        let output = std::process::Command::new(BIN).args(args).output().unwrap();
-        (
-            output.status.code(),
-            String::from_utf8_lossy(&output.stderr).into_owned(),
-        )
-    };
-    let (code, stderr) = run(&["--listen", "wss://127.0.0.1:0"]);
-    assert_eq!(code, Some(1));
+    let (code, _, stderr) = common::exec_server(&["--listen", "wss://127.0.0.1:0"]);
+    assert_eq!(code, 1);
     assert!(
         stderr.contains("needs --tls-cert and --tls-key"),
         "{stderr}"
     );
-    let cert = pair.join("cert.pem");
-    let key = pair.join("key.pem");
-    let (code, stderr) = run(&[
-        "--listen",
-        "ws://127.0.0.1:0",
-        "--tls-cert",
-        cert.to_str().unwrap(),
-        "--tls-key",
-        key.to_str().unwrap(),
-    ]);
-    assert_eq!(code, Some(1));
+    let with_pair = |listen: &str, key: &Path| {
+        let cert = pair.join("cert.pem");
+        common::exec_server(&[
+            "--listen",
+            listen,
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ])
+    };
+    let (code, _, stderr) = with_pair("ws://127.0.0.1:0", &pair.join("key.pem"));
+    assert_eq!(code, 1);
     assert!(stderr.contains("are for a wss:// listener"), "{stderr}");
     // A key that does not fit the certificate is found at startup.
     let other = issue(dir.path(), "other");
-    let (code, stderr) = run(&[
-        "--listen",
-        "wss://127.0.0.1:0",
-        "--tls-cert",
-        cert.to_str().unwrap(),
-        "--tls-key",
-        other.join("key.pem").to_str().unwrap(),
-    ]);
-    assert_eq!(code, Some(1));
+    let (code, _, stderr) = with_pair("wss://127.0.0.1:0", &other.join("key.pem"));
+    assert_eq!(code, 1);
     assert!(stderr.contains("does not fit"), "{stderr}");
 }
 

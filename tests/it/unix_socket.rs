@@ -25,16 +25,6 @@ fn unix_daemon(socket: &Path, args: &[&str]) -> Daemon {
     Daemon::launch(command)
 }
 
-/// `exec-server ARGS` to its end: exit code, stdout and stderr.
-fn cli(args: &[&str]) -> (i32, String, String) {
-    let output = std::process::Command::new(BIN).args(args).output().unwrap();
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
-
 fn mode(path: &Path) -> u32 {
     std::fs::symlink_metadata(path)
         .unwrap()
@@ -72,8 +62,9 @@ async fn the_protocol_the_client_and_the_cli_work_over_a_unix_socket() {
         .unwrap();
     let (output, code) = run(&client, Command::new(["echo", "over unix"])).await;
     assert_eq!((output.as_str(), code), ("over unix\n", 0));
-    assert_eq!(cli(&["ready", "--url", &daemon.url]).0, 0);
-    let (code, stdout, stderr) = cli(&["run", "--url", &daemon.url, "--", "echo", "cli"]);
+    assert_eq!(common::exec_server(&["ready", "--url", &daemon.url]).0, 0);
+    let (code, stdout, stderr) =
+        common::exec_server(&["run", "--url", &daemon.url, "--", "echo", "cli"]);
     assert_eq!((code, stdout.as_str()), (0, "cli\n"), "{stderr}");
 }
 
@@ -83,11 +74,11 @@ async fn a_live_socket_is_not_taken_over_a_stale_one_is_and_the_socket_goes_at_e
     let socket = dir.path().join("exec.sock");
     let mut first = unix_daemon(&socket, &[]);
     let url = first.url.clone();
-    let (code, _, stderr) = cli(&["--listen", &url]);
+    let (code, _, stderr) = common::exec_server(&["--listen", &url]);
     assert_eq!(code, 1);
     assert!(stderr.contains("another daemon is serving"), "{stderr}");
     assert_eq!(
-        cli(&["ready", "--url", &url]).0,
+        common::exec_server(&["ready", "--url", &url]).0,
         0,
         "the first one serves on"
     );
@@ -102,13 +93,14 @@ async fn a_live_socket_is_not_taken_over_a_stale_one_is_and_the_socket_goes_at_e
         .file_type()
         .is_socket());
     let second = unix_daemon(&socket, &[]);
-    assert_eq!(cli(&["ready", "--url", &second.url]).0, 0);
+    assert_eq!(common::exec_server(&["ready", "--url", &second.url]).0, 0);
     drop(second);
 
     // Anything else at the path is not the daemon's to remove.
     let other = dir.path().join("not-a-socket");
     std::fs::write(&other, "data").unwrap();
-    let (code, _, stderr) = cli(&["--listen", &format!("unix://{}", other.display())]);
+    let (code, _, stderr) =
+        common::exec_server(&["--listen", &format!("unix://{}", other.display())]);
     assert_eq!(code, 1);
     assert!(stderr.contains("is not a socket"), "{stderr}");
     assert_eq!(std::fs::read_to_string(&other).unwrap(), "data");

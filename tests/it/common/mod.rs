@@ -435,6 +435,19 @@ pub async fn read_all(client: &Client, id: &str) -> (Vec<u8>, Value) {
     }
 }
 
+/// `exec-server ARGS` run to its end: the exit code (-1 if killed), stdout and stderr.
+pub fn exec_server(args: &[&str]) -> (i32, String, String) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_exec-server"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
 pub fn pid_alive(pid: i32) -> bool {
     // A zombie still answers kill(0); look at the state too.
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
