@@ -175,23 +175,27 @@ async fn fork_supervisor() -> Result<UnixStream, StartError> {
     // A fork server killed from outside is replaced once.
     let mut replaced = false;
     loop {
-        let sent = pool(&mut POOL.lock().unwrap()).forks.as_ref().map(|forks| {
-            channel::send_fds(forks.control.as_fd(), &[FORK], &[theirs.as_raw_fd()]).is_ok()
-        });
-        match sent {
-            Some(true) => {
-                let ours = std::os::unix::net::UnixStream::from(ours);
-                ours.set_nonblocking(true)?;
-                return Ok(UnixStream::from_std(ours)?);
-            }
-            Some(false) if replaced => break,
-            Some(false) => {
+        {
+            let mut guard = POOL.lock().unwrap();
+            let forks = &mut pool(&mut guard).forks;
+            if let Some(server) = forks {
+                if channel::send_fds(server.control.as_fd(), &[FORK], &[theirs.as_raw_fd()]).is_ok()
+                {
+                    drop(guard);
+                    let ours = std::os::unix::net::UnixStream::from(ours);
+                    ours.set_nonblocking(true)?;
+                    return Ok(UnixStream::from_std(ours)?);
+                }
+                if replaced {
+                    break;
+                }
                 replaced = true;
-                if let Some(mut dead) = pool(&mut POOL.lock().unwrap()).forks.take() {
+                // Taken under the same lock as the failed send: never a replacement that a
+                // concurrent start has just put in its place.
+                if let Some(mut dead) = forks.take() {
                     let _ = dead.child.start_kill();
                 }
             }
-            None => {}
         }
         // One fork server at a time: a second one started by a concurrent first use would
         // exit as a spare, and the supervisor it forked would be re-parented to init.
