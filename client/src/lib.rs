@@ -317,6 +317,19 @@ impl Client {
 }
 
 impl Inner {
+    /// Moves to `next` unless the client was closed meanwhile (checked and set as one step: a
+    /// closed client stays closed). Returns whether it moved.
+    fn advance(&self, next: State) -> bool {
+        let mut next = Some(next);
+        self.state.send_if_modified(|state| match next.take() {
+            Some(next) if !matches!(state, State::Failed(_)) => {
+                *state = next;
+                true
+            }
+            _ => false,
+        })
+    }
+
     /// The live connection with an epoch above `after`, once there is one.
     async fn connection_after(&self, after: u64) -> Result<Arc<Connection>, Error> {
         let mut state = self.state.subscribe();
@@ -432,14 +445,7 @@ async fn supervise(inner: Weak<Inner>, mut connection: Arc<Connection>) {
         let Some(strong) = inner.upgrade() else {
             return;
         };
-        // A client closed meanwhile stays closed (checked and set as one step).
-        if !strong.state.send_if_modified(|state| {
-            let open = !matches!(state, State::Failed(_));
-            if open {
-                *state = State::Reconnecting;
-            }
-            open
-        }) {
+        if !strong.advance(State::Reconnecting) {
             return;
         }
         let outcome = match strong.options.reconnect_deadline {
@@ -464,14 +470,7 @@ async fn supervise(inner: Weak<Inner>, mut connection: Arc<Connection>) {
                 // Closed while resuming: the new connection is closed too, or it would keep
                 // the session attached (and its processes alive) for as long as this process
                 // lives.
-                let closed = !strong.state.send_if_modified(|state| {
-                    let open = !matches!(state, State::Failed(_));
-                    if open {
-                        *state = State::Connected(next.clone());
-                    }
-                    open
-                });
-                if closed {
+                if !strong.advance(State::Connected(next.clone())) {
                     next.close_then_kill().await;
                     return;
                 }
