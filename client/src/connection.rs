@@ -48,35 +48,6 @@ pub struct Connection {
     dead: watch::Sender<bool>,
 }
 
-/// TLS trusting the Mozilla roots and the certificates of `ca_file`.
-fn tls_connector(ca_file: Option<&std::path::Path>) -> Result<tokio_rustls::TlsConnector, Error> {
-    use rustls::pki_types::pem::PemObject as _;
-    let mut roots = rustls::RootCertStore {
-        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-    };
-    if let Some(path) = ca_file {
-        let unreadable = |err: &dyn std::fmt::Display| {
-            Error::Connect(format!("CA file {}: {err}", path.display()))
-        };
-        let certs = rustls::pki_types::CertificateDer::pem_file_iter(path)
-            .map_err(|err| unreadable(&err))?;
-        for cert in certs {
-            roots
-                .add(cert.map_err(|err| unreadable(&err))?)
-                .map_err(|err| unreadable(&err))?;
-        }
-    }
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|err| Error::Connect(err.to_string()))?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
-}
-
 impl Drop for Connection {
     fn drop(&mut self) {
         for task in self.tasks.get_mut().unwrap().iter() {
@@ -92,10 +63,8 @@ impl Connection {
         router: Arc<Router>,
     ) -> Result<Arc<Self>, Error> {
         let (url, token) = (options.url.as_str(), options.token.as_deref());
-        // `unix:///PATH`: the same protocol on a Unix socket (the request names no host).
-        let unix_path = url.strip_prefix("unix://");
-        let mut request = unix_path
-            .map_or(url, |_| "ws://localhost/")
+        let (stream, uri) = crate::stream::open(url, options.ca_file.as_deref()).await?;
+        let mut request = uri
             .into_client_request()
             .map_err(|err| Error::Connect(format!("invalid URL `{url}`: {err}")))?;
         if let Some(token) = token {
@@ -108,53 +77,10 @@ impl Connection {
         let config = WebSocketConfig::default()
             .max_message_size(None)
             .max_frame_size(None);
-        let cannot =
-            |err: &dyn std::fmt::Display| Error::Connect(format!("cannot connect to {url}: {err}"));
-        if let Some(path) = unix_path {
-            let stream = tokio::net::UnixStream::connect(path)
-                .await
-                .map_err(|err| cannot(&err))?;
-            return Self::over(stream, request, config, epoch, router)
-                .await
-                .map_err(|err| cannot(&err));
-        }
-        if url.starts_with("wss://") {
-            let uri = request.uri().clone();
-            let host = uri.host().unwrap_or_default();
-            let host = host.trim_start_matches('[').trim_end_matches(']');
-            let stream = tokio::net::TcpStream::connect((host, uri.port_u16().unwrap_or(443)))
-                .await
-                .map_err(|err| cannot(&err))?;
-            let _ = stream.set_nodelay(true);
-            let name = rustls::pki_types::ServerName::try_from(host.to_owned())
-                .map_err(|err| cannot(&err))?;
-            let stream = tls_connector(options.ca_file.as_deref())?
-                .connect(name, stream)
-                .await
-                .map_err(|err| cannot(&err))?;
-            return Self::over(stream, request, config, epoch, router)
-                .await
-                .map_err(|err| cannot(&err));
-        }
-        let (socket, _) = tokio_tungstenite::connect_async_with_config(request, Some(config), true)
-            .await
-            .map_err(|err| cannot(&err))?;
-        Ok(Self::run(socket, epoch, router))
-    }
-
-    /// The WebSocket handshake over a stream opened here, then the connection's tasks.
-    async fn over<S>(
-        stream: S,
-        request: tokio_tungstenite::tungstenite::handshake::client::Request,
-        config: WebSocketConfig,
-        epoch: u64,
-        router: Arc<Router>,
-    ) -> Result<Arc<Self>, tokio_tungstenite::tungstenite::Error>
-    where
-        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-    {
         let (socket, _) =
-            tokio_tungstenite::client_async_with_config(request, stream, Some(config)).await?;
+            tokio_tungstenite::client_async_with_config(request, stream, Some(config))
+                .await
+                .map_err(|err| Error::Connect(format!("cannot connect to {url}: {err}")))?;
         Ok(Self::run(socket, epoch, router))
     }
 

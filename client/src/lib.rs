@@ -26,11 +26,13 @@ mod events;
 pub mod fs;
 pub mod http;
 mod process;
+mod stream;
 
 pub use events::ProcessEvent;
 pub use exec_server_protocol as protocol;
 pub use exec_server_protocol::methods::Retry;
 pub use process::{path_uri, Collected, Command, Process, ProcessHandle};
+pub use stream::{open as open_stream, Io};
 
 use connection::{Answer, CallError, Connection};
 use events::Router;

@@ -2,15 +2,18 @@
 //! container health check that needs nothing but the daemon's own binary (the runtime image
 //! has no curl, and its `sh` has no `/dev/tcp`).
 
-use anyhow::Context as _;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 #[derive(Debug, clap::Args)]
 pub struct ReadyArgs {
-    /// The daemon's WebSocket URL (e.g. ws://127.0.0.1:8765); `/readyz` needs no token.
+    /// The daemon's URL (e.g. ws://127.0.0.1:8765, wss://…, unix:///…); `/readyz` needs no
+    /// token.
     #[arg(long, env = "EXEC_SERVER_URL")]
     url: String,
+    /// For wss://: CA certificates (PEM) to trust besides the usual roots.
+    #[arg(long, env = "EXEC_SERVER_CA_FILE")]
+    ca_file: Option<std::path::PathBuf>,
     /// Not ready if no answer came within this long.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     timeout: Duration,
@@ -18,7 +21,7 @@ pub struct ReadyArgs {
 
 /// The exit code: 0 ready, 1 not (with the reason on stderr), as health checks expect.
 pub async fn run(args: ReadyArgs) -> u8 {
-    match tokio::time::timeout(args.timeout, readyz(&args.url)).await {
+    match tokio::time::timeout(args.timeout, readyz(&args.url, args.ca_file.as_deref())).await {
         Ok(Ok(())) => 0,
         Ok(Err(err)) => {
             eprintln!("exec-server: not ready: {err:#}");
@@ -34,24 +37,9 @@ pub async fn run(args: ReadyArgs) -> u8 {
     }
 }
 
-async fn readyz(text: &str) -> anyhow::Result<()> {
-    let cannot = || format!("cannot connect to {text}");
-    if let Some(path) = text.strip_prefix("unix://") {
-        let stream = tokio::net::UnixStream::connect(path)
-            .await
-            .with_context(cannot)?;
-        return ask(stream, "localhost").await;
-    }
-    let url = url::Url::parse(text).with_context(|| format!("invalid URL `{text}`"))?;
-    anyhow::ensure!(
-        url.scheme() == "ws",
-        "unsupported URL `{text}`; expected ws://HOST:PORT or unix:///PATH"
-    );
-    let addrs = url.socket_addrs(|| None)?;
-    let stream = tokio::net::TcpStream::connect(&*addrs)
-        .await
-        .with_context(cannot)?;
-    ask(stream, url.authority()).await
+async fn readyz(text: &str, ca_file: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let (stream, uri) = exec_server_client::open_stream(text, ca_file).await?;
+    ask(stream, uri.authority().map_or("localhost", |a| a.as_str())).await
 }
 
 /// `GET /readyz` on an open connection to `host`.

@@ -124,6 +124,15 @@ async fn wss_serves_under_its_ca_refuses_another_and_reloads_on_sighup() {
         .output()
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&output.stdout), "cli\n");
+    let ca = second.join("ca.pem");
+    let probe = [
+        "ready",
+        "--url",
+        &daemon.url,
+        "--ca-file",
+        ca.to_str().unwrap(),
+    ];
+    assert_eq!(common::exec_server(&probe).0, 0, "the ready probe over TLS");
 }
 
 #[tokio::test]
