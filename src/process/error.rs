@@ -37,7 +37,8 @@ pub(crate) enum ProcessError {
     Exists(String),
     #[error(
         "process {id} was already started with other params ({}); an idempotent start must \
-         repeat them", fields.join(", ")
+         repeat them",
+        differing(fields)
     )]
     StartConflict { id: String, fields: Vec<String> },
     #[error("process {0} start was cancelled")]
@@ -65,6 +66,16 @@ pub(crate) enum ProcessError {
     /// The sandbox's own errors, already JSON-RPC errors.
     #[error(transparent)]
     Sandbox(#[from] RpcError),
+}
+
+/// The differing params, or why they are not known: only a digest of a removed process's is
+/// kept (`super::forgotten`).
+fn differing(fields: &[String]) -> String {
+    if fields.is_empty() {
+        "not named: the process was removed after its retention".to_owned()
+    } else {
+        fields.join(", ")
+    }
 }
 
 impl From<ProcessError> for RpcError {

@@ -45,6 +45,9 @@ async fn start_once(
             if let Some(process) = session.processes.settled(&params.process_id).await {
                 return process.repeat(params);
             }
+            if let Some(repeated) = session.processes.repeat_forgotten(params) {
+                return repeated;
+            }
         }
         match launch(session, call, params).await {
             Err(ProcessError::Exists(_)) if params.idempotent => continue,
@@ -101,6 +104,7 @@ async fn launch(
     let origin = Origin {
         params: Origin::identity(params),
         sandbox_type,
+        idempotent: params.idempotent,
     };
     session
         .processes

@@ -4,6 +4,7 @@ mod cgroup;
 mod delivery;
 pub mod env;
 mod error;
+mod forgotten;
 pub mod methods;
 pub mod output;
 pub mod spawn;
@@ -68,6 +69,8 @@ struct Slots {
     /// Set when the table's processes were killed for good (session expiry, shutdown): no
     /// start may add one after that pass.
     closed: bool,
+    /// Idempotent starts whose processes were removed.
+    forgotten: forgotten::Forgotten,
 }
 
 struct TableInner {
@@ -87,6 +90,8 @@ pub(crate) struct Origin {
     /// ([`Origin::identity`]).
     pub params: StartParams,
     pub sandbox_type: SandboxType,
+    /// Started with `idempotent`: remembered after the process is removed.
+    pub idempotent: bool,
 }
 
 impl Origin {
@@ -172,6 +177,27 @@ impl ProcessTable {
                 }
             }
         }
+    }
+
+    /// The result of an idempotent start that repeats one whose process was removed since:
+    /// None when there was none.
+    pub(crate) fn repeat_forgotten(
+        &self,
+        params: &StartParams,
+    ) -> Option<Result<StartResult, ProcessError>> {
+        let id = &params.process_id;
+        let slots = self.inner.slots.lock().unwrap();
+        Some(match slots.forgotten.find(id, &Origin::identity(params))? {
+            forgotten::Found::Same(sandbox_type) => Ok(StartResult {
+                process_id: id.clone(),
+                sandbox_type,
+                existing: true,
+            }),
+            forgotten::Found::Different => Err(ProcessError::StartConflict {
+                id: id.clone(),
+                fields: Vec::new(),
+            }),
+        })
     }
 
     /// Every process of the table, by id.
@@ -272,6 +298,7 @@ impl TableInner {
             if slots.map.contains_key(&id) {
                 return Err(ProcessError::Exists(id));
             }
+            slots.forgotten.forget(&id);
             slots.map.insert(id.clone(), Slot::Starting(token));
         }
         let spawned = match &mut launch {
@@ -415,6 +442,11 @@ impl TableInner {
             if matches!(slots.map.get(&process.id), Some(Slot::Ready(p)) if Arc::ptr_eq(p, &process))
             {
                 slots.map.remove(&process.id);
+                let origin = &process.origin;
+                if origin.idempotent {
+                    let (id, params) = (&process.id, &origin.params);
+                    slots.forgotten.remember(id, params, origin.sandbox_type);
+                }
                 crate::memory::release_soon();
             }
         });

@@ -97,6 +97,56 @@ async fn a_repeated_idempotent_start_returns_the_first_result_and_runs_nothing()
     }
 }
 
+/// A retry may come long after the process ended and its id was freed: it still runs nothing.
+#[tokio::test]
+async fn an_idempotent_repeat_after_the_retention_runs_nothing() {
+    let daemon = Daemon::start_with(&["--exited-retention", "100ms"], &[]);
+    let (client, _) = daemon.session().await;
+    let dir = scratch_dir();
+    let file = dir.path().join("runs");
+    let mut params = start_params(
+        "done",
+        &["sh", "-c", &format!("echo ran >> {}", file.display())],
+    );
+    params["idempotent"] = json!(true);
+    client.call("process/start", params.clone()).await;
+    client.events_until_closed("done").await;
+    let read = json!({"processId": "done", "afterSeq": 0});
+    let mut forgotten = false;
+    for _ in 0..200 {
+        if client.request("process/read", read.clone()).await.is_err() {
+            forgotten = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(forgotten, "the process was never removed");
+    let repeat = client.call("process/start", params.clone()).await;
+    assert_eq!(
+        repeat,
+        json!({"processId": "done", "sandboxType": "none", "existing": true})
+    );
+    let mut other = params.clone();
+    other["argv"] = json!(["true"]);
+    let error = client.request("process/start", other).await.unwrap_err();
+    assert_eq!(error["code"], -32011, "{error}");
+    assert_eq!(error["data"], json!({"fields": []}));
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("removed after its retention"),
+        "{error}"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(runs(&file), 1, "the command ran once");
+    // Without the flag the freed id is reused, as in codex.
+    params.as_object_mut().unwrap().remove("idempotent");
+    client.call("process/start", params).await;
+    client.events_until_closed("done").await;
+    assert_eq!(runs(&file), 2);
+}
+
 #[tokio::test]
 async fn same_id_with_other_params_is_a_start_conflict_and_without_the_flag_a_duplicate() {
     let daemon = Daemon::start();
