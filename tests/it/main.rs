@@ -22,6 +22,7 @@ mod fs;
 mod fs_stream;
 mod fs_watch;
 mod http;
+mod input_wait;
 mod jsonrpc2_client;
 mod process;
 mod process_tree;
