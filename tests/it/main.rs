@@ -27,6 +27,7 @@ mod jsonrpc2_client;
 mod process;
 mod process_tree;
 mod protocol_doc;
+mod proxy_keepalive;
 mod robustness;
 mod sandbox;
 mod sandbox_fs;
