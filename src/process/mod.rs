@@ -456,7 +456,7 @@ pub(crate) struct Timing {
 }
 
 /// Samples the tree for an input wait while the process runs, its stdin is open and it has
-/// been quiet for `quiet`; at most every [`INPUT_SAMPLE_INTERVAL`], and never while a wait
+/// been quiet for `quiet`; every [`INPUT_SAMPLE_INTERVAL`], and never while a wait
 /// is already found (until output or input ends it).
 async fn watch_input(
     process: Weak<ManagedProcess>,
@@ -503,7 +503,8 @@ async fn watch_input(
     }
 }
 
-/// Input waits are sampled at most this often (and twice per quiet period when that is shorter).
+/// How often a quiet process is sampled (twice per quiet period when that is shorter): a wait is
+/// found within this much of the quiet period's end.
 const INPUT_SAMPLE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(400);
 
 /// Whether `maxMemoryBytes` and `maxProcesses` can both be enforced here.

@@ -37,6 +37,7 @@ mod sandbox_net;
 mod session;
 mod session_api;
 mod soak;
+mod stuck_requests;
 mod tls;
 mod transport;
 mod unix_socket;
