@@ -178,7 +178,8 @@ mod tests {
                 "processTreeLimits": false,
                 "processStartIdempotent": true,
                 "processList": true,
-                "sessionDisconnectPolicy": true
+                "sessionDisconnectPolicy": true,
+                "processInputWait": true
             }
         });
         let info: EnvironmentInfo = serde_json::from_value(wire.clone()).unwrap();
