@@ -3,6 +3,7 @@
 //! that sleeps or is blocked on something else.
 
 use crate::common;
+use crate::sandbox_support::{uri, workspace_write, Dirs};
 
 use common::*;
 use serde_json::{json, Value};
@@ -44,11 +45,10 @@ async fn waiting_for_input(client: &Client, id: &str) -> bool {
 
 /// Starts `argv`, which prints `ready`, waits for a line and prints it back: the wait is
 /// reported once, after the last output, and ends with the input.
-async fn fires_once_then_clears(daemon: &Daemon, id: &str, argv: &[&str], tty: bool) {
+async fn fires_once_then_clears(daemon: &Daemon, params: Value) {
+    let id = params["processId"].as_str().unwrap();
     let (client, _) = daemon.session().await;
-    client
-        .call("process/start", waiting_start(id, argv, tty))
-        .await;
+    client.call("process/start", params.clone()).await;
     let (mut output, mut last_seq) = (Vec::new(), 0);
     let event = next_of(&client, id, &mut output, &mut last_seq).await;
     assert_eq!(event["method"], "process/inputWait", "{id}: {event}");
@@ -104,12 +104,21 @@ const PYTHON_READLINE: &[&str] = &[
 #[tokio::test]
 async fn a_read_of_stdin_is_reported_once_on_pipes_and_on_a_pty() {
     let daemon = Daemon::start();
+    // In a sandbox too: its helper supervises the tree.
+    let dirs = Dirs::new();
+    let mut sandboxed = waiting_start("sh-sandboxed", SH_READ, false);
+    sandboxed["sandbox"] = workspace_write(&dirs.ws, "restricted");
+    sandboxed["cwd"] = json!(uri(&dirs.ws));
     tokio::join!(
-        fires_once_then_clears(&daemon, "sh-pipe", SH_READ, false),
-        fires_once_then_clears(&daemon, "python-pipe", PYTHON_INPUT, false),
-        fires_once_then_clears(&daemon, "sh-pty", SH_READ, true),
-        fires_once_then_clears(&daemon, "python-pty", PYTHON_INPUT, true),
-        fires_once_then_clears(&daemon, "readline-pty", PYTHON_READLINE, true),
+        fires_once_then_clears(&daemon, waiting_start("sh-pipe", SH_READ, false)),
+        fires_once_then_clears(&daemon, waiting_start("python-pipe", PYTHON_INPUT, false)),
+        fires_once_then_clears(&daemon, waiting_start("sh-pty", SH_READ, true)),
+        fires_once_then_clears(&daemon, waiting_start("python-pty", PYTHON_INPUT, true)),
+        fires_once_then_clears(
+            &daemon,
+            waiting_start("readline-pty", PYTHON_READLINE, true)
+        ),
+        fires_once_then_clears(&daemon, sandboxed),
     );
 }
 
