@@ -124,8 +124,6 @@ pub struct ManagedProcess {
     pty_size: Option<stdin::PtyResizer>,
     /// Released (placeholders removed) once the process has exited.
     sandbox: Mutex<Option<Sandboxed>>,
-    /// The quiet period before an input wait is reported; None: not watched.
-    input_quiet: Option<std::time::Duration>,
 }
 
 struct ProcessState {
@@ -376,7 +374,6 @@ impl TableInner {
             stdin,
             pty_size,
             sandbox: Mutex::new(sandbox),
-            input_quiet: stdin_object.and(timing.input_quiet),
         });
         tokio::spawn(supervise(
             Arc::downgrade(&self),
@@ -408,7 +405,7 @@ impl TableInner {
                 reader,
             ));
         }
-        if let (Some(object), Some(quiet)) = (stdin_object, process.input_quiet) {
+        if let (Some(object), Some(quiet)) = (stdin_object, timing.input_quiet) {
             tokio::spawn(watch_input(Arc::downgrade(&process), object, quiet));
         }
         if let Some(timeout) = timing.timeout {
