@@ -2,7 +2,8 @@
 //! same run. `--quick` is a smaller run (under a minute); the full run also writes
 //! docs/benchmarks.md. The last line printed is one JSON object with every figure.
 //!
-//! Usage: `cargo run --release -p exec-server-bench -- [--quick] [--daemon PATH]`
+//! Usage: `cargo run --release -p exec-server-bench -- [--quick] [--launch-only] [--daemon PATH]`
+//! (`--launch-only`: the exec round trips alone, for work on the launch path)
 
 mod ssh;
 
@@ -58,22 +59,26 @@ const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 fn main() -> anyhow::Result<()> {
     let mut quick = false;
+    let mut launch_only = false;
     let mut daemon = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--quick" => quick = true,
+            "--launch-only" => launch_only = true,
             "--daemon" => daemon = Some(PathBuf::from(args.next().context("--daemon PATH")?)),
-            other => bail!("unknown argument `{other}`; usage: [--quick] [--daemon PATH]"),
+            other => bail!(
+                "unknown argument `{other}`; usage: [--quick] [--launch-only] [--daemon PATH]"
+            ),
         }
     }
     let size = if quick { &QUICK } else { &FULL };
     let binary = daemon_binary(daemon)?;
     let runtime = tokio::runtime::Runtime::new()?;
-    let results = runtime.block_on(run(size, &binary))?;
+    let results = runtime.block_on(run(size, launch_only, &binary))?;
     let table = report(&results);
     println!("{table}");
-    if !quick {
+    if !quick && !launch_only {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/benchmarks.md");
         std::fs::write(&path, markdown(&table, &results))?;
         eprintln!("bench: wrote {}", path.display());
@@ -224,23 +229,8 @@ async fn round_trips(client: &Client, runs: usize, sandbox: &Value) -> anyhow::R
             }
         }
     }
-    let split = SPLIT.lock().unwrap().clone();
-    for sb in [false, true] {
-        let mut a: Vec<f64> = split.iter().filter(|x| x.0 == sb).map(|x| x.1).collect();
-        let mut b: Vec<f64> = split.iter().filter(|x| x.0 == sb).map(|x| x.2).collect();
-        a.sort_by(|x, y| x.partial_cmp(y).unwrap());
-        b.sort_by(|x, y| x.partial_cmp(y).unwrap());
-        if !a.is_empty() {
-            eprintln!(
-                "SPLIT sandboxed={sb} start={:.0} rest={:.0}",
-                a[a.len() / 2],
-                b[b.len() / 2]
-            );
-        }
-    }
     Ok(trips)
 }
-static SPLIT: std::sync::Mutex<Vec<(bool, f64, f64)>> = std::sync::Mutex::new(Vec::new());
 
 async fn exec_once(client: &Client, sandbox: Option<&Value>) -> anyhow::Result<f64> {
     let mut cmd = command(&["true"]);
@@ -249,11 +239,8 @@ async fn exec_once(client: &Client, sandbox: Option<&Value>) -> anyhow::Result<f
     }
     let started = Instant::now();
     let mut process = client.start(cmd).await?;
-    let t1 = micros(started.elapsed());
     finish(&mut process).await?;
-    let t2 = micros(started.elapsed());
-    SPLIT.lock().unwrap().push((sandbox.is_some(), t1, t2 - t1));
-    Ok(t2)
+    Ok(micros(started.elapsed()))
 }
 
 fn spawn_once() -> anyhow::Result<f64> {
@@ -341,11 +328,12 @@ impl Results {
     }
 }
 
-async fn run(size: &Size, binary: &Path) -> anyhow::Result<Map<String, Value>> {
+async fn run(size: &Size, launch_only: bool, binary: &Path) -> anyhow::Result<Map<String, Value>> {
     let mut r = Results(Map::new());
     let daemon = Daemon::start(binary, &[])?;
     let client = Client::connect(ClientOptions::new(daemon.url.clone())).await?;
     let sshd = match ssh::Sshd::start() {
+        _ if launch_only => None,
         Ok(sshd) => Some(sshd),
         Err(why) => {
             eprintln!("bench: skipping the ssh baselines: {why}");
@@ -394,6 +382,24 @@ async fn run(size: &Size, binary: &Path) -> anyhow::Result<Map<String, Value>> {
             "spawn_rtt_us",
         );
     }
+    r.ratio("exec_vs_spawn", "exec_rtt_us", "spawn_rtt_us");
+    if launch_only {
+        // The fastest tenth: what a launch costs when nothing else on the machine is in its
+        // way, which a busy machine's medians hide.
+        let tenth = |samples: &[f64]| samples.get(samples.len() / 10).copied();
+        r.put("exec_rtt_p10_us", tenth(&trips.exec));
+        r.put("spawn_rtt_p10_us", tenth(&trips.spawn));
+        if let Ok(samples) = &trips.sandboxed {
+            r.put("sandbox_rtt_p10_us", tenth(samples));
+        }
+        r.ratio("exec_vs_spawn_p10", "exec_rtt_p10_us", "spawn_rtt_p10_us");
+        r.ratio(
+            "sandbox_vs_spawn_p10",
+            "sandbox_rtt_p10_us",
+            "spawn_rtt_p10_us",
+        );
+        return Ok(r.0);
+    }
     if let Some(sshd) = &sshd {
         let (ssh, ssh_p99) = stats(&mut command_rtt(size.ssh_runs, || {
             sshd.command("true", false)
@@ -410,7 +416,6 @@ async fn run(size: &Size, binary: &Path) -> anyhow::Result<Map<String, Value>> {
         r.put("ssh_rtt_us", None);
         r.put("ssh_cm_rtt_us", None);
     }
-    r.ratio("exec_vs_spawn", "exec_rtt_us", "spawn_rtt_us");
     r.ratio("ssh_vs_exec", "ssh_rtt_us", "exec_rtt_us");
     r.ratio("ssh_cm_vs_exec", "ssh_cm_rtt_us", "exec_rtt_us");
 

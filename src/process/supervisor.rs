@@ -374,12 +374,14 @@ pub struct Ahead {
 
 /// Forks the program's process ahead of its launch. The child receives the launch on `launch`
 /// (its stdio, the [`ChildSetup`], the payload: see [`frames`]), takes the stdio and its own
-/// session, then runs `child`, which executes the program or returns why it could not. The
+/// session, then runs `child`, which executes the program or returns why it could not;
+/// `waiting` is what it does while it waits for the launch (a failure is its verdict). The
 /// verdict is on `launch` too: EOF once the program was executed (the socket is close-on-exec),
 /// the [`Failure`] otherwise. The child has no part of `control`, nor this process of `launch`.
 pub fn fork_ahead(
     control: &UnixStream,
     launch: UnixStream,
+    waiting: impl FnOnce() -> Result<(), Failure>,
     child: impl FnOnce(&ChildSetup, Vec<u8>) -> Failure,
 ) -> Result<Ahead, Failure> {
     let sigchld = block_sigchld();
@@ -389,11 +391,15 @@ pub fn fork_ahead(
         drop(sigchld);
         // SAFETY: the control socket is the supervisor's alone.
         unsafe { libc::close(control.as_raw_fd()) };
+        let waited = waiting();
         let failure = match receive(&launch) {
-            Ok((stdio, setup, payload)) => enter(&stdio, &setup).err().unwrap_or_else(|| {
-                drop(stdio);
-                child(&setup, payload)
-            }),
+            Ok((stdio, setup, payload)) => waited
+                .and_then(|()| enter(&stdio, &setup))
+                .err()
+                .unwrap_or_else(|| {
+                    drop(stdio);
+                    child(&setup, payload)
+                }),
             Err(failure) => failure,
         };
         let _ = (&launch).write_all(&serde_json::to_vec(&failure).unwrap_or_default());
@@ -440,7 +446,8 @@ pub fn run(
 ) {
     let (ours, theirs) =
         UnixStream::pair().unwrap_or_else(|err| refuse(control, Stage::Supervisor.os(err)));
-    let ahead = fork_ahead(control, theirs, child).unwrap_or_else(|f| refuse(control, f));
+    let ahead =
+        fork_ahead(control, theirs, || Ok(()), child).unwrap_or_else(|f| refuse(control, f));
     let passed = send_launch(&ours, &stdio, &frames(setup, payload));
     // The program's pipes or terminal must close when the program's side does.
     drop(stdio);

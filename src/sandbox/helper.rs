@@ -79,7 +79,8 @@ pub fn main_if_helper() {
     });
     // The program's process is forked now, off the launch path.
     let ahead = late.and_then(|late| {
-        supervisor::fork_ahead(&control, launch, move |setup, text| {
+        let waiting = || bound_capabilities().map_err(|err| Stage::Capabilities.os(err));
+        supervisor::fork_ahead(&control, launch, waiting, move |setup, text| {
             let plan = match parse(&text, network) {
                 Ok(plan) => plan,
                 Err(failure) => return failure,
@@ -211,7 +212,7 @@ fn run(
         no_tcp_bind,
     )
     .map_err(|err| Stage::Landlock.setup(err))?;
-    drop_capabilities().map_err(|err| Stage::Capabilities.os(err))?;
+    clear_capabilities().map_err(|err| Stage::Capabilities.os(err))?;
     // SAFETY: plain prctl.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
         return Err(Stage::NoNewPrivs.os(std::io::Error::last_os_error()));
@@ -296,9 +297,16 @@ struct CapData {
 
 const CAP_VERSION_3: u32 = 0x2008_0522;
 
-/// Drops every capability for good: securebits locked (so exec as uid 0 grants nothing back),
-/// bounding and ambient sets emptied, then effective/permitted/inheritable cleared, and checked.
+/// Drops every capability for good: [`bound_capabilities`], then [`clear_capabilities`].
 pub(super) fn drop_capabilities() -> std::io::Result<()> {
+    bound_capabilities().and_then(|()| clear_capabilities())
+}
+
+/// Securebits locked (so exec as uid 0 grants nothing back), bounding and ambient sets emptied.
+/// The capabilities in effect stay (the mounts and Landlock of a launch still need them), so
+/// the program's process does this while it waits for its launch: some forty calls fewer on
+/// a launch's path.
+fn bound_capabilities() -> std::io::Result<()> {
     let last_os = || Err(std::io::Error::last_os_error());
     let bits = libc::SECBIT_NOROOT
         | libc::SECBIT_NOROOT_LOCKED
@@ -331,6 +339,12 @@ pub(super) fn drop_capabilities() -> std::io::Result<()> {
             return last_os();
         }
     }
+    Ok(())
+}
+
+/// Effective, permitted and inheritable capabilities cleared, and checked.
+fn clear_capabilities() -> std::io::Result<()> {
+    let last_os = || Err(std::io::Error::last_os_error());
     let mut header = CapHeader {
         version: CAP_VERSION_3,
         pid: 0,
