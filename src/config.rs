@@ -222,6 +222,11 @@ impl Args {
             self.max_pending_connections > 0,
             "--max-pending-connections must be positive"
         );
+        // A zero period would spin (and tokio refuses it).
+        anyhow::ensure!(
+            !self.ping_interval.is_zero(),
+            "--ping-interval must be positive"
+        );
         for (flag, value) in [
             ("--max-requests-in-flight", self.max_requests_in_flight),
             ("--outbound-buffer-bytes", self.outbound_buffer_bytes),

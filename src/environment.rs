@@ -39,6 +39,7 @@ pub fn capabilities() -> EnvironmentCapabilities {
         process_start_idempotent: true,
         process_list: true,
         session_disconnect_policy: true,
+        process_input_wait: cfg!(target_os = "linux"),
     }
 }
 

@@ -15,6 +15,8 @@ use serde_json::{json, Map, Value};
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 struct Size {
@@ -585,16 +587,102 @@ async fn big_body_server(bytes: usize) -> anyhow::Result<(String, tokio::task::J
     Ok((url, server))
 }
 
-/// Each attack on a fresh daemon with default flags: its peak RSS, and the p99
-/// `environment/info` round trip of [`BYSTANDERS`] other clients meanwhile.
+/// Accepts every connection and never answers (nor closes): an HTTP server that is stuck.
+/// Counts the connections still open, so the bench sees the daemon let go of them.
+async fn silent_server() -> anyhow::Result<(String, Arc<AtomicUsize>, tokio::task::JoinHandle<()>)>
+{
+    use tokio::io::AsyncReadExt as _;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/", listener.local_addr()?);
+    let open = Arc::new(AtomicUsize::new(0));
+    let counter = open.clone();
+    let server = tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let open = counter.clone();
+            open.fetch_add(1, Ordering::Relaxed);
+            tokio::spawn(async move {
+                // Reads (and ignores) until the daemon closes its end.
+                while tcp.read(&mut [0; 4096]).await.is_ok_and(|read| read > 0) {}
+                open.fetch_sub(1, Ordering::Relaxed);
+            });
+        }
+    });
+    Ok((url, open, server))
+}
+
+/// A directory of `dirs` × `files` empty files, for a sandbox glob to walk.
+fn wide_tree(root: &Path, dirs: usize, files: usize) -> anyhow::Result<()> {
+    for d in 0..dirs {
+        let dir = root.join(format!("d{d}"));
+        std::fs::create_dir_all(&dir)?;
+        for f in 0..files {
+            std::fs::File::create(dir.join(format!("f{f}")))?;
+        }
+    }
+    Ok(())
+}
+
+/// Stuck requests in flight at once in each `stuck_*` attack.
+const STUCK: usize = 16;
+
+/// The open descriptors of process `pid`.
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |dir| dir.count())
+}
+
+/// Each attack on a fresh daemon with default flags: its peak RSS, the p99
+/// `environment/info` round trip of [`BYSTANDERS`] other clients meanwhile, and the
+/// descriptors it still holds beyond its bystanders' once the attacker disconnected.
 async fn attacks(binary: &Path, r: &mut Results) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let file = dir.path().join("32mib.bin");
     write_file(&file, 32 << 20)?;
     let file = path_uri(file.to_str().context("path is not UTF-8")?)?.to_string();
+    let fifo = dir.path().join("fifo");
+    anyhow::ensure!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()?
+            .success(),
+        "mkfifo failed"
+    );
+    let fifo = path_uri(fifo.to_str().context("path is not UTF-8")?)?.to_string();
+    let tree = dir.path().join("tree");
+    wide_tree(&tree, 90, 1000)?;
+    let tree = path_uri(tree.to_str().context("path is not UTF-8")?)?.to_string();
     let (http_url, server) = big_body_server(256 << 20).await?;
+    let (silent_url, silent_open, silent) = silent_server().await?;
     let long_id = "p".repeat(1 << 20);
-    let attacks: [(&str, Vec<Value>); 4] = [
+    // Reads everything, and hides `**/*.env` under the tree: the start walks its 90,090 entries
+    // (twice each: for `**` and for `*.env`) until the glob's bound of 100,000 visits refuses
+    // it, the longest walk a start can make.
+    let walking_sandbox = json!({
+        "permissions": {"type": "managed", "network": "enabled", "file_system": {
+            "type": "restricted", "entries": [
+                {"path": {"type": "special", "value": {"kind": "root"}}, "access": "read"},
+                {"path": {"type": "glob_pattern", "pattern": "**/*.env"}, "access": "deny"}]}},
+        "cwd": tree, "workspaceRoots": [tree], "windowsSandboxLevel": "disabled"});
+    // What one such start costs alone, and proof that it walks to the bound.
+    {
+        let daemon = Daemon::start(binary, &[])?;
+        let client = Client::connect(ClientOptions::new(daemon.url.clone())).await?;
+        let started = Instant::now();
+        let refused = client
+            .call(
+                "process/start",
+                json!({"processId": "walk", "cwd": tree, "env": {"PATH": PATH}, "tty": false,
+                       "argv": ["true"], "sandbox": walking_sandbox}),
+            )
+            .await;
+        r.put("walk_start_ms", Some(started.elapsed().as_secs_f64() * 1e3));
+        anyhow::ensure!(
+            refused
+                .as_ref()
+                .is_err_and(|err| err.to_string().contains("visits more than")),
+            "the walk did not reach the bound: {refused:?}"
+        );
+    }
+    let attacks: [(&str, Vec<Value>); 7] = [
         (
             "flood",
             (1..=40_000)
@@ -618,6 +706,31 @@ async fn attacks(binary: &Path, r: &mut Results) -> anyhow::Result<()> {
             vec![json!({"id": 1, "method": "http/request",
                 "params": {"method": "GET", "url": http_url, "requestId": "r"}})],
         ),
+        (
+            "stuck_fifo",
+            (1..=STUCK)
+                .map(|id| json!({"id": id, "method": "fs/readFile", "params": {"path": fifo}}))
+                .collect(),
+        ),
+        (
+            "stuck_http",
+            (1..=STUCK)
+                .map(|id| {
+                    json!({"id": id, "method": "http/request", "params": {
+                    "method": "GET", "url": silent_url, "requestId": format!("r{id}")}})
+                })
+                .collect(),
+        ),
+        (
+            "stuck_walk",
+            (1..=STUCK)
+                .map(|id| {
+                    json!({"id": id, "method": "process/start", "params": {
+                    "processId": format!("walk{id}"), "cwd": tree, "env": {"PATH": PATH},
+                    "tty": false, "argv": ["true"], "sandbox": walking_sandbox}})
+                })
+                .collect(),
+        ),
     ];
     for (name, requests) in attacks {
         let daemon = Daemon::start(binary, &[])?;
@@ -625,6 +738,7 @@ async fn attacks(binary: &Path, r: &mut Results) -> anyhow::Result<()> {
         for _ in 0..BYSTANDERS {
             bystanders.push(Client::connect(ClientOptions::new(daemon.url.clone())).await?);
         }
+        let fds_before = open_fds(daemon.child.id());
         let attack = tokio::spawn(
             Flooder::connect(&daemon.url)
                 .await?
@@ -647,6 +761,11 @@ async fn attacks(binary: &Path, r: &mut Results) -> anyhow::Result<()> {
         }
         let peak = daemon.peak_rss_kib() / 1024.0;
         attack.abort();
+        // Its requests are cancelled with the connection (work already on a blocking thread,
+        // such as a walk, runs to its end first).
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let fds_left = open_fds(daemon.child.id()).saturating_sub(fds_before);
+        r.put(&format!("attack_{name}_fds_left"), Some(fds_left as f64));
         r.put(&format!("attack_{name}_rss_mib"), Some(peak));
         r.put(
             &format!("attack_{name}_info_p99_ms"),
@@ -654,6 +773,11 @@ async fn attacks(binary: &Path, r: &mut Results) -> anyhow::Result<()> {
         );
     }
     server.abort();
+    r.put(
+        "attack_stuck_http_server_open",
+        Some(silent_open.load(Ordering::Relaxed) as f64),
+    );
+    silent.abort();
     Ok(())
 }
 
@@ -915,6 +1039,41 @@ const ROWS: &[Row] = &[
         target: "≤ 256 MiB, p99 ≤ 50 ms",
         met: |r| Some(
             r.get("attack_http_body_rss_mib")? <= 256.0 && r.get("attack_http_body_info_p99_ms")? <= 50.0
+        ),
+    },
+    Row {
+        what: "p99 `environment/info` of 50 others, ms, while 16 `fs/readFile` of a FIFO with no writer are in flight",
+        ours: "attack_stuck_fifo_info_p99_ms",
+        baselines: &[("descriptors left after the attacker left", "attack_stuck_fifo_fds_left")],
+        target: "p99 ≤ 50 ms, 0 left",
+        met: |r| Some(
+            r.get("attack_stuck_fifo_info_p99_ms")? <= 50.0 && r.get("attack_stuck_fifo_fds_left")? == 0.0
+        ),
+    },
+    Row {
+        what: "p99 `environment/info` of 50 others, ms, while 16 `http/request` to a server that never answers are in flight",
+        ours: "attack_stuck_http_info_p99_ms",
+        baselines: &[
+            ("descriptors left after the attacker left", "attack_stuck_http_fds_left"),
+            ("server connections still open", "attack_stuck_http_server_open"),
+        ],
+        target: "p99 ≤ 50 ms, 0 left",
+        met: |r| Some(
+            r.get("attack_stuck_http_info_p99_ms")? <= 50.0
+                && r.get("attack_stuck_http_fds_left")? == 0.0
+                && r.get("attack_stuck_http_server_open")? == 0.0
+        ),
+    },
+    Row {
+        what: "p99 `environment/info` of 50 others, ms, while 16 sandboxed `process/start` each walk 100,000 entries for a glob",
+        ours: "attack_stuck_walk_info_p99_ms",
+        baselines: &[
+            ("one such start alone (refused at the bound), ms", "walk_start_ms"),
+            ("descriptors left after the attacker left", "attack_stuck_walk_fds_left"),
+        ],
+        target: "p99 ≤ 50 ms, 0 left",
+        met: |r| Some(
+            r.get("attack_stuck_walk_info_p99_ms")? <= 50.0 && r.get("attack_stuck_walk_fds_left")? == 0.0
         ),
     },
     Row {

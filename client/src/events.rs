@@ -4,7 +4,8 @@
 
 use exec_server_protocol::base64_bytes::Base64Bytes;
 use exec_server_protocol::process::{
-    ClosedNotification, ExitedNotification, OutputNotification, OutputStream, ReadResult,
+    ClosedNotification, ExitedNotification, InputWaitNotification, OutputNotification,
+    OutputStream, ReadResult,
 };
 use exec_server_protocol::rpc::method;
 use std::collections::{BTreeMap, HashMap};
@@ -31,6 +32,9 @@ pub enum ProcessEvent {
     Gap { from_seq: u64, to_seq: u64 },
     /// The last event: the session could not be resumed, so the process's fate is unknown.
     Failed { message: String },
+    /// Not an event of the log (it has no seq): after the event `after_seq`, the process's tree
+    /// has been blocked reading its stdin, with no output, for its quiet period. Once per wait.
+    InputWait { after_seq: u64 },
 }
 
 impl ProcessEvent {
@@ -228,6 +232,7 @@ pub enum Notification {
     Output(OutputNotification),
     Exited(ExitedNotification),
     Closed(ClosedNotification),
+    InputWait(InputWaitNotification),
 }
 
 #[derive(Clone, Copy)]
@@ -235,6 +240,7 @@ pub enum NotificationKind {
     Output,
     Exited,
     Closed,
+    InputWait,
 }
 
 impl Notification {
@@ -243,6 +249,7 @@ impl Notification {
             method::PROCESS_OUTPUT => Some(NotificationKind::Output),
             method::PROCESS_EXITED => Some(NotificationKind::Exited),
             method::PROCESS_CLOSED => Some(NotificationKind::Closed),
+            method::PROCESS_INPUT_WAIT => Some(NotificationKind::InputWait),
             _ => None,
         }
     }
@@ -281,6 +288,7 @@ impl NotificationKind {
             (Self::Output, None) => Notification::Output(map.next_value()?),
             (Self::Exited, _) => Notification::Exited(map.next_value()?),
             (Self::Closed, _) => Notification::Closed(map.next_value()?),
+            (Self::InputWait, _) => Notification::InputWait(map.next_value()?),
         })
     }
 
@@ -293,6 +301,7 @@ impl NotificationKind {
             (Self::Output, None) => Notification::Output(serde_json::from_str(params)?),
             (Self::Exited, _) => Notification::Exited(serde_json::from_str(params)?),
             (Self::Closed, _) => Notification::Closed(serde_json::from_str(params)?),
+            (Self::InputWait, _) => Notification::InputWait(serde_json::from_str(params)?),
         })
     }
 }
@@ -362,8 +371,20 @@ impl Router {
                 },
             ),
             Notification::Closed(n) => (n.process_id, n.seq, ProcessEvent::Closed { seq: n.seq }),
+            Notification::InputWait(n) => return self.input_wait(&n.process_id, n.after_seq),
         };
         self.update(&id, |log| log.push(seq, event));
+    }
+
+    /// Passed on when it follows the last event delivered: one that arrives behind a hole is
+    /// stale by the time the hole is filled (`waitingForInput` on a read tells the truth).
+    fn input_wait(&self, id: &str, after_seq: u64) {
+        let routes = self.routes.lock().unwrap();
+        if let Some(route) = routes.get(id) {
+            if route.log.last_seq() == after_seq && !route.log.has_hole() {
+                let _ = route.events.send(ProcessEvent::InputWait { after_seq });
+            }
+        }
     }
 
     /// Applies a catch-up read; returns false if the process is unknown.
@@ -465,6 +486,7 @@ mod tests {
             truncated: false,
             details: Default::default(),
             live_descendants: None,
+            waiting_for_input: false,
         }
     }
 
@@ -477,6 +499,7 @@ mod tests {
                 ProcessEvent::Closed { seq } => format!("c{seq}"),
                 ProcessEvent::Gap { from_seq, to_seq } => format!("gap{from_seq}-{to_seq}"),
                 ProcessEvent::Failed { .. } => "failed".into(),
+                ProcessEvent::InputWait { after_seq } => format!("w{after_seq}"),
             })
             .collect()
     }
@@ -591,6 +614,18 @@ mod tests {
         assert!(!router.end_catch_up("p"));
         let got: Vec<_> = std::iter::from_fn(|| events.try_recv().ok()).collect();
         assert_eq!(seqs(&got), ["o1", "o2", "o3"]);
+        // An input wait is passed on after the event it follows, never behind a hole.
+        let wait = |after: u64| {
+            let params = format!(r#"{{"processId":"p","afterSeq":{after}}}"#);
+            NotificationKind::InputWait.decode(&params, None).unwrap()
+        };
+        router.notification(wait(3));
+        assert_eq!(
+            events.try_recv().unwrap(),
+            ProcessEvent::InputWait { after_seq: 3 }
+        );
+        router.notification(wait(2));
+        assert!(events.try_recv().is_err(), "a stale wait is dropped");
         let closed = NotificationKind::Closed.decode(r#"{"processId":"p","seq":4}"#, None);
         router.notification(closed.unwrap());
         assert_eq!(events.try_recv().unwrap(), ProcessEvent::Closed { seq: 4 });

@@ -40,6 +40,7 @@ impl Command {
                 limits: None,
                 // Makes a start safe to repeat after a reconnect (see [`start`]).
                 idempotent: true,
+                input_wait_ms: None,
             },
         }
     }
@@ -76,6 +77,12 @@ impl Command {
     /// Keep stdin open for [`ProcessHandle::write`].
     pub fn stdin(mut self) -> Self {
         self.params.pipe_stdin = true;
+        self
+    }
+
+    /// The quiet period before [`ProcessEvent::InputWait`] (default 2 s; zero: never).
+    pub fn input_wait(mut self, quiet: Duration) -> Self {
+        self.params.input_wait_ms = Some(quiet.as_millis().min(i64::MAX as u128) as i64);
         self
     }
 
@@ -165,7 +172,7 @@ impl Process {
             match event {
                 ProcessEvent::Output { data, .. } => collected.output.extend(data),
                 ProcessEvent::Exited { exit_code, .. } => collected.exit_code = Some(exit_code),
-                ProcessEvent::Closed { .. } => {}
+                ProcessEvent::Closed { .. } | ProcessEvent::InputWait { .. } => {}
                 ProcessEvent::Gap { from_seq, to_seq } => collected.gaps.push((from_seq, to_seq)),
                 ProcessEvent::Failed { message } => collected.failure = Some(message),
             }

@@ -74,6 +74,9 @@ pub struct EnvironmentCapabilities {
     pub process_list: bool,
     /// `initialize` `onDisconnect` and `sessionTtlMs` (this daemon's addition).
     pub session_disconnect_policy: bool,
+    /// `process/inputWait`, `waitingForInput` on `process/read` and `inputWaitMs` on
+    /// `process/start` (this daemon's addition).
+    pub process_input_wait: bool,
 }
 
 fn legacy_executor_version() -> String {
@@ -175,7 +178,8 @@ mod tests {
                 "processTreeLimits": false,
                 "processStartIdempotent": true,
                 "processList": true,
-                "sessionDisconnectPolicy": true
+                "sessionDisconnectPolicy": true,
+                "processInputWait": true
             }
         });
         let info: EnvironmentInfo = serde_json::from_value(wire.clone()).unwrap();

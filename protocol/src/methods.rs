@@ -158,6 +158,8 @@ methods! {
         ProcessOutput, PROCESS_OUTPUT = "process/output": process::OutputNotification;
         ProcessExited, PROCESS_EXITED = "process/exited": process::ExitedNotification;
         ProcessClosed, PROCESS_CLOSED = "process/closed": process::ClosedNotification;
+        ProcessInputWait, PROCESS_INPUT_WAIT = "process/inputWait":
+            process::InputWaitNotification;
         FsChanged, FS_CHANGED = "fs/changed": fs::ChangedNotification;
         HttpRequestBodyDelta, HTTP_REQUEST_BODY_DELTA = "http/request/bodyDelta":
             http::HttpBodyDelta;

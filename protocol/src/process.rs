@@ -76,6 +76,11 @@ pub struct StartParams {
     /// addition, `processStartIdempotent`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub idempotent: bool,
+    /// How long the process must be quiet, its tree blocked reading its stdin, before
+    /// `process/inputWait` is sent (default 2000; 0 turns input waits off for this process)
+    /// (this daemon's addition, `processInputWait`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_wait_ms: Option<i64>,
 }
 
 /// `process/start.limits`. Signed so that a negative value gets a clear error rather than a
@@ -259,6 +264,10 @@ pub struct ReadResult {
     /// addition); absent once the tree is gone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub live_descendants: Option<u32>,
+    /// The process's tree is blocked reading its stdin, and nothing came since (no output, no
+    /// input): it waits for input (this daemon's addition, `processInputWait`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub waiting_for_input: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -360,4 +369,14 @@ pub struct ExitedNotification {
 pub struct ClosedNotification {
     pub process_id: String,
     pub seq: u64,
+}
+
+/// `process/inputWait`: the process's tree has been blocked reading its stdin, with no output,
+/// for its quiet period. Sent once per wait; it takes no seq of its own.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InputWaitNotification {
+    pub process_id: String,
+    /// The last seq of the process's events before the wait (0 when there was none).
+    pub after_seq: u64,
 }

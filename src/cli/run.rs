@@ -108,6 +108,12 @@ async fn print_events(process: &mut exec_server_client::Process) -> anyhow::Resu
                 exit_code: code, ..
             } => exit_code = Some(code),
             ProcessEvent::Closed { .. } => {}
+            // A terminal user sees the prompt; stdin fed by a program may never answer it.
+            ProcessEvent::InputWait { .. } => {
+                if !std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+                    eprintln!("exec-server: the command is waiting for input");
+                }
+            }
             ProcessEvent::Gap { from_seq, to_seq } => {
                 lost = true;
                 eprintln!(

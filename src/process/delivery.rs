@@ -5,7 +5,9 @@ use super::output::{Chunk, Event};
 use super::ManagedProcess;
 use crate::rpc::outbound::{push_json_string, Message, Outbound};
 use crate::session::Attachment;
-use exec_server_protocol::process::{ClosedNotification, ExitedNotification};
+use exec_server_protocol::process::{
+    ClosedNotification, ExitedNotification, InputWaitNotification,
+};
 use exec_server_protocol::rpc::method;
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -26,6 +28,7 @@ pub async fn deliver(
             if send_pending(&process, &current, &attachment).await {
                 return;
             }
+            send_input_wait(&process, &current).await;
         }
         tokio::select! {
             result = changes.changed() => if result.is_err() { return },
@@ -59,6 +62,31 @@ async fn send_pending(
                 return true;
             }
         }
+    }
+}
+
+/// `process/inputWait`, once the events before the wait went out; it takes no seq.
+async fn send_input_wait(process: &ManagedProcess, current: &Attachment) {
+    let Some(after_seq) = process.input_wait_to_notify() else {
+        return;
+    };
+    if !process.delivered_all() {
+        return;
+    }
+    let text = current.outbound.notification_text(
+        method::PROCESS_INPUT_WAIT,
+        &InputWaitNotification {
+            process_id: process.id.clone(),
+            after_seq,
+        },
+    );
+    if current
+        .outbound
+        .send_message(Message::Text(text))
+        .await
+        .is_ok()
+    {
+        process.input_wait_notified(after_seq);
     }
 }
 

@@ -12,6 +12,8 @@ pub(crate) enum ProcessError {
     EmptyArgv,
     #[error("cwd URI `{uri}` is not valid on this exec-server host: {why}")]
     BadCwd { uri: String, why: String },
+    #[error("inputWaitMs must be between 0 (off) and {max}, not {value}")]
+    InputWaitOutOfRange { max: i64, value: i64 },
     #[error("limits.{name} must be between {min} and {max}, not {value}")]
     LimitOutOfRange {
         name: &'static str,
@@ -86,6 +88,7 @@ impl From<ProcessError> for RpcError {
             EmptyArgv
             | BadCwd { .. }
             | LimitOutOfRange { .. }
+            | InputWaitOutOfRange { .. }
             | LimitUnsupported(_)
             | EmptyWriteId
             | EmptySize => RpcError::invalid_params(message),

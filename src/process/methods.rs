@@ -2,7 +2,7 @@
 
 use super::spawn::{LaunchSpec, Limits, DEFAULT_SIZE};
 use super::ProcessError;
-use super::{env, Lookup, ManagedProcess, Origin};
+use super::{env, Lookup, ManagedProcess, Origin, Timing};
 use crate::rpc::Call;
 use crate::sandbox;
 use crate::session::Session;
@@ -78,6 +78,10 @@ async fn launch(
         sandbox::prepare_start(params, &cwd)?
     };
     let (limits, timeout) = limits(params.limits.as_ref())?;
+    let timing = Timing {
+        timeout,
+        input_quiet: input_quiet(params.input_wait_ms)?,
+    };
     let env = env::child_env(params.env_policy.as_ref(), &params.env, std::env::vars());
     let spec = LaunchSpec {
         program: program.clone(),
@@ -108,7 +112,7 @@ async fn launch(
     };
     session
         .processes
-        .start(origin, spec, launch, timeout, on_reply)
+        .start(origin, spec, launch, timing, on_reply)
         .await?;
     tracing::info!(sandbox = ?sandbox_type, "process started");
     Ok(StartResult {
@@ -175,6 +179,21 @@ fn limits(limits: Option<&ProcessLimits>) -> Result<(Limits, Option<Duration>), 
     Ok((limits, timeout))
 }
 
+/// The quiet period before an input wait is reported, unless `inputWaitMs` is 0.
+const DEFAULT_INPUT_WAIT_MS: i64 = 2000;
+const MAX_INPUT_WAIT_MS: i64 = 24 * 3600 * 1000;
+
+fn input_quiet(input_wait_ms: Option<i64>) -> Result<Option<Duration>, ProcessError> {
+    match input_wait_ms.unwrap_or(DEFAULT_INPUT_WAIT_MS) {
+        0 => Ok(None),
+        ms if (1..=MAX_INPUT_WAIT_MS).contains(&ms) => Ok(Some(Duration::from_millis(ms as u64))),
+        value => Err(ProcessError::InputWaitOutOfRange {
+            max: MAX_INPUT_WAIT_MS,
+            value,
+        }),
+    }
+}
+
 fn require(session: &Session, id: &str) -> Result<Arc<ManagedProcess>, ProcessError> {
     match session.processes.lookup(id) {
         Lookup::Ready(process) => Ok(process),
@@ -226,6 +245,7 @@ pub(crate) async fn read(
         truncated: snapshot.truncated,
         details: snapshot.details,
         live_descendants: process.live_descendants(),
+        waiting_for_input: process.waiting_for_input(),
     })
 }
 

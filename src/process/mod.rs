@@ -5,6 +5,7 @@ mod delivery;
 pub mod env;
 mod error;
 mod forgotten;
+pub(crate) mod input_wait;
 pub mod methods;
 pub mod output;
 pub mod spawn;
@@ -141,6 +142,19 @@ struct ProcessState {
     usage: Option<ProcessUsage>,
     /// Present for sandboxed processes: decides `sandboxDenied` at exit.
     denial: Option<Scanner>,
+    /// When output or input last came.
+    last_activity: std::time::Instant,
+    input_wait: InputWait,
+}
+
+/// Where the process stands on waiting for input.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum InputWait {
+    /// Not waiting, or not yet found waiting since the last output or input.
+    #[default]
+    No,
+    /// Waiting since after this seq; `notified` once `process/inputWait` went out.
+    Since { after_seq: u64, notified: bool },
 }
 
 impl ProcessTable {
@@ -218,13 +232,13 @@ impl ProcessTable {
         origin: Origin,
         spec: LaunchSpec,
         launch: Option<Launch>,
-        timeout: Option<std::time::Duration>,
+        timing: Timing,
         replied: tokio::sync::oneshot::Receiver<()>,
     ) -> Result<(), ProcessError> {
         tokio::spawn(
             self.inner
                 .clone()
-                .start(origin, spec, launch, timeout, replied),
+                .start(origin, spec, launch, timing, replied),
         )
         .await
         .map_err(|err| ProcessError::Internal(format!("the start failed: {err}")))?
@@ -285,7 +299,7 @@ impl TableInner {
         origin: Origin,
         spec: LaunchSpec,
         mut launch: Option<Launch>,
-        timeout: Option<std::time::Duration>,
+        timing: Timing,
         replied: tokio::sync::oneshot::Receiver<()>,
     ) -> Result<(), ProcessError> {
         let id = origin.params.process_id.clone();
@@ -316,33 +330,39 @@ impl TableInner {
         let sandbox = launch.map(Launch::into_sandboxed);
         let denial = sandbox.as_ref().map(Sandboxed::scanner);
         let config = &self.config;
-        let (streams, stdin, pty_size): (Vec<(OutputStream, Box<dyn ChildOutput>)>, _, _) =
-            match spawned.io {
-                ChildIo::Pipes {
-                    stdin,
-                    stdout,
-                    stderr,
-                } => (
+        type Streams = Vec<(OutputStream, Box<dyn ChildOutput>)>;
+        let (streams, stdin, pty_size, stdin_object): (Streams, _, _, _) = match spawned.io {
+            ChildIo::Pipes {
+                stdin,
+                stdout,
+                stderr,
+            } => {
+                let object = stdin.as_ref().and_then(input_wait::StdinObject::of);
+                (
                     vec![
                         (OutputStream::Stdout, Box::new(stdout)),
                         (OutputStream::Stderr, Box::new(stderr)),
                     ],
                     stdin::Stdin::pipe(stdin),
                     None,
-                ),
-                ChildIo::Pty {
-                    reader,
-                    writer,
-                    master,
-                } => {
-                    let (stdin, resizer) = stdin::Stdin::pty(writer, master);
-                    (
-                        vec![(OutputStream::Pty, Box::new(reader))],
-                        stdin,
-                        Some(resizer),
-                    )
-                }
-            };
+                    object,
+                )
+            }
+            ChildIo::Pty {
+                reader,
+                writer,
+                master,
+                terminal,
+            } => {
+                let (stdin, resizer) = stdin::Stdin::pty(writer, master);
+                (
+                    vec![(OutputStream::Pty, Box::new(reader))],
+                    stdin,
+                    Some(resizer),
+                    terminal,
+                )
+            }
+        };
         let tree::Tree {
             supervisor,
             supervisor_pid,
@@ -373,6 +393,8 @@ impl TableInner {
                 cleanup_unconfirmed: false,
                 usage: None,
                 denial,
+                last_activity: std::time::Instant::now(),
+                input_wait: InputWait::No,
             }),
             changed: watch::channel(()).0,
             drained: watch::channel(()).0,
@@ -410,7 +432,10 @@ impl TableInner {
                 reader,
             ));
         }
-        if let Some(timeout) = timeout {
+        if let (Some(object), Some(quiet)) = (stdin_object, timing.input_quiet) {
+            tokio::spawn(watch_input(Arc::downgrade(&process), object, quiet));
+        }
+        if let Some(timeout) = timing.timeout {
             let weak = Arc::downgrade(&process);
             tokio::spawn(async move {
                 tokio::time::sleep(timeout).await;
@@ -452,6 +477,64 @@ impl TableInner {
         });
     }
 }
+
+/// A start's durations: its `timeoutMs` and its input waits' quiet period (None: neither).
+pub(crate) struct Timing {
+    pub timeout: Option<std::time::Duration>,
+    pub input_quiet: Option<std::time::Duration>,
+}
+
+/// Samples the tree for an input wait while the process runs, its stdin is open and it has
+/// been quiet for `quiet`; every [`INPUT_SAMPLE_INTERVAL`], and never while a wait
+/// is already found (until output or input ends it).
+async fn watch_input(
+    process: Weak<ManagedProcess>,
+    object: input_wait::StdinObject,
+    quiet: std::time::Duration,
+) {
+    let interval = (quiet / 2).clamp(std::time::Duration::from_millis(50), INPUT_SAMPLE_INTERVAL);
+    loop {
+        tokio::time::sleep(interval).await;
+        let Some(process) = process.upgrade() else {
+            return;
+        };
+        let after_seq = {
+            let state = process.state.lock().unwrap();
+            if state.log.exit_code().is_some() {
+                return;
+            }
+            if state.input_wait != InputWait::No
+                || state.last_activity.elapsed() < quiet
+                || !process.stdin.is_open()
+            {
+                continue;
+            }
+            state.log.next_seq() - 1
+        };
+        let supervisor = process.supervisor_pid;
+        let waiting = tokio::task::spawn_blocking(move || {
+            input_wait::sample(object, &supervisor::descendants(supervisor))
+        })
+        .await
+        .unwrap_or(false);
+        if waiting {
+            let mut state = process.state.lock().unwrap();
+            // Nothing came while sampling: the wait is after what the sample saw.
+            if state.input_wait == InputWait::No && state.log.next_seq() - 1 == after_seq {
+                state.input_wait = InputWait::Since {
+                    after_seq,
+                    notified: false,
+                };
+                drop(state);
+                process.changed.send_replace(());
+            }
+        }
+    }
+}
+
+/// How often a quiet process is sampled (twice per quiet period when that is shorter): a wait is
+/// found within this much of the quiet period's end.
+const INPUT_SAMPLE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(400);
 
 /// Whether `maxMemoryBytes` and `maxProcesses` can both be enforced here.
 pub fn tree_limits_supported() -> bool {
@@ -652,6 +735,12 @@ async fn record_exit(
 }
 
 impl ProcessState {
+    /// Output or input came: any wait for input is over.
+    fn activity(&mut self) {
+        self.last_activity = std::time::Instant::now();
+        self.input_wait = InputWait::No;
+    }
+
     /// Closed, and nothing of its tree left: the id may be freed after the retention.
     fn removable(&self) -> bool {
         self.log.is_closed() && self.tree_gone
@@ -671,6 +760,7 @@ impl ManagedProcess {
                 scanner.feed(stream, &data);
             }
             state.log.push(stream, data);
+            state.activity();
             state.log.evict(attachment.borrow_and_update().is_some())
         };
         self.changed.send_replace(());
@@ -812,7 +902,43 @@ impl ManagedProcess {
     }
 
     pub fn write(&self, write_id: &str, data: Bytes) -> Result<WriteStatus, ProcessError> {
-        self.stdin.write(write_id, data)
+        let status = self.stdin.write(write_id, data)?;
+        if status == WriteStatus::Accepted {
+            self.state.lock().unwrap().activity();
+        }
+        Ok(status)
+    }
+
+    /// The process is found waiting for input (and has not exited).
+    pub fn waiting_for_input(&self) -> bool {
+        let state = self.state.lock().unwrap();
+        state.input_wait != InputWait::No && state.log.exit_code().is_none()
+    }
+
+    /// The seq an input wait not yet notified follows, once every event up to it was
+    /// delivered; [`ManagedProcess::input_wait_notified`] records that it went out.
+    fn input_wait_to_notify(&self) -> Option<u64> {
+        let state = self.state.lock().unwrap();
+        match state.input_wait {
+            InputWait::Since {
+                after_seq,
+                notified: false,
+            } if state.log.exit_code().is_none() => Some(after_seq),
+            _ => None,
+        }
+    }
+
+    fn input_wait_notified(&self, after_seq: u64) {
+        let mut state = self.state.lock().unwrap();
+        if let InputWait::Since {
+            after_seq: current,
+            notified,
+        } = &mut state.input_wait
+        {
+            if *current == after_seq {
+                *notified = true;
+            }
+        }
     }
 
     pub fn close_stdin(&self) -> Result<(), ProcessError> {

@@ -1,6 +1,7 @@
 //! Starting a child on pipes or on a PTY, under its supervisor (which holds its whole tree),
 //! as the leader of its own process group so that signals reach what it starts.
 
+use super::input_wait::StdinObject;
 use super::supervisor::{ChildSetup, PlainLaunch};
 use super::tree::{self, Started, Tree};
 use super::ProcessError;
@@ -48,6 +49,8 @@ pub enum ChildIo {
         writer: pty_process::OwnedWritePty,
         /// A duplicate of the master, for resizing.
         master: std::os::fd::OwnedFd,
+        /// The terminal side, as the child's processes hold it.
+        terminal: Option<StdinObject>,
     },
 }
 
@@ -144,6 +147,7 @@ pub fn detached_stdio(spec: &LaunchSpec) -> std::io::Result<(ChildIo, [OwnedFd; 
             reader,
             writer,
             master,
+            terminal: StdinObject::of(&ends[0]),
         };
         return Ok((io, ends));
     }

@@ -110,6 +110,11 @@ impl Stdin {
         Ok(WriteStatus::Accepted)
     }
 
+    /// The child may still get input: stdin was neither closed nor broken.
+    pub fn is_open(&self) -> bool {
+        self.state.lock().unwrap().sender.is_some() && !self.failed.load(Ordering::Relaxed)
+    }
+
     /// Pipes: EOF after the queued bytes. Terminals: an EOF character, as a typed Ctrl-D.
     pub fn close(&self, tty: bool) -> Result<(), ProcessError> {
         let mut state = self.state.lock().unwrap();

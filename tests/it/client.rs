@@ -197,7 +197,7 @@ async fn evicted_output_surfaces_as_a_gap() {
             ProcessEvent::Gap { from_seq, to_seq } => gaps.push((from_seq, to_seq)),
             ProcessEvent::Output { data, .. } => tail.extend(data),
             ProcessEvent::Exited { exit_code, .. } => exit = Some(exit_code),
-            ProcessEvent::Closed { .. } => {}
+            ProcessEvent::Closed { .. } | ProcessEvent::InputWait { .. } => {}
             ProcessEvent::Failed { message } => panic!("{message}"),
         }
     }

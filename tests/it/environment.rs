@@ -61,7 +61,8 @@ async fn info_describes_the_host_the_daemon_runs_on() {
             "processTreeLimits": true,
             "processStartIdempotent": true,
             "processList": true,
-            "sessionDisconnectPolicy": true
+            "sessionDisconnectPolicy": true,
+            "processInputWait": true
         })
     );
 }

@@ -241,11 +241,16 @@ impl Client {
 
     /// Sends a raw request value (its `id` must be set) and waits for the reply envelope.
     pub async fn raw_request(&self, request: Value) -> Value {
+        self.raw_request_within(request, TIMEOUT).await
+    }
+
+    /// [`Self::raw_request`] with its own patience, for replies that take long by design.
+    pub async fn raw_request_within(&self, request: Value, patience: Duration) -> Value {
         let key = request["id"].to_string();
         let (tx, rx) = oneshot::channel();
         self.pending.lock().unwrap().insert(key, tx);
         self.send_text(request.to_string()).await;
-        tokio::time::timeout(TIMEOUT, rx)
+        tokio::time::timeout(patience, rx)
             .await
             .expect("reply in time")
             .expect("connection open")
