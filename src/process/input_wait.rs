@@ -198,9 +198,16 @@ fn stat_fields(stat: &str) -> Option<(char, u64)> {
     Some((state, tty_nr))
 }
 
+/// A tree larger than this is not sampled (never reported waiting): a check reads a few files
+/// per process, every few hundred ms while the process is quiet.
+const MAX_SAMPLED: usize = 256;
+
 /// Reads the facts of `pids` holding `stdin` from /proc and decides. Blocking (file reads):
 /// call it off the async workers.
 pub(crate) fn sample(stdin: StdinObject, pids: &HashSet<i32>) -> bool {
+    if pids.len() > MAX_SAMPLED {
+        return false;
+    }
     let tree: Vec<ProcessFacts> = pids
         .iter()
         .filter_map(|pid| process_facts(stdin, *pid))
