@@ -12,8 +12,17 @@ use std::io::{self, Read, Write as _};
 use std::os::fd::{AsFd as _, AsRawFd, BorrowedFd, FromRawFd as _, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 
-/// Daemon → fork server: a new plain supervisor's control socket travels with it.
+/// Daemon → fork server, each request [`FORK_REQUEST_BYTES`] long: fork a plain supervisor; its
+/// control socket travels with it.
 pub const FORK: u8 = b'F';
+/// Daemon → fork server: fork a sandbox helper. The next bytes are its network mode
+/// (`NetworkMode::index`) and 1 when it starts at idle priority; its control socket and its
+/// program's socket travel with it.
+pub const FORK_HELPER: u8 = b'H';
+pub const FORK_REQUEST_BYTES: usize = 3;
+/// Forked sandbox helper → daemon, before anything else: its pid (4 bytes, little-endian),
+/// with its own pidfd, so that the daemon never signals a pid reused since.
+pub const HELLO: u8 = b'P';
 /// Daemon → supervisor: the first byte of a launch (the program's stdio travels with it,
 /// then the frames: [`launch`]). A plain supervisor serves one launch after another, so an
 /// order sent just as the previous tree ended may come first: it is skipped.
@@ -63,6 +72,24 @@ pub struct Received {
     pub fds: Vec<OwnedFd>,
     /// More descriptors came than there was room for (the kernel closed the rest).
     pub truncated: bool,
+}
+
+/// [`recv_fds`] on an async socket.
+pub async fn recv_fds_async(
+    socket: &tokio::net::UnixStream,
+    buf: &mut [u8],
+    max_fds: usize,
+) -> io::Result<Received> {
+    loop {
+        socket.readable().await?;
+        let received = socket.try_io(tokio::io::Interest::READABLE, || {
+            recv_fds(socket.as_fd(), buf, max_fds, true)
+        });
+        match received {
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => continue,
+            received => return received,
+        }
+    }
 }
 
 /// Receives into `buf` with room for `max_fds` descriptors. `nonblocking`: `WouldBlock`

@@ -27,5 +27,4 @@ pub use config::{Args, Cli, LogFormat};
 pub use memory::map_large_buffers;
 pub use process::supervisor::main_if_supervisor;
 pub use sandbox::guard::init as record_own_binary;
-pub use sandbox::helper::main_if_helper;
 pub use transport::{serve, ListenUrl};

@@ -2,10 +2,8 @@ use clap::{CommandFactory as _, FromArgMatches as _};
 use exec_server::{Args, Cli, ListenUrl, LogFormat};
 
 fn main() -> std::process::ExitCode {
-    // First, before flags and before any runtime or thread: the sandbox helper must start as a
-    // fresh single-threaded process.
-    exec_server::main_if_helper();
-    // The supervisor of a plain or PTY process's tree, likewise.
+    // First, before flags and before any runtime or thread: the fork server of supervisors and
+    // sandbox helpers must start as a fresh single-threaded process.
     exec_server::main_if_supervisor();
     // Record the daemon's own binary before anything could replace it.
     exec_server::record_own_binary();

@@ -584,7 +584,7 @@ async fn read_output(
 async fn supervise(
     table: Weak<TableInner>,
     process: Arc<ManagedProcess>,
-    mut supervisor: Option<tokio::process::Child>,
+    supervisor: Option<crate::sandbox::pool::HelperProcess>,
     mut reports: tree::Reports,
     group: Option<cgroup::Group>,
 ) {
@@ -613,9 +613,9 @@ async fn supervise(
                     usage.max_rss_kib = group.peak_kib().unwrap_or(usage.max_rss_kib);
                     oom = group.oom_killed();
                 }
-                if let Some(supervisor) = supervisor.as_mut().filter(|_| tree_gone && placeholders)
+                if let Some(supervisor) = supervisor.as_ref().filter(|_| tree_gone && placeholders)
                 {
-                    let _ = supervisor.wait().await;
+                    supervisor.exited().await;
                 }
                 record_exit(&table, &process, code, signal, usage, oom, tree_gone).await;
                 exited = true;
@@ -649,8 +649,8 @@ async fn supervise(
     if !process.state.lock().unwrap().tree_gone {
         process.record_gone(&table, false, ProcessUsage::default());
     }
-    if let Some(mut supervisor) = supervisor {
-        let _ = supervisor.wait().await;
+    if let Some(supervisor) = supervisor {
+        supervisor.exited().await;
     }
     // Empty now: removed.
     drop(group);

@@ -24,7 +24,8 @@
 //! group). EOF means the daemon is gone: [`on_daemon_gone`].
 
 use crate::channel::{self, FrameError, KILL, LAUNCH, READY, SIGNAL, SIGNAL_TREE};
-use crate::sandbox::plan::{Failure, Stage, MAX_PLAN_BYTES};
+use crate::sandbox::helper;
+use crate::sandbox::plan::{Failure, NetworkMode, Stage, MAX_PLAN_BYTES};
 use exec_server_protocol::process::ProcessUsage;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -105,9 +106,11 @@ pub fn main_if_supervisor() {
     serve_forks(&control)
 }
 
-/// The fork server: for each control socket the daemon sends (SCM_RIGHTS, with one byte), a
-/// fresh supervisor is forked, which serves that launch. It reaps the supervisors, and exits
-/// at EOF (the supervisors see their own EOF and kill their trees).
+/// The fork server: for each request of the daemon (`channel::FORK_REQUEST_BYTES`, the sockets
+/// with them), a fresh plain supervisor or sandbox helper is forked. A fork of this small,
+/// single-threaded process costs far less than an exec of the daemon's binary, and a helper
+/// forked from it is as fresh as one executed. It reaps them, and exits at EOF (each sees its
+/// own EOF and kills its tree).
 fn serve_forks(control: &UnixStream) -> ! {
     let sigchld = block_sigchld();
     loop {
@@ -135,25 +138,68 @@ fn serve_forks(control: &UnixStream) -> ! {
         if fds[0].revents == 0 {
             continue;
         }
-        let mut byte = [0u8; 1];
-        let Ok(received) = channel::recv_fds(control.as_fd(), &mut byte, 1, false) else {
-            std::process::exit(0)
+        let mut request = [0u8; channel::FORK_REQUEST_BYTES];
+        let received = match channel::recv_fds(control.as_fd(), &mut request, 2, false) {
+            Ok(received) if received.bytes > 0 => received,
+            _ => std::process::exit(0),
         };
-        if received.bytes == 0 {
+        if (&*control)
+            .read_exact(&mut request[received.bytes..])
+            .is_err()
+        {
             std::process::exit(0);
         }
-        let mut sockets = received.fds;
-        let Some(socket) = sockets.pop() else {
-            continue;
+        let mut fds = received.fds.into_iter();
+        let child = match (request[0], fds.next(), fds.next(), fds.next()) {
+            (channel::FORK, Some(socket), None, None) => Child::Supervisor(socket),
+            (channel::FORK_HELPER, Some(control), Some(launch), None) => {
+                let mode = usize::from(request[1]);
+                let Some(network) = NetworkMode::ALL.into_iter().find(|n| n.index() == mode) else {
+                    continue;
+                };
+                Child::Helper {
+                    network,
+                    background: request[2] == 1,
+                    control,
+                    launch,
+                }
+            }
+            _ => continue,
         };
         // SAFETY: this process is single-threaded, so the child may run anything.
         if unsafe { libc::fork() } == 0 {
             drop(sigchld);
-            // SAFETY: the fork server's socket is not this supervisor's to use.
-            unsafe { libc::close(control.as_raw_fd()) };
-            supervise(UnixStream::from(socket))
+            // SAFETY: the fork server's socket is not the child's to use; SIGCHLD is blocked
+            // here only for the signalfd just closed.
+            unsafe {
+                libc::close(control.as_raw_fd());
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+            }
+            match child {
+                Child::Supervisor(socket) => supervise(UnixStream::from(socket)),
+                Child::Helper {
+                    network,
+                    background,
+                    control,
+                    launch,
+                } => helper::serve(network, background, control, launch),
+            }
         }
     }
+}
+
+/// What the fork server forks.
+enum Child {
+    /// A plain supervisor, with its control socket.
+    Supervisor(OwnedFd),
+    Helper {
+        network: NetworkMode,
+        background: bool,
+        control: OwnedFd,
+        launch: OwnedFd,
+    },
 }
 
 /// A forked plain supervisor: its own session, the subreaper of its trees, one launch after

@@ -14,9 +14,9 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
 /// A supervisor that has its launch.
 pub struct Tree {
-    /// The supervisor's process when it is the daemon's child (a sandbox helper); a plain
-    /// supervisor is the fork server's, which reaps it.
-    pub supervisor: Option<tokio::process::Child>,
+    /// A sandbox helper's process, which the daemon waits for (its mount namespace goes with
+    /// it); both kinds of supervisor are the fork server's children, which it reaps.
+    pub supervisor: Option<pool::HelperProcess>,
     pub supervisor_pid: i32,
     /// The program's process (or the one exiting in its place).
     pub program_pid: i32,
@@ -102,7 +102,7 @@ pub async fn launch(
                 let (program, supervisor) = (handed.program, handed.helper.id());
                 let refused = !handed.unread.is_empty();
                 let mut tree = tree(Some(handed.helper), handed.control, handed.unread, group);
-                tree.supervisor_pid = supervisor.map_or(0, |pid| pid as i32);
+                tree.supervisor_pid = supervisor;
                 let first = if refused {
                     // The helper's own failure, in place of the listeners.
                     tree.reports.next().await

@@ -78,18 +78,8 @@ fn loopback_up() -> io::Result<()> {
 /// send them writes its failure report instead: no listeners, and the report's first bytes.
 pub async fn receive(control: &tokio::net::UnixStream) -> io::Result<(Vec<OwnedFd>, Vec<u8>)> {
     let mut data = [0u8; 512];
-    let (fds, bytes) = loop {
-        control.readable().await?;
-        let received = control.try_io(tokio::io::Interest::READABLE, || {
-            channel::recv_fds(control.as_fd(), &mut data, MAX_PORTS, true)
-                .map(|message| (message.fds, message.bytes))
-        });
-        match received {
-            Ok(received) => break received,
-            Err(err) if err.kind() == io::ErrorKind::WouldBlock => continue,
-            Err(err) => return Err(err),
-        }
-    };
+    let channel::Received { fds, bytes, .. } =
+        channel::recv_fds_async(control, &mut data, MAX_PORTS).await?;
     Ok(match data[..bytes].split_first() {
         Some((&LISTENERS, rest)) => (fds, rest.to_vec()),
         _ => (Vec::new(), data[..bytes].to_vec()),

@@ -1,12 +1,12 @@
-//! The sandbox helper: `exec-server __sandbox-exec <restricted|enabled|managed>` (the network
-//! mode, [`NetworkMode`]).
+//! The sandbox helper, one per sandboxed launch, for one network mode ([`NetworkMode`]).
 //!
-//! The daemon re-executes its own binary with this hidden first argument; `main` dispatches to
-//! [`main_if_helper`] before parsing flags and before any runtime exists, so the helper is a
-//! fresh single-threaded process. Helpers are started ahead of need ([`super::pool`]): the
-//! exec of the daemon's binary and the creation of a network namespace are the slowest steps
-//! of a launch, and neither depends on the plan. Its stdin is the control socket, its stdout
-//! the socket of the program's process. Before any plan, it becomes a session leader and the
+//! The fork server (`crate::process::supervisor`: the daemon's binary executed once, before
+//! any runtime or thread) forks it, so the helper is a fresh single-threaded process that cost
+//! no exec. Its command name is [`HELPER_NAME`]. Helpers are started ahead of need
+//! ([`super::pool`]): the creation of a network namespace is the slowest step of a launch, and
+//! does not depend on the plan. It has a control socket and the socket of the program's
+//! process, and first says [`HELLO`] with its pid and pidfd. Before any plan, it becomes a
+//! session leader and the
 //! subreaper of what it will start, creates its own empty network namespace unless network is
 //! enabled, its own mount namespace (a follower of the host's mounts) with a private `/proc`
 //! showing only the sandbox's own processes, attaches most of its seccomp rules (all that the
@@ -37,37 +37,36 @@
 
 use super::plan::{Failure, Identity, NetworkMode, Plan, Stage};
 use super::{landlock, mounts, seccomp};
-use crate::channel::{ADMITTED, READY};
-use crate::process::supervisor::{self, control_socket, exit_for};
-use std::ffi::{CString, OsStr};
+use crate::channel::{self, ADMITTED, HELLO, READY};
+use crate::process::supervisor::{self, exit_for};
+use std::ffi::CString;
 use std::io::{Read as _, Write as _};
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
 
-pub const HELPER_ARG: &str = "__sandbox-exec";
+/// Its command name (`/proc/PID/comm`, which only the process itself can change): how
+/// `super::peers` knows a sandboxed process by its ancestors, and how `ps` shows helpers.
+pub const HELPER_NAME: &str = "exec-sandbox";
 
-/// Runs the helper and never returns when this process was started as one.
-pub fn main_if_helper() {
-    let mut args = std::env::args_os().skip(1);
-    if args.next().as_deref() != Some(OsStr::new(HELPER_ARG)) {
-        return;
+/// Runs a helper forked by the fork server (`crate::process::supervisor`), with its control
+/// socket and its program's socket (its launch, and its verdict); `background`: at idle
+/// priority until the daemon takes it. Never returns.
+pub fn serve(network: NetworkMode, background: bool, control: OwnedFd, launch: OwnedFd) -> ! {
+    let name = CString::new(HELPER_NAME).unwrap_or_default();
+    // SAFETY: plain calls; the name is NUL-terminated, and idle is a lower priority, which
+    // needs no privilege.
+    unsafe {
+        libc::prctl(libc::PR_SET_NAME, name.as_ptr());
+        if background {
+            let param = libc::sched_param { sched_priority: 0 };
+            libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
+        }
     }
-    let Some(network) = args
-        .next()
-        .as_deref()
-        .and_then(OsStr::to_str)
-        .and_then(NetworkMode::from_arg)
-    else {
-        eprintln!(
-            "exec-server {HELPER_ARG}: usage: {HELPER_ARG} \
-             <restricted|enabled|managed> (stdin: the control socket)"
-        );
-        std::process::exit(125);
-    };
     supervisor::become_workload();
-    let taken = control_socket().and_then(|control| {
-        // The program's process's own socket to the daemon: its launch, and its verdict.
-        Ok((control, supervisor::take_socket(libc::STDOUT_FILENO)?))
-    });
-    let (mut control, launch) = taken.unwrap_or_else(|failure| exit_for(&failure));
+    let (mut control, launch) = (UnixStream::from(control), UnixStream::from(launch));
+    if hello(&control).is_err() {
+        std::process::exit(125);
+    }
     // A failure before the launch is written instead of READY, and the helper exits.
     let late = start(network).and_then(|late| {
         let mut admitted = [0u8];
@@ -131,6 +130,23 @@ pub fn main_if_helper() {
     ahead.supervise(&control, None);
     // A helper's namespaces were made for its one launch.
     std::process::exit(0)
+}
+
+/// Tells the daemon this helper's pid, with a pidfd of it.
+fn hello(control: &UnixStream) -> std::io::Result<()> {
+    // SAFETY: plain syscalls about this process.
+    let (pid, pidfd) = unsafe {
+        let pid = libc::getpid();
+        (pid, libc::syscall(libc::SYS_pidfd_open, pid, 0) as RawFd)
+    };
+    if pidfd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the new descriptor is ours.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    let mut message = vec![HELLO];
+    message.extend_from_slice(&pid.to_le_bytes());
+    channel::send_all_with_fds(control, &message, &[pidfd.as_raw_fd()])
 }
 
 /// The plan, for this helper's network mode.

@@ -427,8 +427,8 @@ async fn end(tree: tree::Tree) {
         ..
     } = tree;
     drop((reports, orders));
-    if let Some(mut supervisor) = supervisor {
-        let _ = supervisor.wait().await;
+    if let Some(supervisor) = supervisor {
+        supervisor.exited().await;
     }
 }
 

@@ -240,25 +240,27 @@ fn cgroup_of(reply: &[u8]) -> Option<u64> {
     None
 }
 
-/// Whether process `pid` runs inside a sandbox: below a sandbox helper, the daemon's child that
-/// every sandboxed launch runs under (whatever it forks stays below it, its subreaper). A
-/// process that is gone counts as sandboxed: nothing is known of it.
+/// Whether process `pid` runs inside a sandbox: below a sandbox helper, which every sandboxed
+/// launch runs under (whatever it forks stays below it, its subreaper), and which is known by
+/// its command name (`super::helper::HELPER_NAME`): a process can change only its own, and a
+/// helper sets it before its program exists. A process that is gone counts as sandboxed:
+/// nothing is known of it.
 pub fn runs_in_sandbox(pid: i32) -> bool {
-    let daemon = std::process::id() as i32;
     let mut current = pid;
     // Bounded, in case a chain changes under the walk.
     for _ in 0..4096 {
+        if current <= 1 {
+            return false;
+        }
+        let Ok(name) = std::fs::read_to_string(format!("/proc/{current}/comm")) else {
+            return true;
+        };
+        if name.trim_end_matches('\n') == super::helper::HELPER_NAME {
+            return true;
+        }
         let Some(parent) = parent_of(current) else {
             return true;
         };
-        if parent == daemon {
-            return std::fs::read(format!("/proc/{current}/cmdline")).map_or(true, |cmdline| {
-                cmdline.split(|b| *b == 0).nth(1) == Some(super::helper::HELPER_ARG.as_bytes())
-            });
-        }
-        if parent <= 1 {
-            return false;
-        }
         current = parent;
     }
     true

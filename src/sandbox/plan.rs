@@ -58,19 +58,6 @@ pub enum NetworkMode {
 impl NetworkMode {
     pub const ALL: [Self; 3] = [Self::Enabled, Self::Restricted, Self::Managed];
 
-    /// The helper's argument.
-    pub fn arg(self) -> &'static str {
-        match self {
-            Self::Enabled => "enabled",
-            Self::Restricted => "restricted",
-            Self::Managed => "managed",
-        }
-    }
-
-    pub fn from_arg(arg: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|mode| mode.arg() == arg)
-    }
-
     pub fn index(self) -> usize {
         self as usize
     }

@@ -1,22 +1,21 @@
 //! Supervisors started ahead of need: sandbox helpers and plain supervisors
-//! (`crate::process::supervisor`).
+//! (`crate::process::supervisor`), both forked by the fork server.
 //!
-//! Re-executing the daemon's binary and creating a network namespace cost more than everything
-//! else in a launch together, and neither depends on the launch, so each launch takes a
-//! helper that is already waiting (see [`super::helper`]) and a replacement is started in the
-//! background. Helpers are kept per kind (plain, or sandboxed per network mode
-//! ([`NetworkMode`]), since a restricting one has already made its own namespace); none exists
-//! until the first launch of that kind, so a daemon whose clients never ask for a managed
-//! network never starts such a helper. A launch that finds none waiting starts one itself.
-//! Every sandbox helper serves exactly one launch; plain supervisors are handed back
-//! ([`return_plain`]) and serve the next.
+//! Creating a network namespace costs more than everything else in a sandboxed launch, and
+//! does not depend on the launch, so each launch takes a helper that is already waiting (see
+//! [`super::helper`]) and a replacement is started in the background. Helpers are kept per
+//! kind (plain, or sandboxed per network mode ([`NetworkMode`]), since a restricting one has
+//! already made its own namespace); none exists until the first launch of that kind, so a
+//! daemon whose clients never ask for a managed network never starts such a helper. A launch
+//! that finds none waiting starts one itself. Every sandbox helper serves exactly one launch;
+//! plain supervisors are handed back ([`return_plain`]) and serve the next. The fork server,
+//! the daemon's binary executed once, forks them all: a fork of it costs a fraction of an exec.
 
-use super::helper::HELPER_ARG;
 use super::plan::{Failure, NetworkMode, Stage};
-use crate::channel::{self, ADMITTED, FORK, READY};
+use crate::channel::{self, ADMITTED, FORK, FORK_HELPER, HELLO, READY};
 use crate::process::supervisor::SUPERVISOR_ARG;
-use std::io::{self, Write as _};
-use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd};
+use std::io;
+use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, OwnedFd, RawFd};
 use std::process::Stdio;
 use std::sync::{Mutex, OnceLock};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -33,27 +32,41 @@ const IDLE: usize = 3;
 const PLAIN_LOW: usize = 2;
 const PLAIN_KEPT: usize = 8;
 
-/// A started helper that has not received a plan yet.
+/// A started sandbox helper that has not received a plan yet.
 pub struct Helper {
-    pub child: tokio::process::Child,
+    pub process: HelperProcess,
     control: UnixStream,
-    /// A sandbox helper's program process, forked ahead and waiting for its launch on its own
-    /// socket (`crate::process::supervisor::fork_ahead`).
-    program: Option<(i32, UnixStream)>,
+    /// Its program's process, forked ahead and waiting for its launch on its own socket
+    /// (`crate::process::supervisor::fork_ahead`).
+    program: (i32, UnixStream),
     /// What it is to run with once handed out.
     scheduling: Scheduling,
 }
 
+/// A sandbox helper's process: the fork server's child, known to the daemon by the pidfd it
+/// sent ([`HELLO`]), so that a pid reused since is never signalled.
+pub struct HelperProcess {
+    pid: i32,
+    pidfd: tokio::io::unix::AsyncFd<OwnedFd>,
+}
+
+/// The fork server (the daemon's child).
+struct ForkServer {
+    child: tokio::process::Child,
+    control: UnixStream,
+}
+
 #[derive(Default)]
 struct Pool {
-    /// The runtime the helpers' `Child`ren are registered with (a test process has several).
+    /// The runtime the sockets and the fork server's `Child` are registered with (a test
+    /// process has several).
     runtime: Option<tokio::runtime::Id>,
     /// Per network mode (index: [`NetworkMode::index`]), ready helpers and helpers being
     /// started.
     idle: [Vec<Helper>; NetworkMode::ALL.len()],
     starting: [usize; NetworkMode::ALL.len()],
-    /// The fork server of plain supervisors, once started.
-    forks: Option<Helper>,
+    /// The fork server of plain supervisors and sandbox helpers, once started.
+    forks: Option<ForkServer>,
     /// The control sockets of forked plain supervisors waiting for a launch, and how many are
     /// being forked.
     plain: Vec<UnixStream>,
@@ -161,17 +174,15 @@ pub fn return_plain(control: UnixStream) {
     }
 }
 
-/// Has the fork server (started on first use) fork a new plain supervisor; returns its
-/// control socket.
+/// Has the fork server fork a new plain supervisor; returns its control socket.
 async fn fork_supervisor() -> Result<UnixStream, StartError> {
-    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
-    let (ours, theirs) = socketpair(
-        AddressFamily::Unix,
-        SockType::Stream,
-        None,
-        SockFlag::SOCK_CLOEXEC,
-    )
-    .map_err(io::Error::from)?;
+    let (ours, theirs) = socket_pair()?;
+    fork([FORK, 0, 0], &[theirs.as_raw_fd()]).await?;
+    Ok(nonblocking(ours)?)
+}
+
+/// Sends the fork server (started on first use) `request`, with `fds`.
+async fn fork(request: [u8; channel::FORK_REQUEST_BYTES], fds: &[RawFd]) -> Result<(), StartError> {
     // A fork server killed from outside is replaced once.
     let mut replaced = false;
     loop {
@@ -179,12 +190,10 @@ async fn fork_supervisor() -> Result<UnixStream, StartError> {
             let mut guard = POOL.lock().unwrap();
             let forks = &mut pool(&mut guard).forks;
             if let Some(server) = forks {
-                if channel::send_fds(server.control.as_fd(), &[FORK], &[theirs.as_raw_fd()]).is_ok()
+                if channel::send_fds(server.control.as_fd(), &request, fds)
+                    .is_ok_and(|sent| sent == request.len())
                 {
-                    drop(guard);
-                    let ours = std::os::unix::net::UnixStream::from(ours);
-                    ours.set_nonblocking(true)?;
-                    return Ok(UnixStream::from_std(ours)?);
+                    return Ok(());
                 }
                 if replaced {
                     break;
@@ -198,14 +207,31 @@ async fn fork_supervisor() -> Result<UnixStream, StartError> {
             }
         }
         // One fork server at a time: a second one started by a concurrent first use would
-        // exit as a spare, and the supervisor it forked would be re-parented to init.
+        // exit as a spare, and what it forked would be re-parented to init.
         let _starting = FORK_SERVER_START.lock().await;
         if pool(&mut POOL.lock().unwrap()).forks.is_none() {
-            let forks = start(Kind::Plain, false).await?;
+            let forks = start_fork_server().await?;
             pool(&mut POOL.lock().unwrap()).forks = Some(forks);
         }
     }
-    Err(io::Error::other("the supervisor fork server is not answering").into())
+    Err(io::Error::other("the fork server is not answering").into())
+}
+
+fn socket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+    // Blocking: the child's end must stay so; ours is switched when it becomes async.
+    Ok(socketpair(
+        AddressFamily::Unix,
+        SockType::Stream,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )?)
+}
+
+fn nonblocking(socket: OwnedFd) -> io::Result<UnixStream> {
+    let socket = std::os::unix::net::UnixStream::from(socket);
+    socket.set_nonblocking(true)?;
+    UnixStream::from_std(socket)
 }
 
 /// Held while the fork server is started.
@@ -214,31 +240,29 @@ static FORK_SERVER_START: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new
 /// A ready sandbox helper for this network mode: a waiting one, or a new one.
 pub async fn take(network: NetworkMode) -> Result<Helper, StartError> {
     let index = network.index();
-    let kind = Kind::Sandboxed(network);
     let runtime = tokio::runtime::Handle::current().id();
     let waiting = {
         let mut guard = POOL.lock().unwrap();
         let pool = pool(&mut guard);
-        // One that died while waiting (killed from outside) is dropped, and reaped by tokio.
-        std::iter::from_fn(|| pool.idle[index].pop())
-            .find_map(|mut helper| matches!(helper.child.try_wait(), Ok(None)).then_some(helper))
+        // One that died while waiting (killed from outside) is dropped (the fork server
+        // reaps it).
+        std::iter::from_fn(|| pool.idle[index].pop()).find(|helper| helper.process.is_running())
     };
-    refill(kind, runtime);
+    refill(network, runtime);
     if let Some(helper) = waiting {
-        let program = helper.program.as_ref().map(|(pid, _)| *pid);
-        match helper.scheduling.restore(helper.child.id(), program) {
+        match helper
+            .scheduling
+            .restore(helper.process.id(), helper.program.0)
+        {
             Ok(()) => return Ok(helper),
             Err(err) => tracing::warn!("cannot reschedule a waiting sandbox helper: {err}"),
         }
     }
-    start(kind, false).await
+    start_helper(network, false).await
 }
 
 /// Starts replacements in the background until the mode has its idle helpers.
-fn refill(kind: Kind, runtime: tokio::runtime::Id) {
-    let Kind::Sandboxed(network) = kind else {
-        return;
-    };
+fn refill(network: NetworkMode, runtime: tokio::runtime::Id) {
     let index = network.index();
     let missing = {
         let mut guard = POOL.lock().unwrap();
@@ -248,17 +272,14 @@ fn refill(kind: Kind, runtime: tokio::runtime::Id) {
         missing
     };
     for _ in 0..missing {
-        tokio::spawn(replace(kind, runtime));
+        tokio::spawn(replace(network, runtime));
     }
 }
 
 /// Starts one background helper for the pool (counted in `starting` by the caller).
-async fn replace(kind: Kind, runtime: tokio::runtime::Id) {
-    let Kind::Sandboxed(network) = kind else {
-        return;
-    };
+async fn replace(network: NetworkMode, runtime: tokio::runtime::Id) {
     let index = network.index();
-    let started = start(kind, true).await;
+    let started = start_helper(network, true).await;
     let mut guard = POOL.lock().unwrap();
     // A pool reset for another runtime has forgotten this start.
     let Some(pool) = guard.as_mut().filter(|pool| pool.runtime == Some(runtime)) else {
@@ -271,127 +292,103 @@ async fn replace(kind: Kind, runtime: tokio::runtime::Id) {
     }
 }
 
-/// Starts a helper and waits until it is ready for its plan. A `background` one (a
-/// replacement) starts with the idle scheduling policy, so that its exec only takes CPU time
-/// that launches in progress do not want; it gets the daemon's back when handed out. Only a
-/// daemon that can give it back does so ([`Scheduling::idle_is_reversible`]).
-async fn start(kind: Kind, background: bool) -> Result<Helper, StartError> {
-    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
-    // Created blocking: the helper's end must stay blocking; ours is switched below.
-    let pair = || {
-        socketpair(
-            AddressFamily::Unix,
-            SockType::Stream,
-            None,
-            SockFlag::SOCK_CLOEXEC,
-        )
-        .map_err(io::Error::from)
-    };
-    let (ours, theirs) = pair()?;
-    // A sandbox helper's program process gets its launch on its own socket (the helper's
-    // stdout), which the helper does not keep.
-    let (launch, program_end) = match kind {
-        Kind::Sandboxed(_) => {
-            let (launch, program_end) = pair()?;
-            (Some(launch), Stdio::from(program_end))
-        }
-        Kind::Plain => (None, Stdio::null()),
-    };
+/// Executes the fork server (`exec-server __supervise`) and waits until it is ready.
+async fn start_fork_server() -> Result<ForkServer, StartError> {
+    let (ours, theirs) = socket_pair()?;
     let mut command = tokio::process::Command::new(super::SELF_EXE);
-    command.arg0("exec-server");
-    match kind {
-        Kind::Plain => command.arg(SUPERVISOR_ARG),
-        Kind::Sandboxed(network) => command.arg(HELPER_ARG).arg(network.arg()),
-    };
     command
+        .arg0("exec-server")
+        .arg(SUPERVISOR_ARG)
         .current_dir("/")
         .env_clear()
         .stdin(Stdio::from(theirs))
-        .stdout(program_end)
+        .stdout(Stdio::null())
         .stderr(Stdio::null());
-    // On the host's network, the helper must be in the cgroup whose connections the daemon
-    // refuses (`super::peers`) before it runs anything; without one, nothing may run there.
-    let cgroup = match (kind, super::peers::cgroup()) {
-        (Kind::Plain | Kind::Sandboxed(NetworkMode::Restricted | NetworkMode::Managed), _) => None,
-        (_, Ok(cgroup)) => Some(cgroup),
-        (_, Err(why)) => {
-            return Err(StartError::Refused(Failure {
-                errno: why.source.raw_os_error(),
-                ..Stage::Network.fail(why)
-            }))
-        }
-    };
     // No pre_exec, so std uses posix_spawn; the parent thread waits for the exec, so off the
-    // async workers. The child inherits the thread's scheduling policy.
-    let (mut child, scheduling) = tokio::task::spawn_blocking(move || {
-        let scheduling = Scheduling::current()?;
-        let background = background && Scheduling::idle_is_reversible();
-        if background {
-            Scheduling::IDLE.apply(0)?;
-        }
-        let spawned = command.spawn();
-        if background {
-            scheduling.apply(0)?;
-        }
-        let mut child = spawned?;
-        if let Some(cgroup) = cgroup {
-            let admitted = child
-                .id()
-                .ok_or_else(|| io::Error::other("the helper was reaped"))
-                .and_then(|pid| cgroup.admit(pid));
-            if let Err(err) = admitted {
-                let _ = child.start_kill();
-                return Err(io::Error::new(
-                    err.kind(),
-                    format!("moving the helper into the sandbox cgroup: {err}"),
-                ));
-            }
-        }
-        Ok::<_, io::Error>((child, scheduling))
-    })
-    .await
-    .map_err(io::Error::other)??;
-    let socket = std::os::unix::net::UnixStream::from(ours);
-    if matches!(kind, Kind::Sandboxed(_)) {
-        // The helper forks the program's process once it knows it is in its cgroup, so that
-        // the fork is in it too. A helper that is gone reads nothing: its EOF below.
-        let _ = (&socket).write_all(&[ADMITTED]);
-    }
-    socket.set_nonblocking(true)?;
-    let mut control = UnixStream::from_std(socket)?;
+    // async workers.
+    let mut child = tokio::task::spawn_blocking(move || command.spawn())
+        .await
+        .map_err(io::Error::other)??;
+    let mut control = nonblocking(ours)?;
     let mut ready = [0u8; 1];
     let read = tokio::time::timeout(super::SETUP_TIMEOUT, control.read(&mut ready)).await;
-    let error = match read {
-        Ok(Ok(1)) if ready[0] == READY => {
-            let program = match launch {
-                Some(launch) => {
-                    // Then the pid of the program process it forked.
-                    let mut pid = [0u8; 4];
-                    let read =
-                        tokio::time::timeout(super::SETUP_TIMEOUT, control.read_exact(&mut pid));
-                    let pid = match read.await {
-                        Ok(Ok(_)) => i32::from_le_bytes(pid),
-                        _ => {
-                            let _ = child.start_kill();
-                            return Err(io::Error::other("the sandbox helper did not start").into());
-                        }
-                    };
-                    let launch = std::os::unix::net::UnixStream::from(launch);
-                    launch.set_nonblocking(true)?;
-                    Some((pid, UnixStream::from_std(launch)?))
-                }
-                None => None,
-            };
+    if matches!(read, Ok(Ok(1))) && ready[0] == READY {
+        return Ok(ForkServer { child, control });
+    }
+    let _ = child.start_kill();
+    Err(io::Error::other("the fork server did not start").into())
+}
+
+/// Has the fork server fork a sandbox helper for `network`, and waits until it is ready for
+/// its plan. A `background` one (a replacement) starts with the idle scheduling policy, so
+/// that its setup only takes CPU time that launches in progress do not want; it gets the
+/// daemon's back when handed out. Only a daemon that can give it back does so
+/// ([`Scheduling::idle_is_reversible`]).
+async fn start_helper(network: NetworkMode, background: bool) -> Result<Helper, StartError> {
+    // On the host's network, the helper must be in the cgroup whose connections the daemon
+    // refuses (`super::peers`) before it runs anything; without one, nothing may run there.
+    let cgroup = match network {
+        NetworkMode::Restricted | NetworkMode::Managed => None,
+        NetworkMode::Enabled => Some(super::peers::cgroup().as_ref().map_err(|why| {
+            StartError::Refused(Failure {
+                errno: why.source.raw_os_error(),
+                ..Stage::Network.fail(why)
+            })
+        })?),
+    };
+    let scheduling = Scheduling::current()?;
+    let background = background && Scheduling::idle_is_reversible();
+    // The helper's program process gets its launch on its own socket, which the helper does
+    // not keep.
+    let ((ours, theirs), (launch, program_end)) = (socket_pair()?, socket_pair()?);
+    let request = [FORK_HELPER, network.index() as u8, u8::from(background)];
+    fork(request, &[theirs.as_raw_fd(), program_end.as_raw_fd()]).await?;
+    drop((theirs, program_end));
+    let mut control = nonblocking(ours)?;
+    let hello = tokio::time::timeout(super::SETUP_TIMEOUT, receive_hello(&control)).await;
+    let process = match hello {
+        Ok(Ok(process)) => process,
+        Ok(Err(err)) => return Err(err.into()),
+        Err(_) => return Err(io::Error::other("the sandbox helper did not start in time").into()),
+    };
+    let ready = async {
+        if let Some(cgroup) = &cgroup {
+            cgroup.admit(process.id() as u32).map_err(|err| {
+                io::Error::new(
+                    err.kind(),
+                    format!("moving the helper into the sandbox cgroup: {err}"),
+                )
+            })?;
+        }
+        // The helper forks the program's process once it knows it is in its cgroup, so that
+        // the fork is in it too.
+        control.write_all(&[ADMITTED]).await?;
+        let mut ready = [0u8; 1];
+        match control.read(&mut ready).await? {
+            1 if ready[0] == READY => {
+                // Then the pid of the program process it forked.
+                let mut pid = [0u8; 4];
+                control.read_exact(&mut pid).await?;
+                Ok((i32::from_le_bytes(pid), ready[0]))
+            }
+            1 => Ok((0, ready[0])),
+            _ => Err(io::Error::other(
+                "the sandbox helper exited before it was ready",
+            )),
+        }
+    };
+    let error = match tokio::time::timeout(super::SETUP_TIMEOUT, ready).await {
+        Ok(Ok((program, READY))) => {
             return Ok(Helper {
-                child,
+                process,
                 control,
-                program,
+                program: (program, nonblocking(launch)?),
                 scheduling,
-            });
+            })
         }
         // Anything else it wrote is the start of its Failure; it exits after writing it.
-        Ok(Ok(1)) => {
-            let mut text = ready.to_vec();
+        Ok(Ok((_, first))) => {
+            let mut text = vec![first];
             let rest = tokio::time::timeout(super::SETUP_TIMEOUT, control.read_to_end(&mut text));
             match rest
                 .await
@@ -401,17 +398,71 @@ async fn start(kind: Kind, background: bool) -> Result<Helper, StartError> {
                 _ => io::Error::other("the sandbox helper failed to start").into(),
             }
         }
-        Ok(Ok(_)) => io::Error::other("the sandbox helper exited before it was ready").into(),
         Ok(Err(err)) => err.into(),
         Err(_) => io::Error::other("the sandbox helper did not start in time").into(),
     };
-    let _ = child.start_kill();
+    process.kill();
     Err(error)
+}
+
+/// The helper's first message: its pid, with its pidfd.
+async fn receive_hello(control: &UnixStream) -> io::Result<HelperProcess> {
+    let mut message = [0u8; 5];
+    let received = channel::recv_fds_async(control, &mut message, 1).await?;
+    let (Some((&HELLO, pid)), Ok([pidfd])) = (
+        message[..received.bytes].split_first(),
+        <[OwnedFd; 1]>::try_from(received.fds),
+    ) else {
+        return Err(io::Error::other("the sandbox helper did not say hello"));
+    };
+    let pid = <[u8; 4]>::try_from(pid).map_err(|_| io::Error::other("a short hello"))?;
+    let interest = tokio::io::Interest::READABLE;
+    // SAFETY: the AsyncFd owns the pidfd for its whole life.
+    let pidfd = unsafe { tokio::io::unix::AsyncFd::register_with_interest(pidfd, interest) }?;
+    Ok(HelperProcess {
+        pid: i32::from_le_bytes(pid),
+        pidfd,
+    })
+}
+
+impl HelperProcess {
+    pub fn id(&self) -> i32 {
+        self.pid
+    }
+
+    /// Whether it has not exited yet.
+    pub fn is_running(&self) -> bool {
+        let mut poll = libc::pollfd {
+            fd: self.pidfd.get_ref().as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd; no wait. A pidfd is readable once its process exited.
+        unsafe { libc::poll(&mut poll, 1, 0) == 0 }
+    }
+
+    pub fn kill(&self) {
+        // SAFETY: plain syscall on our pidfd.
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.pidfd.get_ref().as_raw_fd(),
+                libc::SIGKILL,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            );
+        }
+    }
+
+    /// Resolves once it has exited (its namespaces are gone with it).
+    pub async fn exited(&self) {
+        let _ = self.pidfd.readable().await;
+    }
 }
 
 /// A sandbox helper that has its launch.
 pub struct HandedOver {
-    pub helper: tokio::process::Child,
+    pub helper: HelperProcess,
     /// On which the helper reports (`crate::process::supervisor::Report`).
     pub control: UnixStream,
     /// The program's process, and its socket, on which its verdict comes (EOF: executed).
@@ -433,11 +484,8 @@ impl Helper {
         frames: &[u8],
         ports: Option<&[u16]>,
     ) -> io::Result<HandedOver> {
+        let (program, mut verdict) = self.program;
         let handed = async {
-            let (program, mut verdict) = self
-                .program
-                .take()
-                .ok_or_else(|| io::Error::other("not a sandbox helper"))?;
             let (mut listeners, mut unread) = (Vec::new(), Vec::new());
             if let Some(ports) = ports {
                 let ports = serde_json::to_vec(ports)?;
@@ -449,11 +497,11 @@ impl Helper {
             if unread.is_empty() {
                 send(&mut verdict, fds, frames).await?;
             }
-            Ok::<_, io::Error>((program, verdict, listeners, unread))
+            Ok::<_, io::Error>((listeners, unread))
         };
         match handed.await {
-            Ok((program, verdict, listeners, unread)) => Ok(HandedOver {
-                helper: self.child,
+            Ok((listeners, unread)) => Ok(HandedOver {
+                helper: self.process,
                 control: self.control,
                 program,
                 verdict,
@@ -461,7 +509,7 @@ impl Helper {
                 unread,
             }),
             Err(err) => {
-                let _ = self.child.start_kill();
+                self.process.kill();
                 Err(err)
             }
         }
@@ -542,9 +590,8 @@ impl Scheduling {
 
     /// Gives a waiting helper, and the program's process it forked ahead, back the scheduling
     /// they were started without.
-    fn restore(self, pid: Option<u32>, program: Option<i32>) -> io::Result<()> {
-        let pid = pid.ok_or_else(|| io::Error::other("the helper was reaped"))?;
-        self.apply(pid as libc::pid_t)?;
-        program.map_or(Ok(()), |program| self.apply(program))
+    fn restore(self, helper: i32, program: i32) -> io::Result<()> {
+        self.apply(helper)?;
+        self.apply(program)
     }
 }

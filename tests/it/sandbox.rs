@@ -581,14 +581,20 @@ async fn the_client_environment_reaches_the_program_only() {
     );
 }
 
-/// The daemon's children that are sandbox helpers waiting for a launch.
+/// The sandbox helpers waiting for a launch: the fork server's children named `exec-sandbox`.
 fn idle_helpers(daemon: i32) -> Vec<i32> {
-    children_of(daemon)
-        .iter()
-        .filter_map(|stat| stat.split_whitespace().next()?.parse().ok())
-        .filter(|pid: &i32| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|cmdline| cmdline.split(|b| *b == 0).any(|a| a == b"__sandbox-exec"))
+    let pids = |parent: i32| -> Vec<i32> {
+        children_of(parent)
+            .iter()
+            .filter_map(|stat| stat.split_whitespace().next()?.parse().ok())
+            .collect()
+    };
+    pids(daemon)
+        .into_iter()
+        .flat_map(pids)
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|name| name.trim_end() == "exec-sandbox")
         })
         .collect()
 }
@@ -759,12 +765,16 @@ async fn an_unprivileged_daemon_offers_no_sandbox_and_refuses_restricting_intent
 
 #[test]
 fn a_helper_that_cannot_prepare_says_why_instead_of_ready() {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
     use std::io::Read as _;
+    use std::os::fd::AsRawFd as _;
+    use std::os::unix::net::UnixStream;
     use std::os::unix::process::CommandExt as _;
-    // As nobody, the helper cannot make the network namespace it prepares before any plan.
-    let (mut ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
-    let status = std::process::Command::new(env!("CARGO_BIN_EXE_exec-server"))
-        .args(["__sandbox-exec", "restricted"])
+    // The fork server as nobody, whose helper cannot make the network namespace it prepares
+    // before any plan.
+    let (mut server, theirs) = UnixStream::pair().unwrap();
+    let mut fork_server = std::process::Command::new(env!("CARGO_BIN_EXE_exec-server"))
+        .arg("__supervise")
         .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(
             theirs,
         )))
@@ -772,11 +782,34 @@ fn a_helper_that_cannot_prepare_says_why_instead_of_ready() {
         .uid(65534)
         .gid(65534)
         .current_dir("/")
-        .status()
+        .spawn()
         .unwrap();
-    assert_eq!(status.code(), Some(125));
-    let mut text = String::new();
-    ours.read_to_string(&mut text).unwrap();
+    let mut ready = [0u8];
+    server.read_exact(&mut ready).unwrap();
+    assert_eq!(&ready, b"R");
+    // Fork a helper for a restricted network (mode 1), at normal priority, with its control
+    // socket and its program's socket.
+    let (mut ours, control) = UnixStream::pair().unwrap();
+    let (_program, program_end) = UnixStream::pair().unwrap();
+    let fds = [control.as_raw_fd(), program_end.as_raw_fd()];
+    let request = [std::io::IoSlice::new(b"H\x01\x00")];
+    let rights = [ControlMessage::ScmRights(&fds)];
+    sendmsg::<()>(
+        server.as_raw_fd(),
+        &request,
+        &rights,
+        MsgFlags::empty(),
+        None,
+    )
+    .unwrap();
+    drop((control, program_end));
+    // Its hello (the pidfd that came with it is discarded), then its failure, then EOF.
+    let mut text = Vec::new();
+    ours.read_to_end(&mut text).unwrap();
+    assert_eq!(text.first(), Some(&b'P'), "{text:?}");
+    let text = String::from_utf8_lossy(&text[5..]);
+    drop(server);
+    assert!(fork_server.wait().unwrap().success());
     let failure: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{text:?}"));
     assert_eq!(failure["stage"], "namespaces", "{failure}");
     assert_eq!(failure["errno"], libc::EPERM, "{failure}");

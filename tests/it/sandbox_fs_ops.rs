@@ -743,14 +743,7 @@ async fn a_hostile_path_changes_nothing_for_sandboxed_calls_and_launches() {
     use std::os::unix::fs::PermissionsExt as _;
     let hostile = tempfile::tempdir().unwrap();
     let marker = hostile.path().join("ran");
-    for name in [
-        "exec-server",
-        "__fs-op",
-        "__sandbox-exec",
-        "sh",
-        "echo",
-        "env",
-    ] {
+    for name in ["exec-server", "__fs-op", "__supervise", "sh", "echo", "env"] {
         let fake = hostile.path().join(name);
         let script = format!("#!/bin/sh\necho {name} >> {}\nexit 99\n", marker.display());
         std::fs::write(&fake, script).unwrap();

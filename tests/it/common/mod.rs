@@ -539,9 +539,7 @@ fn idle_helper(stat: &str) -> bool {
     else {
         return false;
     };
-    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
-        cmdline
-            .split(|b| *b == 0)
-            .any(|arg| arg == b"__supervise" || arg == b"__sandbox-exec")
-    }) && children_of(pid).iter().all(|child| idle_helper(child))
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .is_ok_and(|cmdline| cmdline.split(|b| *b == 0).any(|arg| arg == b"__supervise"))
+        && children_of(pid).iter().all(|child| idle_helper(child))
 }
