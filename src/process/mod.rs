@@ -492,7 +492,8 @@ async fn watch_input(
     object: input_wait::StdinObject,
     quiet: std::time::Duration,
 ) {
-    let interval = (quiet / 2).clamp(std::time::Duration::from_millis(50), INPUT_SAMPLE_INTERVAL);
+    let first = (quiet / 2).clamp(std::time::Duration::from_millis(50), INPUT_SAMPLE_INTERVAL);
+    let mut interval = first;
     loop {
         tokio::time::sleep(interval).await;
         let Some(process) = process.upgrade() else {
@@ -507,6 +508,7 @@ async fn watch_input(
                 || state.last_activity.elapsed() < quiet
                 || !process.stdin.is_open()
             {
+                interval = first;
                 continue;
             }
             state.log.next_seq() - 1
@@ -517,6 +519,8 @@ async fn watch_input(
         })
         .await
         .unwrap_or(false);
+        // A process that stays quiet without waiting (a server) is sampled less and less often.
+        interval = (interval * 2).min(INPUT_SAMPLE_BACKOFF);
         if waiting {
             let mut state = process.state.lock().unwrap();
             // Nothing came while sampling: the wait is after what the sample saw.
@@ -535,6 +539,10 @@ async fn watch_input(
 /// How often a quiet process is sampled (twice per quiet period when that is shorter): a wait is
 /// found within this much of the quiet period's end.
 const INPUT_SAMPLE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(400);
+
+/// The longest time between samples of a process that stays quiet: a wait that starts long
+/// after its last output is found within this.
+const INPUT_SAMPLE_BACKOFF: std::time::Duration = std::time::Duration::from_secs(4);
 
 /// Whether `maxMemoryBytes` and `maxProcesses` can both be enforced here.
 pub fn tree_limits_supported() -> bool {
