@@ -106,7 +106,6 @@ async fn launch(
         .processes
         .start(origin, spec, launch, timeout, on_reply)
         .await?;
-    tracing::info!(sandbox = ?sandbox_type, "process started");
     Ok(StartResult {
         process_id: params.process_id.clone(),
         sandbox_type,

@@ -14,6 +14,7 @@ mod support {
     pub mod proxy;
 }
 
+mod audit;
 mod binary;
 mod cli;
 mod client;
@@ -23,6 +24,7 @@ mod fs_stream;
 mod fs_watch;
 mod http;
 mod jsonrpc2_client;
+mod metrics;
 mod process;
 mod process_tree;
 mod protocol_doc;
