@@ -133,6 +133,22 @@ pub struct Args {
     )]
     pub allow_uids: Vec<u32>,
 
+    /// Also serve `GET /metrics` (Prometheus text) on this `IP:PORT`, plain HTTP without the
+    /// token: bind it to loopback or a private network. The listener's own port serves
+    /// `/metrics` too, behind the token when one is set.
+    #[arg(long, env = "EXEC_SERVER_METRICS_LISTEN")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
+
+    /// Append one JSON line per action (process start, signal, terminate and exit; fs changes;
+    /// http requests; session create, resume and expiry) to this file, created mode 0600.
+    #[arg(long, env = "EXEC_SERVER_AUDIT_LOG")]
+    pub audit_log: Option<PathBuf>,
+
+    /// An action whose audit record cannot be written fails (JSON-RPC error -32012) and is not
+    /// performed; without it, the failure is logged and the action goes ahead.
+    #[arg(long, env = "EXEC_SERVER_AUDIT_REQUIRED", requires = "audit_log")]
+    pub audit_required: bool,
+
     /// Log format on stderr.
     #[arg(
         long,
@@ -192,6 +208,9 @@ pub struct Config {
     pub allow_uids: Vec<u32>,
     /// A `wss://` listener's certificate chain and key files.
     pub tls: Option<(PathBuf, PathBuf)>,
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    pub audit_log: Option<PathBuf>,
+    pub audit_required: bool,
 }
 
 impl Args {
@@ -260,6 +279,9 @@ impl Args {
             max_pending_connections: self.max_pending_connections,
             allow_uids: self.allow_uids.clone(),
             tls: self.tls_cert.clone().zip(self.tls_key.clone()),
+            metrics_listen: self.metrics_listen,
+            audit_log: self.audit_log.clone(),
+            audit_required: self.audit_required,
         })
     }
 }

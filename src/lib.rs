@@ -6,6 +6,7 @@
 //! (permission intent enforced on launches and fs calls) → `rpc` (envelope, errors, outbound
 //! queue), which imports none of them.
 
+mod audit;
 mod channel;
 mod cli;
 mod config;
@@ -13,6 +14,7 @@ mod environment;
 mod fs;
 mod http;
 mod memory;
+mod metrics;
 mod path;
 mod process;
 pub mod rpc;

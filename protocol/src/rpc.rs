@@ -16,6 +16,9 @@ pub mod code {
     /// An `idempotent` `process/start` repeated a process id with other params (this daemon's
     /// addition); `data.fields` names them.
     pub const START_CONFLICT: i64 = -32011;
+    /// With `--audit-required`, the action's audit record could not be written, so the action
+    /// was not performed (this daemon's addition).
+    pub const AUDIT_FAILED: i64 = -32012;
 }
 
 /// A request id: a string or an integer, echoed back verbatim.

@@ -249,7 +249,9 @@ fn caused_by_sandbox(
         .any(|(path, write)| context.explains_errno(errno, &path, write))
 }
 
+/// Marks `error` as the sandbox's doing (and counts the denial).
 pub(super) fn mark_denied(error: &mut RpcError) {
+    crate::metrics::get().sandbox_denials.inc();
     let data = error
         .data
         .get_or_insert_with(|| Value::Object(Default::default()));

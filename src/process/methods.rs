@@ -114,7 +114,6 @@ async fn launch(
         .processes
         .start(origin, spec, launch, timing, on_reply)
         .await?;
-    tracing::info!(sandbox = ?sandbox_type, "process started");
     Ok(StartResult {
         process_id: params.process_id.clone(),
         sandbox_type,

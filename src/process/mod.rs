@@ -235,11 +235,12 @@ impl ProcessTable {
         timing: Timing,
         replied: tokio::sync::oneshot::Receiver<()>,
     ) -> Result<(), ProcessError> {
-        tokio::spawn(
+        // In the launch span, so that its log lines carry the client's trace.
+        tokio::spawn(tracing::Instrument::in_current_span(
             self.inner
                 .clone()
                 .start(origin, spec, launch, timing, replied),
-        )
+        ))
         .await
         .map_err(|err| ProcessError::Internal(format!("the start failed: {err}")))?
     }
@@ -416,6 +417,12 @@ impl TableInner {
                     slots.map.insert(id.clone(), Slot::Ready(process.clone()));
                     drop(slots);
                     self.settled.send_replace(());
+                    tracing::info!(
+                        process = %id,
+                        pid = program_pid,
+                        sandbox = ?process.origin.sandbox_type,
+                        "process started"
+                    );
                 }
                 _ => {
                     drop(slots);
@@ -712,6 +719,9 @@ async fn record_exit(
             .denial
             .as_mut()
             .is_some_and(|scanner| scanner.verdict(code, signal));
+        if denied {
+            crate::metrics::get().sandbox_denials.inc();
+        }
         state.usage = Some(usage);
         let _ = process.exited_at.set(std::time::SystemTime::now());
         let exit = Exit {
@@ -725,8 +735,10 @@ async fn record_exit(
             },
         };
         state.log.record_exit(exit);
+        tracing::info!(process = %process.id, pid = process.pid, ?reason, code, signal, "process exited");
         if state.open_streams == 0 {
             state.log.record_closed();
+            tracing::info!(process = %process.id, "process closed");
         }
         state.removable()
     };
@@ -767,6 +779,7 @@ impl ManagedProcess {
             if let Some(scanner) = &mut state.denial {
                 scanner.feed(stream, &data);
             }
+            crate::metrics::get().output_bytes.inc_by(data.len() as u64);
             state.log.push(stream, data);
             state.activity();
             state.log.evict(attachment.borrow_and_update().is_some())
@@ -791,6 +804,7 @@ impl ManagedProcess {
             let closed = state.open_streams == 0 && state.log.exit_code().is_some();
             if closed {
                 state.log.record_closed();
+                tracing::info!(process = %self.id, "process closed");
             }
             closed
         };

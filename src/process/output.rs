@@ -70,6 +70,14 @@ pub struct ReadSnapshot {
     pub ready: bool,
 }
 
+impl Drop for OutputLog {
+    fn drop(&mut self) {
+        crate::metrics::get()
+            .retained_output_bytes
+            .dec_by(self.retained_bytes as i64);
+    }
+}
+
 impl OutputLog {
     pub fn new(max_bytes: usize, max_chunks: usize) -> Self {
         Self {
@@ -94,6 +102,9 @@ impl OutputLog {
     pub fn push(&mut self, stream: OutputStream, data: Bytes) {
         let seq = self.take_seq();
         self.retained_bytes += data.len();
+        crate::metrics::get()
+            .retained_output_bytes
+            .inc_by(data.len() as i64);
         self.chunks.push_back(Chunk { seq, stream, data });
     }
 
@@ -107,6 +118,11 @@ impl OutputLog {
             }
             let chunk = self.chunks.pop_front().expect("checked above");
             self.retained_bytes -= chunk.data.len();
+            let metrics = crate::metrics::get();
+            metrics
+                .retained_output_bytes
+                .dec_by(chunk.data.len() as i64);
+            metrics.output_evictions.inc();
             self.evicted_through = chunk.seq;
         }
         false

@@ -60,15 +60,18 @@ pub(crate) async fn serve(
     frames: impl Stream<Item = Frame>,
     outbound: Outbound,
     registry: Arc<Registry>,
+    who: crate::audit::Identity,
     parse_context: String,
     at_end: AtEnd,
 ) {
+    let _open = crate::metrics::get().connection();
     let max_message_bytes = registry.config.max_message_bytes;
     let max_in_flight = registry.config.max_requests_in_flight;
     let shared = Arc::new(ConnectionShared {
         id: NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed),
         outbound,
         registry,
+        who,
         fs: Default::default(),
         http: Default::default(),
     });
@@ -161,7 +164,10 @@ impl Connection {
                     self.shared.outbound.set_strict();
                 }
                 if method == method::INITIALIZE {
-                    let outcome = self.initialize(params);
+                    let outcome = self.initialize(params).await;
+                    if let Err(error) = &outcome {
+                        crate::metrics::get().error(error.code);
+                    }
                     self.send(envelope::reply(id, outcome, strict)).await;
                     return Flow::Continue;
                 }
@@ -212,7 +218,7 @@ impl Connection {
         }
     }
 
-    fn initialize(&mut self, params: Option<Value>) -> Result<Value, RpcError> {
+    async fn initialize(&mut self, params: Option<Value>) -> Result<Value, RpcError> {
         if self.session.is_some() {
             return Err(RpcError::invalid_request(
                 "initialize may only be sent once per connection",
@@ -226,11 +232,27 @@ impl Connection {
         };
         let registry = &self.shared.registry;
         let policy = RequestedPolicy::from_params(&params, &registry.config)?;
+        let (audit, who) = (&registry.audit, &self.shared.who);
+        let details = || serde_json::json!({ "client": params.client_name });
         let session = match &params.resume_session_id {
-            Some(id) => registry.resume(id, attachment, &policy)?,
-            None => registry.create(attachment, &policy)?,
+            Some(id) => {
+                audit.before(who, id, "session/resume", details).await?;
+                registry.resume(id, attachment, &policy)?
+            }
+            None => {
+                let id = Registry::new_id();
+                audit.before(who, &id, "session/create", details).await?;
+                registry.create(id, attachment, &policy)?
+            }
         };
-        tracing::info!(session = %crate::session::log_digest(&session.id), client = %params.client_name, resumed = params.resume_session_id.is_some(), "session attached");
+        tracing::info!(
+            session = %crate::session::log_digest(&session.id),
+            connection = self.shared.id,
+            peer = %who.peer,
+            client = %params.client_name,
+            "{}",
+            if params.resume_session_id.is_some() { "session resumed" } else { "session created" }
+        );
         let result = InitializeResult {
             session_id: session.id.clone(),
             environment_info: Some(session.environment_info.clone()),

@@ -9,6 +9,8 @@ pub(crate) struct ConnectionShared {
     pub(crate) id: u64,
     pub(crate) outbound: crate::rpc::outbound::Outbound,
     pub(crate) registry: Arc<Registry>,
+    /// Who is on the other end, for the audit log.
+    pub(crate) who: crate::audit::Identity,
     /// Open `fs/open` handles and `fs/watch` watches of this connection.
     pub(crate) fs: crate::fs::ConnectionFs,
     /// Streamed `http/request` bodies; dropping it (the connection ended) stops them.
@@ -29,6 +31,21 @@ impl RequestCtx {
             session,
             call,
         }
+    }
+}
+
+impl RequestCtx {
+    /// Records `action` in the audit log before it is performed; an error means it must not be.
+    pub(crate) async fn audit(
+        &self,
+        action: &str,
+        details: impl FnOnce() -> serde_json::Value,
+    ) -> Result<(), crate::audit::AuditError> {
+        let connection = &self.connection;
+        let audit = &connection.registry.audit;
+        audit
+            .before(&connection.who, &self.session.id, action, details)
+            .await
     }
 }
 

@@ -6,7 +6,7 @@
 use super::context::RequestCtx;
 use crate::rpc::reply::Success;
 use crate::rpc::{check_ids, decode, RpcError};
-use exec_server_protocol::methods::Method;
+use exec_server_protocol::methods::{HttpRequest, Method};
 use futures::future::BoxFuture;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -91,11 +91,29 @@ impl Router {
         method: &str,
         params: Option<Value>,
     ) -> Result<Success, RpcError> {
+        let outcome = self.route(ctx, method, params).await;
+        if let Err(error) = &outcome {
+            crate::metrics::get().error(error.code);
+        }
+        outcome
+    }
+
+    async fn route(
+        &self,
+        ctx: Ctx,
+        method: &str,
+        params: Option<Value>,
+    ) -> Result<Success, RpcError> {
         check_ids(params.as_ref())?;
-        let handler = self
+        let (&name, handler) = self
             .handlers
-            .get(method)
+            .get_key_value(method)
             .ok_or_else(|| RpcError::method_not_found(method))?;
+        if name.starts_with("fs/") {
+            crate::metrics::get().fs_call(name);
+        } else if name == HttpRequest::NAME {
+            crate::metrics::get().http_calls.inc();
+        }
         handler(ctx, params).await
     }
 }

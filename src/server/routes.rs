@@ -2,8 +2,12 @@
 //! here: it is the connection's own business ([`super::connection`]).
 
 use super::router::{Ctx, Router};
-use crate::{environment, fs, http, process};
-use exec_server_protocol::methods as m;
+use crate::rpc::RpcError;
+use crate::{audit, environment, fs, http, process};
+use exec_server_protocol::fs::OpenMode;
+use exec_server_protocol::methods::{self as m, Method};
+use exec_server_protocol::process::SandboxType;
+use serde_json::json;
 use std::convert::Infallible;
 use std::sync::LazyLock;
 
@@ -12,21 +16,40 @@ pub(super) static ROUTER: LazyLock<Router> = LazyLock::new(build);
 fn build() -> Router {
     let mut router = Router::default();
 
-    router.request::<m::ProcessStart>(|c: Ctx, p| async move {
-        process::methods::start(&c.session, &c.call, p).await
-    });
+    router.request::<m::ProcessStart>(
+        |c: Ctx, p: <m::ProcessStart as Method>::Params| async move {
+            let arrived = std::time::Instant::now();
+            c.audit(m::ProcessStart::NAME, || audit::process_start(&p))
+                .await?;
+            let started = process::methods::start(&c.session, &c.call, p).await?;
+            if !started.existing {
+                let sandboxed = started.sandbox_type != SandboxType::None;
+                crate::metrics::get().launched(sandboxed, arrived.elapsed());
+                audit_exit(&c, &started.process_id);
+            }
+            Ok::<_, RpcError>(started)
+        },
+    );
     router.request::<m::ProcessRead>(|c: Ctx, p| async move {
         process::methods::read(&c.session, c.connection.id, p).await
     });
     router.request::<m::ProcessWrite>(
         |c: Ctx, p| async move { process::methods::write(&c.session, p) },
     );
-    router.request::<m::ProcessSignal>(|c: Ctx, p| async move {
-        process::methods::signal(&c.session, p)
-    });
-    router.request::<m::ProcessTerminate>(|c: Ctx, p| async move {
-        process::methods::terminate(&c.session, p)
-    });
+    router.request::<m::ProcessSignal>(
+        |c: Ctx, p: <m::ProcessSignal as Method>::Params| async move {
+            let details = || json!({ "processId": p.process_id, "signal": p.signal });
+            c.audit(m::ProcessSignal::NAME, details).await?;
+            Ok::<_, RpcError>(process::methods::signal(&c.session, p)?)
+        },
+    );
+    router.request::<m::ProcessTerminate>(
+        |c: Ctx, p: <m::ProcessTerminate as Method>::Params| async move {
+            let details = || json!({ "processId": p.process_id });
+            c.audit(m::ProcessTerminate::NAME, details).await?;
+            Ok::<_, RpcError>(process::methods::terminate(&c.session, p)?)
+        },
+    );
     router.request::<m::ProcessResize>(|c: Ctx, p| async move {
         process::methods::resize(&c.session, p)
     });
@@ -39,7 +62,14 @@ fn build() -> Router {
     });
 
     fs::one_shots(&mut OneShots(&mut router));
-    router.request::<m::FsOpen>(|c: Ctx, p| async move { fs::open(&c.connection.fs, p).await });
+    router.request::<m::FsOpen>(|c: Ctx, p: <m::FsOpen as Method>::Params| async move {
+        // A handle opened to write is the write.
+        if p.mode.unwrap_or_default() != OpenMode::Read {
+            let details = || json!({ "paths": [p.path], "mode": p.mode });
+            c.audit(m::FsOpen::NAME, details).await?;
+        }
+        Ok::<_, RpcError>(fs::open(&c.connection.fs, p).await?)
+    });
     router.request_raw::<m::FsReadBlock>(|c: Ctx, p| async move {
         fs::read_block(&c.connection.fs, p).await
     });
@@ -67,13 +97,45 @@ fn build() -> Router {
         Ok::<_, Infallible>(environment::status())
     });
 
-    router.request::<m::HttpRequest>(|c: Ctx, p| async move {
+    router.request::<m::HttpRequest>(|c: Ctx, p: <m::HttpRequest as Method>::Params| async move {
         let connection = &c.connection;
         let limit = connection.registry.config.max_http_body_bytes;
-        http::request(&c.call, &connection.http, limit, p).await
+        c.audit(m::HttpRequest::NAME, || audit::http_request(&p))
+            .await?;
+        Ok::<_, RpcError>(http::request(&c.call, &connection.http, limit, p).await?)
     });
 
     router
+}
+
+/// With an audit log, records the exit of the process `id` just started, once it exits.
+fn audit_exit(c: &Ctx, id: &str) {
+    let audit = &c.connection.registry.audit;
+    if !audit.is_on() {
+        return;
+    }
+    let process::Lookup::Ready(process) = c.session.processes.lookup(id) else {
+        return;
+    };
+    let audit = audit.clone();
+    let (who, session) = (c.connection.who.clone(), c.session.id.clone());
+    tokio::spawn(async move {
+        let mut changes = process.subscribe();
+        while !process.is_exited() {
+            // The process holds the sender: this ends with the exit.
+            let _ = changes.changed().await;
+        }
+        let exit = process.read(u64::MAX, Some(0));
+        let details = || {
+            json!({
+                "processId": process.id,
+                "exitCode": exit.exit_code,
+                "reason": exit.details.reason,
+                "signal": exit.details.signal,
+            })
+        };
+        audit.event(&who, &session, "process/exit", details);
+    });
 }
 
 /// Registers the one-shot `fs/*` methods, which share one handler.
@@ -82,7 +144,17 @@ struct OneShots<'a>(&'a mut Router);
 impl fs::OneShotVisitor for OneShots<'_> {
     fn visit<M: fs::OneShot>(&mut self) {
         self.0.request_raw::<M>(|c: Ctx, p| async move {
-            fs::one_shot::<M>(&c.call, &c.connection.registry.config, p).await
+            // Only changes are recorded: a read is not an action.
+            let touches = match c.connection.registry.audit.is_on() {
+                true => M::touches(&p),
+                false => Vec::new(),
+            };
+            if touches.iter().any(|&(_, changes)| changes) {
+                let paths: Vec<_> = touches.iter().map(|(path, _)| path).collect();
+                let details = json!({ "paths": paths });
+                c.audit(M::NAME, || details).await?;
+            }
+            Ok::<_, RpcError>(fs::one_shot::<M>(&c.call, &c.connection.registry.config, p).await?)
         });
     }
 }

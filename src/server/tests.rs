@@ -33,7 +33,7 @@ impl Client {
         tokio::spawn(serve_lines(
             input,
             output,
-            Registry::new(Arc::new(config())),
+            Registry::new(Arc::new(config()), Default::default()),
         ));
         let (reader, writer) = tokio::io::split(ours);
         Self {

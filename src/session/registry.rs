@@ -21,6 +21,7 @@ pub struct Registry {
     pub config: Arc<Config>,
     /// Directories watched by every connection's `fs/watch`es together.
     pub watched_directories: crate::fs::WatchedDirectories,
+    pub(crate) audit: crate::audit::Audit,
 }
 
 struct Entry {
@@ -32,21 +33,27 @@ struct Entry {
 }
 
 impl Registry {
-    pub fn new(config: Arc<Config>) -> Arc<Self> {
+    pub(crate) fn new(config: Arc<Config>, audit: crate::audit::Audit) -> Arc<Self> {
         Arc::new(Self {
             sessions: Mutex::new(HashMap::new()),
             closing: Default::default(),
             config,
             watched_directories: Default::default(),
+            audit,
         })
+    }
+
+    /// A fresh session id, for [`Self::create`] (its audit record is written before).
+    pub(crate) fn new_id() -> String {
+        uuid::Uuid::new_v4().to_string()
     }
 
     pub(crate) fn create(
         &self,
+        id: String,
         attachment: Attachment,
         policy: &RequestedPolicy,
     ) -> Result<Arc<Session>, SessionError> {
-        let id = uuid::Uuid::new_v4().to_string();
         let policy = policy.for_new_session(&self.config);
         let session = Arc::new(Session::new(
             id.clone(),
@@ -65,6 +72,27 @@ impl Registry {
         }
         sessions.insert(id, entry);
         Ok(session)
+    }
+
+    /// Sessions and their processes by state, for a metrics scrape.
+    pub(crate) fn census(&self) -> crate::metrics::Census {
+        let mut census = crate::metrics::Census::default();
+        let sessions: Vec<_> = {
+            let sessions = self.sessions.lock().unwrap();
+            for entry in sessions.values() {
+                match entry.detached_at {
+                    None => census.attached += 1,
+                    Some(_) => census.detached += 1,
+                }
+            }
+            sessions.values().map(|e| e.session.clone()).collect()
+        };
+        for session in sessions {
+            for process in session.processes.list() {
+                census.count_process(process.state);
+            }
+        }
+        census
     }
 
     fn is_closing(&self) -> bool {
@@ -88,7 +116,7 @@ impl Registry {
             Some(since) if since.elapsed() >= entry.session.policy.ttl => {
                 let entry = sessions.remove(id).expect("looked up above");
                 drop(sessions);
-                tokio::spawn(end(entry.session, ExitReason::SessionExpired));
+                tokio::spawn(end(&self.audit, entry.session, ExitReason::SessionExpired));
                 Err(unknown())
             }
             Some(_) => {
@@ -113,10 +141,17 @@ impl Registry {
                 return;
             }
             entry.session.set_attachment(None);
+            tracing::info!(
+                session = %super::log_digest(&session.id),
+                connection = connection_id,
+                on_disconnect = ?session.policy.on_disconnect,
+                ttl = ?session.policy.ttl,
+                "session detached"
+            );
             if entry.session.policy.on_disconnect == DisconnectPolicy::Kill {
                 let entry = sessions.remove(&session.id).expect("looked up above");
                 drop(sessions);
-                tokio::spawn(end(entry.session, ExitReason::Disconnected));
+                tokio::spawn(end(&self.audit, entry.session, ExitReason::Disconnected));
                 return;
             }
             entry.detached_at = Some(Instant::now());
@@ -145,7 +180,7 @@ impl Registry {
             }
         };
         if let Some(entry) = expired {
-            end(entry.session, ExitReason::SessionExpired).await;
+            end(&self.audit, entry.session, ExitReason::SessionExpired).await;
         }
     }
 
@@ -186,11 +221,22 @@ impl Registry {
 /// Ends a session already removed from the registry (expired, or disconnected with
 /// `onDisconnect: "kill"`): kills every tree at once (`reason`), cancels starts in progress,
 /// then waits (bounded) until the trees are gone and frees what the session held.
-fn end(session: Arc<Session>, reason: ExitReason) -> impl std::future::Future<Output = ()> {
+fn end(
+    audit: &crate::audit::Audit,
+    session: Arc<Session>,
+    reason: ExitReason,
+) -> impl std::future::Future<Output = ()> {
     tracing::info!(
         session = %super::log_digest(&session.id),
         ?reason,
         "session ended; killing its processes"
+    );
+    let details = || serde_json::json!({ "reason": reason });
+    audit.event(
+        &crate::audit::Identity::daemon(),
+        &session.id,
+        "session/expire",
+        details,
     );
     let killed = session.processes.kill_all(reason);
     async move {

@@ -52,7 +52,30 @@ impl ListenUrl {
 /// Serves until SIGTERM or SIGINT (or, on stdio, the end of input), then kills every managed
 /// process before returning.
 pub async fn serve(listen: ListenUrl, config: Config) -> anyhow::Result<()> {
-    let registry = Registry::new(Arc::new(config));
+    let audit = match &config.audit_log {
+        Some(path) => crate::audit::Audit::open(path, config.audit_required)?,
+        None => Default::default(),
+    };
+    // Bound before the banner, so a harness that read it can scrape at once.
+    let metrics = match config.metrics_listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|err| anyhow::anyhow!("cannot listen for metrics on {addr}: {err}"))?,
+        ),
+        None => None,
+    };
+    let registry = Registry::new(Arc::new(config), audit);
+    if let Some(listener) = metrics {
+        let local = listener.local_addr()?;
+        tracing::info!("metrics on http://{local}/metrics");
+        let registry = registry.clone();
+        tokio::spawn(async move {
+            if let Err(err) = ws::serve_metrics(listener, registry).await {
+                tracing::error!("the metrics listener failed: {err}");
+            }
+        });
+    }
     // Bound before serving, so a live daemon on the path is refused before anything else; the
     // socket is removed when this is dropped, once the daemon stops serving.
     let unix = match &listen {

@@ -51,10 +51,16 @@ pub(crate) async fn serve_lines(
                 frame => frame.ok(),
             })
         });
+    // The daemon's parent, which holds its stdin and stdout.
+    let who = crate::audit::Identity {
+        peer: "stdio".into(),
+        principal: "anonymous".into(),
+    };
     server::serve(
         lines,
         outbound,
         registry,
+        who,
         "JSON-RPC message from stdio".into(),
         AtEnd::Answer,
     )

@@ -78,7 +78,7 @@ impl UnixSocket {
     }
 
     /// Why the peer of `stream` may not connect, if it may not; otherwise a label for logs.
-    pub fn admit(&self, stream: &tokio::net::UnixStream) -> Result<String, String> {
+    pub fn admit(&self, stream: &tokio::net::UnixStream) -> Result<crate::audit::Identity, String> {
         let credentials = stream
             .peer_cred()
             .map_err(|err| format!("its credentials cannot be read: {err}"))?;
@@ -96,7 +96,10 @@ impl UnixSocket {
                 "pid {pid} runs inside a sandbox, or was gone before it could be checked"
             ));
         }
-        Ok(format!("unix peer pid {pid} uid {uid}"))
+        Ok(crate::audit::Identity {
+            peer: format!("unix peer pid {pid} uid {uid}").into(),
+            principal: format!("peer-uid:{uid}").into(),
+        })
     }
 }
 

@@ -1,6 +1,8 @@
-//! The WebSocket listener: `/` upgrades (guarded against browsers and, when configured, by a
-//! bearer token), `/readyz` answers 200. One JSON-RPC message per frame, Text or Binary.
+//! The WebSocket listener: `/` upgrades and `/metrics` (both guarded against browsers and, when
+//! configured, by a bearer token), `/readyz` answers 200. One JSON-RPC message per frame, Text or
+//! Binary. And the optional plain `/metrics` listener.
 
+use crate::audit::Identity;
 use crate::rpc::outbound::{self, Outbound};
 use crate::server::{self, AtEnd, Frame};
 use crate::session::Registry;
@@ -58,6 +60,7 @@ impl Http {
             app: TowerToHyperService::new(
                 Router::new()
                     .route("/readyz", get(|| async { StatusCode::OK }))
+                    .route("/metrics", get(guarded_metrics))
                     .route("/", any(upgrade))
                     .with_state(registry),
             ),
@@ -71,18 +74,18 @@ impl Http {
     fn spawn<S>(
         &self,
         stream: impl std::future::Future<Output = std::io::Result<S>> + Send + 'static,
-        peer: String,
+        who: Identity,
     ) where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
+        let peer = who.peer.clone();
         let Ok(permit) = self.pending.clone().try_acquire_owned() else {
             tracing::debug!(%peer, "too many connections in their HTTP phase; closing");
             return;
         };
         let app = self.app.clone();
-        let label = Peer(peer.clone().into());
         let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
-            request.extensions_mut().insert(label.clone());
+            request.extensions_mut().insert(who.clone());
             app.call(request)
         });
         let timeout = self.upgrade_timeout;
@@ -106,10 +109,6 @@ impl Http {
         });
     }
 }
-
-/// Who is on the other end, for logs and error contexts.
-#[derive(Clone)]
-struct Peer(Arc<str>);
 
 pub async fn serve_tcp(
     addr: SocketAddr,
@@ -149,9 +148,14 @@ pub async fn serve_tcp(
         }
         // Without TCP_NODELAY a small reply waits for the client's delayed ACK (~40 ms).
         let _ = stream.set_nodelay(true);
+        // Until the upgrade checks a token.
+        let who = Identity {
+            peer: peer.to_string().into(),
+            principal: "anonymous".into(),
+        };
         match &tls {
-            Some(tls) => http.spawn(tls.acceptor.accept(stream), peer.to_string()),
-            None => http.spawn(std::future::ready(Ok(stream)), peer.to_string()),
+            Some(tls) => http.spawn(tls.acceptor.accept(stream), who),
+            None => http.spawn(std::future::ready(Ok(stream)), who),
         }
     }
 }
@@ -170,7 +174,7 @@ pub async fn serve_unix(
             }
         };
         match socket.admit(&stream) {
-            Ok(peer) => http.spawn(std::future::ready(Ok(stream)), peer),
+            Ok(who) => http.spawn(std::future::ready(Ok(stream)), who),
             Err(why) => tracing::warn!("refused a connection on {}: {why}", socket.url()),
         }
     }
@@ -183,20 +187,56 @@ async fn retry_accept(err: std::io::Error) {
     tokio::time::sleep(ACCEPT_RETRY).await;
 }
 
+/// Why a request to an authenticated route (the upgrade, `/metrics`) is refused, if it is.
+fn refusal(registry: &Registry, headers: &HeaderMap) -> Option<Response> {
+    // A browser page must never drive this daemon (cross-site WebSocket hijacking).
+    if headers.contains_key(header::ORIGIN) {
+        return Some((StatusCode::FORBIDDEN, "browser origins may not connect").into_response());
+    }
+    match &registry.config.connection_token {
+        Some(token) if !bearer_matches(headers.get(header::AUTHORIZATION), token) => {
+            Some((StatusCode::UNAUTHORIZED, "missing or wrong bearer token").into_response())
+        }
+        _ => None,
+    }
+}
+
+async fn guarded_metrics(State(registry): State<Arc<Registry>>, headers: HeaderMap) -> Response {
+    match refusal(&registry, &headers) {
+        Some(refused) => refused,
+        None => metrics(State(registry)).await,
+    }
+}
+
+/// `GET /metrics`: the Prometheus text exposition.
+async fn metrics(State(registry): State<Arc<Registry>>) -> Response {
+    let text = crate::metrics::get().render(&registry);
+    ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response()
+}
+
+/// Serves `GET /metrics` alone, without the token, on `listener` (--metrics-listen).
+pub async fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    registry: Arc<Registry>,
+) -> std::io::Result<()> {
+    let app = Router::new()
+        .route("/metrics", get(metrics))
+        .with_state(registry);
+    axum::serve(listener, app).await
+}
+
 async fn upgrade(
     State(registry): State<Arc<Registry>>,
-    Extension(Peer(peer)): Extension<Peer>,
+    Extension(mut who): Extension<Identity>,
     headers: HeaderMap,
     ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> Response {
-    // A browser page must never drive this daemon (cross-site WebSocket hijacking).
-    if headers.contains_key(header::ORIGIN) {
-        return (StatusCode::FORBIDDEN, "browser origins may not connect").into_response();
+    if let Some(refused) = refusal(&registry, &headers) {
+        return refused;
     }
-    if let Some(token) = &registry.config.connection_token {
-        if !bearer_matches(headers.get(header::AUTHORIZATION), token) {
-            return (StatusCode::UNAUTHORIZED, "missing or wrong bearer token").into_response();
-        }
+    // A Unix socket peer is known by its uid, token or not.
+    if registry.config.connection_token.is_some() && &*who.principal == "anonymous" {
+        who.principal = "token".into();
     }
     let ws = match ws {
         Ok(ws) => ws,
@@ -210,7 +250,7 @@ async fn upgrade(
     ws.read_buffer_size(READ_BUFFER_BYTES)
         .max_message_size(hard_limit)
         .max_frame_size(hard_limit)
-        .on_upgrade(move |socket| run(socket, registry, peer))
+        .on_upgrade(move |socket| run(socket, registry, who))
 }
 
 /// Whether `Authorization` carries `token` in the Bearer scheme, whose name is
@@ -226,7 +266,8 @@ fn bearer_matches(authorization: Option<&HeaderValue>, token: &str) -> bool {
     scheme.eq_ignore_ascii_case("bearer") && bool::from(given.ct_eq(token.as_bytes()))
 }
 
-async fn run(socket: WebSocket, registry: Arc<Registry>, peer: Arc<str>) {
+async fn run(socket: WebSocket, registry: Arc<Registry>, who: Identity) {
+    let peer = who.peer.clone();
     let (mut sink, stream) = socket.split();
     let (outbound, mut queue) = Outbound::new(true, registry.config.outbound_buffer_bytes);
     let ping_interval = registry.config.ping_interval;
@@ -303,7 +344,7 @@ async fn run(socket: WebSocket, registry: Arc<Registry>, peer: Arc<str>) {
             })
         });
     let context = format!("websocket JSON-RPC message from exec-server websocket {peer}");
-    server::serve(frames, outbound, registry, context, AtEnd::Abort).await;
+    server::serve(frames, outbound, registry, who, context, AtEnd::Abort).await;
     let _ = writer.await;
 }
 

@@ -14,6 +14,7 @@ mod support {
     pub mod proxy;
 }
 
+mod audit;
 mod binary;
 mod cli;
 mod client;
@@ -24,6 +25,7 @@ mod fs_watch;
 mod http;
 mod input_wait;
 mod jsonrpc2_client;
+mod metrics;
 mod process;
 mod process_tree;
 mod protocol_doc;

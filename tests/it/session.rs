@@ -408,3 +408,93 @@ async fn a_resumed_initialize_result_equals_the_original() {
     let now = info.call("environment/info", json!({})).await;
     assert_ne!(now["cwd"], original["environmentInfo"]["cwd"], "{now}");
 }
+
+/// Every session and process lifecycle event is logged at info with its ids: created,
+/// detached, resumed and expired; a process started (with its pid), exited and closed.
+#[tokio::test]
+async fn lifecycle_events_are_logged_at_info_with_ids() {
+    use std::io::BufRead as _;
+    let args = ["--session-ttl", "1s"];
+    let mut command = Daemon::command(env!("CARGO_BIN_EXE_exec-server"), &args, &[]);
+    command
+        .env("EXEC_SERVER_LOG", "info")
+        .stderr(std::process::Stdio::piped());
+    let mut daemon = Daemon::launch(command);
+    let stderr = daemon.take_stderr().unwrap();
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let sink = lines.clone();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            sink.lock().unwrap().push(strip_ansi(&line));
+        }
+    });
+    let has = |needles: &[&str]| {
+        lines
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|line| needles.iter().all(|needle| line.contains(needle)))
+    };
+
+    let (client, session) = daemon.session().await;
+    let digest: String = ring::digest::digest(&ring::digest::SHA256, session.as_bytes()).as_ref()
+        [..4]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let session_field = format!("session={digest}");
+    client.close().await;
+    eventually("a detach line", || {
+        has(&["session detached", &session_field])
+    })
+    .await;
+    let client = daemon.resume(&session).await;
+    client
+        .call(
+            "process/start",
+            start_params("logged", &["sh", "-c", "exit 3"]),
+        )
+        .await;
+    let (_, last) = read_all(&client, "logged").await;
+    assert_eq!(last["exitCode"], 3, "{last}");
+    client.close().await;
+
+    eventually("lifecycle lines", || {
+        has(&["session created", &session_field])
+            && has(&["session resumed", &session_field])
+            && has(&["process started", "process_id=logged", "pid="])
+            && has(&[
+                "process exited",
+                "process=logged",
+                "reason=Exited",
+                "code=3",
+            ])
+            && has(&["process closed", "process=logged"])
+            && has(&["session ended", &session_field, "SessionExpired"])
+    })
+    .await;
+    // The detach before the expiry too.
+    let detaches = lines
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|line| line.contains("session detached") && line.contains(&session_field))
+        .count();
+    assert_eq!(detaches, 2, "{:#?}", lines.lock().unwrap());
+}
+
+/// `line` without its terminal colour sequences (`ESC [ ... m`).
+fn strip_ansi(line: &str) -> String {
+    let mut plain = String::new();
+    let mut rest = line;
+    while let Some(start) = rest.find('\x1b') {
+        plain.push_str(&rest[..start]);
+        rest = &rest[start..];
+        rest = rest.find('m').map_or("", |end| &rest[end + 1..]);
+    }
+    plain.push_str(rest);
+    plain
+}

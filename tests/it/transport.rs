@@ -655,7 +655,7 @@ async fn session_ids_are_logged_only_as_digests() {
         .collect();
     let mut reader = std::io::BufReader::new(stderr);
     let mut line = String::new();
-    while !line.contains("session attached") {
+    while !line.contains("session created") {
         line.clear();
         assert!(reader.read_line(&mut line).unwrap() > 0, "the log ended");
         assert!(!line.contains(&session), "{line}");

@@ -1,0 +1,271 @@
+//! Prometheus metrics, served as text by `GET /metrics`. Every counter and gauge is an atomic
+//! updated where the thing happens (no lock on the hot path; labelled children are taken once,
+//! up front, where the label set is fixed); what a walk of the sessions can tell (sessions and
+//! processes by state) is counted when scraped instead.
+
+use crate::session::Registry;
+use exec_server_protocol::process::ProcessState;
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::{MetricType, TypedMetric};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+pub(crate) use prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+type Labels = [(&'static str, &'static str); 1];
+
+pub(crate) struct Metrics {
+    registry: prometheus_client::registry::Registry,
+    connections_open: Gauge,
+    connections: Counter,
+    sessions: Family<Labels, Gauge>,
+    processes: Family<Labels, Gauge>,
+    /// Launches and their latency, unsandboxed [0] and sandboxed [1].
+    launches: [Counter; 2],
+    launch_seconds: [Histogram; 2],
+    pub(crate) output_bytes: Counter,
+    pub(crate) retained_output_bytes: Gauge,
+    pub(crate) output_evictions: Counter,
+    errors: Family<[(&'static str, String); 1], Counter>,
+    pub(crate) sandbox_denials: Counter,
+    fs_calls: Family<Labels, Counter>,
+    pub(crate) http_calls: Counter,
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+
+/// The daemon's metrics.
+pub(crate) fn get() -> &'static Metrics {
+    &METRICS
+}
+
+impl Metrics {
+    fn new() -> Self {
+        let launches: Family<[(&'static str, bool); 1], Counter> = Family::default();
+        let launch_seconds: Family<[(&'static str, bool); 1], Histogram> = Family::default();
+        let mut metrics = Self {
+            connections_open: Gauge::default(),
+            connections: Counter::default(),
+            sessions: Family::default(),
+            processes: Family::default(),
+            launches: [false, true].map(|s| launches.get_or_create_owned(&[("sandboxed", s)])),
+            launch_seconds: [false, true]
+                .map(|s| launch_seconds.get_or_create_owned(&[("sandboxed", s)])),
+            output_bytes: Counter::default(),
+            retained_output_bytes: Gauge::default(),
+            output_evictions: Counter::default(),
+            errors: Family::default(),
+            sandbox_denials: Counter::default(),
+            fs_calls: Family::default(),
+            http_calls: Counter::default(),
+            registry: prometheus_client::registry::Registry::with_prefix("exec_server"),
+        };
+        let r = &mut metrics.registry;
+        r.register(
+            "connections_open",
+            "Client connections open now",
+            metrics.connections_open.clone(),
+        );
+        r.register(
+            "connections",
+            "Client connections accepted",
+            metrics.connections.clone(),
+        );
+        r.register(
+            "sessions",
+            "Sessions by state (attached to a connection, or detached and waiting for a resume)",
+            metrics.sessions.clone(),
+        );
+        r.register(
+            "processes",
+            "Processes by state (running, exited, closed)",
+            metrics.processes.clone(),
+        );
+        r.register("process_launches", "Processes launched", launches);
+        r.register(
+            "process_launch_seconds",
+            "Time from a process/start request to the process's pid",
+            launch_seconds,
+        );
+        r.register(
+            "output_bytes",
+            "Bytes of process output read from processes",
+            metrics.output_bytes.clone(),
+        );
+        r.register(
+            "retained_output_bytes",
+            "Bytes of process output retained for replay",
+            metrics.retained_output_bytes.clone(),
+        );
+        r.register(
+            "output_evictions",
+            "Output chunks evicted from retention before a client read them",
+            metrics.output_evictions.clone(),
+        );
+        r.register(
+            "rpc_errors",
+            "JSON-RPC error replies by code",
+            metrics.errors.clone(),
+        );
+        r.register(
+            "sandbox_denials",
+            "Processes and fs calls the sandbox denied",
+            metrics.sandbox_denials.clone(),
+        );
+        r.register("fs_calls", "fs/* calls by method", metrics.fs_calls.clone());
+        r.register(
+            "http_calls",
+            "http/request calls",
+            metrics.http_calls.clone(),
+        );
+        metrics
+    }
+
+    /// Counts a connection, open until the guard is dropped.
+    pub(crate) fn connection(&'static self) -> impl Drop {
+        struct Open(&'static Gauge);
+        impl Drop for Open {
+            fn drop(&mut self) {
+                self.0.dec();
+            }
+        }
+        self.connections.inc();
+        self.connections_open.inc();
+        Open(&self.connections_open)
+    }
+
+    /// A process was launched, `elapsed` after its request arrived.
+    pub(crate) fn launched(&self, sandboxed: bool, elapsed: Duration) {
+        self.launches[usize::from(sandboxed)].inc();
+        self.launch_seconds[usize::from(sandboxed)].observe(elapsed);
+    }
+
+    /// A JSON-RPC error reply with `code` (not a hot path: a lookup under a read lock).
+    pub(crate) fn error(&self, code: i64) {
+        self.errors
+            .get_or_create(&[("code", code.to_string())])
+            .inc();
+    }
+
+    /// An `fs/*` call of `method`.
+    pub(crate) fn fs_call(&self, method: &'static str) {
+        self.fs_calls.get_or_create(&[("method", method)]).inc();
+    }
+
+    /// The text exposition, with the session and process gauges counted now.
+    pub(crate) fn render(&self, sessions: &Registry) -> String {
+        let counts = sessions.census();
+        for (state, count) in [("attached", counts.attached), ("detached", counts.detached)] {
+            self.sessions.get_or_create(&[("state", state)]).set(count);
+        }
+        for (state, count) in [
+            ("running", counts.running),
+            ("exited", counts.exited),
+            ("closed", counts.closed),
+        ] {
+            self.processes.get_or_create(&[("state", state)]).set(count);
+        }
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::prometheus_text::encode(&mut text, &self.registry);
+        text
+    }
+}
+
+/// Sessions and processes by state, counted for a scrape.
+#[derive(Default)]
+pub(crate) struct Census {
+    pub(crate) attached: i64,
+    pub(crate) detached: i64,
+    pub(crate) running: i64,
+    pub(crate) exited: i64,
+    pub(crate) closed: i64,
+}
+
+impl Census {
+    pub(crate) fn count_process(&mut self, state: ProcessState) {
+        match state {
+            ProcessState::Running => self.running += 1,
+            ProcessState::Exited => self.exited += 1,
+            ProcessState::Closed => self.closed += 1,
+        }
+    }
+}
+
+/// Upper bounds of the launch latency buckets, in seconds: a plain fork is under a
+/// millisecond, a sandboxed one a few.
+const LAUNCH_BUCKETS: [f64; 12] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+];
+
+/// A histogram of atomics (the crate's own takes a mutex per observation).
+#[derive(Clone, Debug, Default)]
+struct Histogram(Arc<HistogramInner>);
+
+#[derive(Debug, Default)]
+struct HistogramInner {
+    /// Per bucket, not cumulative; the last one is +Inf.
+    buckets: [AtomicU64; LAUNCH_BUCKETS.len() + 1],
+    sum_micros: AtomicU64,
+}
+
+impl Histogram {
+    fn observe(&self, elapsed: Duration) {
+        let seconds = elapsed.as_secs_f64();
+        let bucket = LAUNCH_BUCKETS
+            .iter()
+            .position(|&bound| seconds <= bound)
+            .unwrap_or(LAUNCH_BUCKETS.len());
+        self.0.buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+        self.0.sum_micros.fetch_add(micros, Ordering::Relaxed);
+    }
+}
+
+impl TypedMetric for Histogram {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for Histogram {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let bounds = LAUNCH_BUCKETS.iter().copied().chain([f64::INFINITY]);
+        let buckets: Vec<(f64, u64)> = bounds
+            .zip(self.0.buckets.iter().map(|b| b.load(Ordering::Relaxed)))
+            .collect();
+        // The count is the buckets' total, so a scrape during an observation stays consistent.
+        let count = buckets.iter().map(|(_, n)| n).sum();
+        let sum = self.0.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
+        encoder.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative_in_the_text() {
+        let mut registry = prometheus_client::registry::Registry::default();
+        let histogram = Histogram::default();
+        registry.register("h", "help", histogram.clone());
+        histogram.observe(Duration::from_micros(300));
+        histogram.observe(Duration::from_millis(3));
+        histogram.observe(Duration::from_secs(10));
+        let mut text = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut text, &registry).unwrap();
+        assert!(text.contains("h_bucket{le=\"0.0005\"} 1\n"), "{text}");
+        assert!(text.contains("h_bucket{le=\"0.005\"} 2\n"), "{text}");
+        assert!(text.contains("h_bucket{le=\"5\"} 2\n"), "{text}");
+        assert!(text.contains("h_bucket{le=\"+Inf\"} 3\n"), "{text}");
+        assert!(text.contains("h_count 3\n"), "{text}");
+        assert!(text.contains("h_sum 10.0033\n"), "{text}");
+    }
+}
