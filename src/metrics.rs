@@ -5,13 +5,11 @@
 
 use crate::session::Registry;
 use exec_server_protocol::process::ProcessState;
-use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::{MetricType, TypedMetric};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock};
+use prometheus_client::metrics::histogram::Histogram;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 pub(crate) use prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -46,7 +44,8 @@ pub(crate) fn get() -> &'static Metrics {
 impl Metrics {
     fn new() -> Self {
         let launches: Family<[(&'static str, bool); 1], Counter> = Family::default();
-        let launch_seconds: Family<[(&'static str, bool); 1], Histogram> = Family::default();
+        let launch_seconds: Family<[(&'static str, bool); 1], Histogram> =
+            Family::new_with_constructor(|| Histogram::new(LAUNCH_BUCKETS));
         let mut metrics = Self {
             connections_open: Gauge::default(),
             connections: Counter::default(),
@@ -141,7 +140,7 @@ impl Metrics {
     /// A process was launched, `elapsed` after its request arrived.
     pub(crate) fn launched(&self, sandboxed: bool, elapsed: Duration) {
         self.launches[usize::from(sandboxed)].inc();
-        self.launch_seconds[usize::from(sandboxed)].observe(elapsed);
+        self.launch_seconds[usize::from(sandboxed)].observe(elapsed.as_secs_f64());
     }
 
     /// A JSON-RPC error reply with `code` (not a hot path: a lookup under a read lock).
@@ -201,71 +200,3 @@ impl Census {
 const LAUNCH_BUCKETS: [f64; 12] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
 ];
-
-/// A histogram of atomics (the crate's own takes a mutex per observation).
-#[derive(Clone, Debug, Default)]
-struct Histogram(Arc<HistogramInner>);
-
-#[derive(Debug, Default)]
-struct HistogramInner {
-    /// Per bucket, not cumulative; the last one is +Inf.
-    buckets: [AtomicU64; LAUNCH_BUCKETS.len() + 1],
-    sum_micros: AtomicU64,
-}
-
-impl Histogram {
-    fn observe(&self, elapsed: Duration) {
-        let seconds = elapsed.as_secs_f64();
-        let bucket = LAUNCH_BUCKETS
-            .iter()
-            .position(|&bound| seconds <= bound)
-            .unwrap_or(LAUNCH_BUCKETS.len());
-        self.0.buckets[bucket].fetch_add(1, Ordering::Relaxed);
-        let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
-        self.0.sum_micros.fetch_add(micros, Ordering::Relaxed);
-    }
-}
-
-impl TypedMetric for Histogram {
-    const TYPE: MetricType = MetricType::Histogram;
-}
-
-impl EncodeMetric for Histogram {
-    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
-        let bounds = LAUNCH_BUCKETS.iter().copied().chain([f64::INFINITY]);
-        let buckets: Vec<(f64, u64)> = bounds
-            .zip(self.0.buckets.iter().map(|b| b.load(Ordering::Relaxed)))
-            .collect();
-        // The count is the buckets' total, so a scrape during an observation stays consistent.
-        let count = buckets.iter().map(|(_, n)| n).sum();
-        let sum = self.0.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
-        encoder.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)
-    }
-
-    fn metric_type(&self) -> MetricType {
-        Self::TYPE
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn histogram_buckets_are_cumulative_in_the_text() {
-        let mut registry = prometheus_client::registry::Registry::default();
-        let histogram = Histogram::default();
-        registry.register("h", "help", histogram.clone());
-        histogram.observe(Duration::from_micros(300));
-        histogram.observe(Duration::from_millis(3));
-        histogram.observe(Duration::from_secs(10));
-        let mut text = String::new();
-        prometheus_client::encoding::prometheus_text::encode(&mut text, &registry).unwrap();
-        assert!(text.contains("h_bucket{le=\"0.0005\"} 1\n"), "{text}");
-        assert!(text.contains("h_bucket{le=\"0.005\"} 2\n"), "{text}");
-        assert!(text.contains("h_bucket{le=\"5\"} 2\n"), "{text}");
-        assert!(text.contains("h_bucket{le=\"+Inf\"} 3\n"), "{text}");
-        assert!(text.contains("h_count 3\n"), "{text}");
-        assert!(text.contains("h_sum 10.0033\n"), "{text}");
-    }
-}
