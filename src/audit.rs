@@ -96,7 +96,12 @@ impl Audit {
             .name("audit-log".into())
             .spawn(move || {
                 while let Some(job) = jobs.blocking_recv() {
-                    let outcome = write_line(&file, &job.line);
+                    // An empty line is a flush's marker: what came before it is written.
+                    let outcome = if job.line.is_empty() {
+                        Ok(())
+                    } else {
+                        write_line(&file, &job.line)
+                    };
                     match (job.written, outcome) {
                         (Some(written), outcome) => {
                             let _ = written.send(outcome);
@@ -152,6 +157,26 @@ impl Audit {
             .await
             .map_err(|_| AuditError::Stopped)?
             .map_err(AuditError::Write)
+    }
+
+    /// Waits (at most `limit`) until every record queued so far is written: at shutdown, after
+    /// the last exits were recorded.
+    pub(crate) async fn flush(&self, limit: std::time::Duration) {
+        let Some(queue) = &self.queue else {
+            return;
+        };
+        let (written, outcome) = oneshot::channel();
+        let marker = Job {
+            line: Vec::new(),
+            written: Some(written),
+        };
+        let flushed = async {
+            queue.send(marker).await.ok()?;
+            outcome.await.ok()
+        };
+        if tokio::time::timeout(limit, flushed).await.is_err() {
+            tracing::warn!("the audit log was not written out in time; records may be missing");
+        }
     }
 
     /// Records something that already happened (an exit, an expiry); never waits.

@@ -49,6 +49,9 @@ impl ListenUrl {
     }
 }
 
+/// How long shutdown waits for the audit records still queued (the processes' last exits).
+const AUDIT_FLUSH_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Serves until SIGTERM or SIGINT (or, on stdio, the end of input), then kills every managed
 /// process before returning.
 pub async fn serve(listen: ListenUrl, config: Config) -> anyhow::Result<()> {
@@ -107,6 +110,7 @@ pub async fn serve(listen: ListenUrl, config: Config) -> anyhow::Result<()> {
     };
     drop(unix);
     registry.shutdown().await;
+    registry.audit.flush(AUDIT_FLUSH_LIMIT).await;
     outcome
 }
 

@@ -268,3 +268,57 @@ fn audit_required_needs_an_audit_log() {
     assert_ne!(code, 0);
     assert!(stderr.contains("--audit-log"), "{stderr}");
 }
+
+/// The exits a shutdown causes are the last records, and they are all written before the daemon
+/// exits, even to a log that takes them slowly: a FIFO of one page, read a page at a time.
+#[tokio::test]
+async fn a_shutdown_writes_out_the_exits_it_caused() {
+    use std::io::Read as _;
+    let dir = scratch_dir();
+    let log = dir.path().join("audit.fifo");
+    nix::unistd::mkfifo(&log, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let path = log.clone();
+    let reader = std::thread::spawn(move || {
+        // Blocks until the daemon opens the log.
+        let mut fifo = std::fs::File::open(path).unwrap();
+        // SAFETY: plain fcntl on our descriptor.
+        unsafe {
+            libc::fcntl(
+                std::os::fd::AsRawFd::as_raw_fd(&fifo),
+                libc::F_SETPIPE_SZ,
+                4096,
+            )
+        };
+        let (mut text, mut page) = (Vec::new(), [0u8; 4096]);
+        loop {
+            match fifo.read(&mut page).unwrap() {
+                0 => break text,
+                n => text.extend_from_slice(&page[..n]),
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    let mut daemon = Daemon::start_with(&["--audit-log", log.to_str().unwrap()], &[]);
+    let (client, _) = daemon.session().await;
+    let tag = crate::process_tree::tags(16)[0].clone();
+    for n in 0..20 {
+        let params = start_params(&format!("p{n}"), &["sleep", &tag]);
+        client.call("process/start", params).await;
+    }
+    daemon.send_signal(libc::SIGTERM);
+    assert!(
+        daemon.wait_exit(TIMEOUT).is_some(),
+        "the daemon did not exit"
+    );
+    let text = String::from_utf8(reader.join().unwrap()).unwrap();
+    let exits: Vec<Value> = text
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .filter(|record| record["action"] == "process/exit")
+        .collect();
+    assert_eq!(exits.len(), 20, "{text}");
+    assert!(
+        exits.iter().all(|exit| exit["reason"] == "shutdown"),
+        "{text}"
+    );
+}
