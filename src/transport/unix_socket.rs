@@ -77,30 +77,40 @@ impl UnixSocket {
         format!("unix://{}", self.path.display())
     }
 
-    /// Why the peer of `stream` may not connect, if it may not; otherwise a label for logs.
-    pub fn admit(&self, stream: &tokio::net::UnixStream) -> Result<crate::audit::Identity, String> {
-        let credentials = stream
-            .peer_cred()
-            .map_err(|err| format!("its credentials cannot be read: {err}"))?;
+    /// Who the peer of `stream` is, or why it may not connect.
+    pub fn admit(
+        &self,
+        stream: &tokio::net::UnixStream,
+    ) -> Result<crate::audit::Identity, Refused> {
+        let credentials = stream.peer_cred().map_err(Refused::Credentials)?;
         let uid = credentials.uid();
         // SAFETY: plain syscall.
         let own = unsafe { libc::geteuid() };
         if uid != own && !self.allowed_uids.contains(&uid) {
-            return Err(format!(
-                "uid {uid} is neither the daemon's ({own}) nor an --allow-uid"
-            ));
+            return Err(Refused::Uid { uid, own });
         }
-        let pid = credentials.pid().ok_or("the peer's process is not known")?;
+        let pid = credentials.pid().ok_or(Refused::UnknownProcess)?;
         if crate::sandbox::peers::runs_in_sandbox(pid) {
-            return Err(format!(
-                "pid {pid} runs inside a sandbox, or was gone before it could be checked"
-            ));
+            return Err(Refused::Sandboxed { pid });
         }
         Ok(crate::audit::Identity {
             peer: format!("unix peer pid {pid} uid {uid}").into(),
             principal: format!("peer-uid:{uid}").into(),
         })
     }
+}
+
+/// Why a peer may not connect.
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    #[error("its credentials cannot be read: {0}")]
+    Credentials(std::io::Error),
+    #[error("uid {uid} is neither the daemon's ({own}) nor an --allow-uid")]
+    Uid { uid: u32, own: u32 },
+    #[error("the peer's process is not known")]
+    UnknownProcess,
+    #[error("pid {pid} runs inside a sandbox, or was gone before it could be checked")]
+    Sandboxed { pid: i32 },
 }
 
 impl Drop for UnixSocket {
