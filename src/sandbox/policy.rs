@@ -215,6 +215,18 @@ fn system_link(link: &Path, meta: &std::fs::Metadata) -> bool {
     meta.uid() == 0 && depth <= 2 && parent_is_roots()
 }
 
+/// Whether `sandbox` grants writes anywhere: only write roots are searched for hard links to the
+/// daemon's own files (`super::guard`).
+pub fn grants_writes(sandbox: &FileSystemSandboxContext) -> bool {
+    matches!(
+        &sandbox.permissions,
+        PermissionProfile::Managed {
+            file_system: FileSystemPermissions::Restricted { entries, .. },
+            ..
+        } if entries.iter().any(|entry| entry.access == FsAccess::Write)
+    )
+}
+
 /// Whether resolving `sandbox` expands glob patterns.
 pub fn expands_globs(sandbox: &FileSystemSandboxContext) -> bool {
     matches!(
