@@ -1148,7 +1148,8 @@ fn markdown(table: &str, results: &Map<String, Value>) -> String {
          on loopback: the daemon and the client share the machine. Round trips are medians (p99 in\n\
          the JSON); the daemon's, the local spawn's and the sandboxed ones (every third run)\n\
          alternate run by run, so the machine's drift in speed falls on all alike. Rates are\n\
-         medians of whole transfers, MB = 10^6 bytes.\n\n\
+         medians of whole transfers, MB = 10^6 bytes. Dated A/B runs of single changes, which a\n\
+         full run does not rewrite: [benchmark-history.md](benchmark-history.md).\n\n\
          {table}\n\
          ## Machine\n\n{cpu}, {cores} cores, {memory}, Linux {kernel}\n\n\
          ## How to rerun\n\n\
