@@ -73,11 +73,12 @@ struct Pool {
     plain_starting: usize,
 }
 
-/// What a helper is for.
+/// What a launch runs under.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
-    /// The fork server of plain supervisors (one per daemon, serving every plain launch).
+    /// A plain supervisor, reused from launch to launch.
     Plain,
+    /// A sandbox helper for this network mode, one per launch.
     Sandboxed(NetworkMode),
 }
 
