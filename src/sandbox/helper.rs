@@ -207,7 +207,7 @@ fn run(
     if let Some(fs) = &mut plan.fs {
         mounts::apply(&fs.mounts, &fs.identities).map_err(|err| Stage::Mounts.setup(err))?;
         proc_identities_from_own_proc(&mut fs.identities);
-        if let Some((grant, id)) = own_terminal() {
+        if let Some((grant, id)) = setup.tty.then(own_terminal).flatten() {
             fs.identities.insert(grant.path.clone(), id);
             fs.grants.push(grant);
         }
@@ -283,8 +283,8 @@ fn executable_by_mode(program: &str) -> bool {
     })
 }
 
-/// The PTY the process runs on (tty mode), which programs reopen as /dev/pts/N, and the
-/// identity of the terminal it has open.
+/// The PTY the process runs on (asked only in tty mode), which programs reopen as
+/// /dev/pts/N, and the identity of the terminal it has open.
 fn own_terminal() -> Option<(landlock::Grant, Identity)> {
     let path = std::fs::read_link("/proc/self/fd/0").ok()?;
     if !path.starts_with("/dev/pts/") {
