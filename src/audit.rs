@@ -65,10 +65,16 @@ impl From<AuditError> for RpcError {
     }
 }
 
-struct Job {
-    line: Vec<u8>,
-    /// Told the write's outcome (required mode); without it a failure is logged.
-    written: Option<oneshot::Sender<std::io::Result<()>>>,
+enum Job {
+    Record {
+        line: Vec<u8>,
+        /// Told the write's outcome (required mode); without it a failure is logged.
+        written: Option<oneshot::Sender<std::io::Result<()>>>,
+    },
+    /// Told once every record queued before it is written.
+    Flush(oneshot::Sender<()>),
+    /// Open the path again (SIGHUP: a log rotated away by renaming).
+    Reopen,
 }
 
 /// The audit log, or none (every call is then free).
@@ -79,41 +85,50 @@ pub(crate) struct Audit {
 }
 
 impl Audit {
-    /// Opens (creates 0600, appends to) `path` and starts its writer.
+    /// Opens (creates 0600, appends to) `path` and starts its writer, which opens the path
+    /// again on SIGHUP (for a rotation that renames the log; one that truncates it needs
+    /// nothing).
     pub(crate) fn open(path: &Path, required: bool) -> Result<Self, AuditError> {
-        use std::os::unix::fs::OpenOptionsExt as _;
-        let file = std::fs::OpenOptions::new()
-            .append(true)
-            .create(true)
-            .mode(0o600)
-            .open(path)
-            .map_err(|source| AuditError::Open {
-                path: path.to_owned(),
-                source,
-            })?;
+        let mut file = append_to(path)?;
         let (queue, mut jobs) = mpsc::channel::<Job>(QUEUE);
+        let path = path.to_owned();
         std::thread::Builder::new()
             .name("audit-log".into())
             .spawn(move || {
                 while let Some(job) = jobs.blocking_recv() {
-                    // An empty line is a flush's marker: what came before it is written.
-                    let outcome = if job.line.is_empty() {
-                        Ok(())
-                    } else {
-                        write_line(&file, &job.line)
-                    };
-                    match (job.written, outcome) {
-                        (Some(written), outcome) => {
-                            let _ = written.send(outcome);
+                    match job {
+                        Job::Record { line, written } => {
+                            match (written, write_line(&file, &line)) {
+                                (Some(written), outcome) => {
+                                    let _ = written.send(outcome);
+                                }
+                                (None, Err(err)) => {
+                                    tracing::warn!("cannot write an audit record: {err}");
+                                }
+                                (None, Ok(())) => {}
+                            }
                         }
-                        (None, Err(err)) => {
-                            tracing::warn!("cannot write an audit record: {err}");
+                        Job::Flush(done) => {
+                            let _ = done.send(());
                         }
-                        (None, Ok(())) => {}
+                        Job::Reopen => match append_to(&path) {
+                            Ok(reopened) => file = reopened,
+                            Err(err) => tracing::warn!("{err}; still writing the old file"),
+                        },
                     }
                 }
             })
             .map_err(AuditError::Thread)?;
+        let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
+        let reopens = queue.clone();
+        tokio::spawn(async move {
+            let Ok(mut hangups) = hangups else { return };
+            while hangups.recv().await.is_some() {
+                if reopens.send(Job::Reopen).await.is_err() {
+                    return;
+                }
+            }
+        });
         Ok(Self {
             queue: Some(queue),
             required,
@@ -140,7 +155,7 @@ impl Audit {
         let line = record(who, session, action, details());
         if !self.required {
             let _ = queue
-                .send(Job {
+                .send(Job::Record {
                     line,
                     written: None,
                 })
@@ -148,7 +163,7 @@ impl Audit {
             return Ok(());
         }
         let (written, outcome) = oneshot::channel();
-        let job = Job {
+        let job = Job::Record {
             line,
             written: Some(written),
         };
@@ -165,14 +180,10 @@ impl Audit {
         let Some(queue) = &self.queue else {
             return;
         };
-        let (written, outcome) = oneshot::channel();
-        let marker = Job {
-            line: Vec::new(),
-            written: Some(written),
-        };
+        let (done, flushed) = oneshot::channel();
         let flushed = async {
-            queue.send(marker).await.ok()?;
-            outcome.await.ok()
+            queue.send(Job::Flush(done)).await.ok()?;
+            flushed.await.ok()
         };
         if tokio::time::timeout(limit, flushed).await.is_err() {
             tracing::warn!("the audit log was not written out in time; records may be missing");
@@ -190,7 +201,7 @@ impl Audit {
         let Some(queue) = &self.queue else {
             return;
         };
-        let job = Job {
+        let job = Job::Record {
             line: record(who, session, action, details()),
             written: None,
         };
@@ -272,6 +283,20 @@ fn record(who: &Identity, session: &str, action: &str, details: Value) -> Vec<u8
     let mut line = serde_json::to_vec(&record).expect("JSON values serialize");
     line.push(b'\n');
     line
+}
+
+/// Opens `path` to append to it, creating it 0600.
+fn append_to(path: &Path) -> Result<std::fs::File, AuditError> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|source| AuditError::Open {
+            path: path.to_owned(),
+            source,
+        })
 }
 
 /// One write(2) of the whole line: O_APPEND places it at the end atomically, so lines of

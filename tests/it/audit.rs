@@ -322,3 +322,39 @@ async fn a_shutdown_writes_out_the_exits_it_caused() {
         "{text}"
     );
 }
+
+/// A rotation that renames the log (logrotate's default) and sends SIGHUP: later records go to
+/// a new file at the path, none is lost or written twice.
+#[tokio::test]
+async fn sighup_reopens_a_log_rotated_away() {
+    let dir = scratch_dir();
+    let log = dir.path().join("audit.log");
+    let rotated = dir.path().join("audit.log.1");
+    let daemon = Daemon::start_with(&["--audit-log", log.to_str().unwrap()], &[]);
+    let (client, _) = daemon.session().await;
+    client
+        .call("process/start", start_params("before", &["true"]))
+        .await;
+    std::fs::rename(&log, &rotated).unwrap();
+    daemon.send_signal(libc::SIGHUP);
+    eventually("the log reopened at its path", || log.exists()).await;
+    client
+        .call("process/start", start_params("after", &["true"]))
+        .await;
+    client.events_until_closed("after").await;
+    let starts = |path: &std::path::Path| -> Vec<Value> {
+        records(path)
+            .into_iter()
+            .filter(|record| record["action"] == "process/start")
+            .map(|record| record["processId"].clone())
+            .collect()
+    };
+    assert_eq!(starts(&rotated), [json!("before")]);
+    eventually("the later start recorded in the new file", || {
+        starts(&log) == [json!("after")]
+    })
+    .await;
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(&log).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+}
