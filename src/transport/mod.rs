@@ -69,6 +69,7 @@ pub async fn serve(listen: ListenUrl, config: Config) -> anyhow::Result<()> {
         None => None,
     };
     let registry = Registry::new(Arc::new(config), audit);
+    log_hangups();
     if let Some(listener) = metrics {
         let local = listener.local_addr()?;
         tracing::info!("metrics on http://{local}/metrics");
@@ -112,6 +113,23 @@ pub async fn serve(listen: ListenUrl, config: Config) -> anyhow::Result<()> {
     registry.shutdown().await;
     registry.audit.flush(AUDIT_FLUSH_LIMIT).await;
     outcome
+}
+
+/// SIGHUP reloads what can be reloaded (a TLS listener's certificate, the audit log's file; each
+/// listens for it itself) and never ends the daemon, whose default action it would otherwise
+/// be: a service manager's "reload" must not stop it.
+fn log_hangups() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+        return;
+    };
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            tracing::info!(
+                "received SIGHUP; reloading the TLS certificate and the audit log, where set"
+            );
+        }
+    });
 }
 
 async fn shutdown_signal() -> &'static str {

@@ -737,3 +737,17 @@ fn stdio_daemon() -> (
     let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
     (child, stdin, stdout)
 }
+
+/// A service manager's reload sends SIGHUP: a daemon with nothing to reload goes on serving.
+#[tokio::test]
+async fn sighup_does_not_stop_the_daemon() {
+    let mut daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    daemon.send_signal(libc::SIGHUP);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        daemon.wait_exit(Duration::from_millis(10)).is_none(),
+        "the daemon exited on SIGHUP"
+    );
+    client.call("environment/info", json!({})).await;
+}
