@@ -278,17 +278,13 @@ pub fn become_subreaper() -> bool {
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0 }
 }
 
-/// The control socket, moved off stdin (which becomes the program's) and close-on-exec.
-pub fn control_socket() -> Result<UnixStream, Failure> {
-    take_socket(libc::STDIN_FILENO)
-}
-
-/// The socket the daemon passed as `fd`, moved off it (close-on-exec), with /dev/null in its
-/// place: no other copy of it stays open here.
-pub fn take_socket(fd: RawFd) -> Result<UnixStream, Failure> {
+/// The fork server's control socket, which the daemon passed as stdin, moved off it
+/// (close-on-exec), with /dev/null in its place: no other copy of it stays open here, nor in
+/// what is forked.
+fn control_socket() -> Result<UnixStream, Failure> {
     let last_os = || Stage::Control.os(std::io::Error::last_os_error());
     // SAFETY: duplicating an inherited fd into a new one we then own.
-    let socket = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    let socket = unsafe { libc::fcntl(libc::STDIN_FILENO, libc::F_DUPFD_CLOEXEC, 3) };
     if socket < 0 {
         return Err(last_os());
     }
@@ -296,7 +292,7 @@ pub fn take_socket(fd: RawFd) -> Result<UnixStream, Failure> {
     let socket = unsafe { UnixStream::from_raw_fd(socket) };
     let null = std::fs::File::open("/dev/null").map_err(|err| Stage::Control.os(err))?;
     // SAFETY: replaces the inherited fd, whose socket is kept above.
-    if unsafe { libc::dup2(null.as_raw_fd(), fd) } < 0 {
+    if unsafe { libc::dup2(null.as_raw_fd(), libc::STDIN_FILENO) } < 0 {
         return Err(last_os());
     }
     Ok(socket)

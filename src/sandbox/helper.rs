@@ -53,14 +53,11 @@ pub const HELPER_NAME: &str = "exec-sandbox";
 /// priority until the daemon takes it. Never returns.
 pub fn serve(network: NetworkMode, background: bool, control: OwnedFd, launch: OwnedFd) -> ! {
     let name = CString::new(HELPER_NAME).unwrap_or_default();
-    // SAFETY: plain calls; the name is NUL-terminated, and idle is a lower priority, which
-    // needs no privilege.
-    unsafe {
-        libc::prctl(libc::PR_SET_NAME, name.as_ptr());
-        if background {
-            let param = libc::sched_param { sched_priority: 0 };
-            libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
-        }
+    // SAFETY: plain call; the name is NUL-terminated.
+    unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+    if background {
+        // A lower priority needs no privilege; at worst the helper starts at normal priority.
+        let _ = super::pool::Scheduling::IDLE.apply(0);
     }
     supervisor::become_workload();
     let (mut control, launch) = (UnixStream::from(control), UnixStream::from(launch));

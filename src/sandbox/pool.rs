@@ -352,7 +352,7 @@ async fn start_helper(network: NetworkMode, background: bool) -> Result<Helper, 
         Ok(Err(err)) => return Err(err.into()),
         Err(_) => return Err(io::Error::other("the sandbox helper did not start in time").into()),
     };
-    let ready = async {
+    let first = async {
         if let Some(cgroup) = &cgroup {
             cgroup.admit(process.id() as u32).map_err(|err| {
                 io::Error::new(
@@ -364,31 +364,33 @@ async fn start_helper(network: NetworkMode, background: bool) -> Result<Helper, 
         // The helper forks the program's process once it knows it is in its cgroup, so that
         // the fork is in it too.
         control.write_all(&[ADMITTED]).await?;
-        let mut ready = [0u8; 1];
-        match control.read(&mut ready).await? {
-            1 if ready[0] == READY => {
-                // Then the pid of the program process it forked.
-                let mut pid = [0u8; 4];
-                control.read_exact(&mut pid).await?;
-                Ok((i32::from_le_bytes(pid), ready[0]))
-            }
-            1 => Ok((0, ready[0])),
+        let mut first = [0u8; 1];
+        match control.read(&mut first).await? {
+            1 => Ok(first[0]),
             _ => Err(io::Error::other(
                 "the sandbox helper exited before it was ready",
             )),
         }
     };
-    let error = match tokio::time::timeout(super::SETUP_TIMEOUT, ready).await {
-        Ok(Ok((program, READY))) => {
-            return Ok(Helper {
-                process,
-                control,
-                program: (program, nonblocking(launch)?),
-                scheduling,
-            })
+    let error = match tokio::time::timeout(super::SETUP_TIMEOUT, first).await {
+        Ok(Ok(READY)) => {
+            // Then the pid of the program process it forked.
+            let mut pid = [0u8; 4];
+            let read = tokio::time::timeout(super::SETUP_TIMEOUT, control.read_exact(&mut pid));
+            match read.await {
+                Ok(Ok(_)) => {
+                    return Ok(Helper {
+                        process,
+                        control,
+                        program: (i32::from_le_bytes(pid), nonblocking(launch)?),
+                        scheduling,
+                    })
+                }
+                _ => io::Error::other("the sandbox helper did not start").into(),
+            }
         }
         // Anything else it wrote is the start of its Failure; it exits after writing it.
-        Ok(Ok((_, first))) => {
+        Ok(Ok(first)) => {
             let mut text = vec![first];
             let rest = tokio::time::timeout(super::SETUP_TIMEOUT, control.read_to_end(&mut text));
             match rest
@@ -538,21 +540,21 @@ pub async fn send(
 
 /// A thread's scheduling policy and its parameters (the nice value is separate, and is kept).
 #[derive(Clone, Copy)]
-struct Scheduling {
+pub(super) struct Scheduling {
     policy: libc::c_int,
     priority: libc::c_int,
 }
 
 impl Scheduling {
-    const IDLE: Self = Self {
+    pub(super) const IDLE: Self = Self {
         policy: libc::SCHED_IDLE,
         priority: 0,
     };
 
     /// Whether a thread may leave SCHED_IDLE for its old policy again: that takes CAP_SYS_NICE
-    /// (or a permissive RLIMIT_NICE), which an unprivileged daemon lacks, and without it the
-    /// blocking thread that spawned a helper, and the helper itself, would stay idle. Probed
-    /// once, on a thread of its own.
+    /// (or a permissive RLIMIT_NICE), which an unprivileged daemon lacks, and without it a
+    /// helper started idle would stay idle once handed out. Probed once, on a thread of its
+    /// own.
     fn idle_is_reversible() -> bool {
         static REVERSIBLE: OnceLock<bool> = OnceLock::new();
         *REVERSIBLE.get_or_init(|| {
@@ -578,7 +580,7 @@ impl Scheduling {
     }
 
     /// Applies to thread `tid` (0: the calling one).
-    fn apply(self, tid: libc::pid_t) -> io::Result<()> {
+    pub(super) fn apply(self, tid: libc::pid_t) -> io::Result<()> {
         let param = libc::sched_param {
             sched_priority: self.priority,
         };
