@@ -108,7 +108,7 @@ impl Origin {
 
 pub struct ManagedProcess {
     pub id: String,
-    tty: bool,
+    /// Its start's params (`tty` among them).
     origin: Origin,
     /// The program's process.
     pid: i32,
@@ -212,6 +212,15 @@ impl ProcessTable {
                 fields: Vec::new(),
             }),
         })
+    }
+
+    /// The state of every process of the table (what `process/list` shows, without the rest).
+    pub fn lifecycles(&self) -> Vec<exec_server_protocol::process::ProcessState> {
+        let processes = self.inner.slots.lock().unwrap().ready();
+        processes
+            .iter()
+            .map(|process| process.lifecycle())
+            .collect()
     }
 
     /// Every process of the table, by id.
@@ -375,7 +384,6 @@ impl TableInner {
         } = spawned.tree;
         let process = Arc::new(ManagedProcess {
             id: id.clone(),
-            tty: spec.tty,
             origin,
             pid: program_pid,
             started_at: std::time::SystemTime::now(),
@@ -492,8 +500,9 @@ pub(crate) struct Timing {
 }
 
 /// Samples the tree for an input wait while the process runs, its stdin is open and it has
-/// been quiet for `quiet`; every [`INPUT_SAMPLE_INTERVAL`], and never while a wait
-/// is already found (until output or input ends it).
+/// been quiet for `quiet`: every [`INPUT_SAMPLE_INTERVAL`] at first, then at doubling
+/// intervals up to [`INPUT_SAMPLE_BACKOFF`] while it stays quiet without waiting, and never
+/// while a wait is already found (until output or input ends it).
 async fn watch_input(
     process: Weak<ManagedProcess>,
     object: input_wait::StdinObject,
@@ -737,8 +746,7 @@ async fn record_exit(
         state.log.record_exit(exit);
         tracing::info!(process = %process.id, pid = process.pid, ?reason, code, signal, "process exited");
         if state.open_streams == 0 {
-            state.log.record_closed();
-            tracing::info!(process = %process.id, "process closed");
+            state.record_closed(&process.id);
         }
         state.removable()
     };
@@ -755,6 +763,22 @@ async fn record_exit(
 }
 
 impl ProcessState {
+    /// Running, exited, or closed (exited and its output ended).
+    fn lifecycle(&self) -> exec_server_protocol::process::ProcessState {
+        use exec_server_protocol::process::ProcessState as S;
+        match (self.log.exit_code(), self.log.is_closed()) {
+            (None, _) => S::Running,
+            (Some(_), false) => S::Exited,
+            (Some(_), true) => S::Closed,
+        }
+    }
+
+    /// The process `id` exited and its output ended.
+    fn record_closed(&mut self, id: &str) {
+        self.log.record_closed();
+        tracing::info!(process = %id, "process closed");
+    }
+
     /// Output or input came: any wait for input is over.
     fn activity(&mut self) {
         self.last_activity = std::time::Instant::now();
@@ -803,8 +827,7 @@ impl ManagedProcess {
             state.open_streams -= 1;
             let closed = state.open_streams == 0 && state.log.exit_code().is_some();
             if closed {
-                state.log.record_closed();
-                tracing::info!(process = %self.id, "process closed");
+                state.record_closed(&self.id);
             }
             closed
         };
@@ -964,7 +987,7 @@ impl ManagedProcess {
     }
 
     pub fn close_stdin(&self) -> Result<(), ProcessError> {
-        self.stdin.close(self.tty)
+        self.stdin.close(self.origin.params.tty)
     }
 
     pub fn resize(&self, size: TerminalSize) -> Result<(), ProcessError> {
@@ -1014,22 +1037,17 @@ impl ManagedProcess {
         })
     }
 
+    fn lifecycle(&self) -> exec_server_protocol::process::ProcessState {
+        self.state.lock().unwrap().lifecycle()
+    }
+
     fn info(&self) -> ProcessInfo {
         let rfc3339 = |time| humantime::format_rfc3339_millis(time).to_string();
-        let (next_seq, first_retained_seq, exit_code, closed) = {
+        let (next_seq, first_retained_seq, exit_code, state) = {
             let state = self.state.lock().unwrap();
             let log = &state.log;
-            (
-                log.next_seq(),
-                log.first_retained_seq(),
-                log.exit_code(),
-                log.is_closed(),
-            )
-        };
-        let state = match (exit_code, closed) {
-            (None, _) => exec_server_protocol::process::ProcessState::Running,
-            (Some(_), false) => exec_server_protocol::process::ProcessState::Exited,
-            (Some(_), true) => exec_server_protocol::process::ProcessState::Closed,
+            let (next, first) = (log.next_seq(), log.first_retained_seq());
+            (next, first, log.exit_code(), state.lifecycle())
         };
         let params = &self.origin.params;
         ProcessInfo {
@@ -1037,7 +1055,7 @@ impl ManagedProcess {
             argv: params.argv.clone(),
             cwd: params.cwd.clone(),
             pid: self.pid,
-            tty: self.tty,
+            tty: self.origin.params.tty,
             sandbox_type: self.origin.sandbox_type,
             state,
             exit_code,

@@ -88,8 +88,8 @@ impl Registry {
             sessions.values().map(|e| e.session.clone()).collect()
         };
         for session in sessions {
-            for process in session.processes.list() {
-                census.count_process(process.state);
+            for state in session.processes.lifecycles() {
+                census.count_process(state);
             }
         }
         census
