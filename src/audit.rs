@@ -30,6 +30,25 @@ pub(crate) struct Identity {
 }
 
 impl Identity {
+    const ANONYMOUS: &str = "anonymous";
+
+    /// A peer not (yet) authenticated.
+    pub(crate) fn anonymous(peer: impl Into<Arc<str>>) -> Self {
+        Self {
+            peer: peer.into(),
+            principal: Self::ANONYMOUS.into(),
+        }
+    }
+
+    /// An anonymous peer that passed the bearer token check; a Unix socket peer stays known by
+    /// its uid.
+    pub(crate) fn with_token(mut self) -> Self {
+        if &*self.principal == Self::ANONYMOUS {
+            self.principal = "token".into();
+        }
+        self
+    }
+
     /// Events nobody asked for at that moment (a session's expiry) name the daemon.
     pub(crate) fn daemon() -> Self {
         Self {

@@ -145,9 +145,10 @@ impl fs::OneShotVisitor for OneShots<'_> {
     fn visit<M: fs::OneShot>(&mut self) {
         self.0.request_raw::<M>(|c: Ctx, p| async move {
             // Only changes are recorded: a read is not an action.
-            let touches = match c.connection.registry.audit.is_on() {
-                true => M::touches(&p),
-                false => Vec::new(),
+            let touches = if c.connection.registry.audit.is_on() {
+                M::touches(&p)
+            } else {
+                Vec::new()
             };
             if touches.iter().any(|&(_, changes)| changes) {
                 let paths: Vec<_> = touches.iter().map(|(path, _)| path).collect();

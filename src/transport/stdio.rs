@@ -52,10 +52,7 @@ pub(crate) async fn serve_lines(
             })
         });
     // The daemon's parent, which holds its stdin and stdout.
-    let who = crate::audit::Identity {
-        peer: "stdio".into(),
-        principal: "anonymous".into(),
-    };
+    let who = crate::audit::Identity::anonymous("stdio");
     server::serve(
         lines,
         outbound,

@@ -149,10 +149,7 @@ pub async fn serve_tcp(
         // Without TCP_NODELAY a small reply waits for the client's delayed ACK (~40 ms).
         let _ = stream.set_nodelay(true);
         // Until the upgrade checks a token.
-        let who = Identity {
-            peer: peer.to_string().into(),
-            principal: "anonymous".into(),
-        };
+        let who = Identity::anonymous(peer.to_string());
         match &tls {
             Some(tls) => http.spawn(tls.acceptor.accept(stream), who),
             None => http.spawn(std::future::ready(Ok(stream)), who),
@@ -234,9 +231,8 @@ async fn upgrade(
     if let Some(refused) = refusal(&registry, &headers) {
         return refused;
     }
-    // A Unix socket peer is known by its uid, token or not.
-    if registry.config.connection_token.is_some() && &*who.principal == "anonymous" {
-        who.principal = "token".into();
+    if registry.config.connection_token.is_some() {
+        who = who.with_token();
     }
     let ws = match ws {
         Ok(ws) => ws,
