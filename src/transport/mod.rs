@@ -68,7 +68,10 @@ pub async fn serve(listen: ListenUrl, config: Config) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    let registry = Registry::new(Arc::new(config), audit);
+    // Until the state directory's own module lands: the directory, as given.
+    let state = std::env::var_os("EXEC_SERVER_STATE_DIR").map(std::path::PathBuf::from);
+    let registry = Registry::new(Arc::new(config), audit, state);
+    registry.adopt().await?;
     log_hangups();
     if let Some(listener) = metrics {
         let local = listener.local_addr()?;

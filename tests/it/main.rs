@@ -30,6 +30,7 @@ mod process;
 mod process_tree;
 mod protocol_doc;
 mod proxy_keepalive;
+mod restart;
 mod robustness;
 mod sandbox;
 mod sandbox_fs;
