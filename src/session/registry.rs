@@ -22,6 +22,9 @@ pub struct Registry {
     /// Directories watched by every connection's `fs/watch`es together.
     pub watched_directories: crate::fs::WatchedDirectories,
     pub(crate) audit: crate::audit::Audit,
+    /// Where state is kept, None when it is not (`--state-dir`); locked while this lives.
+    #[expect(dead_code, reason = "read once processes keep state there (issue 13)")]
+    pub(crate) state: Option<Arc<crate::state_dir::StateDir>>,
 }
 
 struct Entry {
@@ -33,13 +36,18 @@ struct Entry {
 }
 
 impl Registry {
-    pub(crate) fn new(config: Arc<Config>, audit: crate::audit::Audit) -> Arc<Self> {
+    pub(crate) fn new(
+        config: Arc<Config>,
+        audit: crate::audit::Audit,
+        state: Option<crate::state_dir::StateDir>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             sessions: Mutex::new(HashMap::new()),
             closing: Default::default(),
             config,
             watched_directories: Default::default(),
             audit,
+            state: state.map(Arc::new),
         })
     }
 
