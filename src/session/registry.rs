@@ -23,8 +23,9 @@ pub struct Registry {
     /// Directories watched by every connection's `fs/watch`es together.
     pub watched_directories: crate::fs::WatchedDirectories,
     pub(crate) audit: crate::audit::Audit,
-    /// Where sessions and processes are kept across a restart (None: they are not).
-    state: Option<PathBuf>,
+    /// Where sessions and processes are kept across a restart (`--state-dir`; None: they
+    /// are not); locked while this lives.
+    state: Option<crate::state_dir::StateDir>,
 }
 
 /// A kept session, `sessions/ID.json` in the state directory.
@@ -50,7 +51,7 @@ impl Registry {
     pub(crate) fn new(
         config: Arc<Config>,
         audit: crate::audit::Audit,
-        state: Option<PathBuf>,
+        state: Option<crate::state_dir::StateDir>,
     ) -> Arc<Self> {
         Arc::new(Self {
             sessions: Mutex::new(HashMap::new()),
@@ -63,11 +64,11 @@ impl Registry {
     }
 
     fn sessions_dir(&self) -> Option<PathBuf> {
-        self.state.as_ref().map(|state| state.join("sessions"))
+        self.state.as_ref().map(|state| state.sessions_dir())
     }
 
     fn processes_dir(&self) -> Option<PathBuf> {
-        self.state.as_ref().map(|state| state.join("processes"))
+        self.state.as_ref().map(|state| state.processes_dir())
     }
 
     fn new_session(&self, id: String, attachment: Option<Attachment>, policy: Policy) -> Session {
@@ -109,9 +110,6 @@ impl Registry {
         else {
             return Ok(());
         };
-        for dir in [&sessions_dir, &processes_dir] {
-            std::fs::DirBuilder::new().recursive(true).create(dir)?;
-        }
         let mut adopted = HashMap::new();
         for entry in std::fs::read_dir(&sessions_dir)? {
             let path = entry?.path();

@@ -55,6 +55,8 @@ const AUDIT_FLUSH_LIMIT: std::time::Duration = std::time::Duration::from_secs(5)
 /// Serves until SIGTERM or SIGINT (or, on stdio, the end of input), then kills every managed
 /// process before returning.
 pub async fn serve(listen: ListenUrl, config: Config) -> anyhow::Result<()> {
+    // First: a daemon that cannot have the state dir it was told to use must not bind anything.
+    let state = crate::state_dir::StateDir::open(&config.state_dir)?;
     let audit = match &config.audit_log {
         Some(path) => crate::audit::Audit::open(path, config.audit_required)?,
         None => Default::default(),
@@ -68,8 +70,6 @@ pub async fn serve(listen: ListenUrl, config: Config) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    // Until the state directory's own module lands: the directory, as given.
-    let state = std::env::var_os("EXEC_SERVER_STATE_DIR").map(std::path::PathBuf::from);
     let registry = Registry::new(Arc::new(config), audit, state);
     registry.adopt().await?;
     log_hangups();

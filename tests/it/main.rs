@@ -40,6 +40,7 @@ mod sandbox_net;
 mod session;
 mod session_api;
 mod soak;
+mod state_dir;
 mod stuck_requests;
 mod tls;
 mod transport;

@@ -63,7 +63,7 @@ fn numbers(count: usize) -> Vec<u8> {
 
 #[tokio::test]
 async fn a_killed_daemon_loses_no_line_and_no_process() {
-    let state = tempfile::tempdir().unwrap();
+    let state = private_tempdir();
     let daemon = daemon_on(state.path());
     let (client, session) = daemon.session().await;
     let script = "i=0; while [ $i -lt 3000 ]; do i=$((i+1)); echo $i; \
@@ -102,7 +102,7 @@ async fn write(client: &Client, id: &str, write_id: &str, data: &[u8]) -> Value 
 
 #[tokio::test]
 async fn a_write_retried_across_a_restart_lands_once() {
-    let state = tempfile::tempdir().unwrap();
+    let state = private_tempdir();
     let daemon = daemon_on(state.path());
     let (client, session) = daemon.session().await;
     let mut params = start_params("cat", &["cat"]);
@@ -127,7 +127,7 @@ async fn a_write_retried_across_a_restart_lands_once() {
 
 #[tokio::test]
 async fn a_terminal_session_survives_with_its_scrollback() {
-    let state = tempfile::tempdir().unwrap();
+    let state = private_tempdir();
     let daemon = daemon_on(state.path());
     let (client, session) = daemon.session().await;
     let mut params = start_params("shell", &["bash", "--norc", "--noprofile", "-i"]);
@@ -156,7 +156,7 @@ async fn a_terminal_session_survives_with_its_scrollback() {
 
 #[tokio::test]
 async fn a_process_that_ends_while_no_daemon_runs_is_reported_whole() {
-    let state = tempfile::tempdir().unwrap();
+    let state = private_tempdir();
     let daemon = daemon_on(state.path());
     let (client, session) = daemon.session().await;
     let script = "echo early; sleep 0.3; echo late >&2; exit 3";
@@ -176,7 +176,7 @@ async fn a_process_that_ends_while_no_daemon_runs_is_reported_whole() {
 
 #[tokio::test]
 async fn an_adopted_session_still_expires_and_kills_its_tree() {
-    let state = tempfile::tempdir().unwrap();
+    let state = private_tempdir();
     let daemon = daemon_on(state.path());
     let client = Client::connect(&daemon.url).await;
     let result = client
