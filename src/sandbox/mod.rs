@@ -21,6 +21,7 @@ mod mounts;
 pub mod peers;
 pub mod plan;
 mod policy;
+pub(crate) use policy::hide_from_sandboxes;
 pub(crate) mod pool;
 mod protected;
 mod seccomp;

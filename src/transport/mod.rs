@@ -57,6 +57,9 @@ const AUDIT_FLUSH_LIMIT: std::time::Duration = std::time::Duration::from_secs(5)
 pub async fn serve(listen: ListenUrl, config: Config) -> anyhow::Result<()> {
     // First: a daemon that cannot have the state dir it was told to use must not bind anything.
     let state = crate::state_dir::StateDir::open(&config.state_dir)?;
+    if let Some(state) = &state {
+        crate::sandbox::hide_from_sandboxes(vec![state.path().canonicalize()?]);
+    }
     let audit = match &config.audit_log {
         Some(path) => crate::audit::Audit::open(path, config.audit_required)?,
         None => Default::default(),

@@ -205,3 +205,32 @@ async fn an_adopted_session_still_expires_and_kills_its_tree() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_sandbox_can_neither_read_the_state_dir_nor_reach_a_supervisor() {
+    let state = private_tempdir();
+    let daemon = daemon_on(state.path());
+    let (client, _) = daemon.session().await;
+    let mut params = start_params("secret", &["sh", "-c", "echo the-secret-$((6*7)); exec cat"]);
+    params["pipeStdin"] = json!(true);
+    client.call("process/start", params).await;
+    read_until(&client, "secret", 0, |bytes| bytes == b"the-secret-42\n").await;
+    let processes = state.path().join("processes");
+    let dir = std::fs::read_dir(&processes).unwrap().next().unwrap().unwrap().path();
+    // Everything readable, as the common workspace-write profile has it.
+    let dirs = crate::sandbox_support::Dirs::new();
+    let sandbox = crate::sandbox_support::workspace_write(&dirs.ws, "enabled");
+    let probe = format!(
+        "cat {dir}/out.0; ls {state}; python3 -c 'import socket; \
+         s = socket.socket(socket.AF_UNIX); s.settimeout(2); s.connect(\"{dir}/sock\"); print(\"connected\", s.recv(1))'",
+        dir = dir.display(),
+        state = state.path().display()
+    );
+    let outcome = crate::sandbox_support::sh(&client, "probe", &dirs.ws, &sandbox, &probe).await;
+    assert!(!outcome.output.contains("the-secret-42"), "{outcome:?}");
+    assert!(!outcome.output.contains("connected"), "{outcome:?}");
+    assert_ne!(outcome.code, 0, "{outcome:?}");
+    // The supervisor is untouched: the process still runs and takes input.
+    write(&client, "secret", "w", b"still\n").await;
+    read_until(&client, "secret", 0, |bytes| bytes.ends_with(b"still\n")).await;
+}
