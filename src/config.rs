@@ -47,8 +47,9 @@ pub struct Args {
     #[arg(long, env = "EXEC_SERVER_EXITED_RETENTION", default_value = "30s", value_parser = humantime::parse_duration)]
     pub exited_retention: Duration,
 
-    /// Output bytes retained per process for replay by `process/read`.
-    #[arg(long, env = "EXEC_SERVER_OUTPUT_RETENTION_BYTES", default_value_t = 4 * 1024 * 1024)]
+    /// Output bytes retained per process for replay by `process/read`, in its file in the
+    /// state directory (or a memory file), never in the daemon's heap.
+    #[arg(long, env = "EXEC_SERVER_OUTPUT_RETENTION_BYTES", default_value_t = 64 * 1024 * 1024)]
     pub output_retention_bytes: usize,
 
     /// Output chunks retained per process (each replayed chunk costs a few JSON values).

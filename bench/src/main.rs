@@ -116,16 +116,23 @@ fn daemon_binary(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
 struct Daemon {
     child: std::process::Child,
     url: String,
-    /// Its own state dir: measured as deployed (keeping state), and never the host's default,
+    /// Its own state dir: measured as deployed (keeping state, on tmpfs), and never the host's default,
     /// which a daemon of the host may hold.
     _state_dir: tempfile::TempDir,
 }
 
 impl Daemon {
     fn start(binary: &Path, args: &[&str]) -> anyhow::Result<Self> {
+        // On tmpfs, as the default state dir is (/run, $XDG_RUNTIME_DIR), when there is one.
+        let tmpfs = PathBuf::from("/dev/shm");
+        let parent = if tmpfs.is_dir() {
+            tmpfs
+        } else {
+            std::env::temp_dir()
+        };
         let state_dir = tempfile::Builder::new()
             .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
-            .tempdir()?;
+            .tempdir_in(parent)?;
         let mut child = std::process::Command::new(binary)
             .args(["--listen", "ws://127.0.0.1:0", "--log", "warn"])
             .args(args)

@@ -32,9 +32,9 @@ use spawn::{ChildIo, LaunchSpec};
 use std::collections::HashMap;
 use std::os::fd::{AsFd as _, OwnedFd};
 use std::path::{Path, PathBuf};
-use store::{Entry, Meta, Store};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use store::{Entry, Meta, Store};
 use supervisor::Report;
 use tokio::sync::watch;
 
@@ -473,7 +473,10 @@ impl TableInner {
                 stderr,
             } => {
                 let object = stdin.as_ref().and_then(input_wait::StdinObject::of);
-                let outputs = vec![(OutputStream::Stdout, stdout), (OutputStream::Stderr, stderr)];
+                let outputs = vec![
+                    (OutputStream::Stdout, stdout),
+                    (OutputStream::Stderr, stderr),
+                ];
                 (outputs, stdin, None, object)
             }
             ChildIo::Pty { master, terminal } => (
@@ -498,24 +501,41 @@ impl TableInner {
                         .as_millis() as u64,
                 };
                 let dir = dir.join(uuid::Uuid::new_v4().simple().to_string());
-                let held = Store::create(&dir, outputs.len(), &meta).and_then(|store| {
-                    let listener = std::os::unix::net::UnixListener::bind(dir.join(store::SOCKET))?;
-                    let hold = supervisor::Hold {
-                        dir: dir.clone(),
-                        tty: origin.params.tty,
-                        stdin: stdin.is_some(),
-                        max_tail: self.config.output_retention_bytes as u64,
-                    };
-                    let fds: Vec<_> = std::iter::once(listener.as_fd())
-                        .chain(store.files().iter().map(|file| file.as_fd()))
-                        .chain(outputs.iter().map(|(_, fd)| fd.as_fd()))
-                        .chain(stdin.iter().filter(|_| master.is_none()).map(|fd| fd.as_fd()))
-                        .collect();
-                    orders.hold(&hold, &fds)?;
-                    Ok(store)
-                });
-                match held {
-                    Ok(store) => store,
+                match Store::create(&dir, outputs.len(), &meta) {
+                    Ok(store) => {
+                        let hold = supervisor::Hold {
+                            dir: dir.clone(),
+                            tty: origin.params.tty,
+                            stdin: stdin.is_some(),
+                            max_tail: self.config.output_retention_bytes as u64,
+                        };
+                        let held = std::os::unix::net::UnixListener::bind(dir.join(store::SOCKET))
+                            .and_then(|listener| {
+                                let fds: Vec<_> = std::iter::once(listener.as_fd())
+                                    .chain(store.files().iter().map(|file| file.as_fd()))
+                                    .chain(outputs.iter().map(|(_, fd)| fd.as_fd()))
+                                    .chain(
+                                        stdin
+                                            .iter()
+                                            .filter(|_| master.is_none())
+                                            .map(|fd| fd.as_fd()),
+                                    )
+                                    .collect();
+                                orders.hold(&hold, &fds)
+                            });
+                        match held {
+                            Ok(()) => {}
+                            // A tree gone already (a sandbox helper exits with it) needs no
+                            // holding: its output is all in the pipes.
+                            Err(err) if err.raw_os_error() == Some(libc::EPIPE) => {}
+                            Err(err) => tracing::warn!(
+                                process = %origin.params.process_id,
+                                "the process will not survive a restart of the daemon: its \
+                                 supervisor cannot hold its stdio: {err}"
+                            ),
+                        }
+                        store
+                    }
                     Err(err) => {
                         tracing::warn!(
                             process = %origin.params.process_id,
@@ -1072,7 +1092,11 @@ impl ManagedProcess {
 
     pub fn read(&self, after_seq: u64, max_bytes: Option<usize>) -> ReadSnapshot {
         let load = |stream, span| self.store.load(stream, span);
-        self.state.lock().unwrap().log.read(after_seq, max_bytes, &load)
+        self.state
+            .lock()
+            .unwrap()
+            .log
+            .read(after_seq, max_bytes, &load)
     }
 
     /// Every event so far was handed to a connection.

@@ -419,4 +419,48 @@ mod tests {
         assert_eq!(snapshot.next_seq, 2);
         assert_eq!(log.read(0, Some(10), &load).chunks.len(), 2);
     }
+
+    #[test]
+    fn a_log_restored_from_its_records_reads_as_the_original() {
+        let mut original = OutputLog::new(20, 100);
+        let mut records = vec![
+            original.push(OutputStream::Stdout, data(8)),
+            original.push(OutputStream::Stderr, data(8)),
+            original.push(OutputStream::Stdout, data(8)),
+        ];
+        let mut evicted = Vec::new();
+        original.evict(false, &mut evicted);
+        records.push(Record::Evicted {
+            through: evicted.last().unwrap().seq,
+        });
+        records.extend(original.record_exit(Exit {
+            code: 3,
+            ..Exit::default()
+        }));
+        records.extend(original.record_closed());
+        let mut restored = OutputLog::new(20, 100);
+        restored.restore(records);
+        let (a, b) = (original.read(0, None, &load), restored.read(0, None, &load));
+        let seqs = |s: &ReadSnapshot| s.chunks.iter().map(|c| c.seq).collect::<Vec<_>>();
+        assert_eq!(seqs(&a), seqs(&b));
+        assert_eq!(seqs(&b), [2, 3]);
+        assert_eq!(
+            (
+                a.next_seq,
+                a.first_retained_seq,
+                a.truncated,
+                a.exit_code,
+                a.closed
+            ),
+            (
+                b.next_seq,
+                b.first_retained_seq,
+                b.truncated,
+                b.exit_code,
+                b.closed
+            )
+        );
+        // Everything restored counts as delivered: a successor pushes only what comes next.
+        assert!(restored.undelivered(10, &load).is_empty());
+    }
 }

@@ -371,8 +371,17 @@ pub fn receive(control: &UnixStream) -> Result<(Vec<OwnedFd>, ChildSetup, Vec<u8
         let mut start = 0;
         while let Some(&byte) = first[..received].get(start).filter(|&&b| b != LAUNCH) {
             start += match byte {
-                KILL => 1,
+                KILL | CLOSE_STDIN => 1,
                 SIGNAL | SIGNAL_TREE => 2,
+                // The previous tree's stdio, come after it ended: its descriptors were the
+                // only ones with it (a launch's come in a message of their own).
+                HOLD if start == 0 => {
+                    fds.clear();
+                    let len = first
+                        .get(1..5)
+                        .map(|len| u32::from_le_bytes(len.try_into().expect("4 bytes")));
+                    5 + len.ok_or_else(|| Stage::Policy.fail("a cut order"))? as usize
+                }
                 _ => return Err(Stage::Policy.fail("not a launch")),
             };
         }
@@ -878,7 +887,10 @@ impl Supervisor {
             usage: self.usage.report(),
         };
         self.exit_reported = false;
-        let reports: Vec<Report> = [Some(gone), self.exit_report()].into_iter().flatten().collect();
+        let reports: Vec<Report> = [Some(gone), self.exit_report()]
+            .into_iter()
+            .flatten()
+            .collect();
         let held = self.held.as_ref().expect("recorded only when holding");
         let path = held.hold.dir.join(super::store::EXIT);
         let partial = path.with_extension("partial");
@@ -1033,8 +1045,8 @@ fn move_output(held: &mut Held, index: usize) {
 /// sandboxed process runs as the same user, and must never take over a tree).
 fn accept_successor(listener: &std::os::unix::net::UnixListener) -> Option<UnixStream> {
     let (socket, _) = listener.accept().ok()?;
-    let peer = nix::sys::socket::getsockopt(&socket, nix::sys::socket::sockopt::PeerCredentials)
-        .ok()?;
+    let peer =
+        nix::sys::socket::getsockopt(&socket, nix::sys::socket::sockopt::PeerCredentials).ok()?;
     // SAFETY: plain syscall.
     let own = unsafe { libc::geteuid() };
     if peer.uid() != own || crate::sandbox::peers::runs_in_sandbox(peer.pid()) {
