@@ -133,7 +133,6 @@ impl Http {
         };
         let app = self.app.clone();
         let connections = self.connections.clone();
-        let restart = connections.restart.clone();
         let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
             request.extensions_mut().insert(who.clone());
             request.extensions_mut().insert(connections.clone());
@@ -145,19 +144,10 @@ impl Http {
             let connection = async {
                 match stream.await {
                     Ok(stream) => {
-                        let serving = hyper::server::conn::http1::Builder::new()
+                        let _ = hyper::server::conn::http1::Builder::new()
                             .serve_connection(TokioIo::new(stream), service)
-                            .with_upgrades();
-                        let mut serving = std::pin::pin!(serving);
-                        tokio::select! {
-                            _ = serving.as_mut() => {}
-                            () = restart.cancelled() => {
-                                // The request under way (or the first, not read yet) is
-                                // served; an idle keep-alive connection closes now.
-                                serving.as_mut().graceful_shutdown();
-                                let _ = serving.await;
-                            }
-                        }
+                            .with_upgrades()
+                            .await;
                     }
                     Err(err) => tracing::debug!(%peer, "TLS handshake failed: {err}"),
                 }
@@ -365,16 +355,18 @@ async fn run(
                         None => break,
                     },
                     _ = ping.tick() => Message::Ping(Default::default()),
-                    () = writer_restart.cancelled() => {
-                        writer_close_code.store(SERVICE_RESTART, Ordering::Relaxed);
-                        break;
-                    }
+                    () = writer_restart.cancelled() => break,
                 };
                 if sink.send(message).await.is_err() {
                     return;
                 }
             }
-            let frame = match writer_close_code.load(Ordering::Relaxed) {
+            // A hand-over also ends the reading side, hence the queue, maybe first.
+            let code = match writer_close_code.load(Ordering::Relaxed) {
+                0 if writer_restart.is_cancelled() => SERVICE_RESTART,
+                code => code,
+            };
+            let frame = match code {
                 0 => None,
                 code => Some(CloseFrame {
                     code,

@@ -43,3 +43,4 @@ mod stuck_requests;
 mod tls;
 mod transport;
 mod unix_socket;
+mod upgrade;
