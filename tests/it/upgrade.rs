@@ -23,6 +23,8 @@ struct Upgradable {
     child: Child,
     stdout: BufReader<ChildStdout>,
     url: String,
+    /// For wss://, the CA that signed its certificate.
+    ca: Option<PathBuf>,
     binary: PathBuf,
     /// Every successor so far: none is this test's child, so each is killed by hand.
     successors: Vec<i32>,
@@ -30,13 +32,20 @@ struct Upgradable {
 }
 
 impl Upgradable {
-    fn start(listen: impl FnOnce(&Path) -> String) -> Self {
+    /// A daemon on ws://127.0.0.1:0.
+    fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
+        Self::start_in(dir, &["--listen", "ws://127.0.0.1:0"], &[])
+    }
+
+    /// A daemon run from `dir` with `args`.
+    fn start_in(dir: tempfile::TempDir, args: &[&str], env: &[(&str, &str)]) -> Self {
         let binary = dir.path().join("exec-server");
         std::fs::copy(BIN, &binary).unwrap();
         let mut command = Command::new(&binary);
         command
-            .args(["--listen", &listen(dir.path())])
+            .args(args)
+            .envs(env.iter().copied())
             .env_remove("EXEC_SERVER_CONNECTION_TOKEN")
             .env_remove("CODEX_EXEC_SERVER_CONNECTION_TOKEN")
             .env("EXEC_SERVER_LOG", "warn")
@@ -57,6 +66,7 @@ impl Upgradable {
             child,
             stdout,
             url,
+            ca: None,
             binary,
             successors: Vec::new(),
             dir,
@@ -85,8 +95,12 @@ impl Upgradable {
 
     /// Upgrades the daemon of `pid` (with --url) and returns its successor's pid.
     async fn upgraded(&mut self, pid: i32) -> i32 {
-        let url = self.url.clone();
-        let (code, stdout, stderr) = self.upgrade(pid, &["--url", &url]).await;
+        let mut args = vec!["--url".to_owned(), self.url.clone()];
+        if let Some(ca) = &self.ca {
+            args.extend(["--ca-file".to_owned(), ca.display().to_string()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, stdout, stderr) = self.upgrade(pid, &args).await;
         assert_eq!(code, 0, "{stderr}");
         let successor: i32 = stdout.trim().parse().unwrap();
         self.successors.push(successor);
@@ -147,9 +161,9 @@ enum Attempt {
 type WebSocket = tokio_tungstenite::WebSocketStream<Box<dyn exec_server_client::Io>>;
 
 /// Connects (TCP or Unix), upgrades to a WebSocket and initializes.
-async fn attempt(url: &str) -> Attempt {
+async fn attempt(url: &str, ca: Option<&Path>) -> Attempt {
     let run = async {
-        let mut ws = connect(url).await?;
+        let mut ws = connect(url, ca).await?;
         let initialize = json!({"id": 1, "method": "initialize", "params": {"clientName": "e2e"}});
         ws.send(Message::text(initialize.to_string()))
             .await
@@ -176,8 +190,8 @@ async fn attempt(url: &str) -> Attempt {
     }
 }
 
-async fn connect(url: &str) -> Result<WebSocket, String> {
-    let (stream, uri) = exec_server_client::open_stream(url, None)
+async fn connect(url: &str, ca: Option<&Path>) -> Result<WebSocket, String> {
+    let (stream, uri) = exec_server_client::open_stream(url, ca)
         .await
         .map_err(|err| format!("connect: {err}"))?;
     let (ws, _) = tokio_tungstenite::client_async(uri, stream)
@@ -199,8 +213,8 @@ async fn next_message(
 }
 
 /// A connection that stays open across the upgrade, initialized.
-async fn idle_connection(url: &str) -> WebSocket {
-    let mut ws = connect(url).await.unwrap();
+async fn idle_connection(daemon: &Upgradable) -> WebSocket {
+    let mut ws = connect(&daemon.url, daemon.ca.as_deref()).await.unwrap();
     let initialize = json!({"id": 1, "method": "initialize", "params": {"clientName": "e2e"}});
     ws.send(Message::text(initialize.to_string()))
         .await
@@ -232,16 +246,16 @@ struct Load {
 const CLIENTS: usize = 4;
 
 impl Load {
-    fn start(url: &str) -> Self {
+    fn start(daemon: &Upgradable) -> Self {
         let attempts: Arc<Mutex<Vec<Attempt>>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
         let tasks = (0..CLIENTS)
             .map(|_| {
-                let (url, attempts, stop) =
-                    (url.to_owned(), Arc::clone(&attempts), Arc::clone(&stop));
+                let (url, ca) = (daemon.url.clone(), daemon.ca.clone());
+                let (attempts, stop) = (Arc::clone(&attempts), Arc::clone(&stop));
                 tokio::spawn(async move {
                     while !stop.load(Ordering::Relaxed) {
-                        let outcome = attempt(&url).await;
+                        let outcome = attempt(&url, ca.as_deref()).await;
                         attempts.lock().unwrap().push(outcome);
                         tokio::time::sleep(Duration::from_millis(1)).await;
                     }
@@ -290,18 +304,17 @@ impl Load {
 
 /// Upgrades a daemon on `listen` twice (the successor is upgradable too) under a tight loop of
 /// connection attempts: none fails.
-async fn upgrade_under_load(listen: impl FnOnce(&Path) -> String) -> Upgradable {
-    let mut daemon = Upgradable::start(listen);
-    let load = Load::start(&daemon.url);
+async fn upgrade_under_load(mut daemon: Upgradable) -> Upgradable {
+    let load = Load::start(&daemon);
     load.serves(20).await;
     let first = daemon.child.id() as i32;
-    let connected = idle_connection(&daemon.url).await;
+    let connected = idle_connection(&daemon).await;
     daemon.replace_binary(Path::new(BIN));
     let second = daemon.upgraded(first).await;
     assert!(daemon.first_exit().success(), "the old daemon exits with 0");
     assert_restarted(connected).await;
     load.serves(20).await;
-    let connected = idle_connection(&daemon.url).await;
+    let connected = idle_connection(&daemon).await;
     daemon.replace_binary(Path::new(BIN));
     daemon.upgraded(second).await;
     assert_restarted(connected).await;
@@ -319,19 +332,19 @@ async fn upgrade_under_load(listen: impl FnOnce(&Path) -> String) -> Upgradable 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_upgrade_over_tcp_refuses_no_connection_attempt() {
-    upgrade_under_load(|_| "ws://127.0.0.1:0".into()).await;
+    upgrade_under_load(Upgradable::start()).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_upgrade_over_a_unix_socket_keeps_its_file_and_refuses_no_attempt() {
-    let socket = Arc::new(Mutex::new(PathBuf::new()));
-    let daemon = upgrade_under_load(|dir| {
-        let path = dir.join("exec.sock");
-        *socket.lock().unwrap() = path.clone();
-        format!("unix://{}", path.display())
-    })
-    .await;
-    let socket = socket.lock().unwrap().clone();
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("exec.sock");
+    let listen = format!("unix://{}", socket.display());
+    let daemon = Upgradable::start_in(dir, &["--listen", &listen], &[]);
+    let identity = |path: &Path| std::fs::symlink_metadata(path).unwrap().ino();
+    let before = identity(&socket);
+    let daemon = upgrade_under_load(daemon).await;
+    assert_eq!(identity(&socket), before, "the same socket file throughout");
     assert_eq!(daemon.url, format!("unix://{}", socket.display()));
     let found = std::fs::symlink_metadata(&socket).unwrap();
     assert!(found.file_type().is_socket(), "the socket file stays");
@@ -339,8 +352,8 @@ async fn an_upgrade_over_a_unix_socket_keeps_its_file_and_refuses_no_attempt() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_successor_that_cannot_start_leaves_the_daemon_serving() {
-    let mut daemon = Upgradable::start(|_| "ws://127.0.0.1:0".into());
-    let load = Load::start(&daemon.url);
+    let mut daemon = Upgradable::start();
+    let load = Load::start(&daemon);
     load.serves(20).await;
     let pid = daemon.child.id() as i32;
     let broken = daemon.dir.path().join("broken");
@@ -362,7 +375,7 @@ async fn a_successor_that_cannot_start_leaves_the_daemon_serving() {
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs adoption (lead)"]
 async fn a_session_resumes_on_the_successor_with_its_process_and_output() {
-    let mut daemon = Upgradable::start(|_| "ws://127.0.0.1:0".into());
+    let mut daemon = Upgradable::start();
     let client = Client::connect(&daemon.url).await;
     let params = json!({"clientName": "e2e", "onDisconnect": "keep"});
     let session = client.call("initialize", params).await["sessionId"]
@@ -434,4 +447,62 @@ impl Counting {
         }
         self.after = read["nextSeq"].as_u64().unwrap() - 1;
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn over_wss_a_successor_whose_configuration_fails_leaves_the_daemon_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = crate::tls::issue(dir.path(), "upgrade");
+    let (cert, key) = (pki.join("cert.pem"), pki.join("key.pem"));
+    let (cert_arg, key_arg) = (cert.display().to_string(), key.display().to_string());
+    let args = [
+        "--listen",
+        "wss://127.0.0.1:0",
+        "--tls-cert",
+        &cert_arg,
+        "--tls-key",
+        &key_arg,
+    ];
+    let mut daemon = Upgradable::start_in(dir, &args, &[]);
+    daemon.ca = Some(pki.join("ca.pem"));
+    let load = Load::start(&daemon);
+    load.serves(20).await;
+    let pid = daemon.child.id() as i32;
+    // The successor reads the key itself, and finds none: it must not take over.
+    let away = key.with_extension("away");
+    std::fs::rename(&key, &away).unwrap();
+    daemon.replace_binary(Path::new(BIN));
+    let (code, _, stderr) = daemon.upgrade(pid, &["--timeout", "3s"]).await;
+    assert_eq!(code, 1, "{stderr}");
+    assert!(common::pid_alive(pid));
+    load.serves(20).await;
+    std::fs::rename(&away, &key).unwrap();
+    daemon.upgraded(pid).await;
+    load.serves(20).await;
+    load.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn systemd_hears_ready_and_follows_the_new_main_pid() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notify");
+    let notify = tokio::net::UnixDatagram::bind(&path).unwrap();
+    let path = path.display().to_string();
+    let args = ["--listen", "ws://127.0.0.1:0"];
+    let mut daemon = Upgradable::start_in(dir, &args, &[("NOTIFY_SOCKET", &path)]);
+    let next = || async {
+        let mut buffer = [0; 256];
+        let read = tokio::time::timeout(TIMEOUT, notify.recv(&mut buffer))
+            .await
+            .expect("a notification in time")
+            .unwrap();
+        String::from_utf8(buffer[..read].to_vec()).unwrap()
+    };
+    assert_eq!(next().await, "READY=1\n");
+    let first = daemon.child.id() as i32;
+    let second = daemon.upgraded(first).await;
+    // The predecessor names its successor (NotifyAccess=main accepts that from it), which then
+    // says it is ready.
+    assert_eq!(next().await, format!("MAINPID={second}\n"));
+    assert_eq!(next().await, format!("MAINPID={second}\nREADY=1\n"));
 }
