@@ -285,17 +285,20 @@ pub(super) struct Successor {
     pid: i32,
 }
 
-/// Resolves with a ready successor once SIGUSR2 asked for one and one started; a successor that
-/// fails is logged and the daemon goes on serving. `listener` is None on stdio, which cannot be
-/// handed over.
+/// SIGUSR2, which asks for an upgrade: listened for before the banner, so that no request
+/// meets the default action (the end of the daemon).
+pub(super) fn requests() -> std::io::Result<tokio::signal::unix::Signal> {
+    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined2())
+}
+
+/// Resolves with a ready successor once one of `requests` asked for one and one started; a
+/// successor that fails is logged and the daemon goes on serving. `listener` is None on stdio,
+/// which cannot be handed over.
 pub(super) async fn successor_on_signal(
     handover: &Handover,
+    mut requests: tokio::signal::unix::Signal,
     listener: Option<BorrowedFd<'_>>,
 ) -> Successor {
-    use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut requests) = signal(SignalKind::user_defined2()) else {
-        return std::future::pending().await;
-    };
     loop {
         requests.recv().await;
         let Some(listener) = listener else {

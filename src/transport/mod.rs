@@ -109,6 +109,7 @@ pub async fn serve(
     mut handover: Handover,
 ) -> anyhow::Result<()> {
     let inherited = handover.take_inherited()?;
+    let upgrade_requests = handover::requests()?;
     // Everything that can fail on a bad configuration comes before a successor says it is
     // ready, so that a failed upgrade leaves the predecessor serving.
     let audit = match &config.audit_log {
@@ -174,7 +175,11 @@ pub async fn serve(
             tracing::info!("received {signal}; shutting down");
             Ok(())
         }
-        successor = handover::successor_on_signal(&handover, listener.as_ref().map(Listener::fd)) => {
+        successor = handover::successor_on_signal(
+            &handover,
+            upgrade_requests,
+            listener.as_ref().map(Listener::fd),
+        ) => {
             handover::hand_over_and_exit(successor, &connections, &registry).await
         }
     };

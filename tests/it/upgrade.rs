@@ -332,7 +332,16 @@ async fn upgrade_under_load(mut daemon: Upgradable) -> Upgradable {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_upgrade_over_tcp_refuses_no_connection_attempt() {
-    upgrade_under_load(Upgradable::start()).await;
+    // The metrics port is the successor's once the predecessor let it go.
+    let metrics = format!("127.0.0.1:{}", crate::metrics::free_port());
+    let args = ["--listen", "ws://127.0.0.1:0", "--metrics-listen", &metrics];
+    let dir = tempfile::tempdir().unwrap();
+    let _daemon = upgrade_under_load(Upgradable::start_in(dir, &args, &[])).await;
+    let (status, _) =
+        tokio::task::spawn_blocking(move || crate::metrics::http_get(&metrics, "/metrics", None))
+            .await
+            .unwrap();
+    assert_eq!(status, 200);
 }
 
 #[tokio::test(flavor = "multi_thread")]
