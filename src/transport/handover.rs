@@ -166,13 +166,19 @@ fn inherited() -> Result<Option<Inherited>, HandoverError> {
     let listener = own_fd(LISTEN_FD_VAR, number(LISTEN_FD_VAR, listen)?)?;
     let ready = own_fd(READY_FD_VAR, number(READY_FD_VAR, ready)?)?;
     let from = number(FROM_VAR, from)?;
-    // Opened before the check, so that the pidfd is the parent's: a parent that exited since
-    // would have made this process an orphan, with another parent pid.
+    let parent_is_from = || {
+        let parent = nix::unistd::getppid().as_raw();
+        if parent == from {
+            Ok(())
+        } else {
+            Err(HandoverError::NotFromParent { from, parent })
+        }
+    };
+    parent_is_from()?;
     let pidfd = crate::pidfd::open_owned(from)?;
-    let parent = nix::unistd::getppid().as_raw();
-    if parent != from {
-        return Err(HandoverError::NotFromParent { from, parent });
-    }
+    // Still the parent, so the pidfd is its: one that exited meanwhile would have made this
+    // process an orphan, with another parent pid.
+    parent_is_from()?;
     Ok(Some(Inherited {
         listener,
         predecessor: Predecessor {
@@ -433,5 +439,48 @@ pub(super) fn notify_serving(took_over: bool) {
 fn notify(states: &[sd_notify::NotifyState]) {
     if let Err(err) = sd_notify::notify(states) {
         tracing::warn!("cannot notify the service manager: {err}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listen(addr: &str) -> SocketAddr {
+        addr.parse().unwrap()
+    }
+
+    #[tokio::test]
+    async fn only_the_listener_of_listen_is_taken_over() {
+        let tcp = || OwnedFd::from(std::net::TcpListener::bind("127.0.0.1:0").unwrap());
+        assert!(tcp_listener(tcp(), listen("127.0.0.1:0")).is_ok());
+        let bound = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = bound.local_addr().unwrap().port();
+        let exact = listen(&format!("127.0.0.1:{port}"));
+        assert!(tcp_listener(OwnedFd::from(bound), exact).is_ok());
+        let other_ip = tcp_listener(tcp(), listen("0.0.0.0:0")).unwrap_err();
+        assert!(
+            other_ip.to_string().contains("it is bound to 127.0.0.1:"),
+            "{other_ip}"
+        );
+        assert!(tcp_listener(tcp(), exact).is_err(), "another port");
+        let udp = OwnedFd::from(std::net::UdpSocket::bind("127.0.0.1:0").unwrap());
+        let not_listening = tcp_listener(udp, listen("127.0.0.1:0")).unwrap_err();
+        assert!(not_listening.to_string().ends_with("it does not listen"));
+        let file = OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
+        let not_a_socket = tcp_listener(file, listen("127.0.0.1:0")).unwrap_err();
+        assert!(not_a_socket.to_string().contains("not a socket"));
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("exec.sock");
+        let unix = || OwnedFd::from(std::os::unix::net::UnixListener::bind(&path).unwrap());
+        let socket = unix();
+        assert!(tcp_listener(socket.try_clone().unwrap(), listen("127.0.0.1:0")).is_err());
+        assert!(unix_listener(socket.try_clone().unwrap(), &path).is_ok());
+        let elsewhere = unix_listener(socket, &dir.path().join("other.sock")).unwrap_err();
+        assert!(
+            elsewhere.to_string().contains("it is bound to"),
+            "{elsewhere}"
+        );
     }
 }

@@ -515,3 +515,34 @@ async fn systemd_hears_ready_and_follows_the_new_main_pid() {
     assert_eq!(next().await, format!("MAINPID={second}\n"));
     assert_eq!(next().await, format!("MAINPID={second}\nREADY=1\n"));
 }
+
+#[test]
+fn a_daemon_on_stdio_is_not_upgraded_and_survives_sigusr2() {
+    use std::io::Write as _;
+    let mut child = Command::new(BIN)
+        .args(["--listen", "stdio"])
+        .env("EXEC_SERVER_LOG", "error")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut ask = |id: u32| {
+        let request = json!({"id": id, "method": "initialize", "params": {"clientName": "e2e"}});
+        writeln!(stdin, "{request}").unwrap();
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        serde_json::from_str::<Value>(&line).unwrap()
+    };
+    assert!(ask(1)["result"]["sessionId"].is_string(), "serving");
+    let pid = child.id().to_string();
+    let (code, _, stderr) = common::exec_server(&["upgrade", "--pid", &pid]);
+    assert_eq!(code, 255, "{stderr}");
+    assert!(stderr.contains("listens on no socket"), "{stderr}");
+    // SIGUSR2's default action would end it.
+    unsafe { libc::kill(child.id() as i32, libc::SIGUSR2) };
+    assert_eq!(ask(2)["id"], 2, "still serving");
+    let _ = child.kill();
+    let _ = child.wait();
+}
