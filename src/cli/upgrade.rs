@@ -34,6 +34,15 @@ pub async fn run(args: UpgradeArgs) -> anyhow::Result<u8> {
     let pid = args.pid;
     let deadline = Instant::now() + args.timeout;
     let daemon = Pidfd::open(pid).with_context(|| format!("no process {pid} to upgrade"))?;
+    // SIGUSR2 ends most other programs (and upgrades nginx): make sure of the target first.
+    let name = |pid: &str| std::fs::read_to_string(format!("/proc/{pid}/comm")).ok();
+    let (theirs, ours) = (name(&pid.to_string()), name("self"));
+    anyhow::ensure!(
+        theirs.is_some() && theirs == ours,
+        "pid {pid} is {}, not {}",
+        theirs.as_deref().unwrap_or("unknown").trim(),
+        ours.as_deref().unwrap_or("exec-server").trim()
+    );
     let listener = listening_sockets(pid)?;
     anyhow::ensure!(
         !listener.is_empty(),

@@ -133,7 +133,9 @@ pub async fn serve(
     if let Some(predecessor) = predecessor {
         predecessor.take_over().await?;
     }
-    // From here on this is the only daemon: the state that only one may own is opened below.
+    // From here on this is the only daemon (a successor's predecessor has exited): what only
+    // one daemon may own (the state directory, the processes to adopt) is opened from here on,
+    // never above.
     // Bound before the banner, so a harness that read it can scrape at once (a successor's
     // only now: its predecessor held the port).
     let metrics = match config.metrics_listen {

@@ -546,3 +546,15 @@ fn a_daemon_on_stdio_is_not_upgraded_and_survives_sigusr2() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+#[test]
+fn only_an_exec_server_is_sent_the_upgrade_signal() {
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    let pid = sleeper.id().to_string();
+    let (code, _, stderr) = common::exec_server(&["upgrade", "--pid", &pid]);
+    assert_eq!(code, 255, "{stderr}");
+    assert!(stderr.contains("is sleep, not exec-server"), "{stderr}");
+    assert!(sleeper.try_wait().unwrap().is_none(), "not signalled");
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+}
