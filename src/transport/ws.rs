@@ -33,6 +33,9 @@ const MESSAGE_TOO_BIG: u16 = 1009;
 /// Sent to every client when the daemon hands over to its successor: reconnect and resume.
 const SERVICE_RESTART: u16 = 1012;
 
+/// How long a connection closed for a hand-over waits for the peer's Close.
+const CLOSE_DRAIN: Duration = Duration::from_secs(1);
+
 /// Initial WebSocket read buffer per connection.
 const READ_BUFFER_BYTES: usize = 8 * 1024;
 
@@ -328,7 +331,7 @@ async fn run(
     restart: CancellationToken,
 ) {
     let peer = who.peer.clone();
-    let (mut sink, stream) = socket.split();
+    let (mut sink, mut stream) = socket.split();
     let (outbound, mut queue) = Outbound::new(true, registry.config.outbound_buffer_bytes);
     let ping_interval = registry.config.ping_interval;
     // Set by the reading side when the peer broke the protocol; sent in our Close frame.
@@ -386,10 +389,11 @@ async fn run(
         }
     });
     let frames = stream
+        .by_ref()
         .inspect(move |_| *heard.lock().unwrap() = Instant::now())
         .take_until(writer_gone.cancelled_owned())
         // No request is read once the daemon hands over (a session made now would be lost).
-        .take_until(restart.cancelled_owned())
+        .take_until(restart.cancelled())
         .take_while(move |message| {
             if let Err(err) = message {
                 // tungstenite reports an over-long message as a capacity error.
@@ -415,6 +419,12 @@ async fn run(
     let context = format!("websocket JSON-RPC message from exec-server websocket {peer}");
     server::serve(frames, outbound, registry, who, context, AtEnd::Abort).await;
     let _ = writer.await;
+    if restart.is_cancelled() {
+        // The close handshake's end: what the peer sent meanwhile is read (and dropped) up to
+        // its Close, so that it finds ours instead of a reset or a broken pipe.
+        let drained = async { while let Some(Ok(_)) = stream.next().await {} };
+        let _ = tokio::time::timeout(CLOSE_DRAIN, drained).await;
+    }
 }
 
 /// Resolves once nothing was heard from the peer for `limit`.

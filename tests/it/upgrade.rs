@@ -308,16 +308,18 @@ async fn upgrade_under_load(mut daemon: Upgradable) -> Upgradable {
     let load = Load::start(&daemon);
     load.serves(20).await;
     let first = daemon.child.id() as i32;
-    let connected = idle_connection(&daemon).await;
+    // Read meanwhile, as a client does: it answers the Close.
+    let connected = tokio::spawn(assert_restarted(idle_connection(&daemon).await));
     daemon.replace_binary(Path::new(BIN));
     let second = daemon.upgraded(first).await;
     assert!(daemon.first_exit().success(), "the old daemon exits with 0");
-    assert_restarted(connected).await;
+    connected.await.unwrap();
     load.serves(20).await;
-    let connected = idle_connection(&daemon).await;
+    // Read meanwhile, as a client does: it answers the Close.
+    let connected = tokio::spawn(assert_restarted(idle_connection(&daemon).await));
     daemon.replace_binary(Path::new(BIN));
     daemon.upgraded(second).await;
-    assert_restarted(connected).await;
+    connected.await.unwrap();
     load.serves(20).await;
     let attempts = load.stop().await;
     // An attempt accepted by a daemon handing over is closed with 1012: one per client and
@@ -557,4 +559,68 @@ fn only_an_exec_server_is_sent_the_upgrade_signal() {
     assert!(sleeper.try_wait().unwrap().is_none(), "not signalled");
     let _ = sleeper.kill();
     let _ = sleeper.wait();
+}
+
+/// deploy/exec-server-keeper, a container's main process: SIGUSR2 upgrades the daemon, SIGTERM
+/// reaches the daemon of the moment (no longer the keeper's child), and the keeper then ends.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_container_keeper_upgrades_on_sigusr2_and_stops_the_successor() {
+    let dir = tempfile::tempdir().unwrap();
+    let binary = dir.path().join("exec-server");
+    std::fs::copy(BIN, &binary).unwrap();
+    let keeper = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/exec-server-keeper");
+    let mut child = Command::new("sh")
+        .arg(keeper)
+        .arg(&binary)
+        .args(["--listen", "ws://127.0.0.1:0"])
+        .env("EXEC_SERVER_LOG", "error")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let keeper_pid = child.id() as i32;
+    let url = banner(&mut BufReader::new(child.stdout.take().unwrap()));
+    let daemons_of_keeper = || {
+        common::children_of(keeper_pid)
+            .iter()
+            .filter(|stat| stat.contains("(exec-server)"))
+            .count()
+    };
+    assert_eq!(daemons_of_keeper(), 1, "the daemon is the keeper's child");
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let staged = binary.with_extension("new");
+    std::fs::copy(BIN, &staged).unwrap();
+    std::fs::rename(&staged, &binary).unwrap();
+    unsafe { libc::kill(keeper_pid, libc::SIGUSR2) };
+    let successor: i32 = tokio::task::spawn_blocking(move || {
+        let said = stderr
+            .lines()
+            .map(Result::unwrap)
+            .find(|line| line.contains("handed over to pid"))
+            .expect("the upgrade's report");
+        said.rsplit(' ').next().unwrap().parse().unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(common::pid_alive(successor));
+    common::eventually("the first daemon reaped", || daemons_of_keeper() == 0).await;
+    assert_eq!(common::exec_server(&["ready", "--url", &url]).0, 0);
+    unsafe { libc::kill(keeper_pid, libc::SIGTERM) };
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            unsafe { libc::kill(successor, libc::SIGKILL) };
+            let _ = child.kill();
+            panic!("the keeper did not end after SIGTERM");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(status.success());
+    assert!(
+        !common::pid_alive(successor),
+        "SIGTERM reached the successor"
+    );
 }
