@@ -38,6 +38,13 @@ pub const KILL: u8 = b'K';
 pub const SIGNAL: u8 = b'S';
 /// Order: send the next byte's signal to every process of the tree.
 pub const SIGNAL_TREE: u8 = b'T';
+/// Order: hold the daemon's ends of the program's stdio, so that they outlive the daemon: the
+/// descriptors travel with it (see `crate::process::supervisor::Hold`), then one frame.
+pub const HOLD: u8 = b'h';
+/// Order: close the held stdin (the daemon closed its own), so that the program reads EOF.
+pub const CLOSE_STDIN: u8 = b'c';
+/// Orphaned supervisor → successor daemon: the held stdio travels with it, then reports.
+pub const ADOPTED: u8 = b'a';
 /// Managed-network helper → daemon: its listeners travel with it (a failure report starts
 /// with `{` instead).
 pub const LISTENERS: u8 = b'L';

@@ -149,6 +149,15 @@ pub struct Args {
     #[arg(long, env = "EXEC_SERVER_AUDIT_REQUIRED", requires = "audit_log")]
     pub audit_required: bool,
 
+    /// Where the daemon keeps what it needs to find its processes again after a restart:
+    /// an absolute path, created mode 0700, the daemon user's own and closed to group and others,
+    /// one daemon at a time; an explicit one that cannot be used stops the daemon. `none` keeps
+    /// no state (throwaway daemons). Default: /run/exec-server for root,
+    /// $XDG_RUNTIME_DIR/exec-server for others (none without XDG_RUNTIME_DIR); when it cannot be
+    /// used (e.g. another daemon holds it) state is not kept, with a warning.
+    #[arg(long, env = "EXEC_SERVER_STATE_DIR", value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+
     /// Log format on stderr.
     #[arg(
         long,
@@ -211,6 +220,7 @@ pub struct Config {
     pub metrics_listen: Option<std::net::SocketAddr>,
     pub audit_log: Option<PathBuf>,
     pub audit_required: bool,
+    pub(crate) state_dir: crate::state_dir::StateDirSetting,
 }
 
 impl Args {
@@ -282,6 +292,11 @@ impl Args {
             metrics_listen: self.metrics_listen,
             audit_log: self.audit_log.clone(),
             audit_required: self.audit_required,
+            state_dir: crate::state_dir::StateDirSetting::resolve(
+                self.state_dir.as_deref(),
+                nix::unistd::geteuid().as_raw(),
+                std::env::var_os("XDG_RUNTIME_DIR").as_deref(),
+            )?,
         })
     }
 }

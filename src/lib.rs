@@ -22,6 +22,7 @@ pub mod rpc;
 mod sandbox;
 mod server;
 mod session;
+mod state_dir;
 mod transport;
 
 // What the binary needs; `rpc` is public for the fuzz targets.

@@ -116,13 +116,21 @@ fn daemon_binary(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
 struct Daemon {
     child: std::process::Child,
     url: String,
+    /// Its own state dir: measured as deployed (keeping state), and never the host's default,
+    /// which a daemon of the host may hold.
+    _state_dir: tempfile::TempDir,
 }
 
 impl Daemon {
     fn start(binary: &Path, args: &[&str]) -> anyhow::Result<Self> {
+        let state_dir = tempfile::Builder::new()
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .tempdir()?;
         let mut child = std::process::Command::new(binary)
             .args(["--listen", "ws://127.0.0.1:0", "--log", "warn"])
             .args(args)
+            // Not the flag: a `--daemon` older than it ignores the variable.
+            .env("EXEC_SERVER_STATE_DIR", state_dir.path())
             .env_remove("EXEC_SERVER_CONNECTION_TOKEN")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -132,6 +140,7 @@ impl Daemon {
         Ok(Self {
             child,
             url: line.trim().to_owned(),
+            _state_dir: state_dir,
         })
     }
 

@@ -6,10 +6,12 @@ pub mod env;
 mod error;
 mod forgotten;
 pub(crate) mod input_wait;
+mod io;
 pub mod methods;
 pub mod output;
 pub mod spawn;
 mod stdin;
+pub(crate) mod store;
 pub mod supervisor;
 pub(crate) mod tree;
 
@@ -19,28 +21,26 @@ use crate::config::Config;
 use crate::sandbox::denial::Scanner;
 use crate::sandbox::{Launch, Sandboxed};
 use crate::session::Attachment;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use exec_server_protocol::process::{
     ExitDetails, ExitReason, OutputStream, ProcessInfo, ProcessSignal, ProcessUsage, SandboxType,
     StartParams, StartResult, TerminalSize, WriteStatus,
 };
 use nix::sys::signal::Signal;
-use output::{Event, Exit, OutputLog, ReadSnapshot};
+use output::{Event, Exit, OutputLog, ReadSnapshot, Record, Span};
 use spawn::{ChildIo, LaunchSpec};
 use std::collections::HashMap;
+use std::os::fd::{AsFd as _, OwnedFd};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use store::{Entry, Meta, Store};
 use supervisor::Report;
-use tokio::io::AsyncReadExt as _;
 use tokio::sync::watch;
 
-/// Bytes read from a child per system call, at most: a full output pipe.
-const READ_BUFFER_BYTES: usize = spawn::OUTPUT_PIPE_BYTES;
-
-/// A read goes into the rest of the current buffer while at least this much is left. Chunks
-/// share their buffer, so this packs small chunks together instead of each pinning a whole
-/// fresh buffer for as long as it is retained. Also the size of a first buffer.
-const MIN_READ_BYTES: usize = 16 * 1024;
+/// Output a predecessor kept but did not record is adopted in chunks of at most this size, as
+/// large as a live read's.
+const ADOPTED_CHUNK_BYTES: u64 = spawn::OUTPUT_PIPE_BYTES as u64;
 
 /// How long the exit waits for the pipes to drain, so `exited` follows the output before it.
 const EXIT_DRAIN_GRACE: std::time::Duration = std::time::Duration::from_millis(50);
@@ -82,6 +82,9 @@ struct TableInner {
     config: Arc<Config>,
     attachment: watch::Receiver<Option<Attachment>>,
     next_token: AtomicU64,
+    session_id: String,
+    /// Where processes are kept across a restart of the daemon (None: not kept).
+    processes_dir: Option<PathBuf>,
 }
 
 /// What a process was started with: what an idempotent repeat is compared with, and what
@@ -129,6 +132,8 @@ pub struct ManagedProcess {
     pty_size: Option<stdin::PtyResizer>,
     /// Released (placeholders removed) once the process has exited.
     sandbox: Mutex<Option<Sandboxed>>,
+    /// Its output and journal.
+    store: Arc<Store>,
 }
 
 struct ProcessState {
@@ -158,7 +163,13 @@ enum InputWait {
 }
 
 impl ProcessTable {
-    pub fn new(config: Arc<Config>, attachment: watch::Receiver<Option<Attachment>>) -> Self {
+    /// The processes of session `session_id`, kept in `processes_dir` when there is one.
+    pub fn new(
+        config: Arc<Config>,
+        attachment: watch::Receiver<Option<Attachment>>,
+        session_id: String,
+        processes_dir: Option<PathBuf>,
+    ) -> Self {
         Self {
             inner: Arc::new(TableInner {
                 slots: Mutex::new(Slots::default()),
@@ -166,8 +177,16 @@ impl ProcessTable {
                 config,
                 attachment,
                 next_token: AtomicU64::new(1),
+                session_id,
+                processes_dir,
             }),
         }
+    }
+
+    /// Adopts the process a predecessor daemon kept in `dir` (see `store`), with its tree if
+    /// that still runs.
+    pub async fn adopt(&self, dir: &Path) -> std::io::Result<()> {
+        self.inner.clone().adopt(dir).await
     }
 
     pub fn lookup(&self, id: &str) -> Lookup {
@@ -339,40 +358,6 @@ impl TableInner {
         };
         let sandbox = launch.map(Launch::into_sandboxed);
         let denial = sandbox.as_ref().map(Sandboxed::scanner);
-        let config = &self.config;
-        type Streams = Vec<(OutputStream, Box<dyn ChildOutput>)>;
-        let (streams, stdin, pty_size, stdin_object): (Streams, _, _, _) = match spawned.io {
-            ChildIo::Pipes {
-                stdin,
-                stdout,
-                stderr,
-            } => {
-                let object = stdin.as_ref().and_then(input_wait::StdinObject::of);
-                (
-                    vec![
-                        (OutputStream::Stdout, Box::new(stdout)),
-                        (OutputStream::Stderr, Box::new(stderr)),
-                    ],
-                    stdin::Stdin::pipe(stdin),
-                    None,
-                    object,
-                )
-            }
-            ChildIo::Pty {
-                reader,
-                writer,
-                master,
-                terminal,
-            } => {
-                let (stdin, resizer) = stdin::Stdin::pty(writer, master);
-                (
-                    vec![(OutputStream::Pty, Box::new(reader))],
-                    stdin,
-                    Some(resizer),
-                    terminal,
-                )
-            }
-        };
         let tree::Tree {
             supervisor,
             supervisor_pid,
@@ -382,6 +367,18 @@ impl TableInner {
             orders,
             ..
         } = spawned.tree;
+        let tty = origin.params.tty;
+        let parts = match self.keep(&origin, spawned.io, program_pid, supervisor_pid, &orders) {
+            Ok(parts) => parts,
+            Err(err) => {
+                orders.kill();
+                self.slots.lock().unwrap().map.remove(&id);
+                self.settled.send_replace(());
+                return Err(ProcessError::Internal(format!(
+                    "cannot keep the process's output: {err}"
+                )));
+            }
+        };
         let process = Arc::new(ManagedProcess {
             id: id.clone(),
             origin,
@@ -392,24 +389,20 @@ impl TableInner {
             orders,
             started: std::time::Instant::now(),
             kill_reason: Default::default(),
-            state: Mutex::new(ProcessState {
-                log: OutputLog::new(
-                    config.output_retention_bytes,
-                    config.output_retention_chunks,
+            state: Mutex::new(ProcessState::new(
+                OutputLog::new(
+                    self.config.output_retention_bytes,
+                    self.config.output_retention_chunks,
                 ),
-                open_streams: streams.len() as u8,
-                tree_gone: false,
-                cleanup_unconfirmed: false,
-                usage: None,
+                parts.outputs.len(),
                 denial,
-                last_activity: std::time::Instant::now(),
-                input_wait: InputWait::No,
-            }),
+            )),
             changed: watch::channel(()).0,
             drained: watch::channel(()).0,
-            stdin,
-            pty_size,
+            stdin: stdin::Stdin::new(parts.stdin, parts.store.clone(), Vec::new()),
+            pty_size: parts.master.map(stdin::PtyResizer::new),
             sandbox: Mutex::new(sandbox),
+            store: parts.store,
         });
         tokio::spawn(supervise(
             Arc::downgrade(&self),
@@ -417,6 +410,7 @@ impl TableInner {
             supervisor,
             reports,
             group,
+            true,
         ));
         {
             let mut slots = self.slots.lock().unwrap();
@@ -439,15 +433,8 @@ impl TableInner {
                 }
             }
         }
-        for (stream, reader) in streams {
-            tokio::spawn(read_output(
-                Arc::downgrade(&self),
-                process.clone(),
-                stream,
-                reader,
-            ));
-        }
-        if let (Some(object), Some(quiet)) = (stdin_object, timing.input_quiet) {
+        self.read_outputs(&process, parts.outputs, !tty, &[0, 0]);
+        if let (Some(object), Some(quiet)) = (parts.stdin_object, timing.input_quiet) {
             tokio::spawn(watch_input(Arc::downgrade(&process), object, quiet));
         }
         if let Some(timeout) = timing.timeout {
@@ -465,6 +452,239 @@ impl TableInner {
             let _ = replied.await;
             delivery::deliver(process, attachment).await
         });
+        Ok(())
+    }
+
+    /// Where a new process's output goes: its directory in the state directory, its stdio
+    /// held by its supervisor (so that both outlive this daemon); memory files when the daemon
+    /// keeps no state, or when this process's state cannot be kept (said in the log).
+    fn keep(
+        &self,
+        origin: &Origin,
+        io: ChildIo,
+        pid: i32,
+        supervisor_pid: i32,
+        orders: &tree::Orders,
+    ) -> std::io::Result<Parts> {
+        let (outputs, stdin, master, stdin_object) = match io {
+            ChildIo::Pipes {
+                stdin,
+                stdout,
+                stderr,
+            } => {
+                let object = stdin.as_ref().and_then(input_wait::StdinObject::of);
+                let outputs = vec![
+                    (OutputStream::Stdout, stdout),
+                    (OutputStream::Stderr, stderr),
+                ];
+                (outputs, stdin, None, object)
+            }
+            ChildIo::Pty { master, terminal } => (
+                vec![(OutputStream::Pty, master.try_clone()?)],
+                Some(master.try_clone()?),
+                Some(master),
+                terminal,
+            ),
+        };
+        let store = match &self.processes_dir {
+            Some(dir) => {
+                let meta = Meta {
+                    session: self.session_id.clone(),
+                    params: origin.params.clone(),
+                    sandbox_type: origin.sandbox_type,
+                    idempotent: origin.idempotent,
+                    pid,
+                    supervisor_pid,
+                    started_at_ms: std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap_or_default()
+                        .as_millis() as u64,
+                };
+                let dir = dir.join(uuid::Uuid::new_v4().simple().to_string());
+                let held = Store::create(&dir, outputs.len(), &meta).and_then(|store| {
+                    let listener = std::os::unix::net::UnixListener::bind(dir.join(store::SOCKET))?;
+                    let hold = supervisor::Hold {
+                        dir: dir.clone(),
+                        tty: origin.params.tty,
+                        stdin: stdin.is_some(),
+                        max_tail: self.config.output_retention_bytes as u64,
+                    };
+                    let fds: Vec<_> = std::iter::once(listener.as_fd())
+                        .chain(store.files().iter().map(|file| file.as_fd()))
+                        .chain(outputs.iter().map(|(_, fd)| fd.as_fd()))
+                        .chain(
+                            stdin
+                                .iter()
+                                .filter(|_| master.is_none())
+                                .map(|fd| fd.as_fd()),
+                        )
+                        .collect();
+                    orders.hold(&hold, &fds)?;
+                    Ok(store)
+                });
+                match held {
+                    Ok(store) => store,
+                    Err(err) => {
+                        tracing::warn!(
+                            process = %origin.params.process_id,
+                            "cannot keep the process in the state directory, so it will not \
+                             survive a restart of the daemon: {err}"
+                        );
+                        Store::in_memory(outputs.len())?
+                    }
+                }
+            }
+            None => Store::in_memory(outputs.len())?,
+        };
+        Ok(Parts {
+            store: Arc::new(store),
+            outputs,
+            stdin,
+            master,
+            stdin_object,
+        })
+    }
+
+    /// Reads each output into its file, from where each file ends (`ends`, by stream).
+    fn read_outputs(
+        self: &Arc<Self>,
+        process: &Arc<ManagedProcess>,
+        outputs: Vec<(OutputStream, OwnedFd)>,
+        pipes: bool,
+        ends: &[u64],
+    ) {
+        for (stream, fd) in outputs {
+            let end = ends[store::stream_index(stream)];
+            match io::OutputReader::new(fd, pipes, end) {
+                Ok(reader) => {
+                    tokio::spawn(read_output(
+                        Arc::downgrade(self),
+                        process.clone(),
+                        stream,
+                        reader,
+                    ));
+                }
+                Err(err) => {
+                    tracing::warn!(process = %process.id, "cannot read an output: {err}");
+                    process.finish_stream();
+                }
+            }
+        }
+    }
+
+    async fn adopt(self: Arc<Self>, dir: &Path) -> std::io::Result<()> {
+        let (store, meta, entries) = Store::open(dir)?;
+        let store = Arc::new(store);
+        let id = meta.params.process_id.clone();
+        let (mut records, mut accepted, mut stdin_closed) = (Vec::new(), Vec::new(), false);
+        for entry in entries {
+            match entry {
+                Entry::Log(record) => records.push(record),
+                Entry::Wrote(id) => accepted.push(id),
+                Entry::StdinClosed => stdin_closed = true,
+            }
+        }
+        // Where the recorded output ends in each file (evicted chunks included).
+        let mut ends = [0u64; 2];
+        for record in &records {
+            if let Record::Output { stream, span, .. } = record {
+                let end = &mut ends[store::stream_index(*stream)];
+                *end = (*end).max(span.end());
+            }
+        }
+        let mut log = OutputLog::new(
+            self.config.output_retention_bytes,
+            self.config.output_retention_chunks,
+        );
+        log.restore(records);
+        // The supervisor stops moving output into the files before it answers.
+        let supervisor = tree::adopt(&dir.join(store::SOCKET), &dir.join(store::EXIT)).await;
+        let streams: &[OutputStream] = if meta.params.tty {
+            &[OutputStream::Pty]
+        } else {
+            &[OutputStream::Stdout, OutputStream::Stderr]
+        };
+        // What the predecessor moved into the files without recording it, then what the
+        // orphaned supervisor moved: recorded now, in order, never twice.
+        for &stream in streams {
+            let index = store::stream_index(stream);
+            let size = store.file(index).metadata()?.len();
+            while ends[index] < size {
+                let len = (size - ends[index]).min(ADOPTED_CHUNK_BYTES);
+                let span = Span {
+                    offset: ends[index],
+                    len,
+                };
+                store.journal(&Entry::Log(log.push(stream, span)));
+                ends[index] += len;
+            }
+        }
+        log.mark_delivered(log.next_seq() - 1);
+        let mut outputs = Vec::new();
+        let mut held = supervisor.held.into_iter();
+        for (&stream, open) in streams.iter().zip(&supervisor.adopted.outputs) {
+            if *open {
+                outputs.extend(held.next().map(|fd| (stream, fd)));
+            }
+        }
+        let tty = meta.params.tty;
+        // A terminal's master is its output, its stdin and what resizes it.
+        let (stdin, master) = if tty {
+            let master = outputs.first().map(|(_, fd)| fd.try_clone()).transpose()?;
+            (master.as_ref().map(OwnedFd::try_clone).transpose()?, master)
+        } else {
+            (held.next(), None)
+        };
+        let stdin = stdin.filter(|_| !stdin_closed);
+        let since = std::time::Duration::from_millis(meta.started_at_ms);
+        let started_at = std::time::UNIX_EPOCH + since;
+        let running_for = started_at.elapsed().unwrap_or_default();
+        let process = Arc::new(ManagedProcess {
+            id: id.clone(),
+            origin: Origin {
+                params: meta.params,
+                sandbox_type: meta.sandbox_type,
+                idempotent: meta.idempotent,
+            },
+            pid: meta.pid,
+            started_at,
+            exited_at: Default::default(),
+            supervisor_pid: meta.supervisor_pid,
+            orders: supervisor.orders,
+            started: std::time::Instant::now()
+                .checked_sub(running_for)
+                .unwrap_or_else(std::time::Instant::now),
+            kill_reason: Default::default(),
+            state: Mutex::new(ProcessState::new(log, outputs.len(), None)),
+            changed: watch::channel(()).0,
+            drained: watch::channel(()).0,
+            stdin: stdin::Stdin::new(stdin, store.clone(), accepted),
+            pty_size: master.map(stdin::PtyResizer::new),
+            sandbox: Mutex::new(None),
+            store,
+        });
+        self.slots
+            .lock()
+            .unwrap()
+            .map
+            .insert(id.clone(), Slot::Ready(process.clone()));
+        tracing::info!(process = %id, pid = process.pid, "process adopted");
+        tokio::spawn(supervise(
+            Arc::downgrade(&self),
+            process.clone(),
+            None,
+            supervisor.reports,
+            None,
+            false,
+        ));
+        self.read_outputs(&process, outputs, !tty, &ends);
+        {
+            let mut state = process.state.lock().unwrap();
+            if state.open_streams == 0 && state.log.exit_code().is_some() {
+                state.record_closed(&process.id, &process.store);
+            }
+        }
+        tokio::spawn(delivery::deliver(process, self.attachment.clone()));
         Ok(())
     }
 
@@ -491,6 +711,16 @@ impl TableInner {
             }
         });
     }
+}
+
+/// A new process's ends and where its output goes.
+struct Parts {
+    store: Arc<Store>,
+    outputs: Vec<(OutputStream, OwnedFd)>,
+    stdin: Option<OwnedFd>,
+    /// A terminal's master, for resizing.
+    master: Option<OwnedFd>,
+    stdin_object: Option<input_wait::StdinObject>,
 }
 
 /// A start's durations: its `timeoutMs` and its input waits' quiet period (None: neither).
@@ -565,37 +795,15 @@ pub fn tree_limits_supported() -> bool {
     cgroup::supported() == (true, true)
 }
 
-/// A child's output half: a pipe or the PTY master.
-trait ChildOutput: tokio::io::AsyncRead + Unpin + Send {}
-impl<T: tokio::io::AsyncRead + Unpin + Send> ChildOutput for T {}
-
 async fn read_output(
     table: Weak<TableInner>,
     process: Arc<ManagedProcess>,
     stream: OutputStream,
-    mut reader: Box<dyn ChildOutput>,
+    mut reader: io::OutputReader,
 ) {
-    // Buffers start small and double while reads fill them, so a quiet child costs little
-    // and a streaming one is read a full pipe at a time.
-    let mut block = MIN_READ_BYTES;
-    let mut buffer = BytesMut::new();
-    loop {
-        if buffer.capacity() - buffer.len() < MIN_READ_BYTES {
-            buffer = BytesMut::with_capacity(block);
-        }
-        let spare = buffer.capacity() - buffer.len();
-        // A PTY master reports EIO once the terminal's last writer closes: that is its EOF.
-        match reader.read_buf(&mut buffer).await {
-            Ok(0) | Err(_) => break,
-            Ok(read) => {
-                if read == spare {
-                    block = (block * 2).min(READ_BUFFER_BYTES);
-                }
-                process
-                    .push_output(stream, buffer.split().freeze(), &table)
-                    .await
-            }
-        }
+    let index = store::stream_index(stream);
+    while let Some(span) = reader.next(process.store.file(index)).await {
+        process.push_output(stream, span, &table).await
     }
     if process.finish_stream() && process.state.lock().unwrap().tree_gone {
         if let Some(table) = table.upgrade() {
@@ -611,6 +819,7 @@ async fn supervise(
     supervisor: Option<crate::sandbox::pool::HelperProcess>,
     mut reports: tree::Reports,
     group: Option<cgroup::Group>,
+    reusable: bool,
 ) {
     // A plain supervisor is reused once it confirmed the tree gone and reported the exit.
     let (mut exited, mut confirmed_gone) = (false, false);
@@ -650,7 +859,7 @@ async fn supervise(
             }
             Report::Started { .. } | Report::Failed { .. } => {}
         }
-        if supervisor.is_none() && exited && confirmed_gone {
+        if reusable && supervisor.is_none() && exited && confirmed_gone {
             // Empty now: removed before the supervisor can start another tree.
             drop(group);
             tree::reuse(reports, &process.orders);
@@ -743,10 +952,12 @@ async fn record_exit(
                 cleanup_unconfirmed: state.cleanup_unconfirmed,
             },
         };
-        state.log.record_exit(exit);
+        if let Some(record) = state.log.record_exit(exit) {
+            process.store.journal(&Entry::Log(record));
+        }
         tracing::info!(process = %process.id, pid = process.pid, ?reason, code, signal, "process exited");
         if state.open_streams == 0 {
-            state.record_closed(&process.id);
+            state.record_closed(&process.id, &process.store);
         }
         state.removable()
     };
@@ -763,6 +974,19 @@ async fn record_exit(
 }
 
 impl ProcessState {
+    fn new(log: OutputLog, open_streams: usize, denial: Option<Scanner>) -> Self {
+        Self {
+            log,
+            open_streams: open_streams as u8,
+            tree_gone: false,
+            cleanup_unconfirmed: false,
+            usage: None,
+            denial,
+            last_activity: std::time::Instant::now(),
+            input_wait: InputWait::No,
+        }
+    }
+
     /// Running, exited, or closed (exited and its output ended).
     fn lifecycle(&self) -> exec_server_protocol::process::ProcessState {
         use exec_server_protocol::process::ProcessState as S;
@@ -774,9 +998,23 @@ impl ProcessState {
     }
 
     /// The process `id` exited and its output ended.
-    fn record_closed(&mut self, id: &str) {
-        self.log.record_closed();
+    fn record_closed(&mut self, id: &str, store: &Store) {
+        if let Some(record) = self.log.record_closed() {
+            store.journal(&Entry::Log(record));
+        }
         tracing::info!(process = %id, "process closed");
+    }
+
+    /// Evicts what the log may (see `OutputLog::evict`), freeing its space and journaling it;
+    /// true while the reader must wait.
+    fn evict(&mut self, attached: bool, store: &Store) -> bool {
+        let mut evicted = Vec::new();
+        let must_wait = self.log.evict(attached, &mut evicted);
+        if let Some(last) = evicted.last() {
+            store.journal(&Entry::Log(Record::Evicted { through: last.seq }));
+            store.release(&evicted);
+        }
+        must_wait
     }
 
     /// Output or input came: any wait for input is over.
@@ -792,7 +1030,7 @@ impl ProcessState {
 }
 
 impl ManagedProcess {
-    async fn push_output(&self, stream: OutputStream, data: Bytes, table: &Weak<TableInner>) {
+    async fn push_output(&self, stream: OutputStream, span: Span, table: &Weak<TableInner>) {
         let Some(attachment) = table.upgrade().map(|t| t.attachment.clone()) else {
             return;
         };
@@ -801,12 +1039,13 @@ impl ManagedProcess {
         let mut must_wait = {
             let mut state = self.state.lock().unwrap();
             if let Some(scanner) = &mut state.denial {
-                scanner.feed(stream, &data);
+                scanner.feed(stream, &self.store.load(stream, span));
             }
-            crate::metrics::get().output_bytes.inc_by(data.len() as u64);
-            state.log.push(stream, data);
+            crate::metrics::get().output_bytes.inc_by(span.len);
+            let record = state.log.push(stream, span);
+            self.store.journal(&Entry::Log(record));
             state.activity();
-            state.log.evict(attachment.borrow_and_update().is_some())
+            state.evict(attachment.borrow_and_update().is_some(), &self.store)
         };
         self.changed.send_replace(());
         // Backpressure: while the attached client has not taken the oldest output, stop reading.
@@ -816,7 +1055,7 @@ impl ManagedProcess {
                 result = attachment.changed() => if result.is_err() { return },
             }
             let attached = attachment.borrow_and_update().is_some();
-            must_wait = self.state.lock().unwrap().log.evict(attached);
+            must_wait = self.state.lock().unwrap().evict(attached, &self.store);
         }
     }
 
@@ -827,7 +1066,7 @@ impl ManagedProcess {
             state.open_streams -= 1;
             let closed = state.open_streams == 0 && state.log.exit_code().is_some();
             if closed {
-                state.record_closed(&self.id);
+                state.record_closed(&self.id, &self.store);
             }
             closed
         };
@@ -840,7 +1079,12 @@ impl ManagedProcess {
     }
 
     pub fn read(&self, after_seq: u64, max_bytes: Option<usize>) -> ReadSnapshot {
-        self.state.lock().unwrap().log.read(after_seq, max_bytes)
+        let load = |stream, span| self.store.load(stream, span);
+        self.state
+            .lock()
+            .unwrap()
+            .log
+            .read(after_seq, max_bytes, &load)
     }
 
     /// Every event so far was handed to a connection.
@@ -849,7 +1093,8 @@ impl ManagedProcess {
     }
 
     fn undelivered(&self, limit: usize) -> Vec<Event> {
-        self.state.lock().unwrap().log.undelivered(limit)
+        let load = |stream, span| self.store.load(stream, span);
+        self.state.lock().unwrap().log.undelivered(limit, &load)
     }
 
     fn mark_delivered(&self, seq: u64) {
@@ -935,6 +1180,8 @@ impl ManagedProcess {
             if let Some(details) = state.log.exit_details_mut() {
                 details.usage = latest;
                 details.cleanup_unconfirmed = unconfirmed;
+                let record = Record::ExitDetails(details.clone());
+                self.store.journal(&Entry::Log(record));
             }
             state.removable()
         };
@@ -987,7 +1234,13 @@ impl ManagedProcess {
     }
 
     pub fn close_stdin(&self) -> Result<(), ProcessError> {
-        self.stdin.close(self.origin.params.tty)
+        if self.stdin.close(self.origin.params.tty) {
+            self.store.journal(&Entry::StdinClosed);
+            if !self.origin.params.tty {
+                self.orders.close_stdin();
+            }
+        }
+        Ok(())
     }
 
     pub fn resize(&self, size: TerminalSize) -> Result<(), ProcessError> {

@@ -4,17 +4,47 @@
 //! only after its notification was handed to that connection; otherwise the reader waits, which
 //! backpressures the child instead of dropping output. While detached, the oldest chunks are
 //! evicted, and reads say so (`firstRetainedSeq`, `truncated`): never a silent gap.
+//!
+//! The log holds where each chunk's bytes are ([`Span`]s of its stream's file,
+//! `super::store`), not the bytes: reads take a loader. Every change is also a [`Record`],
+//! which the daemon journals and a successor replays ([`OutputLog::restore`]).
 
 use bytes::Bytes;
 use exec_server_protocol::process::{ExitDetails, OutputStream};
+use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
+/// A chunk as read or delivered: its bytes loaded.
 #[derive(Clone, Debug)]
 pub struct Chunk {
     pub seq: u64,
     pub stream: OutputStream,
     pub data: Bytes,
 }
+
+/// Where a chunk's bytes are in its stream's file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Span {
+    pub offset: u64,
+    pub len: u64,
+}
+
+impl Span {
+    pub fn end(&self) -> u64 {
+        self.offset + self.len
+    }
+}
+
+/// A retained chunk: its bytes stay in the stream's file.
+#[derive(Clone, Copy, Debug)]
+pub struct Stored {
+    pub seq: u64,
+    pub stream: OutputStream,
+    pub span: Span,
+}
+
+/// Reads a chunk's bytes back.
+pub type Loader<'a> = &'a dyn Fn(OutputStream, Span) -> Bytes;
 
 #[derive(Clone, Debug)]
 pub enum Event {
@@ -33,16 +63,41 @@ impl Event {
 }
 
 /// How the process itself ended.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Exit {
     pub code: i32,
     pub sandbox_denied: bool,
     pub details: ExitDetails,
 }
 
+/// A change of the log, as journaled: replaying them in order rebuilds it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Record {
+    Output {
+        seq: u64,
+        stream: OutputStream,
+        span: Span,
+    },
+    Exit {
+        seq: u64,
+        exit: Exit,
+    },
+    /// The exit's details changed (the tree's final usage, an unconfirmed cleanup).
+    ExitDetails(ExitDetails),
+    Closed {
+        seq: u64,
+    },
+    /// Chunks up to this seq were evicted.
+    Evicted {
+        through: u64,
+    },
+}
+
 #[derive(Debug)]
 pub struct OutputLog {
-    chunks: VecDeque<Chunk>,
+    chunks: VecDeque<Stored>,
     retained_bytes: usize,
     max_bytes: usize,
     max_chunks: usize,
@@ -99,33 +154,75 @@ impl OutputLog {
         seq
     }
 
-    pub fn push(&mut self, stream: OutputStream, data: Bytes) {
+    pub fn push(&mut self, stream: OutputStream, span: Span) -> Record {
         let seq = self.take_seq();
-        self.retained_bytes += data.len();
-        crate::metrics::get()
-            .retained_output_bytes
-            .inc_by(data.len() as i64);
-        self.chunks.push_back(Chunk { seq, stream, data });
+        self.retain(Stored { seq, stream, span });
+        Record::Output { seq, stream, span }
     }
 
-    /// Evicts what may be evicted; returns true while the log is still over its limits, i.e.
-    /// the reader must wait for delivery before reading more.
-    pub fn evict(&mut self, attached: bool) -> bool {
+    fn retain(&mut self, chunk: Stored) {
+        self.retained_bytes += chunk.span.len as usize;
+        crate::metrics::get()
+            .retained_output_bytes
+            .inc_by(chunk.span.len as i64);
+        self.chunks.push_back(chunk);
+    }
+
+    /// Evicts what may be evicted, into `evicted`; returns true while the log is still over
+    /// its limits, i.e. the reader must wait for delivery before reading more.
+    pub fn evict(&mut self, attached: bool, evicted: &mut Vec<Stored>) -> bool {
         while self.over_limit() {
             let front = self.chunks.front().expect("over the limit means non-empty");
             if attached && front.seq > self.delivered_seq {
                 return true;
             }
-            let chunk = self.chunks.pop_front().expect("checked above");
-            self.retained_bytes -= chunk.data.len();
-            let metrics = crate::metrics::get();
-            metrics
-                .retained_output_bytes
-                .dec_by(chunk.data.len() as i64);
-            metrics.output_evictions.inc();
-            self.evicted_through = chunk.seq;
+            let chunk = self.drop_front();
+            crate::metrics::get().output_evictions.inc();
+            evicted.push(chunk);
         }
         false
+    }
+
+    fn drop_front(&mut self) -> Stored {
+        let chunk = self.chunks.pop_front().expect("checked by the caller");
+        self.retained_bytes -= chunk.span.len as usize;
+        crate::metrics::get()
+            .retained_output_bytes
+            .dec_by(chunk.span.len as i64);
+        self.evicted_through = chunk.seq;
+        chunk
+    }
+
+    /// Rebuilds a log from its records, in journal order; everything in it counts as
+    /// delivered (a successor's client catches up with `process/read`).
+    pub fn restore(&mut self, records: impl IntoIterator<Item = Record>) {
+        for record in records {
+            match record {
+                Record::Output { seq, stream, span } => {
+                    self.next_seq = seq + 1;
+                    self.retain(Stored { seq, stream, span });
+                }
+                Record::Exit { seq, exit } => {
+                    self.next_seq = seq + 1;
+                    self.exit = Some((seq, exit));
+                }
+                Record::ExitDetails(details) => {
+                    if let Some(current) = self.exit_details_mut() {
+                        *current = details;
+                    }
+                }
+                Record::Closed { seq } => {
+                    self.next_seq = seq + 1;
+                    self.closed_seq = Some(seq);
+                }
+                Record::Evicted { through } => {
+                    while self.chunks.front().is_some_and(|c| c.seq <= through) {
+                        self.drop_front();
+                    }
+                }
+            }
+        }
+        self.delivered_seq = self.next_seq - 1;
     }
 
     fn over_limit(&self) -> bool {
@@ -134,11 +231,13 @@ impl OutputLog {
             && (self.retained_bytes > self.max_bytes || self.chunks.len() > self.max_chunks)
     }
 
-    pub fn record_exit(&mut self, exit: Exit) {
-        if self.exit.is_none() {
-            let seq = self.take_seq();
-            self.exit = Some((seq, exit));
+    pub fn record_exit(&mut self, exit: Exit) -> Option<Record> {
+        if self.exit.is_some() {
+            return None;
         }
+        let seq = self.take_seq();
+        self.exit = Some((seq, exit.clone()));
+        Some(Record::Exit { seq, exit })
     }
 
     /// The exit's details change after it (the tree's final usage, an unconfirmed cleanup).
@@ -146,11 +245,13 @@ impl OutputLog {
         self.exit.as_mut().map(|(_, exit)| &mut exit.details)
     }
 
-    pub fn record_closed(&mut self) {
-        if self.closed_seq.is_none() {
-            let seq = self.take_seq();
-            self.closed_seq = Some(seq);
+    pub fn record_closed(&mut self) -> Option<Record> {
+        if self.closed_seq.is_some() {
+            return None;
         }
+        let seq = self.take_seq();
+        self.closed_seq = Some(seq);
+        Some(Record::Closed { seq })
     }
 
     pub fn exit_code(&self) -> Option<i32> {
@@ -169,23 +270,24 @@ impl OutputLog {
         self.chunks.front().map_or(self.next_seq, |chunk| chunk.seq)
     }
 
-    fn chunks_after(&self, seq: u64) -> impl Iterator<Item = &Chunk> {
+    fn chunks_after(&self, seq: u64) -> impl Iterator<Item = &Stored> {
         let start = self.chunks.partition_point(|chunk| chunk.seq <= seq);
         self.chunks.range(start..)
     }
 
-    pub fn read(&self, after_seq: u64, max_bytes: Option<usize>) -> ReadSnapshot {
+    pub fn read(&self, after_seq: u64, max_bytes: Option<usize>, load: Loader) -> ReadSnapshot {
         let mut chunks = Vec::new();
         let mut total = 0usize;
         for chunk in self.chunks_after(after_seq) {
+            let len = chunk.span.len as usize;
             if let Some(max) = max_bytes {
                 // The first chunk always goes out, so a small budget still makes progress.
-                if !chunks.is_empty() && (total >= max || total + chunk.data.len() > max) {
+                if !chunks.is_empty() && (total >= max || total + len > max) {
                     break;
                 }
             }
-            total += chunk.data.len();
-            chunks.push(chunk.clone());
+            total += len;
+            chunks.push(chunk.load(load));
         }
         let next_seq = match (max_bytes, chunks.last()) {
             (Some(_), Some(last)) => last.seq + 1,
@@ -213,12 +315,12 @@ impl OutputLog {
     }
 
     /// Events not yet handed to a connection, in seq order, at most `limit`.
-    pub fn undelivered(&self, limit: usize) -> Vec<Event> {
+    pub fn undelivered(&self, limit: usize, load: Loader) -> Vec<Event> {
         let after = self.delivered_seq;
         let mut events: Vec<Event> = self
             .chunks_after(after)
             .take(limit)
-            .map(|chunk| Event::Output(chunk.clone()))
+            .map(|chunk| Event::Output(chunk.load(load)))
             .collect();
         if let Some((seq, exit)) = self.exit.as_ref().filter(|(seq, _)| *seq > after) {
             events.push(Event::Exited {
@@ -239,12 +341,32 @@ impl OutputLog {
     }
 }
 
+impl Stored {
+    fn load(&self, load: Loader) -> Chunk {
+        Chunk {
+            seq: self.seq,
+            stream: self.stream,
+            data: load(self.stream, self.span),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn data(n: usize) -> Bytes {
-        Bytes::from(vec![b'x'; n])
+    /// Spans of `n` bytes, one after the other, and a loader of them.
+    fn data(n: usize) -> Span {
+        thread_local!(static END: std::cell::Cell<u64> = const { std::cell::Cell::new(0) });
+        let offset = END.with(|end| end.replace(end.get() + n as u64));
+        Span {
+            offset,
+            len: n as u64,
+        }
+    }
+
+    fn load(_: OutputStream, span: Span) -> Bytes {
+        Bytes::from(vec![b'x'; span.len as usize])
     }
 
     #[test]
@@ -257,13 +379,13 @@ mod tests {
             ..Exit::default()
         });
         log.record_closed();
-        let snapshot = log.read(0, None);
+        let snapshot = log.read(0, None, &load);
         assert_eq!(
             snapshot.chunks.iter().map(|c| c.seq).collect::<Vec<_>>(),
             [1, 2]
         );
         assert_eq!(snapshot.next_seq, 5);
-        let seqs: Vec<u64> = log.undelivered(10).iter().map(Event::seq).collect();
+        let seqs: Vec<u64> = log.undelivered(10, &load).iter().map(Event::seq).collect();
         assert_eq!(seqs, [1, 2, 3, 4]);
     }
 
@@ -273,18 +395,18 @@ mod tests {
         log.push(OutputStream::Stdout, data(8));
         log.push(OutputStream::Stdout, data(8));
         assert!(
-            log.evict(true),
+            log.evict(true, &mut Vec::new()),
             "undelivered output must not be dropped while attached"
         );
         log.mark_delivered(1);
-        assert!(!log.evict(true));
-        assert_eq!(log.read(0, None).first_retained_seq, 2);
+        assert!(!log.evict(true, &mut Vec::new()));
+        assert_eq!(log.read(0, None, &load).first_retained_seq, 2);
         log.push(OutputStream::Stdout, data(8));
-        assert!(!log.evict(false));
-        let snapshot = log.read(0, None);
+        assert!(!log.evict(false, &mut Vec::new()));
+        let snapshot = log.read(0, None, &load);
         assert!(snapshot.truncated);
         assert_eq!(snapshot.first_retained_seq, 3);
-        assert!(!log.read(2, None).truncated);
+        assert!(!log.read(2, None, &load).truncated);
     }
 
     #[test]
@@ -292,9 +414,9 @@ mod tests {
         let mut log = OutputLog::new(1024, 10);
         log.push(OutputStream::Stdout, data(5));
         log.push(OutputStream::Stdout, data(5));
-        let snapshot = log.read(0, Some(3));
+        let snapshot = log.read(0, Some(3), &load);
         assert_eq!(snapshot.chunks.len(), 1);
         assert_eq!(snapshot.next_seq, 2);
-        assert_eq!(log.read(0, Some(10)).chunks.len(), 2);
+        assert_eq!(log.read(0, Some(10), &load).chunks.len(), 2);
     }
 }

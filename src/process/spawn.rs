@@ -38,17 +38,15 @@ pub struct Limits {
     pub max_processes: Option<u64>,
 }
 
+/// The daemon's ends of a child's stdio.
 pub enum ChildIo {
     Pipes {
-        stdin: Option<tokio::process::ChildStdin>,
-        stdout: tokio::process::ChildStdout,
-        stderr: tokio::process::ChildStderr,
+        stdin: Option<OwnedFd>,
+        stdout: OwnedFd,
+        stderr: OwnedFd,
     },
     Pty {
-        reader: pty_process::OwnedReadPty,
-        writer: pty_process::OwnedWritePty,
-        /// A duplicate of the master, for resizing.
-        master: std::os::fd::OwnedFd,
+        master: OwnedFd,
         /// The terminal side, as the child's processes hold it.
         terminal: Option<StdinObject>,
     },
@@ -141,12 +139,8 @@ pub fn detached_stdio(spec: &LaunchSpec) -> std::io::Result<(ChildIo, [OwnedFd; 
             pts.try_clone_to_owned()?,
             pts.try_clone_to_owned()?,
         ];
-        let master = std::os::fd::AsFd::as_fd(&pty).try_clone_to_owned()?;
-        let (reader, writer) = pty.into_split();
         let io = ChildIo::Pty {
-            reader,
-            writer,
-            master,
+            master: pty.into(),
             terminal: StdinObject::of(&ends[0]),
         };
         return Ok((io, ends));
@@ -156,8 +150,7 @@ pub fn detached_stdio(spec: &LaunchSpec) -> std::io::Result<(ChildIo, [OwnedFd; 
         Some(fd) => (fd.try_clone()?, None),
         None if spec.pipe_stdin => {
             let (read, write) = pipe()?;
-            let write = std::process::ChildStdin::from(write);
-            (read, Some(tokio::process::ChildStdin::from_std(write)?))
+            (read, Some(write))
         }
         None => (std::fs::File::open("/dev/null")?.into(), None),
     };
@@ -167,8 +160,8 @@ pub fn detached_stdio(spec: &LaunchSpec) -> std::io::Result<(ChildIo, [OwnedFd; 
     grow_output_pipe(stderr.as_raw_fd());
     let io = ChildIo::Pipes {
         stdin,
-        stdout: tokio::process::ChildStdout::from_std(stdout.into())?,
-        stderr: tokio::process::ChildStderr::from_std(stderr.into())?,
+        stdout,
+        stderr,
     };
     Ok((io, [child_stdin, child_stdout, child_stderr]))
 }

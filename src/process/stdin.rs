@@ -2,6 +2,8 @@
 //! full pipe, and every accepted `writeId` is recorded in the same critical section that queues
 //! its bytes, so a retried write can never be written twice.
 
+use super::io::Input;
+use super::store::Store;
 use super::ProcessError;
 use bytes::Bytes;
 use exec_server_protocol::process::{TerminalSize, WriteStatus};
@@ -9,7 +11,6 @@ use std::collections::{HashSet, VecDeque};
 use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use tokio::io::{AsyncWrite, AsyncWriteExt as _};
 use tokio::sync::mpsc;
 
 /// Accepted write ids remembered per process, oldest forgotten first (as the reference).
@@ -29,28 +30,16 @@ pub struct Stdin {
 
 struct StdinState {
     /// None when the child was started without stdin, or stdin was closed.
-    sender: Option<mpsc::UnboundedSender<Bytes>>,
+    sender: Option<mpsc::UnboundedSender<Input>>,
     accepted: HashSet<String>,
     accepted_order: VecDeque<String>,
 }
 
 impl Stdin {
-    pub fn pipe(stdin: Option<tokio::process::ChildStdin>) -> Self {
-        let this = Self::new();
-        if let Some(stdin) = stdin {
-            this.spawn_writer(stdin);
-        }
-        this
-    }
-
-    pub fn pty(writer: pty_process::OwnedWritePty, master: OwnedFd) -> (Self, PtyResizer) {
-        let this = Self::new();
-        this.spawn_writer(writer);
-        (this, PtyResizer { master })
-    }
-
-    fn new() -> Self {
-        Self {
+    /// The stdin `fd` (None: the child has none, or it was closed), its writes journaled in
+    /// `store`; `accepted`: the ids of writes already made (by a predecessor daemon).
+    pub fn new(fd: Option<OwnedFd>, store: Arc<Store>, accepted: Vec<String>) -> Self {
+        let this = Self {
             state: Mutex::new(StdinState {
                 sender: None,
                 accepted: HashSet::new(),
@@ -58,28 +47,19 @@ impl Stdin {
             }),
             queued: Arc::new(AtomicUsize::new(0)),
             failed: Arc::new(AtomicBool::new(false)),
+        };
+        let mut state = this.state.lock().unwrap();
+        for id in accepted {
+            state.remember(id);
         }
-    }
-
-    fn spawn_writer(&self, mut sink: impl AsyncWrite + Unpin + Send + 'static) {
-        let (sender, mut receiver) = mpsc::unbounded_channel::<Bytes>();
-        self.state.lock().unwrap().sender = Some(sender);
-        let (queued, failed) = (self.queued.clone(), self.failed.clone());
-        tokio::spawn(async move {
-            while let Some(data) = receiver.recv().await {
-                let result = async {
-                    sink.write_all(&data).await?;
-                    sink.flush().await
-                }
-                .await;
-                queued.fetch_sub(data.len(), Ordering::Relaxed);
-                if result.is_err() {
-                    failed.store(true, Ordering::Relaxed);
-                    break;
-                }
-            }
-            // Dropping the sink closes a pipe: the child reads EOF.
-        });
+        if let Some(fd) = fd {
+            let (sender, receiver) = mpsc::unbounded_channel();
+            state.sender = Some(sender);
+            let (queued, failed) = (this.queued.clone(), this.failed.clone());
+            super::io::spawn_writer(fd, receiver, store, queued, failed);
+        }
+        drop(state);
+        this
     }
 
     pub fn write(&self, write_id: &str, data: Bytes) -> Result<WriteStatus, ProcessError> {
@@ -98,15 +78,10 @@ impl Stdin {
             return Err(ProcessError::StdinFull { queued });
         }
         self.queued.fetch_add(data.len(), Ordering::Relaxed);
-        if sender.send(data).is_err() {
+        if sender.send((Some(write_id.to_owned()), data)).is_err() {
             return Err(ProcessError::StdinFailed);
         }
-        state.accepted.insert(write_id.to_owned());
-        state.accepted_order.push_back(write_id.to_owned());
-        if state.accepted_order.len() > REMEMBERED_WRITE_IDS {
-            let oldest = state.accepted_order.pop_front().expect("over the limit");
-            state.accepted.remove(&oldest);
-        }
+        state.remember(write_id.to_owned());
         Ok(WriteStatus::Accepted)
     }
 
@@ -116,14 +91,27 @@ impl Stdin {
     }
 
     /// Pipes: EOF after the queued bytes. Terminals: an EOF character, as a typed Ctrl-D.
-    pub fn close(&self, tty: bool) -> Result<(), ProcessError> {
+    /// Returns whether it was open.
+    pub fn close(&self, tty: bool) -> bool {
         let mut state = self.state.lock().unwrap();
-        if let Some(sender) = state.sender.take() {
-            if tty {
-                let _ = sender.send(Bytes::from_static(&[TERMINAL_EOF]));
-            }
+        let Some(sender) = state.sender.take() else {
+            return false;
+        };
+        if tty {
+            let _ = sender.send((None, Bytes::from_static(&[TERMINAL_EOF])));
         }
-        Ok(())
+        true
+    }
+}
+
+impl StdinState {
+    fn remember(&mut self, id: String) {
+        self.accepted.insert(id.clone());
+        self.accepted_order.push_back(id);
+        if self.accepted_order.len() > REMEMBERED_WRITE_IDS {
+            let oldest = self.accepted_order.pop_front().expect("over the limit");
+            self.accepted.remove(&oldest);
+        }
     }
 }
 
@@ -133,6 +121,10 @@ pub struct PtyResizer {
 }
 
 impl PtyResizer {
+    pub fn new(master: OwnedFd) -> Self {
+        Self { master }
+    }
+
     pub fn resize(&self, size: TerminalSize) -> Result<(), ProcessError> {
         if size.rows == 0 || size.cols == 0 {
             return Err(ProcessError::EmptySize);

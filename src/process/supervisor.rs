@@ -23,7 +23,9 @@
 //! (kill the tree, confirm) or [`SIGNAL`] and a signal number (for the program's process
 //! group). EOF means the daemon is gone: [`on_daemon_gone`].
 
-use crate::channel::{self, FrameError, KILL, LAUNCH, READY, SIGNAL, SIGNAL_TREE};
+use crate::channel::{
+    self, FrameError, ADOPTED, CLOSE_STDIN, HOLD, KILL, LAUNCH, READY, SIGNAL, SIGNAL_TREE,
+};
 use crate::sandbox::helper;
 use crate::sandbox::plan::{Failure, NetworkMode, Stage, MAX_PLAN_BYTES};
 use exec_server_protocol::process::ProcessUsage;
@@ -87,6 +89,57 @@ pub enum Report {
         confirmed: bool,
         usage: ProcessUsage,
     },
+}
+
+/// What a supervisor holds for the daemon (a [`HOLD`] order), so that a daemon that dies, even
+/// by SIGKILL, leaves the program running with nothing lost: its output goes on into the
+/// stream files, and a successor daemon adopts the tree on the socket. Travelling with it, in
+/// order: the listening socket, the stream files, the output ends, and the stdin end if any.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Hold {
+    /// The process's directory in the state directory (`super::store`).
+    pub dir: PathBuf,
+    /// One stream (a terminal's master, which is also its stdin), or stdout and stderr.
+    pub tty: bool,
+    pub stdin: bool,
+    /// Bytes an orphaned supervisor moves into a stream's file beyond what the daemon had
+    /// taken, at most, before the program waits (while its tree runs).
+    pub max_tail: u64,
+}
+
+impl Hold {
+    pub fn streams(&self) -> usize {
+        if self.tty {
+            1
+        } else {
+            2
+        }
+    }
+
+    /// How many descriptors travel with it.
+    pub fn fds(&self) -> usize {
+        1 + 2 * self.streams() + usize::from(self.stdin && !self.tty)
+    }
+}
+
+/// What a supervisor holds, as received.
+struct Held {
+    hold: Hold,
+    listener: std::os::unix::net::UnixListener,
+    files: Vec<std::fs::File>,
+    /// None once at its end.
+    outputs: Vec<Option<OwnedFd>>,
+    stdin: Option<OwnedFd>,
+}
+
+/// What comes with [`ADOPTED`], as a frame: which held ends travel with it (the open outputs,
+/// in order, then the stdin).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Adopted {
+    pub outputs: Vec<bool>,
+    pub stdin: bool,
 }
 
 /// Runs the fork server of plain supervisors and never returns when this process was started
@@ -465,6 +518,9 @@ impl Ahead {
         if let Some(started) = started {
             report(control, &started);
         }
+        let control = control
+            .try_clone()
+            .unwrap_or_else(|err| refuse(control, Stage::Supervisor.os(err)));
         Supervisor {
             control,
             sigchld: self.sigchld,
@@ -472,6 +528,7 @@ impl Ahead {
             leader_exit: None,
             exit_reported: false,
             usage: TreeUsage::default(),
+            held: None,
         }
         .serve()
     }
@@ -613,17 +670,22 @@ fn block_sigchld() -> OwnedFd {
     }
 }
 
-struct Supervisor<'a> {
-    control: &'a UnixStream,
+struct Supervisor {
+    /// To the daemon (a successor's, once adopted).
+    control: UnixStream,
     sigchld: OwnedFd,
     leader: i32,
     /// The program's wait status, once reaped.
     leader_exit: Option<libc::c_int>,
     exit_reported: bool,
     usage: TreeUsage,
+    held: Option<Held>,
 }
 
-impl Supervisor<'_> {
+/// Descriptors an order may carry, at most.
+const MAX_ORDER_FDS: usize = 8;
+
+impl Supervisor {
     /// Returns once the tree is confirmed gone, and both reports are sent.
     fn serve(mut self) {
         loop {
@@ -654,8 +716,16 @@ impl Supervisor<'_> {
             }
             if fds[0].revents != 0 {
                 let mut order = [0u8; 2];
-                match (&mut self.control).read(&mut order[..1]) {
-                    Ok(0) | Err(_) => self.on_daemon_gone(),
+                let received =
+                    channel::recv_fds(self.control.as_fd(), &mut order[..1], MAX_ORDER_FDS, false);
+                match received.map(|received| (received.bytes, received.fds)) {
+                    Ok((0, _)) | Err(_) => self.on_daemon_gone(),
+                    Ok((_, fds)) if order[0] == HOLD => self.hold(fds),
+                    Ok(_) if order[0] == CLOSE_STDIN => {
+                        if let Some(held) = &mut self.held {
+                            held.stdin = None;
+                        }
+                    }
                     Ok(_) if order[0] == KILL => return self.kill_and_confirm(),
                     Ok(_) if order[0] == SIGNAL || order[0] == SIGNAL_TREE => {
                         if (&mut self.control).read_exact(&mut order[1..]).is_err() {
@@ -679,10 +749,146 @@ impl Supervisor<'_> {
         }
     }
 
-    /// The daemon ended, without an order (even by SIGKILL): the tree dies with it. The one
-    /// place to change for a daemon that re-adopts its trees.
-    fn on_daemon_gone(&mut self) -> ! {
-        self.kill_tree(None);
+    /// The daemon ended, without an order (even by SIGKILL). A tree whose stdio the supervisor
+    /// holds waits for a successor ([`Self::orphaned`]); any other dies with the daemon.
+    fn on_daemon_gone(&mut self) {
+        if self.held.is_none() {
+            self.kill_tree(None);
+            std::process::exit(0)
+        }
+        self.orphaned();
+    }
+
+    fn hold(&mut self, fds: Vec<OwnedFd>) {
+        let hold: Option<Hold> = read_frame(&mut &self.control)
+            .ok()
+            .and_then(|frame| serde_json::from_slice(&frame).ok());
+        let Some(hold) = hold.filter(|hold| hold.fds() == fds.len()) else {
+            return;
+        };
+        let streams = hold.streams();
+        let mut fds = fds.into_iter();
+        let listener = fds.next().expect("counted").into();
+        let files = fds.by_ref().take(streams).map(Into::into).collect();
+        let outputs = fds.by_ref().take(streams).map(Some).collect();
+        // A terminal's master is its stdin too.
+        let stdin = fds.next();
+        self.held = Some(Held {
+            hold,
+            listener,
+            files,
+            outputs,
+            stdin,
+        });
+    }
+
+    /// Orphaned: keeps moving the tree's output into the stream files (up to the bound, while
+    /// the tree runs) until a successor daemon connects, which it then serves as its own; or,
+    /// once the tree is gone and its output ended, records how it ended in `exit.json` for the
+    /// successor to find, and exits.
+    fn orphaned(&mut self) {
+        let held = self.held.as_mut().expect("checked by the caller");
+        let bounds: Vec<u64> = held
+            .files
+            .iter()
+            .map(|file| file.metadata().map_or(0, |m| m.len()) + held.hold.max_tail)
+            .collect();
+        loop {
+            let tree_gone = !self.reap();
+            let held = self.held.as_mut().expect("checked above");
+            if tree_gone && held.outputs.iter().all(Option::is_none) {
+                self.record_end();
+            }
+            let mut fds = vec![
+                libc::pollfd {
+                    fd: held.listener.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: self.sigchld.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // Output beyond the bound waits in its pipe while the tree runs (backpressure);
+            // once the tree is gone, what is left is taken to the end.
+            for (index, output) in held.outputs.iter().enumerate() {
+                let below = held.files[index].metadata().map_or(0, |m| m.len()) < bounds[index];
+                fds.push(libc::pollfd {
+                    fd: match output {
+                        Some(fd) if below || tree_gone => fd.as_raw_fd(),
+                        _ => -1,
+                    },
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+            }
+            // SAFETY: valid pollfds; negative descriptors are skipped.
+            if unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) } < 0 {
+                continue;
+            }
+            if fds[1].revents != 0 {
+                drain(&self.sigchld);
+            }
+            for (index, polled) in fds[2..].iter().enumerate() {
+                if polled.revents != 0 {
+                    move_output(held, index);
+                }
+            }
+            if fds[0].revents != 0 {
+                if let Some(control) = accept_successor(&held.listener) {
+                    return self.adopted_by(control);
+                }
+            }
+        }
+    }
+
+    /// Hands the held stdio to the successor on `control`, which is the daemon from now on;
+    /// the reports it needs follow from the serving loop (the exit again: the predecessor may
+    /// not have kept it).
+    fn adopted_by(&mut self, control: UnixStream) {
+        let held = self.held.as_ref().expect("adopted only when holding");
+        let adopted = Adopted {
+            outputs: held.outputs.iter().map(Option::is_some).collect(),
+            stdin: held.stdin.is_some(),
+        };
+        let fds: Vec<RawFd> = held
+            .outputs
+            .iter()
+            .flatten()
+            .chain(&held.stdin)
+            .map(AsRawFd::as_raw_fd)
+            .collect();
+        let mut message = vec![ADOPTED];
+        let frame = serde_json::to_vec(&adopted).expect("serializes");
+        message.extend_from_slice(&(frame.len() as u32).to_le_bytes());
+        message.extend_from_slice(&frame);
+        if channel::send_all_with_fds(&control, &message, &fds).is_err() {
+            return self.orphaned();
+        }
+        self.control = control;
+        self.exit_reported = false;
+    }
+
+    /// The tree is gone and its output taken: its end goes where a successor finds it.
+    fn record_end(&mut self) -> ! {
+        let gone = Report::Gone {
+            confirmed: true,
+            usage: self.usage.report(),
+        };
+        self.exit_reported = false;
+        let reports: Vec<Report> = [Some(gone), self.exit_report()]
+            .into_iter()
+            .flatten()
+            .collect();
+        let held = self.held.as_ref().expect("recorded only when holding");
+        let path = held.hold.dir.join(super::store::EXIT);
+        let partial = path.with_extension("partial");
+        let text = serde_json::to_vec(&reports).expect("serializes");
+        if std::fs::write(&partial, text).is_ok() {
+            let _ = std::fs::rename(&partial, &path);
+        }
         std::process::exit(0)
     }
 
@@ -698,10 +904,8 @@ impl Supervisor<'_> {
         let usage = self.usage.report();
         // One write: the daemon wakes once for both.
         let gone = Report::Gone { confirmed, usage };
-        report_all(
-            self.control,
-            [Some(gone), self.exit_report()].iter().flatten(),
-        );
+        let exit = self.exit_report();
+        report_all(&self.control, [Some(gone), exit].iter().flatten());
         if !confirmed {
             self.kill_tree(None);
             // A program that was reaped only now.
@@ -712,7 +916,7 @@ impl Supervisor<'_> {
 
     fn report_exit(&mut self) {
         if let Some(exit) = self.exit_report() {
-            report(self.control, &exit);
+            report(&self.control, &exit);
         }
     }
 
@@ -785,6 +989,62 @@ impl Supervisor<'_> {
             std::thread::sleep(Duration::from_millis(2));
         }
     }
+}
+
+/// Moves what output `index` has into the end of its file (an orphan's: no daemon takes it);
+/// at its end, or when the file cannot take more, the output is closed.
+fn move_output(held: &mut Held, index: usize) {
+    use std::os::unix::fs::FileExt as _;
+    let Some(output) = &held.outputs[index] else {
+        return;
+    };
+    let file = &held.files[index];
+    let end = file.metadata().map_or(0, |m| m.len());
+    let moved = if held.hold.tty {
+        let mut buffer = vec![0u8; 64 * 1024];
+        nix::unistd::read(output, &mut buffer)
+            .map_err(std::io::Error::from)
+            .and_then(|read| file.write_all_at(&buffer[..read], end).map(|()| read))
+    } else {
+        let mut offset = end as libc::loff_t;
+        // SAFETY: splice between descriptors we own, with a valid offset pointer.
+        let moved = unsafe {
+            libc::splice(
+                output.as_raw_fd(),
+                std::ptr::null_mut(),
+                file.as_raw_fd(),
+                &mut offset,
+                256 * 1024,
+                libc::SPLICE_F_NONBLOCK,
+            )
+        };
+        if moved < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(moved as usize)
+        }
+    };
+    match moved {
+        Ok(0) => held.outputs[index] = None,
+        Ok(_) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {}
+        Err(_) => held.outputs[index] = None,
+    }
+}
+
+/// A successor daemon on the listener: a peer of this user that is not inside a sandbox (a
+/// sandboxed process runs as the same user, and must never take over a tree).
+fn accept_successor(listener: &std::os::unix::net::UnixListener) -> Option<UnixStream> {
+    let (socket, _) = listener.accept().ok()?;
+    let peer =
+        nix::sys::socket::getsockopt(&socket, nix::sys::socket::sockopt::PeerCredentials).ok()?;
+    // SAFETY: plain syscall.
+    let own = unsafe { libc::geteuid() };
+    if peer.uid() != own || crate::sandbox::peers::runs_in_sandbox(peer.pid()) {
+        return None;
+    }
+    socket.set_nonblocking(false).ok()?;
+    Some(socket)
 }
 
 /// Empties a non-blocking signalfd.

@@ -70,16 +70,14 @@ pub async fn launch(
         .collect();
     let frames = supervisor::frames(&spec.setup(), payload);
     let tree = |supervisor, control: tokio::net::UnixStream, unread: Vec<u8>, group| {
-        let (read_half, write) = control.into_split();
+        let (reports, orders) = connect(control, unread);
         Tree {
             supervisor,
             supervisor_pid: 0,
             program_pid: 0,
             group,
-            reports: Reports(
-                tokio::io::BufReader::new(std::io::Cursor::new(unread).chain(read_half)).lines(),
-            ),
-            orders: Orders(std::sync::Mutex::new(Some(write))),
+            reports,
+            orders,
             listeners: Vec::new(),
         }
     };
@@ -166,6 +164,16 @@ pub async fn launch(
     Ok((tree, started, listeners))
 }
 
+/// The reports and orders of a supervisor's control socket, after `unread` (bytes of it read
+/// already).
+pub fn connect(control: tokio::net::UnixStream, unread: Vec<u8>) -> (Reports, Orders) {
+    let (read_half, write) = control.into_split();
+    (
+        Reports(tokio::io::BufReader::new(std::io::Cursor::new(unread).chain(read_half)).lines()),
+        Orders(std::sync::Mutex::new(Some(write))),
+    )
+}
+
 impl Reports {
     /// The next report; None once the supervisor is gone (or says something unreadable).
     pub async fn next(&mut self) -> Option<Report> {
@@ -188,6 +196,32 @@ impl Orders {
     /// `signal` to every process of the tree.
     pub fn signal_tree(&self, signal: nix::sys::signal::Signal) {
         self.send(&[channel::SIGNAL_TREE, signal as u8]);
+    }
+
+    /// Hand the supervisor the daemon's ends of the stdio (see [`supervisor::Hold`]).
+    pub fn hold(&self, hold: &supervisor::Hold, fds: &[BorrowedFd<'_>]) -> std::io::Result<()> {
+        use std::os::fd::AsRawFd as _;
+        let frame = serde_json::to_vec(hold).map_err(std::io::Error::other)?;
+        let mut message = vec![channel::HOLD];
+        message.extend_from_slice(&(frame.len() as u32).to_le_bytes());
+        message.extend_from_slice(&frame);
+        let raw: Vec<_> = fds.iter().map(|fd| fd.as_raw_fd()).collect();
+        let orders = self.0.lock().unwrap();
+        let Some(orders) = &*orders else {
+            return Ok(());
+        };
+        let socket: &tokio::net::UnixStream = orders.as_ref();
+        // Small enough for an idle socket's buffer in one message.
+        let sent = channel::send_fds(socket.as_fd(), &message, &raw)?;
+        if sent < message.len() {
+            return Err(std::io::Error::other("the supervisor's socket is full"));
+        }
+        Ok(())
+    }
+
+    /// Close the supervisor's copy of the stdin.
+    pub fn close_stdin(&self) {
+        self.send(&[channel::CLOSE_STDIN]);
     }
 
     fn send(&self, order: &[u8]) {
@@ -218,4 +252,81 @@ pub fn reuse(reports: Reports, orders: &Orders) {
     if let Ok(control) = read.reunite(write) {
         pool::return_plain(control);
     }
+}
+
+/// A predecessor's supervisor, as a successor finds it.
+pub struct Adoption {
+    pub reports: Reports,
+    pub orders: Orders,
+    /// Which of the stdio it still held (none when it is gone).
+    pub adopted: supervisor::Adopted,
+    pub held: Vec<OwnedFd>,
+}
+
+/// Connects to the orphaned supervisor listening on `socket` and takes over its tree. One that
+/// is gone left how its tree ended in `exit` (which the reports then say); with neither, the
+/// reports end at once (the supervisor ended before the process could be seen to).
+pub async fn adopt(socket: &std::path::Path, exit: &std::path::Path) -> Adoption {
+    match take_over(socket).await {
+        Ok(adoption) => adoption,
+        Err(err) => {
+            tracing::debug!("no supervisor on {}: {err}", socket.display());
+            let reports: Vec<Report> = std::fs::read(exit)
+                .ok()
+                .and_then(|text| serde_json::from_slice(&text).ok())
+                .unwrap_or_default();
+            let mut lines = Vec::new();
+            for report in &reports {
+                lines.extend(serde_json::to_vec(report).unwrap_or_default());
+                lines.push(b'\n');
+            }
+            // A socket whose peer is gone: orders go nowhere, the reports are the recorded ones.
+            let (ours, _) = tokio::net::UnixStream::pair().expect("a socket pair");
+            let (reports, orders) = connect(ours, lines);
+            Adoption {
+                reports,
+                orders,
+                adopted: supervisor::Adopted {
+                    outputs: Vec::new(),
+                    stdin: false,
+                },
+                held: Vec::new(),
+            }
+        }
+    }
+}
+
+async fn take_over(socket: &std::path::Path) -> std::io::Result<Adoption> {
+    let control = tokio::net::UnixStream::connect(socket).await?;
+    let mut first = [0u8; 1];
+    let received = tokio::time::timeout(
+        crate::sandbox::SETUP_TIMEOUT,
+        channel::recv_fds_async(&control, &mut first, 4),
+    )
+    .await
+    .map_err(|_| std::io::Error::other("the supervisor did not answer"))??;
+    if received.bytes == 0 || first[0] != channel::ADOPTED {
+        return Err(std::io::Error::other(
+            "the supervisor did not hand its tree over",
+        ));
+    }
+    let mut len = [0u8; 4];
+    let mut control = control;
+    control.read_exact(&mut len).await?;
+    let mut frame = vec![0u8; u32::from_le_bytes(len) as usize];
+    if frame.len() > 4096 {
+        return Err(std::io::Error::other(
+            "the supervisor's answer is too large",
+        ));
+    }
+    control.read_exact(&mut frame).await?;
+    let adopted: supervisor::Adopted =
+        serde_json::from_slice(&frame).map_err(std::io::Error::other)?;
+    let (reports, orders) = connect(control, Vec::new());
+    Ok(Adoption {
+        reports,
+        orders,
+        adopted,
+        held: received.fds,
+    })
 }

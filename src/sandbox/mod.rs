@@ -21,6 +21,7 @@ mod mounts;
 pub mod peers;
 pub mod plan;
 mod policy;
+pub(crate) use policy::hide_from_sandboxes;
 pub(crate) mod pool;
 mod protected;
 mod seccomp;
@@ -371,14 +372,19 @@ pub async fn run_fs_op(
     let sandboxed = launch.into_sandboxed();
     let ChildIo::Pipes {
         stdin: None,
-        mut stdout,
-        mut stderr,
+        stdout,
+        stderr,
     } = spawned.io
     else {
         unreachable!("spawned on pipes with stdin on the socket");
     };
-    let socket = std::os::unix::net::UnixStream::from(ours);
+    let receiver = |fd| tokio::net::unix::pipe::Receiver::from_owned_fd(fd);
     let io_error = |e: std::io::Error| RpcError::internal(format!("the helper's socket: {e}"));
+    let (mut stdout, mut stderr) = (
+        receiver(stdout).map_err(io_error)?,
+        receiver(stderr).map_err(io_error)?,
+    );
+    let socket = std::os::unix::net::UnixStream::from(ours);
     socket.set_nonblocking(true).map_err(io_error)?;
     let mut input = tokio::net::UnixStream::from_std(socket).map_err(io_error)?;
     let feed = async move {

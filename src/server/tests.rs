@@ -33,7 +33,7 @@ impl Client {
         tokio::spawn(serve_lines(
             input,
             output,
-            Registry::new(Arc::new(config()), Default::default()),
+            Registry::new(Arc::new(config()), Default::default(), None),
         ));
         let (reader, writer) = tokio::io::split(ours);
         Self {

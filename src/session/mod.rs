@@ -139,12 +139,18 @@ pub struct Session {
 }
 
 impl Session {
-    fn new(id: String, config: Arc<Config>, attachment: Attachment, policy: Policy) -> Self {
-        let (sender, receiver) = watch::channel(Some(attachment));
+    fn new(
+        id: String,
+        config: Arc<Config>,
+        attachment: Option<Attachment>,
+        policy: Policy,
+        processes_dir: Option<std::path::PathBuf>,
+    ) -> Self {
+        let (sender, receiver) = watch::channel(attachment);
         Self {
+            processes: ProcessTable::new(config, receiver, id.clone(), processes_dir),
             id,
             policy,
-            processes: ProcessTable::new(config, receiver),
             environment_info: crate::environment::info(),
             attachment: sender,
         }

@@ -1,10 +1,11 @@
 //! All sessions of the daemon, with attach, detach, resume and time-to-live expiry.
 
-use super::{Attachment, RequestedPolicy, Session, SessionError};
+use super::{Attachment, Policy, RequestedPolicy, Session, SessionError};
 use crate::config::Config;
 use exec_server_protocol::process::ExitReason;
 use exec_server_protocol::session::DisconnectPolicy;
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,10 +19,25 @@ pub struct Registry {
     sessions: Mutex<HashMap<String, Entry>>,
     /// Set by shutdown: no session is created or resumed after it.
     closing: std::sync::atomic::AtomicBool,
+    /// Set when the daemon hands over to a successor: a connection's end leaves its session
+    /// as it is.
+    handing_over: std::sync::atomic::AtomicBool,
     pub config: Arc<Config>,
     /// Directories watched by every connection's `fs/watch`es together.
     pub watched_directories: crate::fs::WatchedDirectories,
     pub(crate) audit: crate::audit::Audit,
+    /// Where sessions and processes are kept across a restart (`--state-dir`; None: they
+    /// are not); locked while this lives.
+    state: Option<crate::state_dir::StateDir>,
+}
+
+/// A kept session, `sessions/ID.json` in the state directory.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct KeptSession {
+    id: String,
+    on_disconnect: DisconnectPolicy,
+    ttl_ms: u64,
 }
 
 struct Entry {
@@ -33,14 +49,121 @@ struct Entry {
 }
 
 impl Registry {
-    pub(crate) fn new(config: Arc<Config>, audit: crate::audit::Audit) -> Arc<Self> {
+    /// The registry; with `state`, the state directory whose `sessions` and `processes`
+    /// directories it keeps.
+    pub(crate) fn new(
+        config: Arc<Config>,
+        audit: crate::audit::Audit,
+        state: Option<crate::state_dir::StateDir>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             sessions: Mutex::new(HashMap::new()),
             closing: Default::default(),
+            handing_over: Default::default(),
             config,
             watched_directories: Default::default(),
             audit,
+            state,
         })
+    }
+
+    fn sessions_dir(&self) -> Option<PathBuf> {
+        self.state.as_ref().map(|state| state.sessions_dir())
+    }
+
+    fn processes_dir(&self) -> Option<PathBuf> {
+        self.state.as_ref().map(|state| state.processes_dir())
+    }
+
+    fn new_session(&self, id: String, attachment: Option<Attachment>, policy: Policy) -> Session {
+        Session::new(
+            id,
+            self.config.clone(),
+            attachment,
+            policy,
+            self.processes_dir(),
+        )
+    }
+
+    /// Records a new session for a successor; a session that cannot be kept works as ever.
+    fn keep(&self, session: &Session) {
+        let Some(dir) = self.sessions_dir() else {
+            return;
+        };
+        let kept = KeptSession {
+            id: session.id.clone(),
+            on_disconnect: session.policy.on_disconnect,
+            ttl_ms: session.policy.ttl.as_millis() as u64,
+        };
+        let text = serde_json::to_vec(&kept).expect("serializes");
+        if let Err(err) = std::fs::write(dir.join(format!("{}.json", session.id)), text) {
+            tracing::warn!("cannot keep a session in the state directory: {err}");
+        }
+    }
+
+    fn forget(&self, id: &str) {
+        if let Some(dir) = self.sessions_dir() {
+            let _ = std::fs::remove_file(dir.join(format!("{id}.json")));
+        }
+    }
+
+    /// Adopts what a predecessor daemon kept: its sessions, detached (each with its whole
+    /// time-to-live from now), and their processes, with their trees and output.
+    pub(crate) async fn adopt(self: &Arc<Self>) -> std::io::Result<()> {
+        let (Some(sessions_dir), Some(processes_dir)) = (self.sessions_dir(), self.processes_dir())
+        else {
+            return Ok(());
+        };
+        let mut adopted = HashMap::new();
+        for entry in std::fs::read_dir(&sessions_dir)? {
+            let path = entry?.path();
+            let kept: Option<KeptSession> = std::fs::read(&path)
+                .ok()
+                .and_then(|text| serde_json::from_slice(&text).ok());
+            let Some(kept) = kept else {
+                tracing::warn!("ignoring {}: not a kept session", path.display());
+                continue;
+            };
+            let policy = Policy {
+                on_disconnect: kept.on_disconnect,
+                ttl: Duration::from_millis(kept.ttl_ms),
+            };
+            let session = Arc::new(self.new_session(kept.id.clone(), None, policy));
+            adopted.insert(kept.id, session);
+        }
+        let mut processes = 0;
+        for entry in std::fs::read_dir(&processes_dir)? {
+            let dir = entry?.path();
+            let Some(session) = read_session_of(&dir).and_then(|id| adopted.get(&id)) else {
+                tracing::warn!("removing {}: its session is gone", dir.display());
+                orphan_cleanup(&dir).await;
+                continue;
+            };
+            match session.processes.adopt(&dir).await {
+                Ok(()) => processes += 1,
+                Err(err) => tracing::warn!("cannot adopt the process in {}: {err}", dir.display()),
+            }
+        }
+        if !adopted.is_empty() {
+            tracing::info!(
+                sessions = adopted.len(),
+                processes,
+                "adopted what the previous daemon kept"
+            );
+        }
+        for (id, session) in adopted {
+            let ttl = session.policy.ttl;
+            self.sessions.lock().unwrap().insert(
+                id.clone(),
+                Entry {
+                    session,
+                    detached_at: Some(Instant::now()),
+                    detach_epoch: 1,
+                },
+            );
+            self.expire_after(id, 1, ttl);
+        }
+        Ok(())
     }
 
     /// A fresh session id, for [`Self::create`] (its audit record is written before).
@@ -55,12 +178,8 @@ impl Registry {
         policy: &RequestedPolicy,
     ) -> Result<Arc<Session>, SessionError> {
         let policy = policy.for_new_session(&self.config);
-        let session = Arc::new(Session::new(
-            id.clone(),
-            self.config.clone(),
-            attachment,
-            policy,
-        ));
+        let session = Arc::new(self.new_session(id.clone(), Some(attachment), policy));
+        self.keep(&session);
         let entry = Entry {
             session: session.clone(),
             detached_at: None,
@@ -116,7 +235,7 @@ impl Registry {
             Some(since) if since.elapsed() >= entry.session.policy.ttl => {
                 let entry = sessions.remove(id).expect("looked up above");
                 drop(sessions);
-                tokio::spawn(end(&self.audit, entry.session, ExitReason::SessionExpired));
+                tokio::spawn(self.end(entry.session, ExitReason::SessionExpired));
                 Err(unknown())
             }
             Some(_) => {
@@ -132,6 +251,9 @@ impl Registry {
     /// Called when a connection ends. Only its own attachment is cleared: after a takeover the
     /// session belongs to the new connection. A session with `onDisconnect: "kill"` ends here.
     pub fn detach(self: &Arc<Self>, session: &Session, connection_id: u64) {
+        if self.handing_over.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
         let epoch = {
             let mut sessions = self.sessions.lock().unwrap();
             let Some(entry) = sessions.get_mut(&session.id) else {
@@ -151,16 +273,19 @@ impl Registry {
             if entry.session.policy.on_disconnect == DisconnectPolicy::Kill {
                 let entry = sessions.remove(&session.id).expect("looked up above");
                 drop(sessions);
-                tokio::spawn(end(&self.audit, entry.session, ExitReason::Disconnected));
+                tokio::spawn(self.end(entry.session, ExitReason::Disconnected));
                 return;
             }
             entry.detached_at = Some(Instant::now());
             entry.detach_epoch += 1;
             entry.detach_epoch
         };
+        self.expire_after(session.id.clone(), epoch, session.policy.ttl);
+    }
+
+    /// Ends session `id` after `ttl` unless it was resumed since its detach `epoch`.
+    fn expire_after(self: &Arc<Self>, id: String, epoch: u64, ttl: Duration) {
         let registry = Arc::downgrade(self);
-        let id = session.id.clone();
-        let ttl = session.policy.ttl;
         tokio::spawn(async move {
             tokio::time::sleep(ttl).await;
             if let Some(registry) = registry.upgrade() {
@@ -180,8 +305,16 @@ impl Registry {
             }
         };
         if let Some(entry) = expired {
-            end(&self.audit, entry.session, ExitReason::SessionExpired).await;
+            self.end(entry.session, ExitReason::SessionExpired).await;
         }
+    }
+
+    /// From now on the connections' ends are the daemon's hand-over to a successor, not the
+    /// clients' going away: their sessions stay as they are, no disconnect policy runs and no
+    /// time-to-live starts, so that the successor adopts them as they were.
+    pub(crate) fn hand_over(&self) {
+        self.handing_over
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Refuses new sessions, kills every tree of every session (their tables refuse new
@@ -193,6 +326,9 @@ impl Registry {
                 .store(true, std::sync::atomic::Ordering::SeqCst);
             sessions.drain().map(|(_, e)| e.session).collect()
         };
+        for session in &sessions {
+            self.forget(&session.id);
+        }
         let mut killed = Vec::new();
         let mut attached = Vec::new();
         for session in &sessions {
@@ -218,32 +354,62 @@ impl Registry {
     }
 }
 
-/// Ends a session already removed from the registry (expired, or disconnected with
-/// `onDisconnect: "kill"`): kills every tree at once (`reason`), cancels starts in progress,
-/// then waits (bounded) until the trees are gone and frees what the session held.
-fn end(
-    audit: &crate::audit::Audit,
-    session: Arc<Session>,
-    reason: ExitReason,
-) -> impl std::future::Future<Output = ()> {
-    tracing::info!(
-        session = %super::log_digest(&session.id),
-        ?reason,
-        "session ended; killing its processes"
-    );
-    let details = || serde_json::json!({ "reason": reason });
-    audit.event(
-        &crate::audit::Identity::daemon(),
-        &session.id,
-        "session/expire",
-        details,
-    );
-    let killed = session.processes.kill_all(reason);
-    async move {
-        reap(killed).await;
-        drop(session);
-        crate::memory::release_soon();
+impl Registry {
+    /// Ends a session already removed from the registry (expired, or disconnected with
+    /// `onDisconnect: "kill"`): kills every tree at once (`reason`), cancels starts in progress,
+    /// then waits (bounded) until the trees are gone and frees what the session held.
+    fn end(
+        &self,
+        session: Arc<Session>,
+        reason: ExitReason,
+    ) -> impl std::future::Future<Output = ()> {
+        let audit = &self.audit;
+        self.forget(&session.id);
+        tracing::info!(
+            session = %super::log_digest(&session.id),
+            ?reason,
+            "session ended; killing its processes"
+        );
+        let details = || serde_json::json!({ "reason": reason });
+        audit.event(
+            &crate::audit::Identity::daemon(),
+            &session.id,
+            "session/expire",
+            details,
+        );
+        let killed = session.processes.kill_all(reason);
+        async move {
+            reap(killed).await;
+            drop(session);
+            crate::memory::release_soon();
+        }
     }
+}
+
+/// The session a kept process belongs to.
+fn read_session_of(dir: &Path) -> Option<String> {
+    let text = std::fs::read(dir.join(crate::process::store::META)).ok()?;
+    let meta: crate::process::store::Meta = serde_json::from_slice(&text).ok()?;
+    Some(meta.session)
+}
+
+/// A kept process whose session is gone: its tree is killed (its supervisor taken over for
+/// that) and its directory removed.
+async fn orphan_cleanup(dir: &Path) {
+    let socket = dir.join(crate::process::store::SOCKET);
+    let exit = dir.join(crate::process::store::EXIT);
+    let adoption = crate::process::tree::adopt(&socket, &exit).await;
+    adoption.orders.kill();
+    let mut reports = adoption.reports;
+    let _ = tokio::time::timeout(REAP_GRACE, async {
+        while let Some(report) = reports.next().await {
+            if matches!(report, crate::process::tree::Report::Gone { .. }) {
+                break;
+            }
+        }
+    })
+    .await;
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Waits (bounded) until the killed trees are gone; says so when some could not be confirmed.

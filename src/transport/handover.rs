@@ -398,12 +398,13 @@ async fn start_successor(
 
 /// The predecessor's end of an upgrade, once `successor` is ready (the accept loop is gone
 /// already): closes the connections with 1012 so clients reconnect (to the successor, through
-/// the backlog) and resume, flushes the audit log, and exits without killing the managed
-/// processes. Never runs the socket's removal (`UnixSocket`'s drop): the file is the
-/// successor's now.
+/// the backlog) and resume, leaving their sessions as they are, flushes the audit log, and
+/// exits without killing the managed processes: their supervisors outlive this process, and
+/// the successor adopts them and the sessions from the state dir. Never runs the socket's
+/// removal (`UnixSocket`'s drop): the file is the successor's now.
 ///
-/// Lead's core: whatever the successor needs in order to adopt the processes (state written
-/// out, supervisors told to hold on) goes between the closing and the flush.
+/// Whatever else the successor would need from this daemon is to be written out here, after
+/// the connections closed and before the flush.
 pub(super) async fn hand_over_and_exit(
     successor: Successor,
     connections: &super::ws::Connections,
@@ -413,6 +414,7 @@ pub(super) async fn hand_over_and_exit(
     // Dropped, it would be killed (see kill_on_drop above).
     std::mem::forget(successor.child);
     tracing::info!("the successor, pid {pid}, is ready; stopped accepting connections");
+    registry.hand_over();
     let closed = connections.close_for_restart(CLOSE_LIMIT).await;
     tracing::info!("closed {closed} connection(s) with 1012 (service restart)");
     registry.audit.flush(super::AUDIT_FLUSH_LIMIT).await;

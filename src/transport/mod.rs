@@ -110,7 +110,14 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let inherited = handover.take_inherited()?;
     let upgrade_requests = handover::requests()?;
-    // Everything that can fail on a bad configuration comes before a successor says it is
+    // First: a daemon that cannot have the state dir it was told to use must not bind anything.
+    // A successor cannot have it before its predecessor has exited (which holds its lock): it
+    // opens it after `take_over`.
+    let state_first = match inherited {
+        None => Some(open_state_dir(&config)?),
+        Some(_) => None,
+    };
+    // Everything else that can fail on a bad configuration comes before a successor says it is
     // ready, so that a failed upgrade leaves the predecessor serving.
     let audit = match &config.audit_log {
         Some(path) => crate::audit::Audit::open(path, config.audit_required)?,
@@ -136,6 +143,10 @@ pub async fn serve(
     // From here on this is the only daemon (a successor's predecessor has exited): what only
     // one daemon may own (the state directory, the processes to adopt) is opened from here on,
     // never above.
+    let state = match state_first {
+        Some(state) => state,
+        None => open_state_dir(&config)?,
+    };
     // Bound before the banner, so a harness that read it can scrape at once (a successor's
     // only now: its predecessor held the port).
     let metrics = match config.metrics_listen {
@@ -146,7 +157,8 @@ pub async fn serve(
         ),
         None => None,
     };
-    let registry = Registry::new(Arc::new(config), audit);
+    let registry = Registry::new(Arc::new(config), audit, state);
+    registry.adopt().await?;
     log_hangups();
     if let Some(listener) = metrics {
         let local = listener.local_addr()?;
@@ -189,6 +201,15 @@ pub async fn serve(
     registry.shutdown().await;
     registry.audit.flush(AUDIT_FLUSH_LIMIT).await;
     outcome
+}
+
+/// The state directory of `config`, hidden from every sandbox.
+fn open_state_dir(config: &Config) -> anyhow::Result<Option<crate::state_dir::StateDir>> {
+    let state = crate::state_dir::StateDir::open(&config.state_dir)?;
+    if let Some(state) = &state {
+        crate::sandbox::hide_from_sandboxes(vec![state.path().canonicalize()?]);
+    }
+    Ok(state)
 }
 
 /// SIGHUP reloads what can be reloaded (a TLS listener's certificate, the audit log's file; each

@@ -224,14 +224,11 @@ async fn daemon_sigterm_kills_every_tree_and_refuses_new_sessions() {
     assert!(left.is_empty(), "left {left:?} after the daemon's shutdown");
 }
 
-#[tokio::test]
-async fn trees_die_with_a_daemon_killed_by_sigkill() {
-    let mut daemon = Daemon::start();
-    let (client, _) = daemon.session().await;
-    let dirs = sandbox_support::Dirs::new();
-    let mut pids = start_tree(&client, "plain", &tags(9), false).await;
-    pids.extend(start_tree(&client, "pty", &tags(10), true).await);
-    let sandboxed = tags(11);
+/// A plain, a PTY and a sandboxed tree, each with detached members; their pids.
+async fn start_three_trees(client: &Client, dirs: &sandbox_support::Dirs, test: u32) -> Vec<i32> {
+    let mut pids = start_tree(client, "plain", &tags(test), false).await;
+    pids.extend(start_tree(client, "pty", &tags(test + 1), true).await);
+    let sandboxed = tags(test + 2);
     client
         .call(
             "process/start",
@@ -244,10 +241,46 @@ async fn trees_die_with_a_daemon_killed_by_sigkill() {
         )
         .await;
     pids.extend(all_running(&sandboxed).await);
+    pids
+}
+
+#[tokio::test]
+async fn trees_die_with_a_daemon_that_keeps_no_state_killed_by_sigkill() {
+    let mut daemon = Daemon::start_with(&["--state-dir", "none"], &[]);
+    let (client, _) = daemon.session().await;
+    let dirs = sandbox_support::Dirs::new();
+    let pids = start_three_trees(&client, &dirs, 9).await;
     daemon.send_signal(libc::SIGKILL);
     assert!(daemon.wait_exit(TIMEOUT).is_some());
     // Re-parented to init (or this test's subreaper), which reaps them.
     eventually("every tree to die with its daemon", || {
+        pids.iter().all(|pid| !pid_alive(*pid))
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn trees_outlive_a_daemon_killed_by_sigkill_and_its_successor_ends_them() {
+    let state = private_tempdir();
+    let env = [(STATE_DIR_VAR, state.path().to_str().unwrap())];
+    let mut daemon = Daemon::start_with(&[], &env);
+    let (client, session) = daemon.session().await;
+    let dirs = sandbox_support::Dirs::new();
+    let pids = start_three_trees(&client, &dirs, 120).await;
+    daemon.send_signal(libc::SIGKILL);
+    assert!(daemon.wait_exit(TIMEOUT).is_some());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let dead: Vec<_> = pids.iter().filter(|pid| !pid_alive(**pid)).collect();
+    assert!(dead.is_empty(), "{dead:?} died with the daemon");
+    let successor = Daemon::start_with(&[], &env);
+    let client = successor.resume(&session).await;
+    for id in ["plain", "pty", "sandboxed"] {
+        client
+            .call("process/terminate", json!({"processId": id}))
+            .await;
+    }
+    // Detached members included: the adopted supervisors still hold every tree.
+    eventually("every adopted tree to be killed", || {
         pids.iter().all(|pid| !pid_alive(*pid))
     })
     .await;

@@ -82,6 +82,7 @@ fn startup_error(args: &[&str]) -> String {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_exec-server"))
         .args(["--listen", "ws://127.0.0.1:0"])
         .args(args)
+        .env(STATE_DIR_VAR, "none")
         .output()
         .unwrap();
     assert!(!output.status.success());
@@ -729,6 +730,7 @@ fn stdio_daemon() -> (
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_exec-server"))
         .args(["--listen", "stdio://"])
         .env("EXEC_SERVER_LOG", "warn")
+        .env(STATE_DIR_VAR, "none")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()

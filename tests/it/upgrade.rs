@@ -26,9 +26,11 @@ struct Upgradable {
     /// For wss://, the CA that signed its certificate.
     ca: Option<PathBuf>,
     binary: PathBuf,
-    /// Every successor so far: none is this test's child, so each is killed by hand.
+    /// Every successor so far: none is this test's child, so each is stopped by hand.
     successors: Vec<i32>,
     dir: tempfile::TempDir,
+    /// The state dir every daemon of the line shares, one after the other.
+    _state_dir: tempfile::TempDir,
 }
 
 impl Upgradable {
@@ -42,9 +44,11 @@ impl Upgradable {
     fn start_in(dir: tempfile::TempDir, args: &[&str], env: &[(&str, &str)]) -> Self {
         let binary = dir.path().join("exec-server");
         std::fs::copy(BIN, &binary).unwrap();
+        let state_dir = common::private_tempdir();
         let mut command = Command::new(&binary);
         command
             .args(args)
+            .env(common::STATE_DIR_VAR, state_dir.path())
             .envs(env.iter().copied())
             .env_remove("EXEC_SERVER_CONNECTION_TOKEN")
             .env_remove("CODEX_EXEC_SERVER_CONNECTION_TOKEN")
@@ -70,6 +74,7 @@ impl Upgradable {
             binary,
             successors: Vec::new(),
             dir,
+            _state_dir: state_dir,
         }
     }
 
@@ -132,14 +137,23 @@ impl Upgradable {
 }
 
 impl Drop for Upgradable {
+    /// SIGTERM to the daemon of the moment, which ends its trees (a SIGKILL would leave them
+    /// to a successor on the state dir); SIGKILL to every one still there after that.
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let first = self.child.id() as i32;
+        let current = self.successors.last().copied().unwrap_or(first);
+        // SAFETY (here and below): plain syscalls; a successor is not reaped by this process,
+        // and its parent (init) reaps it only once it has exited.
+        unsafe { libc::kill(current, libc::SIGTERM) };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while common::pid_alive(current) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         for pid in &self.successors {
-            // SAFETY: plain syscall; the successor is not reaped by this process, so its pid
-            // stays its own until its parent (init) reaps it.
             unsafe { libc::kill(*pid, libc::SIGKILL) };
         }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -384,11 +398,23 @@ async fn a_successor_that_cannot_start_leaves_the_daemon_serving() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs adoption (lead)"]
 async fn a_session_resumes_on_the_successor_with_its_process_and_output() {
+    resume_across_an_upgrade("keep").await;
+}
+
+/// The connection closed for the hand-over is no disconnect: the session's policy is not
+/// applied, its processes go on for the successor.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kill_on_disconnect_session_also_resumes_on_the_successor() {
+    resume_across_an_upgrade("kill").await;
+}
+
+/// A counting process in a session with `on_disconnect`, upgraded under it: the session
+/// resumes on the successor with the same process, its output without gap or duplicate.
+async fn resume_across_an_upgrade(on_disconnect: &str) {
     let mut daemon = Upgradable::start();
     let client = Client::connect(&daemon.url).await;
-    let params = json!({"clientName": "e2e", "onDisconnect": "keep"});
+    let params = json!({"clientName": "e2e", "onDisconnect": on_disconnect});
     let session = client.call("initialize", params).await["sessionId"]
         .as_str()
         .unwrap()
@@ -523,6 +549,7 @@ fn a_daemon_on_stdio_is_not_upgraded_and_survives_sigusr2() {
     use std::io::Write as _;
     let mut child = Command::new(BIN)
         .args(["--listen", "stdio"])
+        .env(common::STATE_DIR_VAR, "none")
         .env("EXEC_SERVER_LOG", "error")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -569,10 +596,12 @@ async fn the_container_keeper_upgrades_on_sigusr2_and_stops_the_successor() {
     let binary = dir.path().join("exec-server");
     std::fs::copy(BIN, &binary).unwrap();
     let keeper = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/exec-server-keeper");
+    let state_dir = common::private_tempdir();
     let mut child = Command::new("sh")
         .arg(keeper)
         .arg(&binary)
         .args(["--listen", "ws://127.0.0.1:0"])
+        .env(common::STATE_DIR_VAR, state_dir.path())
         .env("EXEC_SERVER_LOG", "error")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

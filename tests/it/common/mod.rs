@@ -19,7 +19,13 @@ pub const TIMEOUT: Duration = Duration::from_secs(20);
 pub struct Daemon {
     child: Child,
     pub url: String,
+    /// The daemon's own state dir, unless its command named one.
+    _state_dir: Option<tempfile::TempDir>,
 }
+
+/// Every daemon a test starts sets it (to its own directory, or `none`), so that none falls back
+/// to the host's default, which they would all share.
+pub const STATE_DIR_VAR: &str = "EXEC_SERVER_STATE_DIR";
 
 impl Daemon {
     pub fn start() -> Self {
@@ -33,14 +39,25 @@ impl Daemon {
     /// A daemon running as `nobody`, from a copy of the binary that user can reach (the build
     /// directory may not be), which lives as long as the daemon.
     pub fn start_unprivileged() -> (Self, tempfile::TempDir) {
-        use std::os::unix::fs::PermissionsExt as _;
+        use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
         use std::os::unix::process::CommandExt as _;
         let dir = tempfile::tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let binary = dir.path().join("exec-server");
         std::fs::copy(env!("CARGO_BIN_EXE_exec-server"), &binary).unwrap();
+        // Its state dir must be nobody's, and the temporary ones are root's.
+        let state_dir = dir.path().join("state");
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&state_dir)
+            .unwrap();
+        std::os::unix::fs::chown(&state_dir, Some(65534), Some(65534)).unwrap();
         let mut command = Self::command(binary.to_str().unwrap(), &[], &[]);
-        command.uid(65534).gid(65534).current_dir("/");
+        command
+            .env(STATE_DIR_VAR, &state_dir)
+            .uid(65534)
+            .gid(65534)
+            .current_dir("/");
         (Self::launch(command), dir)
     }
 
@@ -61,7 +78,14 @@ impl Daemon {
         command
     }
 
+    /// Starts `command` and reads its banner. A command that sets no state dir gets a fresh one,
+    /// removed with the `Daemon`.
     pub fn launch(mut command: Command) -> Self {
+        let state_dir = (!command.get_envs().any(|(key, _)| key == STATE_DIR_VAR)).then(|| {
+            let dir = private_tempdir();
+            command.env(STATE_DIR_VAR, dir.path());
+            dir
+        });
         let mut child = command.spawn().expect("spawn exec-server");
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap())
@@ -74,7 +98,11 @@ impl Daemon {
                 .any(|scheme| url.starts_with(scheme)),
             "unexpected banner {url:?}"
         );
-        Self { child, url }
+        Self {
+            child,
+            url,
+            _state_dir: state_dir,
+        }
     }
 
     /// The daemon's stderr, when its command piped it.
@@ -134,9 +162,14 @@ impl Daemon {
 }
 
 impl Drop for Daemon {
+    /// A shutdown (SIGTERM) ends the daemon's trees; a SIGKILL would leave them running for a
+    /// successor on its state dir. SIGKILL only for a daemon that does not stop.
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.send_signal(libc::SIGTERM);
+        if self.wait_exit(Duration::from_secs(10)).is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
 
@@ -440,10 +473,12 @@ pub async fn read_all(client: &Client, id: &str) -> (Vec<u8>, Value) {
     }
 }
 
-/// `exec-server ARGS` run to its end: the exit code (-1 if killed), stdout and stderr.
+/// `exec-server ARGS` run to its end: the exit code (-1 if killed), stdout and stderr. A
+/// subcommand, or a daemon that must refuse to start, so it keeps no state.
 pub fn exec_server(args: &[&str]) -> (i32, String, String) {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_exec-server"))
         .args(args)
+        .env(STATE_DIR_VAR, "none")
         .output()
         .unwrap();
     (
@@ -480,6 +515,16 @@ pub fn file_uri(path: &std::path::Path) -> String {
     exec_server_protocol::PathUri::from_path(path)
         .unwrap()
         .to_string()
+}
+
+/// A fresh temporary directory only its owner may access (a plain one is 0777 less the umask),
+/// as a state dir must be.
+pub fn private_tempdir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt as _;
+    tempfile::Builder::new()
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir()
+        .unwrap()
 }
 
 /// A fresh temporary directory, on tmpfs when the machine has one: file-heavy tests then

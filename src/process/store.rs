@@ -1,0 +1,208 @@
+//! Where a process's output and its log's records are kept: a file per output stream and a
+//! journal, in the process's directory under the state directory, so that a successor daemon
+//! adopts them after a restart (`super::adopt`); without a state directory, memory files and
+//! no journal. Either way the output is not in the daemon's heap: its memory does not grow with
+//! what it retains.
+//!
+//! A directory holds `meta.json` (what the process was started as, [`Meta`]), `journal` (one
+//! JSON [`Entry`] per line, appended in seq order), `out.0` and `out.1` (stdout and stderr, or
+//! the terminal in `out.0`), `sock` (where its supervisor waits for a successor) and, once an
+//! orphaned supervisor saw its tree end, `exit.json`.
+
+use super::output::{Record, Span, Stored};
+use bytes::Bytes;
+use exec_server_protocol::process::{OutputStream, SandboxType, StartParams};
+use serde::{Deserialize, Serialize};
+use std::fs::File;
+use std::io::Write as _;
+use std::os::fd::AsRawFd as _;
+use std::os::unix::fs::{DirBuilderExt as _, FileExt as _, OpenOptionsExt as _};
+use std::path::{Path, PathBuf};
+
+pub const META: &str = "meta.json";
+pub const JOURNAL: &str = "journal";
+pub const SOCKET: &str = "sock";
+pub const EXIT: &str = "exit.json";
+
+/// The file of a stream: a terminal's output is in the first.
+pub fn stream_index(stream: OutputStream) -> usize {
+    match stream {
+        OutputStream::Stdout | OutputStream::Pty => 0,
+        OutputStream::Stderr => 1,
+    }
+}
+
+/// What a process was started as, for its successor.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Meta {
+    pub session: String,
+    pub params: StartParams,
+    pub sandbox_type: SandboxType,
+    pub idempotent: bool,
+    pub pid: i32,
+    pub supervisor_pid: i32,
+    /// Milliseconds since the epoch.
+    pub started_at_ms: u64,
+}
+
+/// A journal line.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Entry {
+    Log(Record),
+    /// A `process/write` about to reach the child's stdin (written before it is, so that a
+    /// retry after a crash in between is not written twice).
+    Wrote(String),
+    StdinClosed,
+}
+
+pub struct Store {
+    /// By [`stream_index`].
+    files: Vec<File>,
+    journal: Option<File>,
+    /// Removed with the store, once the process is done with.
+    dir: Option<PathBuf>,
+}
+
+impl Store {
+    /// Memory files for `streams` streams, nothing journaled.
+    pub fn in_memory(streams: usize) -> std::io::Result<Self> {
+        let files = (0..streams)
+            .map(|_| {
+                nix::sys::memfd::memfd_create(
+                    c"exec-server-output",
+                    nix::sys::memfd::MFdFlags::MFD_CLOEXEC,
+                )
+                .map(File::from)
+                .map_err(std::io::Error::from)
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            files,
+            journal: None,
+            dir: None,
+        })
+    }
+
+    /// A new process directory `dir` (created here, private) for `streams` streams.
+    pub fn create(dir: &Path, streams: usize, meta: &Meta) -> std::io::Result<Self> {
+        std::fs::DirBuilder::new().mode(0o700).create(dir)?;
+        let mut store = Self {
+            files: Vec::new(),
+            journal: None,
+            dir: Some(dir.to_owned()),
+        };
+        let open = |name: &str| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_CLOEXEC)
+                .open(dir.join(name))
+        };
+        for index in 0..streams {
+            store.files.push(open(&format!("out.{index}"))?);
+        }
+        let mut meta_file = open(META)?;
+        meta_file.write_all(&serde_json::to_vec(meta).map_err(std::io::Error::other)?)?;
+        store.journal = Some(
+            std::fs::OpenOptions::new()
+                .append(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(dir.join(JOURNAL))?,
+        );
+        Ok(store)
+    }
+
+    /// An existing process directory, as a predecessor left it: its meta, its journal's
+    /// entries (a last line cut short by a crash is left out) and the store, appending.
+    pub fn open(dir: &Path) -> std::io::Result<(Self, Meta, Vec<Entry>)> {
+        let meta: Meta = serde_json::from_slice(&std::fs::read(dir.join(META))?)
+            .map_err(std::io::Error::other)?;
+        let text = std::fs::read_to_string(dir.join(JOURNAL))?;
+        let entries = text
+            .lines()
+            .map_while(|line| serde_json::from_str(line).ok())
+            .collect();
+        let streams = if meta.params.tty { 1 } else { 2 };
+        let files = (0..streams)
+            .map(|index| {
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(dir.join(format!("out.{index}")))
+            })
+            .collect::<Result<_, _>>()?;
+        let journal = std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.join(JOURNAL))?;
+        let store = Self {
+            files,
+            journal: Some(journal),
+            dir: Some(dir.to_owned()),
+        };
+        Ok((store, meta, entries))
+    }
+
+    pub fn file(&self, index: usize) -> &File {
+        &self.files[index]
+    }
+
+    pub fn files(&self) -> &[File] {
+        &self.files
+    }
+
+    /// Appends an entry, one `write` per line (the journal is O_APPEND), so that a crash
+    /// leaves at most the last line cut short. Without a state directory, nothing.
+    pub fn journal(&self, entry: &Entry) {
+        let Some(mut journal) = self.journal.as_ref() else {
+            return;
+        };
+        let mut line = serde_json::to_vec(entry).expect("entries serialize");
+        line.push(b'\n');
+        if let Err(err) = journal.write_all(&line) {
+            tracing::warn!("cannot journal a process's output: {err}");
+        }
+    }
+
+    /// A chunk's bytes (empty if they cannot be read: never a panic).
+    pub fn load(&self, stream: OutputStream, span: Span) -> Bytes {
+        let mut data = vec![0u8; span.len as usize];
+        match self.files[stream_index(stream)].read_exact_at(&mut data, span.offset) {
+            Ok(()) => Bytes::from(data),
+            Err(err) => {
+                tracing::warn!("cannot read retained output back: {err}");
+                Bytes::new()
+            }
+        }
+    }
+
+    /// Frees the space of evicted chunks (their offsets stay valid: holes read as zeros).
+    pub fn release(&self, evicted: &[Stored]) {
+        for chunk in evicted {
+            let file = &self.files[stream_index(chunk.stream)];
+            // SAFETY: fallocate on a file we own; a failure only keeps the space.
+            unsafe {
+                libc::fallocate(
+                    file.as_raw_fd(),
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    chunk.span.offset as libc::off_t,
+                    chunk.span.len as libc::off_t,
+                );
+            }
+        }
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.dir {
+            if let Err(err) = std::fs::remove_dir_all(dir) {
+                tracing::warn!("cannot remove {}: {err}", dir.display());
+            }
+        }
+    }
+}
