@@ -32,9 +32,9 @@ use spawn::{ChildIo, LaunchSpec};
 use std::collections::HashMap;
 use std::os::fd::{AsFd as _, OwnedFd};
 use std::path::{Path, PathBuf};
+use store::{Entry, Meta, Store};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use store::{Entry, Meta, Store};
 use supervisor::Report;
 use tokio::sync::watch;
 
@@ -473,10 +473,7 @@ impl TableInner {
                 stderr,
             } => {
                 let object = stdin.as_ref().and_then(input_wait::StdinObject::of);
-                let outputs = vec![
-                    (OutputStream::Stdout, stdout),
-                    (OutputStream::Stderr, stderr),
-                ];
+                let outputs = vec![(OutputStream::Stdout, stdout), (OutputStream::Stderr, stderr)];
                 (outputs, stdin, None, object)
             }
             ChildIo::Pty { master, terminal } => (
@@ -512,12 +509,7 @@ impl TableInner {
                     let fds: Vec<_> = std::iter::once(listener.as_fd())
                         .chain(store.files().iter().map(|file| file.as_fd()))
                         .chain(outputs.iter().map(|(_, fd)| fd.as_fd()))
-                        .chain(
-                            stdin
-                                .iter()
-                                .filter(|_| master.is_none())
-                                .map(|fd| fd.as_fd()),
-                        )
+                        .chain(stdin.iter().filter(|_| master.is_none()).map(|fd| fd.as_fd()))
                         .collect();
                     orders.hold(&hold, &fds)?;
                     Ok(store)
@@ -1080,11 +1072,7 @@ impl ManagedProcess {
 
     pub fn read(&self, after_seq: u64, max_bytes: Option<usize>) -> ReadSnapshot {
         let load = |stream, span| self.store.load(stream, span);
-        self.state
-            .lock()
-            .unwrap()
-            .log
-            .read(after_seq, max_bytes, &load)
+        self.state.lock().unwrap().log.read(after_seq, max_bytes, &load)
     }
 
     /// Every event so far was handed to a connection.

@@ -878,10 +878,7 @@ impl Supervisor {
             usage: self.usage.report(),
         };
         self.exit_reported = false;
-        let reports: Vec<Report> = [Some(gone), self.exit_report()]
-            .into_iter()
-            .flatten()
-            .collect();
+        let reports: Vec<Report> = [Some(gone), self.exit_report()].into_iter().flatten().collect();
         let held = self.held.as_ref().expect("recorded only when holding");
         let path = held.hold.dir.join(super::store::EXIT);
         let partial = path.with_extension("partial");
@@ -1036,8 +1033,8 @@ fn move_output(held: &mut Held, index: usize) {
 /// sandboxed process runs as the same user, and must never take over a tree).
 fn accept_successor(listener: &std::os::unix::net::UnixListener) -> Option<UnixStream> {
     let (socket, _) = listener.accept().ok()?;
-    let peer =
-        nix::sys::socket::getsockopt(&socket, nix::sys::socket::sockopt::PeerCredentials).ok()?;
+    let peer = nix::sys::socket::getsockopt(&socket, nix::sys::socket::sockopt::PeerCredentials)
+        .ok()?;
     // SAFETY: plain syscall.
     let own = unsafe { libc::geteuid() };
     if peer.uid() != own || crate::sandbox::peers::runs_in_sandbox(peer.pid()) {

@@ -306,18 +306,14 @@ async fn take_over(socket: &std::path::Path) -> std::io::Result<Adoption> {
     .await
     .map_err(|_| std::io::Error::other("the supervisor did not answer"))??;
     if received.bytes == 0 || first[0] != channel::ADOPTED {
-        return Err(std::io::Error::other(
-            "the supervisor did not hand its tree over",
-        ));
+        return Err(std::io::Error::other("the supervisor did not hand its tree over"));
     }
     let mut len = [0u8; 4];
     let mut control = control;
     control.read_exact(&mut len).await?;
     let mut frame = vec![0u8; u32::from_le_bytes(len) as usize];
     if frame.len() > 4096 {
-        return Err(std::io::Error::other(
-            "the supervisor's answer is too large",
-        ));
+        return Err(std::io::Error::other("the supervisor's answer is too large"));
     }
     control.read_exact(&mut frame).await?;
     let adopted: supervisor::Adopted =

@@ -355,35 +355,35 @@ impl Registry {
 }
 
 impl Registry {
-    /// Ends a session already removed from the registry (expired, or disconnected with
-    /// `onDisconnect: "kill"`): kills every tree at once (`reason`), cancels starts in progress,
-    /// then waits (bounded) until the trees are gone and frees what the session held.
-    fn end(
-        &self,
-        session: Arc<Session>,
-        reason: ExitReason,
-    ) -> impl std::future::Future<Output = ()> {
-        let audit = &self.audit;
-        self.forget(&session.id);
-        tracing::info!(
-            session = %super::log_digest(&session.id),
-            ?reason,
-            "session ended; killing its processes"
-        );
-        let details = || serde_json::json!({ "reason": reason });
-        audit.event(
-            &crate::audit::Identity::daemon(),
-            &session.id,
-            "session/expire",
-            details,
-        );
-        let killed = session.processes.kill_all(reason);
-        async move {
-            reap(killed).await;
-            drop(session);
-            crate::memory::release_soon();
-        }
+/// Ends a session already removed from the registry (expired, or disconnected with
+/// `onDisconnect: "kill"`): kills every tree at once (`reason`), cancels starts in progress,
+/// then waits (bounded) until the trees are gone and frees what the session held.
+fn end(
+    &self,
+    session: Arc<Session>,
+    reason: ExitReason,
+) -> impl std::future::Future<Output = ()> {
+    let audit = &self.audit;
+    self.forget(&session.id);
+    tracing::info!(
+        session = %super::log_digest(&session.id),
+        ?reason,
+        "session ended; killing its processes"
+    );
+    let details = || serde_json::json!({ "reason": reason });
+    audit.event(
+        &crate::audit::Identity::daemon(),
+        &session.id,
+        "session/expire",
+        details,
+    );
+    let killed = session.processes.kill_all(reason);
+    async move {
+        reap(killed).await;
+        drop(session);
+        crate::memory::release_soon();
     }
+}
 }
 
 /// The session a kept process belongs to.

@@ -58,10 +58,7 @@ async fn read_until(
 }
 
 fn numbers(count: usize) -> Vec<u8> {
-    (1..=count)
-        .map(|i| format!("{i}\n"))
-        .collect::<String>()
-        .into_bytes()
+    (1..=count).map(|i| format!("{i}\n")).collect::<String>().into_bytes()
 }
 
 #[tokio::test]
@@ -72,14 +69,12 @@ async fn a_killed_daemon_loses_no_line_and_no_process() {
     let script = "i=0; while [ $i -lt 3000 ]; do i=$((i+1)); echo $i; \
                   [ $((i % 100)) = 0 ] && sleep 0.05; done";
     client
-        .call(
-            "process/start",
-            start_params("count", &["sh", "-c", script]),
-        )
+        .call("process/start", start_params("count", &["sh", "-c", script]))
         .await;
     let pid = listed_pid(&client, "count").await;
     // Mid-stream: some lines read, more to come.
-    let (mut seen, after, _) = read_until(&client, "count", 0, |bytes| bytes.len() > 2000).await;
+    let (mut seen, after, _) =
+        read_until(&client, "count", 0, |bytes| bytes.len() > 2000).await;
     crash(daemon);
     assert!(pid_alive(pid as i32), "the process died with the daemon");
     // Output goes on while no daemon runs.
@@ -90,10 +85,7 @@ async fn a_killed_daemon_loses_no_line_and_no_process() {
     assert_eq!(listed_pid(&client, "count").await, pid);
     let (rest, _, last) = read_until(&client, "count", after, |_| false).await;
     seen.extend(rest);
-    assert_eq!(
-        String::from_utf8_lossy(&seen),
-        String::from_utf8_lossy(&numbers(3000))
-    );
+    assert_eq!(String::from_utf8_lossy(&seen), String::from_utf8_lossy(&numbers(3000)));
     assert_eq!(last["exitCode"], 0, "{last}");
 }
 
@@ -144,8 +136,9 @@ async fn a_terminal_session_survives_with_its_scrollback() {
     client.call("process/start", params).await;
     let pid = listed_pid(&client, "shell").await;
     write(&client, "shell", "1", b"echo before-$((40+2))\n").await;
-    let contains =
-        |needle: &'static str| move |bytes: &[u8]| String::from_utf8_lossy(bytes).contains(needle);
+    let contains = |needle: &'static str| {
+        move |bytes: &[u8]| String::from_utf8_lossy(bytes).contains(needle)
+    };
     read_until(&client, "shell", 0, contains("before-42")).await;
     crash(daemon);
 
@@ -157,10 +150,7 @@ async fn a_terminal_session_survives_with_its_scrollback() {
     assert!(String::from_utf8_lossy(&scrollback).contains("echo before-"));
     write(&client, "shell", "2", b"echo after-$((1+1)); exit 7\n").await;
     let (rest, _, last) = read_until(&client, "shell", after, |_| false).await;
-    assert!(
-        String::from_utf8_lossy(&rest).contains("after-2"),
-        "{rest:?}"
-    );
+    assert!(String::from_utf8_lossy(&rest).contains("after-2"), "{rest:?}");
     assert_eq!(last["exitCode"], 7, "{last}");
 }
 
@@ -171,10 +161,7 @@ async fn a_process_that_ends_while_no_daemon_runs_is_reported_whole() {
     let (client, session) = daemon.session().await;
     let script = "echo early; sleep 0.3; echo late >&2; exit 3";
     client
-        .call(
-            "process/start",
-            start_params("short", &["sh", "-c", script]),
-        )
+        .call("process/start", start_params("short", &["sh", "-c", script]))
         .await;
     read_until(&client, "short", 0, |bytes| bytes == b"early\n").await;
     crash(daemon);
@@ -211,10 +198,7 @@ async fn an_adopted_session_still_expires_and_kills_its_tree() {
     crash(daemon);
     let _daemon = daemon_on(state.path());
     assert!(pid_alive(pid));
-    eventually("the expired session's tree to be killed", || {
-        !pid_alive(pid)
-    })
-    .await;
+    eventually("the expired session's tree to be killed", || !pid_alive(pid)).await;
     let processes = state.path().join("processes");
     eventually("the process's state to be removed", || {
         std::fs::read_dir(&processes).unwrap().next().is_none()
@@ -227,20 +211,12 @@ async fn a_sandbox_can_neither_read_the_state_dir_nor_reach_a_supervisor() {
     let state = private_tempdir();
     let daemon = daemon_on(state.path());
     let (client, _) = daemon.session().await;
-    let mut params = start_params(
-        "secret",
-        &["sh", "-c", "echo the-secret-$((6*7)); exec cat"],
-    );
+    let mut params = start_params("secret", &["sh", "-c", "echo the-secret-$((6*7)); exec cat"]);
     params["pipeStdin"] = json!(true);
     client.call("process/start", params).await;
     read_until(&client, "secret", 0, |bytes| bytes == b"the-secret-42\n").await;
     let processes = state.path().join("processes");
-    let dir = std::fs::read_dir(&processes)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+    let dir = std::fs::read_dir(&processes).unwrap().next().unwrap().unwrap().path();
     // Everything readable, as the common workspace-write profile has it.
     let dirs = crate::sandbox_support::Dirs::new();
     let sandbox = crate::sandbox_support::workspace_write(&dirs.ws, "enabled");
