@@ -21,6 +21,8 @@ fn main() -> std::process::ExitCode {
 }
 
 fn serve(args: &Args, token_on_argv: bool) -> std::process::ExitCode {
+    // Before any thread: it edits the environment.
+    let handover = exec_server::Handover::capture();
     init_logging(args);
     if token_on_argv {
         tracing::warn!(
@@ -33,7 +35,7 @@ fn serve(args: &Args, token_on_argv: bool) -> std::process::ExitCode {
     let result = args.config().and_then(|config| {
         let listen = ListenUrl::parse(&args.listen)?;
         let runtime = tokio::runtime::Runtime::new()?;
-        runtime.block_on(exec_server::serve(listen, config))
+        runtime.block_on(exec_server::serve(listen, config, handover))
     });
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

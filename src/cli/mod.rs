@@ -1,12 +1,13 @@
 //! The client subcommands: `exec-server run`, `exec-server fs ...` and `exec-server ps`, a
 //! human's way to use a running daemon, built on the `exec-server-client` crate;
-//! `exec-server ready`, a health check.
+//! `exec-server ready`, a health check; `exec-server upgrade`, a daemon's upgrade in place.
 
 mod fs;
 mod ps;
 mod ready;
 mod run;
 mod terminal;
+mod upgrade;
 
 use exec_server_client::{Client, ClientOptions};
 use std::process::ExitCode;
@@ -23,6 +24,10 @@ pub enum Command {
     Ps(ps::PsArgs),
     /// Exit 0 if the daemon answers `/readyz` (a health check for containers), 1 if not.
     Ready(ready::ReadyArgs),
+    /// Upgrade a running daemon in place: it starts the binary now at its path and hands it the
+    /// listener (no connection is refused). Exit 0 once done (the new pid on stdout), 1 if not
+    /// (the daemon goes on serving when its successor failed).
+    Upgrade(upgrade::UpgradeArgs),
 }
 
 /// Where the daemon is.
@@ -78,6 +83,7 @@ pub fn main(command: Command) -> ExitCode {
             Command::Fs(command) => fs::run(command).await.map(|()| 0),
             Command::Ps(args) => ps::run(args).await.map(|()| 0),
             Command::Ready(args) => Ok(ready::run(args).await),
+            Command::Upgrade(args) => upgrade::run(args).await,
         }
     });
     // A blocking read of stdin may still be pending; it must not keep the process alive.

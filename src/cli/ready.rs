@@ -37,7 +37,7 @@ pub async fn run(args: ReadyArgs) -> u8 {
     }
 }
 
-async fn readyz(text: &str, ca_file: Option<&std::path::Path>) -> anyhow::Result<()> {
+pub(super) async fn readyz(text: &str, ca_file: Option<&std::path::Path>) -> anyhow::Result<()> {
     let (stream, uri) = exec_server_client::open_stream(text, ca_file).await?;
     ask(stream, uri.authority().map_or("localhost", |a| a.as_str())).await
 }

@@ -41,7 +41,7 @@ use crate::channel::{self, ADMITTED, HELLO, READY};
 use crate::process::supervisor::{self, exit_for};
 use std::ffi::CString;
 use std::io::{Read as _, Write as _};
-use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::os::unix::net::UnixStream;
 
 /// Its command name (`/proc/PID/comm`, which only the process itself can change): how
@@ -131,16 +131,8 @@ pub fn serve(network: NetworkMode, background: bool, control: OwnedFd, launch: O
 
 /// Tells the daemon this helper's pid, with a pidfd of it.
 fn hello(control: &UnixStream) -> std::io::Result<()> {
-    // SAFETY: plain syscalls about this process.
-    let (pid, pidfd) = unsafe {
-        let pid = libc::getpid();
-        (pid, libc::syscall(libc::SYS_pidfd_open, pid, 0) as RawFd)
-    };
-    if pidfd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: the new descriptor is ours.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    let pid = std::process::id() as i32;
+    let pidfd = crate::pidfd::open_owned(pid)?;
     let mut message = vec![HELLO];
     message.extend_from_slice(&pid.to_le_bytes());
     channel::send_all_with_fds(control, &message, &[pidfd.as_raw_fd()])

@@ -47,7 +47,7 @@ pub struct Helper {
 /// sent ([`HELLO`]), so that a pid reused since is never signalled.
 pub struct HelperProcess {
     pid: i32,
-    pidfd: tokio::io::unix::AsyncFd<OwnedFd>,
+    pidfd: crate::pidfd::Pidfd,
 }
 
 /// The fork server (the daemon's child).
@@ -419,12 +419,9 @@ async fn receive_hello(control: &UnixStream) -> io::Result<HelperProcess> {
         return Err(io::Error::other("the sandbox helper did not say hello"));
     };
     let pid = <[u8; 4]>::try_from(pid).map_err(|_| io::Error::other("a short hello"))?;
-    let interest = tokio::io::Interest::READABLE;
-    // SAFETY: the AsyncFd owns the pidfd for its whole life.
-    let pidfd = unsafe { tokio::io::unix::AsyncFd::register_with_interest(pidfd, interest) }?;
     Ok(HelperProcess {
         pid: i32::from_le_bytes(pid),
-        pidfd,
+        pidfd: crate::pidfd::Pidfd::from_fd(pidfd)?,
     })
 }
 
@@ -435,31 +432,16 @@ impl HelperProcess {
 
     /// Whether it has not exited yet.
     pub fn is_running(&self) -> bool {
-        let mut poll = libc::pollfd {
-            fd: self.pidfd.get_ref().as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd; no wait. A pidfd is readable once its process exited.
-        unsafe { libc::poll(&mut poll, 1, 0) == 0 }
+        self.pidfd.is_running()
     }
 
     pub fn kill(&self) {
-        // SAFETY: plain syscall on our pidfd.
-        unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                self.pidfd.get_ref().as_raw_fd(),
-                libc::SIGKILL,
-                std::ptr::null::<libc::siginfo_t>(),
-                0,
-            );
-        }
+        let _ = self.pidfd.signal(libc::SIGKILL);
     }
 
     /// Resolves once it has exited (its namespaces are gone with it).
     pub async fn exited(&self) {
-        let _ = self.pidfd.readable().await;
+        self.pidfd.exited().await
     }
 }
 

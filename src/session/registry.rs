@@ -19,6 +19,9 @@ pub struct Registry {
     sessions: Mutex<HashMap<String, Entry>>,
     /// Set by shutdown: no session is created or resumed after it.
     closing: std::sync::atomic::AtomicBool,
+    /// Set when the daemon hands over to a successor: a connection's end leaves its session
+    /// as it is.
+    handing_over: std::sync::atomic::AtomicBool,
     pub config: Arc<Config>,
     /// Directories watched by every connection's `fs/watch`es together.
     pub watched_directories: crate::fs::WatchedDirectories,
@@ -56,6 +59,7 @@ impl Registry {
         Arc::new(Self {
             sessions: Mutex::new(HashMap::new()),
             closing: Default::default(),
+            handing_over: Default::default(),
             config,
             watched_directories: Default::default(),
             audit,
@@ -247,6 +251,9 @@ impl Registry {
     /// Called when a connection ends. Only its own attachment is cleared: after a takeover the
     /// session belongs to the new connection. A session with `onDisconnect: "kill"` ends here.
     pub fn detach(self: &Arc<Self>, session: &Session, connection_id: u64) {
+        if self.handing_over.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
         let epoch = {
             let mut sessions = self.sessions.lock().unwrap();
             let Some(entry) = sessions.get_mut(&session.id) else {
@@ -300,6 +307,14 @@ impl Registry {
         if let Some(entry) = expired {
             self.end(entry.session, ExitReason::SessionExpired).await;
         }
+    }
+
+    /// From now on the connections' ends are the daemon's hand-over to a successor, not the
+    /// clients' going away: their sessions stay as they are, no disconnect policy runs and no
+    /// time-to-live starts, so that the successor adopts them as they were.
+    pub(crate) fn hand_over(&self) {
+        self.handing_over
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Refuses new sessions, kills every tree of every session (their tables refuse new

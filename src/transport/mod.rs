@@ -1,6 +1,7 @@
 //! Where clients connect: a WebSocket listener (with `/readyz`) on TCP or on a Unix socket, or
 //! a single stdio connection.
 
+pub(crate) mod handover;
 pub(crate) mod stdio;
 mod tls;
 mod unix_socket;
@@ -10,6 +11,8 @@ use crate::config::Config;
 use crate::session::Registry;
 use std::net::SocketAddr;
 use std::sync::Arc;
+
+pub use handover::Handover;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ListenUrl {
@@ -52,19 +55,100 @@ impl ListenUrl {
 /// How long shutdown waits for the audit records still queued (the processes' last exits).
 const AUDIT_FLUSH_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Serves until SIGTERM or SIGINT (or, on stdio, the end of input), then kills every managed
-/// process before returning.
-pub async fn serve(listen: ListenUrl, config: Config) -> anyhow::Result<()> {
-    // First: a daemon that cannot have the state dir it was told to use must not bind anything.
-    let state = crate::state_dir::StateDir::open(&config.state_dir)?;
-    if let Some(state) = &state {
-        crate::sandbox::hide_from_sandboxes(vec![state.path().canonicalize()?]);
+/// A `ws://`, `wss://` or `unix://` listener.
+enum Listener {
+    Tcp(tokio::net::TcpListener),
+    /// Its file is removed when this is dropped, once the daemon stops serving (never in a
+    /// hand-over, which exits before).
+    Unix(unix_socket::UnixSocket),
+}
+
+impl Listener {
+    /// Binds `listen`, or takes over the socket a predecessor passed; None for stdio.
+    async fn open(
+        listen: &ListenUrl,
+        inherited: Option<std::os::fd::OwnedFd>,
+        config: &Config,
+    ) -> anyhow::Result<Option<Self>> {
+        Ok(Some(match (listen, inherited) {
+            (ListenUrl::Stdio, None) => return Ok(None),
+            (ListenUrl::Stdio, Some(_)) => return Err(handover::HandoverError::Stdio.into()),
+            (ListenUrl::WebSocket(addr) | ListenUrl::SecureWebSocket(addr), None) => {
+                Self::Tcp(tokio::net::TcpListener::bind(addr).await?)
+            }
+            (ListenUrl::WebSocket(addr) | ListenUrl::SecureWebSocket(addr), Some(fd)) => {
+                Self::Tcp(handover::tcp_listener(fd, *addr)?)
+            }
+            // A live daemon on the path is refused here, before anything else.
+            (ListenUrl::Unix(path), None) => {
+                Self::Unix(unix_socket::UnixSocket::bind(path, config)?)
+            }
+            (ListenUrl::Unix(path), Some(fd)) => Self::Unix(unix_socket::UnixSocket::adopt(
+                handover::unix_listener(fd, path)?,
+                path,
+                config,
+            )?),
+        }))
     }
+
+    fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd as _;
+        match self {
+            Self::Tcp(listener) => listener.as_fd(),
+            Self::Unix(socket) => socket.listener.as_fd(),
+        }
+    }
+}
+
+/// Serves until SIGTERM or SIGINT (or, on stdio, the end of input), then kills every managed
+/// process before returning; or, after SIGUSR2, hands over to a successor and exits
+/// (`handover`).
+pub async fn serve(
+    listen: ListenUrl,
+    config: Config,
+    mut handover: Handover,
+) -> anyhow::Result<()> {
+    let inherited = handover.take_inherited()?;
+    let upgrade_requests = handover::requests()?;
+    // First: a daemon that cannot have the state dir it was told to use must not bind anything.
+    // A successor cannot have it before its predecessor has exited (which holds its lock): it
+    // opens it after `take_over`.
+    let state_first = match inherited {
+        None => Some(open_state_dir(&config)?),
+        Some(_) => None,
+    };
+    // Everything else that can fail on a bad configuration comes before a successor says it is
+    // ready, so that a failed upgrade leaves the predecessor serving.
     let audit = match &config.audit_log {
         Some(path) => crate::audit::Audit::open(path, config.audit_required)?,
         None => Default::default(),
     };
-    // Bound before the banner, so a harness that read it can scrape at once.
+    let tls = match (&listen, &config.tls) {
+        (ListenUrl::SecureWebSocket(_), Some((cert, key))) => Some(tls::Tls::new(cert, key)?),
+        (ListenUrl::SecureWebSocket(_), None) => {
+            anyhow::bail!("a wss:// listener needs --tls-cert and --tls-key")
+        }
+        (_, Some(_)) => anyhow::bail!("--tls-cert and --tls-key are for a wss:// listener"),
+        (_, None) => None,
+    };
+    let (inherited, predecessor) = match inherited {
+        Some(inherited) => (Some(inherited.listener), Some(inherited.predecessor)),
+        None => (None, None),
+    };
+    let listener = Listener::open(&listen, inherited, &config).await?;
+    let took_over = predecessor.is_some();
+    if let Some(predecessor) = predecessor {
+        predecessor.take_over().await?;
+    }
+    // From here on this is the only daemon (a successor's predecessor has exited): what only
+    // one daemon may own (the state directory, the processes to adopt) is opened from here on,
+    // never above.
+    let state = match state_first {
+        Some(state) => state,
+        None => open_state_dir(&config)?,
+    };
+    // Bound before the banner, so a harness that read it can scrape at once (a successor's
+    // only now: its predecessor held the port).
     let metrics = match config.metrics_listen {
         Some(addr) => Some(
             tokio::net::TcpListener::bind(addr)
@@ -86,39 +170,46 @@ pub async fn serve(listen: ListenUrl, config: Config) -> anyhow::Result<()> {
             }
         });
     }
-    // Bound before serving, so a live daemon on the path is refused before anything else; the
-    // socket is removed when this is dropped, once the daemon stops serving.
-    let unix = match &listen {
-        ListenUrl::Unix(path) => Some(unix_socket::UnixSocket::bind(path, &registry.config)?),
-        _ => None,
-    };
-    let tls = match (&listen, &registry.config.tls) {
-        (ListenUrl::SecureWebSocket(_), Some((cert, key))) => Some(tls::Tls::new(cert, key)?),
-        (ListenUrl::SecureWebSocket(_), None) => {
-            anyhow::bail!("a wss:// listener needs --tls-cert and --tls-key")
-        }
-        (_, Some(_)) => anyhow::bail!("--tls-cert and --tls-key are for a wss:// listener"),
-        (_, None) => None,
+    let connections = ws::Connections::default();
+    let start = ws::Start {
+        connections: connections.clone(),
+        took_over,
     };
     let outcome = tokio::select! {
         outcome = async {
-            match (&unix, listen) {
-                (Some(socket), _) => ws::serve_unix(socket, registry.clone()).await,
-                (None, ListenUrl::WebSocket(addr) | ListenUrl::SecureWebSocket(addr)) => {
-                    ws::serve_tcp(addr, tls, registry.clone()).await
+            match &listener {
+                Some(Listener::Unix(socket)) => ws::serve_unix(socket, registry.clone(), start).await,
+                Some(Listener::Tcp(listener)) => {
+                    ws::serve_tcp(listener, tls, registry.clone(), start).await
                 }
-                (None, _) => stdio::serve(registry.clone()).await,
+                None => stdio::serve(registry.clone()).await,
             }
         } => outcome,
         signal = shutdown_signal() => {
             tracing::info!("received {signal}; shutting down");
             Ok(())
         }
+        successor = handover::successor_on_signal(
+            &handover,
+            upgrade_requests,
+            listener.as_ref().map(Listener::fd),
+        ) => {
+            handover::hand_over_and_exit(successor, &connections, &registry).await
+        }
     };
-    drop(unix);
+    drop(listener);
     registry.shutdown().await;
     registry.audit.flush(AUDIT_FLUSH_LIMIT).await;
     outcome
+}
+
+/// The state directory of `config`, hidden from every sandbox.
+fn open_state_dir(config: &Config) -> anyhow::Result<Option<crate::state_dir::StateDir>> {
+    let state = crate::state_dir::StateDir::open(&config.state_dir)?;
+    if let Some(state) = &state {
+        crate::sandbox::hide_from_sandboxes(vec![state.path().canonicalize()?]);
+    }
+    Ok(state)
 }
 
 /// SIGHUP reloads what can be reloaded (a TLS listener's certificate, the audit log's file; each

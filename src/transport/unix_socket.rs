@@ -4,7 +4,8 @@
 //! permissions of one that exists. A socket file already at the path is a live daemon when it
 //! answers a connect (the daemon refuses to start), a leftover when it refuses (it is
 //! replaced); anything else at the path is left alone and the daemon refuses to start. The
-//! socket is removed when the daemon stops serving, if it is still the daemon's own.
+//! socket is removed when the daemon stops serving, if it is still the daemon's own. A
+//! successor in an upgrade takes over the socket and its file as they are (`super::handover`).
 //! A peer is admitted by its credentials: the daemon's own uid or an `--allow-uid`, and never a
 //! process inside a sandbox (which runs as the daemon's uid, and may see the path).
 
@@ -55,6 +56,35 @@ impl UnixSocket {
         }
         let listener = std::os::unix::net::UnixListener::bind(path)
             .with_context(|| format!("cannot bind {shown}"))?;
+        Self::serve_at(listener, path, config)
+    }
+
+    /// The listener a predecessor handed over, bound at `path` (checked by the caller), whose
+    /// file must still be there.
+    pub fn adopt(
+        listener: std::os::unix::net::UnixListener,
+        path: &Path,
+        config: &Config,
+    ) -> anyhow::Result<Self> {
+        let found = std::fs::symlink_metadata(path).with_context(|| {
+            format!(
+                "the socket file {} of the inherited listener",
+                path.display()
+            )
+        })?;
+        anyhow::ensure!(
+            found.file_type().is_socket(),
+            "{} is no longer a socket; not serving an unreachable listener",
+            path.display()
+        );
+        Self::serve_at(listener, path, config)
+    }
+
+    fn serve_at(
+        listener: std::os::unix::net::UnixListener,
+        path: &Path,
+        config: &Config,
+    ) -> anyhow::Result<Self> {
         // Only the owner can connect unless other uids are allowed; their credentials are
         // checked on every connection either way.
         let mode = if config.allow_uids.is_empty() {

@@ -19,7 +19,6 @@ use hyper::service::Service as _;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use std::io::Write as _;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -27,15 +26,58 @@ use subtle::ConstantTimeEq as _;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 const PROTOCOL_ERROR: u16 = 1002;
 const MESSAGE_TOO_BIG: u16 = 1009;
+/// Sent to every client when the daemon hands over to its successor: reconnect and resume.
+const SERVICE_RESTART: u16 = 1012;
+
+/// How long a connection closed for a hand-over waits for the peer's Close.
+const CLOSE_DRAIN: Duration = Duration::from_secs(1);
 
 /// Initial WebSocket read buffer per connection.
 const READ_BUFFER_BYTES: usize = 8 * 1024;
 
 /// Pause after a failed accept (e.g. out of descriptors) before trying again.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+
+/// Every connection of the listener, in its HTTP phase or upgraded, so that a hand-over to a
+/// successor can close them all.
+#[derive(Clone, Default)]
+pub(super) struct Connections {
+    restart: CancellationToken,
+    tracker: TaskTracker,
+}
+
+impl Connections {
+    /// Closes every connection: an HTTP one after the request it is serving (a WebSocket
+    /// upgrade among them), a WebSocket one with 1012 (service restart), so that clients
+    /// reconnect and resume. Waits until they are closed, at most `limit`; returns how many
+    /// there were.
+    pub async fn close_for_restart(&self, limit: Duration) -> usize {
+        let open = self.tracker.len();
+        self.restart.cancel();
+        self.tracker.close();
+        if tokio::time::timeout(limit, self.tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "{} connection(s) still open after {limit:?}; leaving them",
+                self.tracker.len()
+            );
+        }
+        open
+    }
+}
+
+/// How the listener started.
+pub(super) struct Start {
+    pub connections: Connections,
+    /// Whether it was handed over by a predecessor.
+    pub took_over: bool,
+}
 
 /// The listener's routes, and the cap on connections in their HTTP phase.
 struct Http {
@@ -44,17 +86,25 @@ struct Http {
     /// silent peers can neither pile up without bound nor stay forever.
     pending: Arc<Semaphore>,
     upgrade_timeout: Duration,
+    connections: Connections,
 }
 
 impl Http {
     /// Announces `url` (the one line on stdout: clients and harnesses read the bound address
     /// from it) and builds the routes.
-    fn announce(url: &str, registry: Arc<Registry>) -> anyhow::Result<Self> {
-        let mut stdout = std::io::stdout().lock();
-        writeln!(stdout, "{url}")?;
-        stdout.flush()?;
-        drop(stdout);
+    fn announce(url: &str, registry: Arc<Registry>, start: Start) -> anyhow::Result<Self> {
+        let printed = writeln!(std::io::stdout().lock(), "{url}");
+        match printed {
+            Ok(()) => {}
+            // A successor's stdout is its predecessor's, which whoever read the first banner
+            // may have closed since; the address is the same.
+            Err(err) if start.took_over => {
+                tracing::warn!("cannot print the listening address on stdout: {err}")
+            }
+            Err(err) => return Err(err.into()),
+        }
         tracing::info!("exec-server listening on {url}");
+        super::handover::notify_serving(start.took_over);
         let config = registry.config.clone();
         Ok(Self {
             app: TowerToHyperService::new(
@@ -66,6 +116,7 @@ impl Http {
             ),
             pending: Arc::new(Semaphore::new(config.max_pending_connections)),
             upgrade_timeout: config.upgrade_timeout,
+            connections: start.connections,
         })
     }
 
@@ -84,12 +135,14 @@ impl Http {
             return;
         };
         let app = self.app.clone();
+        let connections = self.connections.clone();
         let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
             request.extensions_mut().insert(who.clone());
+            request.extensions_mut().insert(connections.clone());
             app.call(request)
         });
         let timeout = self.upgrade_timeout;
-        tokio::spawn(async move {
+        self.connections.tracker.spawn(async move {
             // The connection future completes once the upgrade hands the socket over.
             let connection = async {
                 match stream.await {
@@ -111,11 +164,11 @@ impl Http {
 }
 
 pub async fn serve_tcp(
-    addr: SocketAddr,
+    listener: &tokio::net::TcpListener,
     tls: Option<super::tls::Tls>,
     registry: Arc<Registry>,
+    start: Start,
 ) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
     crate::sandbox::peers::note_listener(local);
     let scheme = if tls.is_some() { "wss" } else { "ws" };
@@ -126,7 +179,7 @@ pub async fn serve_tcp(
              TLS proxy, beyond a trusted network)"
         );
     }
-    let http = Http::announce(&format!("{scheme}://{local}"), registry)?;
+    let http = Http::announce(&format!("{scheme}://{local}"), registry, start)?;
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -160,8 +213,9 @@ pub async fn serve_tcp(
 pub async fn serve_unix(
     socket: &super::unix_socket::UnixSocket,
     registry: Arc<Registry>,
+    start: Start,
 ) -> anyhow::Result<()> {
-    let http = Http::announce(&socket.url(), registry)?;
+    let http = Http::announce(&socket.url(), registry, start)?;
     loop {
         let stream = match socket.listener.accept().await {
             Ok((stream, _)) => stream,
@@ -225,6 +279,7 @@ pub async fn serve_metrics(
 async fn upgrade(
     State(registry): State<Arc<Registry>>,
     Extension(mut who): Extension<Identity>,
+    Extension(connections): Extension<Connections>,
     headers: HeaderMap,
     ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> Response {
@@ -241,12 +296,19 @@ async fn upgrade(
     // Messages up to twice the JSON-RPC limit arrive and get a JSON-RPC error naming the
     // limit; beyond that the WebSocket layer closes with 1009 (message too big).
     let hard_limit = registry.config.max_message_bytes.saturating_mul(2);
+    // Counted from here, inside the HTTP phase's own count, so that a hand-over never misses
+    // the connection between the two.
+    let open = connections.tracker.token();
+    let restart = connections.restart;
     // tungstenite zero-fills its whole read buffer on the first read: the 128 KiB default
     // would be resident for every idle connection. Larger messages grow it as needed.
     ws.read_buffer_size(READ_BUFFER_BYTES)
         .max_message_size(hard_limit)
         .max_frame_size(hard_limit)
-        .on_upgrade(move |socket| run(socket, registry, who))
+        .on_upgrade(move |socket| async move {
+            run(socket, registry, who, restart).await;
+            drop(open);
+        })
 }
 
 /// Whether `Authorization` carries `token` in the Bearer scheme, whose name is
@@ -262,9 +324,14 @@ fn bearer_matches(authorization: Option<&HeaderValue>, token: &str) -> bool {
     scheme.eq_ignore_ascii_case("bearer") && bool::from(given.ct_eq(token.as_bytes()))
 }
 
-async fn run(socket: WebSocket, registry: Arc<Registry>, who: Identity) {
+async fn run(
+    socket: WebSocket,
+    registry: Arc<Registry>,
+    who: Identity,
+    restart: CancellationToken,
+) {
     let peer = who.peer.clone();
-    let (mut sink, stream) = socket.split();
+    let (mut sink, mut stream) = socket.split();
     let (outbound, mut queue) = Outbound::new(true, registry.config.outbound_buffer_bytes);
     let ping_interval = registry.config.ping_interval;
     // Set by the reading side when the peer broke the protocol; sent in our Close frame.
@@ -275,6 +342,7 @@ async fn run(socket: WebSocket, registry: Arc<Registry>, who: Identity) {
     let heard = Arc::new(Mutex::new(Instant::now()));
     let writer_heard = heard.clone();
     let writer_peer = peer.clone();
+    let writer_restart = restart.clone();
     // Cancelled when the writer ends, which ends the reading side too.
     let writer_gone = CancellationToken::new();
     let writer_guard = writer_gone.clone().drop_guard();
@@ -290,12 +358,18 @@ async fn run(socket: WebSocket, registry: Arc<Registry>, who: Identity) {
                         None => break,
                     },
                     _ = ping.tick() => Message::Ping(Default::default()),
+                    () = writer_restart.cancelled() => break,
                 };
                 if sink.send(message).await.is_err() {
                     return;
                 }
             }
-            let frame = match writer_close_code.load(Ordering::Relaxed) {
+            // A hand-over also ends the reading side, hence the queue, maybe first.
+            let code = match writer_close_code.load(Ordering::Relaxed) {
+                0 if writer_restart.is_cancelled() => SERVICE_RESTART,
+                code => code,
+            };
+            let frame = match code {
                 0 => None,
                 code => Some(CloseFrame {
                     code,
@@ -315,8 +389,11 @@ async fn run(socket: WebSocket, registry: Arc<Registry>, who: Identity) {
         }
     });
     let frames = stream
+        .by_ref()
         .inspect(move |_| *heard.lock().unwrap() = Instant::now())
         .take_until(writer_gone.cancelled_owned())
+        // No request is read once the daemon hands over (a session made now would be lost).
+        .take_until(restart.cancelled())
         .take_while(move |message| {
             if let Err(err) = message {
                 // tungstenite reports an over-long message as a capacity error.
@@ -342,6 +419,12 @@ async fn run(socket: WebSocket, registry: Arc<Registry>, who: Identity) {
     let context = format!("websocket JSON-RPC message from exec-server websocket {peer}");
     server::serve(frames, outbound, registry, who, context, AtEnd::Abort).await;
     let _ = writer.await;
+    if restart.is_cancelled() {
+        // The close handshake's end: what the peer sent meanwhile is read (and dropped) up to
+        // its Close, so that it finds ours instead of a reset or a broken pipe.
+        let drained = async { while let Some(Ok(_)) = stream.next().await {} };
+        let _ = tokio::time::timeout(CLOSE_DRAIN, drained).await;
+    }
 }
 
 /// Resolves once nothing was heard from the peer for `limit`.

@@ -45,3 +45,4 @@ mod stuck_requests;
 mod tls;
 mod transport;
 mod unix_socket;
+mod upgrade;

@@ -67,7 +67,7 @@ fn value(samples: &HashMap<String, f64>, name: &str) -> f64 {
 }
 
 /// A free loopback port for `--metrics-listen`.
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.local_addr().unwrap().port()
 }

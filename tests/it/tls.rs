@@ -12,7 +12,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_exec-server");
 
 /// A CA, and a certificate for 127.0.0.1 that it signed: files `ca.pem`, `cert.pem`, `key.pem`
 /// in `dir`.
-fn issue(dir: &Path, name: &str) -> PathBuf {
+pub(crate) fn issue(dir: &Path, name: &str) -> PathBuf {
     let ca_key = rcgen::KeyPair::generate().unwrap();
     let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
