@@ -737,7 +737,7 @@ impl Supervisor {
                     }
                     Ok(_) if order[0] == KILL => return self.kill_and_confirm(),
                     Ok(_) if order[0] == SIGNAL || order[0] == SIGNAL_TREE => {
-                        if (&mut self.control).read_exact(&mut order[1..]).is_err() {
+                        if self.control.read_exact(&mut order[1..]).is_err() {
                             self.on_daemon_gone();
                         }
                         let signal = libc::c_int::from(order[1]);
