@@ -1090,13 +1090,18 @@ impl ManagedProcess {
         self.changed.subscribe()
     }
 
+    /// Chunks are loaded outside the lock, so a long read never holds up the output; one
+    /// evicted meanwhile (its space freed) is left out and the read says so.
     pub fn read(&self, after_seq: u64, max_bytes: Option<usize>) -> ReadSnapshot {
-        let load = |stream, span| self.store.load(stream, span);
-        self.state
-            .lock()
-            .unwrap()
-            .log
-            .read(after_seq, max_bytes, &load)
+        let snapshot = self.state.lock().unwrap().log.read(after_seq, max_bytes);
+        let loaded: Vec<_> = snapshot
+            .chunks
+            .iter()
+            .map(|chunk| self.store.load(chunk.stream, chunk.span))
+            .collect();
+        let first_retained = self.state.lock().unwrap().log.first_retained_seq();
+        let mut loaded = loaded.into_iter();
+        snapshot.load(|chunk| loaded.next().filter(|_| chunk.seq >= first_retained))
     }
 
     /// Every event so far was handed to a connection.
@@ -1104,9 +1109,14 @@ impl ManagedProcess {
         self.undelivered(1).is_empty()
     }
 
+    /// Loaded outside the lock: while a connection is attached, a chunk not yet delivered is
+    /// never evicted.
     fn undelivered(&self, limit: usize) -> Vec<Event> {
-        let load = |stream, span| self.store.load(stream, span);
-        self.state.lock().unwrap().log.undelivered(limit, &load)
+        let pending = self.state.lock().unwrap().log.undelivered(limit);
+        pending
+            .into_iter()
+            .map(|event| event.load(|chunk| self.store.load(chunk.stream, chunk.span)))
+            .collect()
     }
 
     fn mark_delivered(&self, seq: u64) {

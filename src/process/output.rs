@@ -6,8 +6,9 @@
 //! evicted, and reads say so (`firstRetainedSeq`, `truncated`): never a silent gap.
 //!
 //! The log holds where each chunk's bytes are ([`Span`]s of its stream's file,
-//! `super::store`), not the bytes: reads take a loader. Every change is also a [`Record`],
-//! which the daemon journals and a successor replays ([`OutputLog::restore`]).
+//! `super::store`), not the bytes: reads and deliveries return [`Stored`] chunks, which the
+//! caller loads (outside any lock). Every change is also a [`Record`], which the daemon journals
+//! and a successor replays ([`OutputLog::restore`]).
 
 use bytes::Bytes;
 use exec_server_protocol::process::{ExitDetails, OutputStream};
@@ -43,21 +44,56 @@ pub struct Stored {
     pub span: Span,
 }
 
-/// Reads a chunk's bytes back.
-pub type Loader<'a> = &'a dyn Fn(OutputStream, Span) -> Bytes;
+impl Stored {
+    pub fn loaded(&self, data: Bytes) -> Chunk {
+        Chunk {
+            seq: self.seq,
+            stream: self.stream,
+            data,
+        }
+    }
+}
 
+/// An event, its output chunk as stored (`Event<Stored>`) or loaded.
 #[derive(Clone, Debug)]
-pub enum Event {
-    Output(Chunk),
+pub enum Event<C = Chunk> {
+    Output(C),
     Exited { seq: u64, exit: Exit },
     Closed { seq: u64 },
 }
 
-impl Event {
+/// What has a seq.
+pub trait Sequenced {
+    fn seq(&self) -> u64;
+}
+
+impl Sequenced for Chunk {
+    fn seq(&self) -> u64 {
+        self.seq
+    }
+}
+
+impl Sequenced for Stored {
+    fn seq(&self) -> u64 {
+        self.seq
+    }
+}
+
+impl<C: Sequenced> Event<C> {
     pub fn seq(&self) -> u64 {
         match self {
-            Event::Output(chunk) => chunk.seq,
+            Event::Output(chunk) => chunk.seq(),
             Event::Exited { seq, .. } | Event::Closed { seq } => *seq,
+        }
+    }
+}
+
+impl Event<Stored> {
+    pub fn load(self, load: impl FnOnce(&Stored) -> Bytes) -> Event {
+        match self {
+            Event::Output(chunk) => Event::Output(chunk.loaded(load(&chunk))),
+            Event::Exited { seq, exit } => Event::Exited { seq, exit },
+            Event::Closed { seq } => Event::Closed { seq },
         }
     }
 }
@@ -110,10 +146,10 @@ pub struct OutputLog {
     closed_seq: Option<u64>,
 }
 
-/// What `process/read` returns, before encoding.
+/// What `process/read` returns, before encoding (its chunks as stored, then loaded).
 #[derive(Debug)]
-pub struct ReadSnapshot {
-    pub chunks: Vec<Chunk>,
+pub struct ReadSnapshot<C = Chunk> {
+    pub chunks: Vec<C>,
     pub next_seq: u64,
     pub exit_code: Option<i32>,
     pub sandbox_denied: bool,
@@ -275,22 +311,25 @@ impl OutputLog {
         self.chunks.range(start..)
     }
 
-    pub fn read(&self, after_seq: u64, max_bytes: Option<usize>, load: Loader) -> ReadSnapshot {
+    pub fn read(&self, after_seq: u64, max_bytes: Option<usize>) -> ReadSnapshot<Stored> {
         let mut chunks = Vec::new();
         let mut total = 0usize;
+        let mut cut = false;
         for chunk in self.chunks_after(after_seq) {
             let len = chunk.span.len as usize;
             if let Some(max) = max_bytes {
                 // The first chunk always goes out, so a small budget still makes progress.
                 if !chunks.is_empty() && (total >= max || total + len > max) {
+                    cut = true;
                     break;
                 }
             }
             total += len;
-            chunks.push(chunk.load(load));
+            chunks.push(*chunk);
         }
-        let next_seq = match (max_bytes, chunks.last()) {
-            (Some(_), Some(last)) => last.seq + 1,
+        // A read cut short goes on after its last chunk; a whole one after everything.
+        let next_seq = match chunks.last() {
+            Some(last) if cut => last.seq + 1,
             _ => self.next_seq,
         };
         let unseen_terminal = self.exit.is_some() && after_seq < self.next_seq - 1;
@@ -315,12 +354,12 @@ impl OutputLog {
     }
 
     /// Events not yet handed to a connection, in seq order, at most `limit`.
-    pub fn undelivered(&self, limit: usize, load: Loader) -> Vec<Event> {
+    pub fn undelivered(&self, limit: usize) -> Vec<Event<Stored>> {
         let after = self.delivered_seq;
-        let mut events: Vec<Event> = self
+        let mut events: Vec<Event<Stored>> = self
             .chunks_after(after)
             .take(limit)
-            .map(|chunk| Event::Output(chunk.load(load)))
+            .map(|chunk| Event::Output(*chunk))
             .collect();
         if let Some((seq, exit)) = self.exit.as_ref().filter(|(seq, _)| *seq > after) {
             events.push(Event::Exited {
@@ -341,12 +380,30 @@ impl OutputLog {
     }
 }
 
-impl Stored {
-    fn load(&self, load: Loader) -> Chunk {
-        Chunk {
-            seq: self.seq,
-            stream: self.stream,
-            data: load(self.stream, self.span),
+impl ReadSnapshot<Stored> {
+    /// The snapshot with its chunks loaded; those for which `load` has nothing (evicted since
+    /// the snapshot was taken) are left out, and the read says it is truncated.
+    pub fn load(self, mut load: impl FnMut(&Stored) -> Option<Bytes>) -> ReadSnapshot {
+        let mut truncated = self.truncated;
+        let chunks = self
+            .chunks
+            .iter()
+            .filter_map(|chunk| {
+                let data = load(chunk);
+                truncated |= data.is_none();
+                Some(chunk.loaded(data?))
+            })
+            .collect();
+        ReadSnapshot {
+            chunks,
+            next_seq: self.next_seq,
+            exit_code: self.exit_code,
+            sandbox_denied: self.sandbox_denied,
+            details: self.details,
+            closed: self.closed,
+            first_retained_seq: self.first_retained_seq,
+            truncated,
+            ready: self.ready,
         }
     }
 }
@@ -365,8 +422,8 @@ mod tests {
         }
     }
 
-    fn load(_: OutputStream, span: Span) -> Bytes {
-        Bytes::from(vec![b'x'; span.len as usize])
+    fn load(chunk: &Stored) -> Option<Bytes> {
+        Some(Bytes::from(vec![b'x'; chunk.span.len as usize]))
     }
 
     #[test]
@@ -379,13 +436,13 @@ mod tests {
             ..Exit::default()
         });
         log.record_closed();
-        let snapshot = log.read(0, None, &load);
+        let snapshot = log.read(0, None);
         assert_eq!(
             snapshot.chunks.iter().map(|c| c.seq).collect::<Vec<_>>(),
             [1, 2]
         );
         assert_eq!(snapshot.next_seq, 5);
-        let seqs: Vec<u64> = log.undelivered(10, &load).iter().map(Event::seq).collect();
+        let seqs: Vec<u64> = log.undelivered(10).iter().map(Event::seq).collect();
         assert_eq!(seqs, [1, 2, 3, 4]);
     }
 
@@ -400,13 +457,13 @@ mod tests {
         );
         log.mark_delivered(1);
         assert!(!log.evict(true, &mut Vec::new()));
-        assert_eq!(log.read(0, None, &load).first_retained_seq, 2);
+        assert_eq!(log.read(0, None).first_retained_seq, 2);
         log.push(OutputStream::Stdout, data(8));
         assert!(!log.evict(false, &mut Vec::new()));
-        let snapshot = log.read(0, None, &load);
+        let snapshot = log.read(0, None);
         assert!(snapshot.truncated);
         assert_eq!(snapshot.first_retained_seq, 3);
-        assert!(!log.read(2, None, &load).truncated);
+        assert!(!log.read(2, None).truncated);
     }
 
     #[test]
@@ -414,10 +471,10 @@ mod tests {
         let mut log = OutputLog::new(1024, 10);
         log.push(OutputStream::Stdout, data(5));
         log.push(OutputStream::Stdout, data(5));
-        let snapshot = log.read(0, Some(3), &load);
+        let snapshot = log.read(0, Some(3));
         assert_eq!(snapshot.chunks.len(), 1);
         assert_eq!(snapshot.next_seq, 2);
-        assert_eq!(log.read(0, Some(10), &load).chunks.len(), 2);
+        assert_eq!(log.read(0, Some(10)).chunks.len(), 2);
     }
 
     #[test]
@@ -440,7 +497,10 @@ mod tests {
         records.extend(original.record_closed());
         let mut restored = OutputLog::new(20, 100);
         restored.restore(records);
-        let (a, b) = (original.read(0, None, &load), restored.read(0, None, &load));
+        let (a, b) = (
+            original.read(0, None).load(load),
+            restored.read(0, None).load(load),
+        );
         let seqs = |s: &ReadSnapshot| s.chunks.iter().map(|c| c.seq).collect::<Vec<_>>();
         assert_eq!(seqs(&a), seqs(&b));
         assert_eq!(seqs(&b), [2, 3]);
@@ -461,6 +521,6 @@ mod tests {
             )
         );
         // Everything restored counts as delivered: a successor pushes only what comes next.
-        assert!(restored.undelivered(10, &load).is_empty());
+        assert!(restored.undelivered(10).is_empty());
     }
 }

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::io::Write as _;
 use std::os::fd::AsRawFd as _;
-use std::os::unix::fs::{DirBuilderExt as _, FileExt as _, OpenOptionsExt as _};
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 
 pub const META: &str = "meta.json";
@@ -168,16 +168,33 @@ impl Store {
         }
     }
 
-    /// A chunk's bytes (empty if they cannot be read: never a panic).
+    /// A chunk's bytes (empty if they cannot be read: never a panic), read into memory that
+    /// is not zeroed first.
     pub fn load(&self, stream: OutputStream, span: Span) -> Bytes {
-        let mut data = vec![0u8; span.len as usize];
-        match self.files[stream_index(stream)].read_exact_at(&mut data, span.offset) {
-            Ok(()) => Bytes::from(data),
-            Err(err) => {
+        let len = span.len as usize;
+        let mut data = bytes::BytesMut::with_capacity(len);
+        let file = &self.files[stream_index(stream)];
+        while data.len() < len {
+            let spare = data.spare_capacity_mut();
+            // SAFETY: pread writes at most the rest of the span into the spare capacity (which
+            // may be larger), and only the bytes it wrote are then counted as initialized.
+            let read = unsafe {
+                libc::pread(
+                    file.as_raw_fd(),
+                    spare.as_mut_ptr().cast(),
+                    spare.len().min(len - data.len()),
+                    (span.offset + data.len() as u64) as libc::off_t,
+                )
+            };
+            if read <= 0 {
+                let err = std::io::Error::last_os_error();
                 tracing::warn!("cannot read retained output back: {err}");
-                Bytes::new()
+                return Bytes::new();
             }
+            // SAFETY: the kernel initialized `read` more bytes.
+            unsafe { data.set_len(data.len() + read as usize) };
         }
+        data.freeze()
     }
 
     /// Frees the space of evicted chunks (their offsets stay valid: holes read as zeros).
