@@ -8,6 +8,7 @@
 mod ssh;
 
 use anyhow::{bail, Context as _};
+use base64::{engine::general_purpose::STANDARD as BASE64, Engine as _};
 use exec_server_client::protocol::process::OutputStream;
 use exec_server_client::protocol::PathUri;
 use exec_server_client::{path_uri, Client, ClientOptions, Command, ProcessEvent};
@@ -29,6 +30,9 @@ struct Size {
     sessions: usize,
     retained: usize,
     resume_runs: usize,
+    restart_runs: usize,
+    /// Detached processes that each write [`DETACHED_OUTPUT`].
+    detached: usize,
 }
 
 const QUICK: Size = Size {
@@ -41,6 +45,8 @@ const QUICK: Size = Size {
     sessions: 200,
     retained: 1_000,
     resume_runs: 20,
+    restart_runs: 5,
+    detached: 10,
 };
 
 const FULL: Size = Size {
@@ -53,6 +59,8 @@ const FULL: Size = Size {
     sessions: 1_000,
     retained: 10_000,
     resume_runs: 100,
+    restart_runs: 20,
+    detached: 100,
 };
 
 const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
@@ -117,8 +125,8 @@ struct Daemon {
     child: std::process::Child,
     url: String,
     /// Its own state dir: measured as deployed (keeping state, on tmpfs), and never the host's default,
-    /// which a daemon of the host may hold.
-    _state_dir: tempfile::TempDir,
+    /// which a daemon of the host may hold; a successor gets the same one.
+    state_dir: std::sync::Arc<tempfile::TempDir>,
 }
 
 impl Daemon {
@@ -133,6 +141,15 @@ impl Daemon {
         let state_dir = tempfile::Builder::new()
             .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
             .tempdir_in(parent)?;
+        Self::start_on(binary, args, std::sync::Arc::new(state_dir))
+    }
+
+    /// A daemon on `state_dir`, a predecessor's.
+    fn start_on(
+        binary: &Path,
+        args: &[&str],
+        state_dir: std::sync::Arc<tempfile::TempDir>,
+    ) -> anyhow::Result<Self> {
         let mut child = std::process::Command::new(binary)
             .args(["--listen", "ws://127.0.0.1:0", "--log", "warn"])
             .args(args)
@@ -147,8 +164,15 @@ impl Daemon {
         Ok(Self {
             child,
             url: line.trim().to_owned(),
-            _state_dir: state_dir,
+            state_dir,
         })
+    }
+
+    /// SIGKILL, as a crash or the OOM killer; returns its state dir for a successor.
+    fn crash(mut self) -> std::sync::Arc<tempfile::TempDir> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.state_dir.clone()
     }
 
     fn rss_kib(&self) -> f64 {
@@ -502,6 +526,9 @@ async fn run(size: &Size, launch_only: bool, binary: &Path) -> anyhow::Result<Ma
     r.put("resume_p99_ms", Some(resume_p99));
     client.close().await;
     drop(daemon);
+
+    eprintln!("bench: restart of the daemon");
+    restarts(binary, size, &mut r).await?;
 
     eprintln!("bench: memory at scale");
     scale(binary, size, &mut r).await?;
@@ -869,6 +896,116 @@ async fn resume_times(client: &Client, runs: usize) -> anyhow::Result<Vec<f64>> 
 
 /// Idle RSS, then many sessions, each then with a live process, then many retained exited
 /// processes, all on a fresh daemon.
+/// Bytes each detached process writes, all retained (the default retention is 64 MiB).
+const DETACHED_OUTPUT: u64 = 50 << 20;
+
+/// The daemon killed (SIGKILL) while a process streams numbered lines: the time from the kill
+/// to a successor serving and its resumed client caught up with the output (the lines must
+/// stay complete); then the RSS of detached processes' retained output.
+async fn restarts(binary: &Path, size: &Size, r: &mut Results) -> anyhow::Result<()> {
+    let mut daemon = Daemon::start(binary, &["--session-ttl", "1h"])?;
+    let client = Client::connect(ClientOptions::new(daemon.url.clone())).await?;
+    let session = client.session_id().to_owned();
+    let script = "i=0; while :; do i=$((i+1)); echo $i; sleep 0.001; done";
+    client
+        .call(
+            "process/start",
+            json!({"processId": "lines", "argv": ["sh", "-c", script], "cwd": "file:///",
+                   "env": {"PATH": PATH}, "tty": false}),
+        )
+        .await?;
+    let (mut text, mut after) = (Vec::new(), 0u64);
+    let read = |client: &Client, after: u64, wait: u64| {
+        let params = json!({"processId": "lines", "afterSeq": after, "waitMs": wait});
+        let client = client.clone();
+        async move { client.call("process/read", params).await }
+    };
+    let mut times = Vec::new();
+    let mut client = client;
+    for _ in 0..size.restart_runs {
+        // Some output first, then the crash mid-stream.
+        while text.len() < 1000 * (times.len() + 1) {
+            let result = read(&client, after, 1000).await?;
+            for chunk in result["chunks"].as_array().context("chunks")? {
+                text.extend(BASE64.decode(chunk["chunk"].as_str().context("chunk")?)?);
+            }
+            after = result["nextSeq"].as_u64().context("nextSeq")? - 1;
+        }
+        client.close().await;
+        let state = daemon.crash();
+        let killed = Instant::now();
+        daemon = Daemon::start_on(binary, &["--session-ttl", "1h"], state)?;
+        let mut options = ClientOptions::new(daemon.url.clone());
+        options.resume_session_id = Some(session.clone());
+        client = Client::connect(options).await?;
+        loop {
+            let result = read(&client, after, 0).await?;
+            let chunks = result["chunks"].as_array().context("chunks")?;
+            for chunk in chunks {
+                text.extend(BASE64.decode(chunk["chunk"].as_str().context("chunk")?)?);
+            }
+            after = result["nextSeq"].as_u64().context("nextSeq")? - 1;
+            if chunks.is_empty() {
+                break;
+            }
+        }
+        times.push(killed.elapsed().as_secs_f64() * 1e3);
+    }
+    let text = String::from_utf8(text)?;
+    let complete = text.lines().zip(1..).all(|(line, n)| line == n.to_string());
+    anyhow::ensure!(complete, "lines lost or repeated across restarts");
+    let (median, p99) = stats(&mut times);
+    r.put("restart_ms", Some(median));
+    r.put("restart_p99_ms", Some(p99));
+    client
+        .call("process/terminate", json!({"processId": "lines"}))
+        .await?;
+    client.close().await;
+    drop(daemon);
+
+    let daemon = Daemon::start(binary, &["--session-ttl", "1h"])?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = daemon.rss_kib();
+    let client = Client::connect(ClientOptions::new(daemon.url.clone())).await?;
+    let session = client.session_id().to_owned();
+    let write = format!("head -c {DETACHED_OUTPUT} /dev/zero");
+    for n in 0..size.detached {
+        client
+            .call(
+                "process/start",
+                json!({"processId": format!("w{n}"), "argv": ["sh", "-c", &write],
+                       "cwd": "file:///", "env": {"PATH": PATH}, "tty": false}),
+            )
+            .await?;
+    }
+    client.close().await;
+    // Detached, until every process closed (all its output taken in).
+    let mut options = ClientOptions::new(daemon.url.clone());
+    options.resume_session_id = Some(session);
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let probe = Client::connect(options.clone()).await?;
+        let list = probe.call("process/list", json!({})).await?;
+        probe.close().await;
+        let processes = list["processes"].as_array().context("processes")?;
+        if processes.iter().all(|p| p["state"] == "closed") {
+            break;
+        }
+        anyhow::ensure!(Instant::now() < deadline, "the writers did not finish");
+    }
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let after_rss = daemon.rss_kib();
+    let retained_mib = (size.detached as u64 * DETACHED_OUTPUT) as f64 / (1 << 20) as f64;
+    r.put("detached_processes", Some(size.detached as f64));
+    r.put("rss_detached_output_mib", Some(after_rss / 1024.0));
+    r.put(
+        "rss_per_retained_output_mib_kib",
+        Some((after_rss - before).max(0.0) / retained_mib),
+    );
+    Ok(())
+}
+
 async fn scale(binary: &Path, size: &Size, r: &mut Results) -> anyhow::Result<()> {
     let daemon = Daemon::start(binary, &["--exited-retention", "1h", "--session-ttl", "1h"])?;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -1098,6 +1235,27 @@ const ROWS: &[Row] = &[
         baselines: &[],
         target: "≤ 5 ms",
         met: |r| Some(r.get("resume_ms")? <= 5.0),
+    },
+    Row {
+        what: "daemon killed (SIGKILL) to a successor's resumed client caught up, ms (median)",
+        ours: "restart_ms",
+        baselines: &[],
+        target: "",
+        met: |_| None,
+    },
+    Row {
+        what: "RSS with detached processes that each wrote 50 MiB, all retained, MiB",
+        ours: "rss_detached_output_mib",
+        baselines: &[("processes", "detached_processes")],
+        target: "< 64 MiB (100 processes)",
+        met: |r| Some(r.get("rss_detached_output_mib")? < 64.0),
+    },
+    Row {
+        what: "RSS per retained MiB of output, KiB",
+        ours: "rss_per_retained_output_mib_kib",
+        baselines: &[],
+        target: "",
+        met: |_| None,
     },
 ];
 

@@ -201,10 +201,6 @@ fn require(session: &Session, id: &str) -> Result<Arc<ManagedProcess>, ProcessEr
     }
 }
 
-/// Output one `process/read` returns when it asks for no `maxBytes` (then `nextSeq` says where
-/// to go on): retention is far larger than a reply should be.
-const READ_MAX_BYTES: usize = 4 * 1024 * 1024;
-
 pub(crate) async fn read(
     session: &Session,
     connection_id: u64,
@@ -217,8 +213,7 @@ pub(crate) async fn read(
     let mut attachment = session.attachment();
     let snapshot = loop {
         changes.borrow_and_update();
-        let max_bytes = params.max_bytes.unwrap_or(READ_MAX_BYTES);
-        let snapshot = process.read(after_seq, Some(max_bytes));
+        let snapshot = process.read(after_seq, params.max_bytes);
         if snapshot.ready || tokio::time::Instant::now() >= deadline {
             break snapshot;
         }

@@ -38,6 +38,10 @@ use store::{Entry, Meta, Store};
 use supervisor::Report;
 use tokio::sync::watch;
 
+/// Output one `process/read` returns when it asks for no `maxBytes` (then `nextSeq` says where
+/// to go on): retention is far larger than a reply should be.
+const READ_MAX_BYTES: usize = 4 * 1024 * 1024;
+
 /// Output a predecessor kept but did not record is adopted in chunks of at most this size, as
 /// large as a live read's.
 const ADOPTED_CHUNK_BYTES: u64 = spawn::OUTPUT_PIPE_BYTES as u64;
@@ -1093,7 +1097,7 @@ impl ManagedProcess {
     /// Chunks are loaded outside the lock, so a long read never holds up the output; one
     /// evicted meanwhile (its space freed) is left out and the read says so.
     pub fn read(&self, after_seq: u64, max_bytes: Option<usize>) -> ReadSnapshot {
-        let snapshot = self.state.lock().unwrap().log.read(after_seq, max_bytes);
+        let snapshot = (self.state.lock().unwrap().log).read(after_seq, max_bytes, READ_MAX_BYTES);
         let loaded: Vec<_> = snapshot
             .chunks
             .iter()

@@ -311,25 +311,31 @@ impl OutputLog {
         self.chunks.range(start..)
     }
 
-    pub fn read(&self, after_seq: u64, max_bytes: Option<usize>) -> ReadSnapshot<Stored> {
+    /// Chunks after `after_seq`, up to `max_bytes` (the client's), else up to `default_max`.
+    pub fn read(
+        &self,
+        after_seq: u64,
+        max_bytes: Option<usize>,
+        default_max: usize,
+    ) -> ReadSnapshot<Stored> {
         let mut chunks = Vec::new();
         let mut total = 0usize;
         let mut cut = false;
+        let max = max_bytes.unwrap_or(default_max);
         for chunk in self.chunks_after(after_seq) {
             let len = chunk.span.len as usize;
-            if let Some(max) = max_bytes {
-                // The first chunk always goes out, so a small budget still makes progress.
-                if !chunks.is_empty() && (total >= max || total + len > max) {
-                    cut = true;
-                    break;
-                }
+            // The first chunk always goes out, so a small budget still makes progress.
+            if !chunks.is_empty() && (total >= max || total + len > max) {
+                cut = true;
+                break;
             }
             total += len;
             chunks.push(*chunk);
         }
-        // A read cut short goes on after its last chunk; a whole one after everything.
+        // A read with the client's budget, or cut by the default one, goes on after its last
+        // chunk; any other after everything.
         let next_seq = match chunks.last() {
-            Some(last) if cut => last.seq + 1,
+            Some(last) if cut || max_bytes.is_some() => last.seq + 1,
             _ => self.next_seq,
         };
         let unseen_terminal = self.exit.is_some() && after_seq < self.next_seq - 1;
@@ -436,7 +442,7 @@ mod tests {
             ..Exit::default()
         });
         log.record_closed();
-        let snapshot = log.read(0, None);
+        let snapshot = log.read(0, None, usize::MAX);
         assert_eq!(
             snapshot.chunks.iter().map(|c| c.seq).collect::<Vec<_>>(),
             [1, 2]
@@ -457,13 +463,13 @@ mod tests {
         );
         log.mark_delivered(1);
         assert!(!log.evict(true, &mut Vec::new()));
-        assert_eq!(log.read(0, None).first_retained_seq, 2);
+        assert_eq!(log.read(0, None, usize::MAX).first_retained_seq, 2);
         log.push(OutputStream::Stdout, data(8));
         assert!(!log.evict(false, &mut Vec::new()));
-        let snapshot = log.read(0, None);
+        let snapshot = log.read(0, None, usize::MAX);
         assert!(snapshot.truncated);
         assert_eq!(snapshot.first_retained_seq, 3);
-        assert!(!log.read(2, None).truncated);
+        assert!(!log.read(2, None, usize::MAX).truncated);
     }
 
     #[test]
@@ -471,10 +477,10 @@ mod tests {
         let mut log = OutputLog::new(1024, 10);
         log.push(OutputStream::Stdout, data(5));
         log.push(OutputStream::Stdout, data(5));
-        let snapshot = log.read(0, Some(3));
+        let snapshot = log.read(0, Some(3), usize::MAX);
         assert_eq!(snapshot.chunks.len(), 1);
         assert_eq!(snapshot.next_seq, 2);
-        assert_eq!(log.read(0, Some(10)).chunks.len(), 2);
+        assert_eq!(log.read(0, Some(10), usize::MAX).chunks.len(), 2);
     }
 
     #[test]
