@@ -504,8 +504,8 @@ mod tests {
         let mut restored = OutputLog::new(20, 100);
         restored.restore(records);
         let (a, b) = (
-            original.read(0, None).load(load),
-            restored.read(0, None).load(load),
+            original.read(0, None, usize::MAX).load(load),
+            restored.read(0, None, usize::MAX).load(load),
         );
         let seqs = |s: &ReadSnapshot| s.chunks.iter().map(|c| c.seq).collect::<Vec<_>>();
         assert_eq!(seqs(&a), seqs(&b));
