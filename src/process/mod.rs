@@ -31,7 +31,7 @@ use output::{Event, Exit, OutputLog, ReadSnapshot, Record, Span};
 use spawn::{ChildIo, LaunchSpec};
 use std::collections::HashMap;
 use std::os::fd::{AsFd as _, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use store::{Entry, Meta, Store};
@@ -88,7 +88,7 @@ struct TableInner {
     next_token: AtomicU64,
     session_id: String,
     /// Where processes are kept across a restart of the daemon (None: not kept).
-    processes_dir: Option<PathBuf>,
+    spares: Option<Arc<store::Spares>>,
 }
 
 /// What a process was started with: what an idempotent repeat is compared with, and what
@@ -167,12 +167,13 @@ enum InputWait {
 }
 
 impl ProcessTable {
-    /// The processes of session `session_id`, kept in `processes_dir` when there is one.
+    /// The processes of session `session_id`, kept in the state directory when there is one
+    /// (`spares` are made there).
     pub fn new(
         config: Arc<Config>,
         attachment: watch::Receiver<Option<Attachment>>,
         session_id: String,
-        processes_dir: Option<PathBuf>,
+        spares: Option<Arc<store::Spares>>,
     ) -> Self {
         Self {
             inner: Arc::new(TableInner {
@@ -182,7 +183,7 @@ impl ProcessTable {
                 attachment,
                 next_token: AtomicU64::new(1),
                 session_id,
-                processes_dir,
+                spares,
             }),
         }
     }
@@ -403,7 +404,7 @@ impl TableInner {
             )),
             changed: watch::channel(()).0,
             drained: watch::channel(()).0,
-            stdin: stdin::Stdin::new(parts.stdin, parts.store.clone(), Vec::new()),
+            stdin: stdin::Stdin::new(parts.stdin, parts.store.clone(), Vec::new(), Vec::new()),
             pty_size: parts.master.map(stdin::PtyResizer::new),
             sandbox: Mutex::new(sandbox),
             store: parts.store,
@@ -490,8 +491,8 @@ impl TableInner {
                 terminal,
             ),
         };
-        let store = match &self.processes_dir {
-            Some(dir) => {
+        let store = match &self.spares {
+            Some(spares) => {
                 let meta = Meta {
                     session: self.session_id.clone(),
                     params: origin.params.clone(),
@@ -504,30 +505,31 @@ impl TableInner {
                         .unwrap_or_default()
                         .as_millis() as u64,
                 };
-                let dir = dir.join(uuid::Uuid::new_v4().simple().to_string());
-                match Store::create(&dir, outputs.len(), &meta) {
-                    Ok(store) => {
+                let name = uuid::Uuid::new_v4().simple().to_string();
+                let dir = spares.dir().join(&name);
+                match spares
+                    .take()
+                    .and_then(|spare| spare.into_store(&name, &meta))
+                {
+                    Ok((store, listener)) => {
                         let hold = supervisor::Hold {
                             dir: dir.clone(),
                             tty: origin.params.tty,
                             stdin: stdin.is_some(),
                             max_tail: self.config.output_retention_bytes as u64,
                         };
-                        let held = std::os::unix::net::UnixListener::bind(dir.join(store::SOCKET))
-                            .and_then(|listener| {
-                                let fds: Vec<_> = std::iter::once(listener.as_fd())
-                                    .chain(store.files().iter().map(|file| file.as_fd()))
-                                    .chain(outputs.iter().map(|(_, fd)| fd.as_fd()))
-                                    .chain(
-                                        stdin
-                                            .iter()
-                                            .filter(|_| master.is_none())
-                                            .map(|fd| fd.as_fd()),
-                                    )
-                                    .collect();
-                                orders.hold(&hold, &fds)
-                            });
-                        match held {
+                        let streams = outputs.len();
+                        let fds: Vec<_> = std::iter::once(listener.as_fd())
+                            .chain(store.files()[..streams].iter().map(|file| file.as_fd()))
+                            .chain(outputs.iter().map(|(_, fd)| fd.as_fd()))
+                            .chain(
+                                stdin
+                                    .iter()
+                                    .filter(|_| master.is_none())
+                                    .map(|fd| fd.as_fd()),
+                            )
+                            .collect();
+                        match orders.hold(&hold, &fds) {
                             Ok(()) => {}
                             // A tree gone already (a sandbox helper exits with it) needs no
                             // holding: its output is all in the pipes.
@@ -592,11 +594,16 @@ impl TableInner {
         let (store, meta, entries) = Store::open(dir)?;
         let store = Arc::new(store);
         let id = meta.params.process_id.clone();
-        let (mut records, mut accepted, mut stdin_closed) = (Vec::new(), Vec::new(), false);
+        let (mut records, mut stdin_closed) = (Vec::new(), false);
+        let (mut accepted, mut pending) = (Vec::new(), Vec::new());
         for entry in entries {
             match entry {
                 Entry::Log(record) => records.push(record),
-                Entry::Wrote(id) => accepted.push(id),
+                Entry::Accepted { id, data } => {
+                    accepted.push(id.clone());
+                    pending.push((id, Bytes::from(data.0)));
+                }
+                Entry::Wrote(id) => pending.retain(|(pending, _)| *pending != id),
                 Entry::StdinClosed => stdin_closed = true,
             }
         }
@@ -674,7 +681,7 @@ impl TableInner {
             state: Mutex::new(ProcessState::new(log, outputs.len(), None)),
             changed: watch::channel(()).0,
             drained: watch::channel(()).0,
-            stdin: stdin::Stdin::new(stdin, store.clone(), accepted),
+            stdin: stdin::Stdin::new(stdin, store.clone(), accepted, pending),
             pty_size: master.map(stdin::PtyResizer::new),
             sandbox: Mutex::new(None),
             store,

@@ -3,9 +3,10 @@
 //! its bytes, so a retried write can never be written twice.
 
 use super::io::Input;
-use super::store::Store;
+use super::store::{Entry, Store};
 use super::ProcessError;
 use bytes::Bytes;
+use exec_server_protocol::base64_bytes::Base64Bytes;
 use exec_server_protocol::process::{TerminalSize, WriteStatus};
 use std::collections::{HashSet, VecDeque};
 use std::os::fd::{AsRawFd as _, OwnedFd};
@@ -26,6 +27,7 @@ pub struct Stdin {
     state: Mutex<StdinState>,
     queued: Arc<AtomicUsize>,
     failed: Arc<AtomicBool>,
+    store: Arc<Store>,
 }
 
 struct StdinState {
@@ -37,8 +39,14 @@ struct StdinState {
 
 impl Stdin {
     /// The stdin `fd` (None: the child has none, or it was closed), its writes journaled in
-    /// `store`; `accepted`: the ids of writes already made (by a predecessor daemon).
-    pub fn new(fd: Option<OwnedFd>, store: Arc<Store>, accepted: Vec<String>) -> Self {
+    /// `store`. From a predecessor daemon: `accepted`, the ids of the writes it accepted, and
+    /// `pending`, those of them it had not begun to write (written first).
+    pub fn new(
+        fd: Option<OwnedFd>,
+        store: Arc<Store>,
+        accepted: Vec<String>,
+        pending: Vec<(String, Bytes)>,
+    ) -> Self {
         let this = Self {
             state: Mutex::new(StdinState {
                 sender: None,
@@ -47,6 +55,7 @@ impl Stdin {
             }),
             queued: Arc::new(AtomicUsize::new(0)),
             failed: Arc::new(AtomicBool::new(false)),
+            store: store.clone(),
         };
         let mut state = this.state.lock().unwrap();
         for id in accepted {
@@ -54,6 +63,10 @@ impl Stdin {
         }
         if let Some(fd) = fd {
             let (sender, receiver) = mpsc::unbounded_channel();
+            for (id, data) in pending {
+                this.queued.fetch_add(data.len(), Ordering::Relaxed);
+                let _ = sender.send((Some(id), data));
+            }
             state.sender = Some(sender);
             let (queued, failed) = (this.queued.clone(), this.failed.clone());
             super::io::spawn_writer(fd, receiver, store, queued, failed);
@@ -78,6 +91,14 @@ impl Stdin {
             return Err(ProcessError::StdinFull { queued });
         }
         self.queued.fetch_add(data.len(), Ordering::Relaxed);
+        // Kept before it is accepted: a successor writes what this daemon accepted but had
+        // not begun to write when it died.
+        if self.store.keeps() {
+            self.store.journal(&Entry::Accepted {
+                id: write_id.to_owned(),
+                data: Base64Bytes(data.to_vec()),
+            });
+        }
         if sender.send((Some(write_id.to_owned()), data)).is_err() {
             return Err(ProcessError::StdinFailed);
         }

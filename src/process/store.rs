@@ -11,6 +11,7 @@
 
 use super::output::{Record, Span, Stored};
 use bytes::Bytes;
+use exec_server_protocol::base64_bytes::Base64Bytes;
 use exec_server_protocol::process::{OutputStream, SandboxType, StartParams};
 use serde::{Deserialize, Serialize};
 use std::fs::File;
@@ -51,8 +52,13 @@ pub struct Meta {
 #[serde(rename_all = "camelCase")]
 pub enum Entry {
     Log(Record),
-    /// A `process/write` about to reach the child's stdin (written before it is, so that a
-    /// retry after a crash in between is not written twice).
+    /// A `process/write` accepted (journaled before its reply), with its bytes.
+    Accepted {
+        id: String,
+        data: Base64Bytes,
+    },
+    /// A write about to reach the child's stdin (journaled before it does, so that a crash in
+    /// between loses it rather than writing it twice).
     Wrote(String),
     StdinClosed,
 }
@@ -83,38 +89,6 @@ impl Store {
             journal: None,
             dir: None,
         })
-    }
-
-    /// A new process directory `dir` (created here, private) for `streams` streams.
-    pub fn create(dir: &Path, streams: usize, meta: &Meta) -> std::io::Result<Self> {
-        std::fs::DirBuilder::new().mode(0o700).create(dir)?;
-        let mut store = Self {
-            files: Vec::new(),
-            journal: None,
-            dir: Some(dir.to_owned()),
-        };
-        let open = |name: &str| {
-            std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_CLOEXEC)
-                .open(dir.join(name))
-        };
-        for index in 0..streams {
-            store.files.push(open(&format!("out.{index}"))?);
-        }
-        let mut meta_file = open(META)?;
-        meta_file.write_all(&serde_json::to_vec(meta).map_err(std::io::Error::other)?)?;
-        store.journal = Some(
-            std::fs::OpenOptions::new()
-                .append(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(dir.join(JOURNAL))?,
-        );
-        Ok(store)
     }
 
     /// An existing process directory, as a predecessor left it: its meta, its journal's
@@ -153,6 +127,11 @@ impl Store {
 
     pub fn files(&self) -> &[File] {
         &self.files
+    }
+
+    /// Whether it is kept for a successor (journaled).
+    pub fn keeps(&self) -> bool {
+        self.journal.is_some()
     }
 
     /// Appends an entry, one `write` per line (the journal is O_APPEND), so that a crash
@@ -211,6 +190,104 @@ impl Store {
                 );
             }
         }
+    }
+}
+
+/// Process directories made ahead of the starts that take them (files, journal, socket), so
+/// that a start only renames one and writes its meta: a few system calls instead of a dozen on
+/// every launch's path. Made in `.spare-*` directories, which an adoption removes.
+pub struct Spares {
+    dir: PathBuf,
+    ready: std::sync::Mutex<Vec<Spare>>,
+}
+
+/// Spares kept ready.
+const SPARES: usize = 2;
+
+pub const SPARE_PREFIX: &str = ".spare-";
+
+pub struct Spare {
+    dir: PathBuf,
+    files: Vec<File>,
+    meta: File,
+    journal: File,
+    listener: std::os::unix::net::UnixListener,
+}
+
+impl Spares {
+    /// Spares in `dir` (the state directory's `processes`).
+    pub fn new(dir: PathBuf) -> std::sync::Arc<Self> {
+        std::sync::Arc::new(Self {
+            dir,
+            ready: Default::default(),
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// A spare (made now if none is ready); others are made in the background.
+    pub fn take(self: &std::sync::Arc<Self>) -> std::io::Result<Spare> {
+        let ready = self.ready.lock().unwrap().pop();
+        let spares = self.clone();
+        tokio::task::spawn_blocking(move || {
+            while spares.ready.lock().unwrap().len() < SPARES {
+                match spares.make() {
+                    Ok(spare) => spares.ready.lock().unwrap().push(spare),
+                    Err(_) => return,
+                }
+            }
+        });
+        ready.map_or_else(|| self.make(), Ok)
+    }
+
+    fn make(&self) -> std::io::Result<Spare> {
+        let name = uuid::Uuid::new_v4().simple().to_string();
+        let dir = self.dir.join(format!("{SPARE_PREFIX}{name}"));
+        std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+        let open = |name: &str, append: bool| {
+            std::fs::OpenOptions::new()
+                .read(!append)
+                .write(!append)
+                .append(append)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_CLOEXEC)
+                .open(dir.join(name))
+        };
+        Ok(Spare {
+            files: vec![open("out.0", false)?, open("out.1", false)?],
+            meta: open(META, false)?,
+            journal: open(JOURNAL, true)?,
+            listener: std::os::unix::net::UnixListener::bind(dir.join(SOCKET))?,
+            dir,
+        })
+    }
+}
+
+impl Spare {
+    /// The store of a process described by `meta`, in its final directory `name` next to the
+    /// spare's, and the socket its supervisor listens on there.
+    pub fn into_store(
+        self,
+        name: &str,
+        meta: &Meta,
+    ) -> std::io::Result<(Store, std::os::unix::net::UnixListener)> {
+        let dir = self.dir.with_file_name(name);
+        let renamed = (&self.meta)
+            .write_all(&serde_json::to_vec(meta).map_err(std::io::Error::other)?)
+            .and_then(|()| std::fs::rename(&self.dir, &dir));
+        if let Err(err) = renamed {
+            let _ = std::fs::remove_dir_all(&self.dir);
+            return Err(err);
+        }
+        let store = Store {
+            files: self.files,
+            journal: Some(self.journal),
+            dir: Some(dir),
+        };
+        Ok((store, self.listener))
     }
 }
 

@@ -144,11 +144,11 @@ impl Session {
         config: Arc<Config>,
         attachment: Option<Attachment>,
         policy: Policy,
-        processes_dir: Option<std::path::PathBuf>,
+        spares: Option<Arc<crate::process::store::Spares>>,
     ) -> Self {
         let (sender, receiver) = watch::channel(attachment);
         Self {
-            processes: ProcessTable::new(config, receiver, id.clone(), processes_dir),
+            processes: ProcessTable::new(config, receiver, id.clone(), spares),
             id,
             policy,
             environment_info: crate::environment::info(),

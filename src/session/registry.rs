@@ -29,6 +29,8 @@ pub struct Registry {
     /// Where sessions and processes are kept across a restart (`--state-dir`; None: they
     /// are not); locked while this lives.
     state: Option<crate::state_dir::StateDir>,
+    /// Process directories made ahead, in the state directory.
+    spares: Option<Arc<crate::process::store::Spares>>,
 }
 
 /// A kept session, `sessions/ID.json` in the state directory.
@@ -63,6 +65,9 @@ impl Registry {
             config,
             watched_directories: Default::default(),
             audit,
+            spares: state
+                .as_ref()
+                .map(|state| crate::process::store::Spares::new(state.processes_dir())),
             state,
         })
     }
@@ -81,7 +86,7 @@ impl Registry {
             self.config.clone(),
             attachment,
             policy,
-            self.processes_dir(),
+            self.spares.clone(),
         )
     }
 
@@ -134,6 +139,11 @@ impl Registry {
         let mut processes = 0;
         for entry in std::fs::read_dir(&processes_dir)? {
             let dir = entry?.path();
+            let spare = dir.file_name().and_then(|name| name.to_str());
+            if spare.is_some_and(|name| name.starts_with(crate::process::store::SPARE_PREFIX)) {
+                let _ = std::fs::remove_dir_all(&dir);
+                continue;
+            }
             let Some(session) = read_session_of(&dir).and_then(|id| adopted.get(&id)) else {
                 tracing::warn!("removing {}: its session is gone", dir.display());
                 orphan_cleanup(&dir).await;

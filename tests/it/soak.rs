@@ -5,6 +5,9 @@
 //!
 //! The CI size is 100 clients. `EXEC_SERVER_SOAK=long` runs 500 clients with longer streams;
 //! `EXEC_SERVER_SOAK_SEED=N` replays one random schedule.
+//!
+//! The restart mode also kills the daemon (SIGKILL) at random moments and starts it again on
+//! its port and state directory: the same guarantees hold across the restarts.
 
 use crate::common;
 
@@ -18,6 +21,8 @@ struct Size {
     stdin_lines: usize,
     max_drops: usize,
     time_limit: Duration,
+    /// What every client's process leaves running when it exits (`sleep TAG`, found by it).
+    detached_tag: &'static str,
 }
 
 const CI: Size = Size {
@@ -26,6 +31,7 @@ const CI: Size = Size {
     stdin_lines: 40,
     max_drops: 4,
     time_limit: Duration::from_secs(60),
+    detached_tag: "4242999",
 };
 
 const LONG: Size = Size {
@@ -34,6 +40,7 @@ const LONG: Size = Size {
     stdin_lines: 400,
     max_drops: 20,
     time_limit: Duration::from_secs(600),
+    detached_tag: "4242999",
 };
 
 /// How far the daemon's RSS may stay above its baseline once everything expired (about 1.5 MiB
@@ -61,17 +68,14 @@ fn vm_rss_kib(pid: i32) -> u64 {
         .unwrap()
 }
 
-/// What every client's process leaves running when it exits (a unique argument to find it by).
-const DETACHED_SLEEP: &str = "4242999";
-
-/// Live `sleep DETACHED_SLEEP` processes.
-fn detached_sleeps() -> usize {
+/// Live `sleep TAG` processes.
+fn detached_sleeps(tag: &str) -> usize {
     std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
         .filter(|entry| {
             std::fs::read(entry.path().join("cmdline"))
-                .is_ok_and(|cmdline| cmdline == format!("sleep\0{DETACHED_SLEEP}\0").as_bytes())
+                .is_ok_and(|cmdline| cmdline == format!("sleep\0{tag}\0").as_bytes())
         })
         .count()
 }
@@ -89,10 +93,11 @@ async fn soak_one(
     // Numbered stdin echoes and a counter, interleaved; tee records exactly what was written.
     // A detached sleep outlives the process, and must not outlive its session.
     let script = format!(
-        "setsid sleep {DETACHED_SLEEP} >/dev/null 2>&1 & \
+        "setsid sleep {tag} >/dev/null 2>&1 & \
          {{ i=0; while [ $i -lt {n} ]; do echo \"c $i\"; i=$((i+1)); done & \
          while IFS= read -r l; do echo \"e $l\"; done; wait; }} | tee {file}",
         n = size.counter_lines,
+        tag = size.detached_tag,
         file = tee_file.display()
     );
     let mut process = client
@@ -166,6 +171,107 @@ async fn soak_one(
     let session = client.session_id().to_owned();
     client.close().await;
     (drops, session)
+}
+
+/// Live processes whose command line mentions `needle`.
+fn processes_mentioning(needle: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|entry| {
+            std::fs::read(entry.path().join("cmdline"))
+                .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains(needle))
+        })
+        .count()
+}
+
+/// Restarts at random: the daemon is killed (SIGKILL) and started again on its port and state
+/// directory while the clients stream, write and drop their connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_and_a_daemon_restarting_at_random_lose_and_duplicate_nothing() {
+    const RESTARTS: usize = 3;
+    static SIZE: Size = Size {
+        clients: 40,
+        counter_lines: 2_000,
+        stdin_lines: 40,
+        max_drops: 2,
+        time_limit: Duration::from_secs(90),
+        detached_tag: "4242998",
+    };
+    let seed: u64 = std::env::var("EXEC_SERVER_SOAK_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| std::process::id() as u64 * 7927);
+    eprintln!("soak with restarts: {} clients, seed {seed}", SIZE.clients);
+    let state = common::private_tempdir();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let state_path = state.path().to_owned();
+    let start = move || {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_exec-server"));
+        command
+            .args(["--listen", &format!("ws://127.0.0.1:{port}")])
+            .args(["--session-ttl", "5s", "--exited-retention", "1s"])
+            .env(common::STATE_DIR_VAR, &state_path)
+            .env("EXEC_SERVER_LOG", "warn")
+            .stdout(std::process::Stdio::piped());
+        Daemon::launch(command)
+    };
+    let daemon = std::sync::Arc::new(std::sync::Mutex::new(Some(start())));
+    let url = format!("ws://127.0.0.1:{port}");
+    let dir = tempfile::tempdir().unwrap();
+    let restarter = {
+        let daemon = daemon.clone();
+        let start = start.clone();
+        let mut rng = Rng(seed | 1);
+        let pauses: Vec<u64> = (0..RESTARTS).map(|_| 200 + rng.below(800)).collect();
+        tokio::task::spawn_blocking(move || {
+            for pause in pauses {
+                std::thread::sleep(Duration::from_millis(pause));
+                let mut current = daemon.lock().unwrap();
+                let mut old = current.take().unwrap();
+                old.send_signal(libc::SIGKILL);
+                old.wait_exit(common::TIMEOUT).expect("killed");
+                // Its drop would signal a successor's pid only if reused; it is gone.
+                *current = Some(start());
+            }
+        })
+    };
+    let run = async {
+        let tasks: Vec<_> = (1..=SIZE.clients as u64)
+            .map(|n| {
+                tokio::spawn(soak_one(
+                    url.clone(),
+                    &SIZE,
+                    seed.wrapping_add(n * 0x9e37_79b9),
+                    dir.path().to_owned(),
+                ))
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+    };
+    tokio::time::timeout(SIZE.time_limit, run)
+        .await
+        .expect("the soak finishes in its time limit");
+    restarter.await.unwrap();
+    // Every session expires (5 s), and with it what its processes left running.
+    let needle = dir.path().to_str().unwrap().to_owned();
+    tokio::time::sleep(Duration::from_millis(6_500)).await;
+    common::eventually("no process of the soak left", || {
+        processes_mentioning(&needle) == 0 && detached_sleeps(SIZE.detached_tag) == 0
+    })
+    .await;
+    let processes = state.path().join("processes");
+    common::eventually("no process kept in the state directory", || {
+        common::kept_processes(&processes) == 0
+    })
+    .await;
+    drop(daemon.lock().unwrap().take());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -247,7 +353,7 @@ async fn clients_dropping_at_random_lose_and_duplicate_nothing() {
         "no child or zombie is left"
     );
     assert_eq!(
-        detached_sleeps(),
+        detached_sleeps(size.detached_tag),
         0,
         "nothing detached outlives its session"
     );

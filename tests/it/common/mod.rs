@@ -588,3 +588,12 @@ fn idle_helper(stat: &str) -> bool {
         .is_ok_and(|cmdline| cmdline.split(|b| *b == 0).any(|arg| arg == b"__supervise"))
         && children_of(pid).iter().all(|child| idle_helper(child))
 }
+
+/// Processes kept in a state directory's `processes` (not the spare directories made ahead).
+pub fn kept_processes(processes: &std::path::Path) -> usize {
+    std::fs::read_dir(processes)
+        .unwrap()
+        .flatten()
+        .filter(|entry| !entry.file_name().to_string_lossy().starts_with('.'))
+        .count()
+}
