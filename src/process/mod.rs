@@ -518,9 +518,11 @@ impl TableInner {
                             stdin: stdin.is_some(),
                             max_tail: self.config.output_retention_bytes as u64,
                         };
-                        let streams = outputs.len();
+                        let files: Vec<_> = (0..outputs.len())
+                            .filter_map(|index| store.file(index))
+                            .collect();
                         let fds: Vec<_> = std::iter::once(listener.as_fd())
-                            .chain(store.files()[..streams].iter().map(|file| file.as_fd()))
+                            .chain(files.iter().map(|file| file.as_fd()))
                             .chain(outputs.iter().map(|(_, fd)| fd.as_fd()))
                             .chain(
                                 stdin
@@ -631,7 +633,10 @@ impl TableInner {
         // orphaned supervisor moved: recorded now, in order, never twice.
         for &stream in streams {
             let index = store::stream_index(stream);
-            let size = store.file(index).metadata()?.len();
+            let file = store
+                .file(index)
+                .ok_or_else(|| std::io::Error::other("no file"))?;
+            let size = file.metadata()?.len();
             while ends[index] < size {
                 let len = (size - ends[index]).min(ADOPTED_CHUNK_BYTES);
                 let span = Span {
@@ -824,9 +829,11 @@ async fn read_output(
     stream: OutputStream,
     mut reader: io::OutputReader,
 ) {
-    let index = store::stream_index(stream);
-    while let Some(span) = reader.next(process.store.file(index)).await {
-        process.push_output(stream, span, &table).await
+    // Open while the process runs (it closes only once every output ended).
+    if let Some(file) = process.store.file(store::stream_index(stream)) {
+        while let Some(span) = reader.next(&file).await {
+            process.push_output(stream, span, &table).await
+        }
     }
     if process.finish_stream() && process.state.lock().unwrap().tree_gone {
         if let Some(table) = table.upgrade() {
@@ -1025,6 +1032,7 @@ impl ProcessState {
         if let Some(record) = self.log.record_closed() {
             store.journal(&Entry::Log(record));
         }
+        store.closed(self.log.retains_output());
         tracing::info!(process = %id, "process closed");
     }
 

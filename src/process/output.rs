@@ -290,6 +290,10 @@ impl OutputLog {
         Some(Record::Closed { seq })
     }
 
+    pub fn retains_output(&self) -> bool {
+        !self.chunks.is_empty()
+    }
+
     pub fn exit_code(&self) -> Option<i32> {
         self.exit.as_ref().map(|(_, exit)| exit.code)
     }

@@ -19,6 +19,7 @@ use std::io::Write as _;
 use std::os::fd::AsRawFd as _;
 use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 pub const META: &str = "meta.json";
 pub const JOURNAL: &str = "journal";
@@ -64,14 +65,24 @@ pub enum Entry {
 }
 
 pub struct Store {
-    /// By [`stream_index`].
-    files: Vec<File>,
-    journal: Option<File>,
+    /// By [`stream_index`]; None once the process closed and nothing needs them open (see
+    /// [`Store::closed`]).
+    files: std::sync::RwLock<Option<Vec<Arc<File>>>>,
+    /// None without a state directory, or once closed (then opened for each rare entry).
+    journal: std::sync::Mutex<Option<File>>,
     /// Removed with the store, once the process is done with.
     dir: Option<PathBuf>,
 }
 
 impl Store {
+    fn new(files: Vec<File>, journal: Option<File>, dir: Option<PathBuf>) -> Self {
+        Self {
+            files: std::sync::RwLock::new(Some(files.into_iter().map(Arc::new).collect())),
+            journal: std::sync::Mutex::new(journal),
+            dir,
+        }
+    }
+
     /// Memory files for `streams` streams, nothing journaled.
     pub fn in_memory(streams: usize) -> std::io::Result<Self> {
         let files = (0..streams)
@@ -84,11 +95,7 @@ impl Store {
                 .map_err(std::io::Error::from)
             })
             .collect::<Result<_, _>>()?;
-        Ok(Self {
-            files,
-            journal: None,
-            dir: None,
-        })
+        Ok(Self::new(files, None, None))
     }
 
     /// An existing process directory, as a predecessor left it: its meta, its journal's
@@ -103,94 +110,135 @@ impl Store {
             .collect();
         let streams = if meta.params.tty { 1 } else { 2 };
         let files = (0..streams)
-            .map(|index| {
-                std::fs::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .open(dir.join(format!("out.{index}")))
-            })
+            .map(|index| open_stream(dir, index))
             .collect::<Result<_, _>>()?;
-        let journal = std::fs::OpenOptions::new()
-            .append(true)
-            .open(dir.join(JOURNAL))?;
-        let store = Self {
-            files,
-            journal: Some(journal),
-            dir: Some(dir.to_owned()),
-        };
-        Ok((store, meta, entries))
+        let journal = open_journal(dir)?;
+        Ok((
+            Self::new(files, Some(journal), Some(dir.to_owned())),
+            meta,
+            entries,
+        ))
     }
 
-    pub fn file(&self, index: usize) -> &File {
-        &self.files[index]
-    }
-
-    pub fn files(&self) -> &[File] {
-        &self.files
+    /// The file of stream `index`, for its reader (while the process runs, it is open).
+    pub fn file(&self, index: usize) -> Option<Arc<File>> {
+        let files = self.files.read().unwrap();
+        files.as_ref().and_then(|files| files.get(index).cloned())
     }
 
     /// Whether it is kept for a successor (journaled).
     pub fn keeps(&self) -> bool {
-        self.journal.is_some()
+        self.dir.is_some()
     }
 
     /// Appends an entry, one `write` per line (the journal is O_APPEND), so that a crash
     /// leaves at most the last line cut short. Without a state directory, nothing.
     pub fn journal(&self, entry: &Entry) {
-        let Some(mut journal) = self.journal.as_ref() else {
+        let Some(dir) = &self.dir else {
             return;
         };
         let mut line = serde_json::to_vec(entry).expect("entries serialize");
         line.push(b'\n');
-        if let Err(err) = journal.write_all(&line) {
+        let mut journal = self.journal.lock().unwrap();
+        let written = match journal.as_mut() {
+            Some(file) => file.write_all(&line),
+            None => open_journal(dir).and_then(|mut file| file.write_all(&line)),
+        };
+        if let Err(err) = written {
             tracing::warn!("cannot journal a process's output: {err}");
         }
+    }
+
+    /// Runs `with` on the file of `stream`: the open one, or opened again for the call once
+    /// closed (None: it cannot be had).
+    fn with_file<T>(&self, stream: OutputStream, with: impl FnOnce(&File) -> T) -> Option<T> {
+        let index = stream_index(stream);
+        if let Some(file) = self.file(index) {
+            return Some(with(&file));
+        }
+        let file = open_stream(self.dir.as_deref()?, index).ok()?;
+        Some(with(&file))
     }
 
     /// A chunk's bytes (empty if they cannot be read: never a panic), read into memory that
     /// is not zeroed first.
     pub fn load(&self, stream: OutputStream, span: Span) -> Bytes {
-        let len = span.len as usize;
-        let mut data = bytes::BytesMut::with_capacity(len);
-        let file = &self.files[stream_index(stream)];
-        while data.len() < len {
-            let spare = data.spare_capacity_mut();
-            // SAFETY: pread writes at most the rest of the span into the spare capacity (which
-            // may be larger), and only the bytes it wrote are then counted as initialized.
-            let read = unsafe {
-                libc::pread(
-                    file.as_raw_fd(),
-                    spare.as_mut_ptr().cast(),
-                    spare.len().min(len - data.len()),
-                    (span.offset + data.len() as u64) as libc::off_t,
-                )
-            };
-            if read <= 0 {
-                let err = std::io::Error::last_os_error();
-                tracing::warn!("cannot read retained output back: {err}");
-                return Bytes::new();
-            }
-            // SAFETY: the kernel initialized `read` more bytes.
-            unsafe { data.set_len(data.len() + read as usize) };
-        }
-        data.freeze()
+        self.with_file(stream, |file| read_span(file, span))
+            .unwrap_or_else(|| {
+                tracing::warn!("cannot read retained output back: its file is gone");
+                Bytes::new()
+            })
     }
 
     /// Frees the space of evicted chunks (their offsets stay valid: holes read as zeros).
     pub fn release(&self, evicted: &[Stored]) {
         for chunk in evicted {
-            let file = &self.files[stream_index(chunk.stream)];
-            // SAFETY: fallocate on a file we own; a failure only keeps the space.
-            unsafe {
-                libc::fallocate(
-                    file.as_raw_fd(),
-                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                    chunk.span.offset as libc::off_t,
-                    chunk.span.len as libc::off_t,
-                );
-            }
+            self.with_file(chunk.stream, |file| {
+                // SAFETY: fallocate on a file we own; a failure only keeps the space.
+                unsafe {
+                    libc::fallocate(
+                        file.as_raw_fd(),
+                        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                        chunk.span.offset as libc::off_t,
+                        chunk.span.len as libc::off_t,
+                    );
+                }
+            });
         }
     }
+
+    /// The process closed (nothing more is written): its descriptors are closed, so that a
+    /// daemon retaining many exited processes holds none for them. Files in the state
+    /// directory are opened again for a read; memory files cannot be, so they stay open while
+    /// they hold `retained` output.
+    pub fn closed(&self, retained: bool) {
+        if self.dir.is_some() || !retained {
+            *self.files.write().unwrap() = None;
+        }
+        *self.journal.lock().unwrap() = None;
+    }
+}
+
+fn open_stream(dir: &Path, index: usize) -> std::io::Result<File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(dir.join(format!("out.{index}")))
+}
+
+fn open_journal(dir: &Path) -> std::io::Result<File> {
+    std::fs::OpenOptions::new()
+        .append(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(dir.join(JOURNAL))
+}
+
+/// `span` of `file`, read with `pread` into memory not zeroed first.
+fn read_span(file: &File, span: Span) -> Bytes {
+    let len = span.len as usize;
+    let mut data = bytes::BytesMut::with_capacity(len);
+    while data.len() < len {
+        let spare = data.spare_capacity_mut();
+        // SAFETY: pread writes at most the rest of the span into the spare capacity (which
+        // may be larger), and only the bytes it wrote are then counted as initialized.
+        let read = unsafe {
+            libc::pread(
+                file.as_raw_fd(),
+                spare.as_mut_ptr().cast(),
+                spare.len().min(len - data.len()),
+                (span.offset + data.len() as u64) as libc::off_t,
+            )
+        };
+        if read <= 0 {
+            let err = std::io::Error::last_os_error();
+            tracing::warn!("cannot read retained output back: {err}");
+            return Bytes::new();
+        }
+        // SAFETY: the kernel initialized `read` more bytes.
+        unsafe { data.set_len(data.len() + read as usize) };
+    }
+    data.freeze()
 }
 
 /// Process directories made ahead of the starts that take them (files, journal, socket), so
@@ -282,11 +330,7 @@ impl Spare {
             let _ = std::fs::remove_dir_all(&self.dir);
             return Err(err);
         }
-        let store = Store {
-            files: self.files,
-            journal: Some(self.journal),
-            dir: Some(dir),
-        };
+        let store = Store::new(self.files, Some(self.journal), Some(dir));
         Ok((store, self.listener))
     }
 }

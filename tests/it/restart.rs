@@ -258,3 +258,40 @@ async fn a_sandbox_can_neither_read_the_state_dir_nor_reach_a_supervisor() {
     write(&client, "secret", "w", b"still\n").await;
     read_until(&client, "secret", 0, |bytes| bytes.ends_with(b"still\n")).await;
 }
+
+/// Open descriptors of `pid`.
+fn descriptors(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
+}
+
+#[tokio::test]
+async fn retained_exited_processes_hold_no_descriptors() {
+    for state in [None, Some("none")] {
+        let args: Vec<&str> = state.map_or(vec![], |s| vec!["--state-dir", s]);
+        let daemon = Daemon::start_with(&args, &[]);
+        let (client, _) = daemon.session().await;
+        client
+            .call("process/start", start_params("warm", &["true"]))
+            .await;
+        client.events_until_closed("warm").await;
+        let before = descriptors(daemon.pid());
+        for n in 0..40 {
+            let id = format!("p{n}");
+            client
+                .call("process/start", start_params(&id, &["true"]))
+                .await;
+            client.events_until_closed(&id).await;
+        }
+        // Still retained (readable), yet holding nothing open (a few descriptors come and go:
+        // the spare process directories made ahead).
+        let read = client
+            .call("process/read", json!({"processId": "p0"}))
+            .await;
+        assert_eq!(read["closed"], true, "{read}");
+        let after = descriptors(daemon.pid());
+        assert!(
+            after <= before + 15,
+            "{state:?}: {before} descriptors before, {after} after 40 retained processes"
+        );
+    }
+}
