@@ -151,6 +151,14 @@ pub fn main_if_supervisor() {
     }
     become_workload();
     let mut control = control_socket().unwrap_or_else(|failure| exit_for(&failure));
+    // The daemon's first frame: the paths every sandbox helper forked here hides.
+    let hidden = read_frame(&mut &control)
+        .ok()
+        .and_then(|frame| serde_json::from_slice(&frame).ok());
+    let Some(hidden) = hidden else {
+        std::process::exit(125);
+    };
+    crate::sandbox::hide_from_sandboxes(hidden);
     // Its own session, so that nothing aimed at the daemon's group or terminal reaches it.
     // SAFETY: plain syscall.
     if unsafe { libc::setsid() } < 0 || control.write_all(&[READY]).is_err() {

@@ -171,6 +171,9 @@ fn start(network: NetworkMode) -> Result<seccomp::BpfProgram, Failure> {
     mounts::follow_host()
         .and_then(|()| mounts::own_proc())
         .map_err(|err| Stage::Mounts.setup(err))?;
+    for path in super::hidden() {
+        mounts::hide(path).map_err(|err| Stage::Mounts.setup(err))?;
+    }
     // The supervisor of the program's tree (`crate::process::supervisor`).
     if !supervisor::become_subreaper() {
         return Err(Stage::Supervisor.os(std::io::Error::last_os_error()));

@@ -21,7 +21,22 @@ mod mounts;
 pub mod peers;
 pub mod plan;
 mod policy;
-pub(crate) use policy::hide_from_sandboxes;
+
+/// The daemon's own private paths (its state directory), never in a sandbox's view: every
+/// sandbox helper masks them in its mount namespace while it is pre-started, off the launch
+/// path, before any plan (and a write root that holds one clones the mask with it), so no
+/// sandboxed process reads other processes' output there or reaches a supervisor's socket,
+/// whatever its intent. Set once, at start; the fork server is told in its first frame.
+static HIDDEN: std::sync::OnceLock<Vec<std::path::PathBuf>> = std::sync::OnceLock::new();
+
+/// Records the daemon's private paths (canonical), for every later sandbox.
+pub fn hide_from_sandboxes(paths: Vec<std::path::PathBuf>) {
+    let _ = HIDDEN.set(paths);
+}
+
+pub fn hidden() -> &'static [std::path::PathBuf] {
+    HIDDEN.get().map_or(&[], Vec::as_slice)
+}
 pub(crate) mod pool;
 mod protected;
 mod seccomp;

@@ -319,6 +319,14 @@ pub fn own_proc() -> Result<(), SetupError> {
     mounted.map_err(SetupError::OwnProc)
 }
 
+/// Covers the directory `path` with an empty mask (see [`mask`]) in this mount namespace.
+pub fn hide(path: &Path) -> Result<(), SetupError> {
+    mask(path, &[], &Default::default()).map_err(|source| SetupError::Mask {
+        path: path.to_owned(),
+        source,
+    })
+}
+
 fn mask(
     path: &Path,
     keep: &[PathBuf],

@@ -65,16 +65,6 @@ pub const MINIMAL: &[&str] = &[
     "/dev/tty",
 ];
 
-/// The daemon's own private paths (its state directory): denied in every sandbox whose rules
-/// would let it read them, whatever the intent says, so that no sandboxed process reads other
-/// processes' output there or reaches their supervisors. Set once, at start.
-static DAEMON_PRIVATE: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
-
-/// Records the daemon's private paths (canonical), for every later policy.
-pub fn hide_from_sandboxes(paths: Vec<PathBuf>) {
-    let _ = DAEMON_PRIVATE.set(paths);
-}
-
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Rule {
     pub path: PathBuf,
@@ -289,19 +279,11 @@ pub fn resolve(
             *access = strongest(*access, entry.access);
         }
     }
-    let mut rules: Vec<Rule> = merged
+    let rules: Vec<Rule> = merged
         .into_iter()
         .map(|(path, access)| Rule { path, access })
         .collect();
-    for private in DAEMON_PRIVATE.get().into_iter().flatten() {
-        if effective(&rules, private).is_some_and(|access| access != FsAccess::Deny) {
-            rules.push(Rule {
-                path: private.clone(),
-                access: FsAccess::Deny,
-            });
-        }
-    }
-    rules.sort_by(|a, b| a.path.cmp(&b.path));
+
     // A system link this very intent makes writable could be replaced while it runs.
     for anchored in context.anchors.iter().chain(std::iter::once(&cwd)) {
         if let Some(link) = anchored

@@ -237,8 +237,8 @@ async fn a_sandbox_can_neither_read_the_state_dir_nor_reach_a_supervisor() {
     let processes = state.path().join("processes");
     let dir = std::fs::read_dir(&processes)
         .unwrap()
-        .next()
-        .unwrap()
+        .flatten()
+        .find(|entry| !entry.file_name().to_string_lossy().starts_with('.'))
         .unwrap()
         .path();
     // Everything readable, as the common workspace-write profile has it.
@@ -252,6 +252,7 @@ async fn a_sandbox_can_neither_read_the_state_dir_nor_reach_a_supervisor() {
     );
     let outcome = crate::sandbox_support::sh(&client, "probe", &dirs.ws, &sandbox, &probe).await;
     assert!(!outcome.output.contains("the-secret-42"), "{outcome:?}");
+    assert!(!outcome.output.contains("version"), "listed: {outcome:?}");
     assert!(!outcome.output.contains("connected"), "{outcome:?}");
     assert_ne!(outcome.code, 0, "{outcome:?}");
     // The supervisor is untouched: the process still runs and takes input.
@@ -261,7 +262,9 @@ async fn a_sandbox_can_neither_read_the_state_dir_nor_reach_a_supervisor() {
 
 /// Open descriptors of `pid`.
 fn descriptors(pid: i32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
 }
 
 #[tokio::test]

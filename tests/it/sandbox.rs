@@ -766,7 +766,7 @@ async fn an_unprivileged_daemon_offers_no_sandbox_and_refuses_restricting_intent
 #[test]
 fn a_helper_that_cannot_prepare_says_why_instead_of_ready() {
     use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
-    use std::io::Read as _;
+    use std::io::{Read as _, Write as _};
     use std::os::fd::AsRawFd as _;
     use std::os::unix::net::UnixStream;
     use std::os::unix::process::CommandExt as _;
@@ -784,6 +784,8 @@ fn a_helper_that_cannot_prepare_says_why_instead_of_ready() {
         .current_dir("/")
         .spawn()
         .unwrap();
+    // Its first frame: the paths its helpers hide (none here).
+    server.write_all(b"\x02\0\0\0[]").unwrap();
     let mut ready = [0u8];
     server.read_exact(&mut ready).unwrap();
     assert_eq!(&ready, b"R");
