@@ -730,6 +730,9 @@ impl Supervisor {
             }
             if fds[1].revents != 0 {
                 drain(&self.sigchld);
+                // Reaped and reported first: an order that came with the exit (the stdio to
+                // hold, for a program that is done already) waits its turn.
+                continue;
             }
             if fds[0].revents != 0 {
                 let mut order = [0u8; 2];
