@@ -196,7 +196,18 @@ impl Daemon {
 }
 
 impl Drop for Daemon {
+    /// A shutdown (SIGTERM) ends the daemon's processes; a SIGKILL would leave them running
+    /// for a successor on its state dir. SIGKILL only for a daemon that does not stop.
     fn drop(&mut self) {
+        // SAFETY: plain syscall on our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
