@@ -82,6 +82,7 @@ async fn launch(
         timeout,
         input_quiet: input_quiet(params.input_wait_ms)?,
     };
+    debug_assert_eq!(timing, Timing::of(params));
     let env = env::child_env(params.env_policy.as_ref(), &params.env, std::env::vars());
     let spec = LaunchSpec {
         program: program.clone(),
@@ -176,6 +177,19 @@ fn limits(limits: Option<&ProcessLimits>) -> Result<(Limits, Option<Duration>), 
         max_processes: check("maxProcesses", limits.max_processes, (1, MAX_PROCESSES))?,
     };
     Ok((limits, timeout))
+}
+
+impl Timing {
+    /// The durations of a start whose params were checked when it was made (a predecessor's
+    /// process, adopted).
+    pub(crate) fn of(params: &StartParams) -> Self {
+        Self {
+            timeout: limits(params.limits.as_ref())
+                .ok()
+                .and_then(|(_, timeout)| timeout),
+            input_quiet: input_quiet(params.input_wait_ms).ok().flatten(),
+        }
+    }
 }
 
 /// The quiet period before an input wait is reported, unless `inputWaitMs` is 0.

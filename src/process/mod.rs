@@ -439,18 +439,7 @@ impl TableInner {
             }
         }
         self.read_outputs(&process, parts.outputs, !tty, &[0, 0]);
-        if let (Some(object), Some(quiet)) = (parts.stdin_object, timing.input_quiet) {
-            tokio::spawn(watch_input(Arc::downgrade(&process), object, quiet));
-        }
-        if let Some(timeout) = timing.timeout {
-            let weak = Arc::downgrade(&process);
-            tokio::spawn(async move {
-                tokio::time::sleep(timeout).await;
-                if let Some(process) = weak.upgrade() {
-                    process.kill(ExitReason::Timeout);
-                }
-            });
-        }
+        process.arm(&timing, parts.stdin_object, std::time::Duration::ZERO);
         let attachment = self.attachment.clone();
         let process = process.clone();
         tokio::spawn(async move {
@@ -664,6 +653,11 @@ impl TableInner {
             (held.next(), None)
         };
         let stdin = stdin.filter(|_| !stdin_closed);
+        let stdin_object = stdin
+            .as_ref()
+            .filter(|_| !tty)
+            .and_then(input_wait::StdinObject::of);
+        let timing = Timing::of(&meta.params);
         let since = std::time::Duration::from_millis(meta.started_at_ms);
         let started_at = std::time::UNIX_EPOCH + since;
         let running_for = started_at.elapsed().unwrap_or_default();
@@ -706,6 +700,7 @@ impl TableInner {
             false,
         ));
         self.read_outputs(&process, outputs, !tty, &ends);
+        process.arm(&timing, stdin_object, running_for);
         {
             let mut state = process.state.lock().unwrap();
             if state.open_streams == 0 && state.log.exit_code().is_some() {
@@ -752,6 +747,7 @@ struct Parts {
 }
 
 /// A start's durations: its `timeoutMs` and its input waits' quiet period (None: neither).
+#[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Timing {
     pub timeout: Option<std::time::Duration>,
     pub input_quiet: Option<std::time::Duration>,
@@ -1061,6 +1057,29 @@ impl ProcessState {
 }
 
 impl ManagedProcess {
+    /// Its `timeoutMs` (of which `elapsed` ran already, under a predecessor) and its input
+    /// waits, on the stdin `object` (none: none watched).
+    fn arm(
+        self: &Arc<Self>,
+        timing: &Timing,
+        object: Option<input_wait::StdinObject>,
+        elapsed: std::time::Duration,
+    ) {
+        if let (Some(object), Some(quiet)) = (object, timing.input_quiet) {
+            tokio::spawn(watch_input(Arc::downgrade(self), object, quiet));
+        }
+        if let Some(timeout) = timing.timeout {
+            let weak = Arc::downgrade(self);
+            let left = timeout.saturating_sub(elapsed);
+            tokio::spawn(async move {
+                tokio::time::sleep(left).await;
+                if let Some(process) = weak.upgrade() {
+                    process.kill(ExitReason::Timeout);
+                }
+            });
+        }
+    }
+
     async fn push_output(&self, stream: OutputStream, span: Span, table: &Weak<TableInner>) {
         let Some(attachment) = table.upgrade().map(|t| t.attachment.clone()) else {
             return;

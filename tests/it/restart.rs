@@ -298,3 +298,28 @@ async fn retained_exited_processes_hold_no_descriptors() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_timeout_still_ends_an_adopted_process_on_time() {
+    let state = private_tempdir();
+    let daemon = daemon_on(state.path());
+    let (client, session) = daemon.session().await;
+    let mut params = start_params("slow", &["sleep", "600"]);
+    params["limits"] = json!({"timeoutMs": 1500});
+    let started = std::time::Instant::now();
+    client.call("process/start", params).await;
+    crash(daemon);
+
+    let daemon = daemon_on(state.path());
+    let client = daemon.resume(&session).await;
+    let (_, _, last) = tokio::time::timeout(TIMEOUT, read_until(&client, "slow", 0, |_| false))
+        .await
+        .expect("the timeout ends the adopted process");
+    assert_eq!(last["reason"], "timeout", "{last}");
+    // Counted from the start, not from the adoption.
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(1500) && took < Duration::from_secs(10),
+        "{took:?}"
+    );
+}
