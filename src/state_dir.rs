@@ -151,6 +151,21 @@ impl StateDir {
         }
     }
 
+    /// What a successor checks before it says it is ready (its predecessor still holds the
+    /// lock): an explicit directory that it could not use (unsafe, or in another format, as
+    /// after an upgrade to an incompatible binary) must fail the upgrade while the predecessor
+    /// still serves, not after it has exited.
+    pub(crate) fn check(setting: &StateDirSetting) -> Result<(), StateDirError> {
+        let StateDirSetting::Explicit(path) = setting else {
+            return Ok(());
+        };
+        check_private(path)?;
+        if path.join(VERSION).exists() {
+            check_version(path)?;
+        }
+        Ok(())
+    }
+
     pub(crate) fn path(&self) -> &Path {
         &self.path
     }

@@ -115,7 +115,10 @@ pub async fn serve(
     // opens it after `take_over`.
     let state_first = match inherited {
         None => Some(open_state_dir(&config)?),
-        Some(_) => None,
+        Some(_) => {
+            crate::state_dir::StateDir::check(&config.state_dir)?;
+            None
+        }
     };
     // Everything else that can fail on a bad configuration comes before a successor says it is
     // ready, so that a failed upgrade leaves the predecessor serving.

@@ -30,7 +30,7 @@ struct Upgradable {
     successors: Vec<i32>,
     dir: tempfile::TempDir,
     /// The state dir every daemon of the line shares, one after the other.
-    _state_dir: tempfile::TempDir,
+    state_dir: tempfile::TempDir,
 }
 
 impl Upgradable {
@@ -74,7 +74,7 @@ impl Upgradable {
             binary,
             successors: Vec::new(),
             dir,
-            _state_dir: state_dir,
+            state_dir,
         }
     }
 
@@ -392,6 +392,28 @@ async fn a_successor_that_cannot_start_leaves_the_daemon_serving() {
     load.serves(20).await;
     // A fixed binary then upgrades it.
     daemon.replace_binary(Path::new(BIN));
+    daemon.upgraded(pid).await;
+    load.serves(20).await;
+    load.stop().await;
+}
+
+/// A successor that could not use the state dir (here: one it cannot read, as after an
+/// upgrade to a binary with another format) fails before it is ready: the daemon goes on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_state_dir_the_successor_cannot_use_leaves_the_daemon_serving() {
+    let mut daemon = Upgradable::start();
+    let load = Load::start(&daemon);
+    load.serves(20).await;
+    let pid = daemon.child.id() as i32;
+    let version = daemon.state_dir.path().join("version");
+    let kept = std::fs::read(&version).unwrap();
+    std::fs::write(&version, "exec-server state 999\n").unwrap();
+    daemon.replace_binary(Path::new(BIN));
+    let (code, _, stderr) = daemon.upgrade(pid, &["--timeout", "3s"]).await;
+    assert_eq!(code, 1, "{stderr}");
+    assert!(common::pid_alive(pid));
+    load.serves(20).await;
+    std::fs::write(&version, kept).unwrap();
     daemon.upgraded(pid).await;
     load.serves(20).await;
     load.stop().await;
