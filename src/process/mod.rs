@@ -1,5 +1,6 @@
 //! Managed processes: each session owns a table of them, keyed by client-chosen ids.
 
+mod adopt;
 mod cgroup;
 mod delivery;
 pub mod env;
@@ -41,10 +42,6 @@ use tokio::sync::watch;
 /// Output one `process/read` returns when it asks for no `maxBytes` (then `nextSeq` says where
 /// to go on): retention is far larger than a reply should be.
 const READ_MAX_BYTES: usize = 4 * 1024 * 1024;
-
-/// Output a predecessor kept but did not record is adopted in chunks of at most this size, as
-/// large as a live read's.
-const ADOPTED_CHUNK_BYTES: u64 = spawn::OUTPUT_PIPE_BYTES as u64;
 
 /// How long the exit waits for the pipes to drain, so `exited` follows the output before it.
 const EXIT_DRAIN_GRACE: std::time::Duration = std::time::Duration::from_millis(50);
@@ -579,136 +576,6 @@ impl TableInner {
                 }
             }
         }
-    }
-
-    async fn adopt(self: Arc<Self>, dir: &Path) -> std::io::Result<()> {
-        let (store, meta, entries) = Store::open(dir)?;
-        let store = Arc::new(store);
-        let id = meta.params.process_id.clone();
-        let (mut records, mut stdin_closed) = (Vec::new(), false);
-        let (mut accepted, mut pending) = (Vec::new(), Vec::new());
-        for entry in entries {
-            match entry {
-                Entry::Log(record) => records.push(record),
-                Entry::Accepted { id, data } => {
-                    accepted.push(id.clone());
-                    pending.push((id, Bytes::from(data.0)));
-                }
-                Entry::Wrote(id) => pending.retain(|(pending, _)| *pending != id),
-                Entry::StdinClosed => stdin_closed = true,
-            }
-        }
-        // Where the recorded output ends in each file (evicted chunks included).
-        let mut ends = [0u64; 2];
-        for record in &records {
-            if let Record::Output { stream, span, .. } = record {
-                let end = &mut ends[store::stream_index(*stream)];
-                *end = (*end).max(span.end());
-            }
-        }
-        let mut log = OutputLog::new(
-            self.config.output_retention_bytes,
-            self.config.output_retention_chunks,
-        );
-        log.restore(records);
-        // The supervisor stops moving output into the files before it answers.
-        let supervisor = tree::adopt(&dir.join(store::SOCKET), &dir.join(store::EXIT)).await;
-        let streams: &[OutputStream] = if meta.params.tty {
-            &[OutputStream::Pty]
-        } else {
-            &[OutputStream::Stdout, OutputStream::Stderr]
-        };
-        // What the predecessor moved into the files without recording it, then what the
-        // orphaned supervisor moved: recorded now, in order, never twice.
-        for &stream in streams {
-            let index = store::stream_index(stream);
-            let file = store
-                .file(index)
-                .ok_or_else(|| std::io::Error::other("no file"))?;
-            let size = file.metadata()?.len();
-            while ends[index] < size {
-                let len = (size - ends[index]).min(ADOPTED_CHUNK_BYTES);
-                let span = Span {
-                    offset: ends[index],
-                    len,
-                };
-                store.journal(&Entry::Log(log.push(stream, span)));
-                ends[index] += len;
-            }
-        }
-        log.mark_delivered(log.next_seq() - 1);
-        let mut outputs = Vec::new();
-        let mut held = supervisor.held.into_iter();
-        for (&stream, open) in streams.iter().zip(&supervisor.adopted.outputs) {
-            if *open {
-                outputs.extend(held.next().map(|fd| (stream, fd)));
-            }
-        }
-        let tty = meta.params.tty;
-        // A terminal's master is its output, its stdin and what resizes it.
-        let (stdin, master) = if tty {
-            let master = outputs.first().map(|(_, fd)| fd.try_clone()).transpose()?;
-            (master.as_ref().map(OwnedFd::try_clone).transpose()?, master)
-        } else {
-            (held.next(), None)
-        };
-        let stdin = stdin.filter(|_| !stdin_closed);
-        let stdin_object = stdin
-            .as_ref()
-            .filter(|_| !tty)
-            .and_then(input_wait::StdinObject::of);
-        let timing = Timing::of(&meta.params);
-        let since = std::time::Duration::from_millis(meta.started_at_ms);
-        let started_at = std::time::UNIX_EPOCH + since;
-        let running_for = started_at.elapsed().unwrap_or_default();
-        let process = Arc::new(ManagedProcess {
-            id: id.clone(),
-            origin: Origin {
-                params: meta.params,
-                sandbox_type: meta.sandbox_type,
-                idempotent: meta.idempotent,
-            },
-            pid: meta.pid,
-            started_at,
-            exited_at: Default::default(),
-            supervisor_pid: meta.supervisor_pid,
-            orders: supervisor.orders,
-            started: std::time::Instant::now()
-                .checked_sub(running_for)
-                .unwrap_or_else(std::time::Instant::now),
-            kill_reason: Default::default(),
-            state: Mutex::new(ProcessState::new(log, outputs.len(), None)),
-            changed: watch::channel(()).0,
-            drained: watch::channel(()).0,
-            stdin: stdin::Stdin::new(stdin, store.clone(), accepted, pending),
-            pty_size: master.map(stdin::PtyResizer::new),
-            sandbox: Mutex::new(None),
-            store,
-        });
-        self.slots
-            .lock()
-            .unwrap()
-            .map
-            .insert(id.clone(), Slot::Ready(process.clone()));
-        tracing::info!(process = %id, pid = process.pid, "process adopted");
-        tokio::spawn(supervise(
-            Arc::downgrade(&self),
-            process.clone(),
-            None,
-            supervisor.reports,
-            None,
-            false,
-        ));
-        self.read_outputs(&process, outputs, !tty, &ends);
-        process.arm(&timing, stdin_object, running_for);
-        {
-            let mut state = process.state.lock().unwrap();
-            if state.open_streams == 0 && state.log.exit_code().is_some() {
-                state.record_closed(&process.id, &process.store);
-            }
-        }
-        tokio::spawn(delivery::deliver(process, self.attachment.clone()));
-        Ok(())
     }
 
     /// Frees the id once the retention after close has passed.
