@@ -220,7 +220,14 @@ pub(crate) async fn read(
     connection_id: u64,
     params: ReadParams,
 ) -> Result<ReadResult, ProcessError> {
-    let process = require(session, &params.process_id)?;
+    // A process still starting is read once its start ended (a start is bounded): a client
+    // catching up after a reconnect may read a process whose start it is retrying.
+    let id = &params.process_id;
+    let process = session
+        .processes
+        .settled(id)
+        .await
+        .ok_or_else(|| ProcessError::Unknown(id.clone()))?;
     let after_seq = params.after_seq.unwrap_or(0);
     let deadline = tokio::time::Instant::now() + Duration::from_millis(params.wait_ms.unwrap_or(0));
     let mut changes = process.subscribe();

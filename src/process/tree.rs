@@ -270,7 +270,12 @@ pub async fn adopt(socket: &std::path::Path, exit: &std::path::Path) -> Adoption
     match take_over(socket).await {
         Ok(adoption) => adoption,
         Err(err) => {
-            tracing::debug!("no supervisor on {}: {err}", socket.display());
+            if !exit.exists() {
+                tracing::warn!(
+                    "no supervisor on {} and no exit recorded: {err}",
+                    socket.display()
+                );
+            }
             let reports: Vec<Report> = std::fs::read(exit)
                 .ok()
                 .and_then(|text| serde_json::from_slice(&text).ok())
@@ -296,11 +301,16 @@ pub async fn adopt(socket: &std::path::Path, exit: &std::path::Path) -> Adoption
     }
 }
 
+/// How long a supervisor that accepted a successor's connection has to answer it. One that is
+/// gone refuses the connection at once; a live one answers as soon as it runs, which a loaded
+/// machine may delay: given up on, its tree would be left to no daemon.
+const ADOPT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 async fn take_over(socket: &std::path::Path) -> std::io::Result<Adoption> {
     let control = tokio::net::UnixStream::connect(socket).await?;
     let mut first = [0u8; 1];
     let received = tokio::time::timeout(
-        crate::sandbox::SETUP_TIMEOUT,
+        ADOPT_TIMEOUT,
         channel::recv_fds_async(&control, &mut first, 4),
     )
     .await
