@@ -62,33 +62,13 @@ impl OutputReader {
     pub async fn next(&mut self, file: &File) -> Option<Span> {
         loop {
             let mut guard = self.fd.readable().await.ok()?;
-            let moved = if self.pipe {
-                let mut offset = self.end as libc::loff_t;
-                // SAFETY: splice between two descriptors we own, with a valid offset pointer.
-                let moved = unsafe {
-                    libc::splice(
-                        self.fd.get_ref().as_raw_fd(),
-                        std::ptr::null_mut(),
-                        file.as_raw_fd(),
-                        &mut offset,
-                        MOVE_BYTES,
-                        libc::SPLICE_F_NONBLOCK | libc::SPLICE_F_MOVE,
-                    )
-                };
-                if moved < 0 {
-                    Err(std::io::Error::last_os_error())
-                } else {
-                    Ok(moved as usize)
-                }
-            } else {
-                self.buffer.resize(MOVE_BYTES, 0);
-                nix::unistd::read(self.fd.get_ref(), &mut self.buffer)
-                    .map_err(std::io::Error::from)
-                    .and_then(|read| {
-                        file.write_all_at(&self.buffer[..read], self.end)?;
-                        Ok(read)
-                    })
-            };
+            let moved = move_into(
+                self.fd.get_ref(),
+                self.pipe,
+                file,
+                self.end,
+                &mut self.buffer,
+            );
             match moved {
                 Ok(0) => return None,
                 Ok(len) => {
@@ -107,6 +87,43 @@ impl OutputReader {
                 }
             }
         }
+    }
+}
+
+/// Moves what `output` holds (at most [`MOVE_BYTES`]) into `file` at `end`: spliced from a
+/// pipe, read into `buffer` and written from a terminal (which cannot be spliced). Ok(0) at
+/// the output's end; WouldBlock when it holds nothing; EIO from a terminal whose last writer
+/// closed. The daemon's readers and an orphaned supervisor (`super::supervisor`) move output
+/// the same way.
+pub fn move_into(
+    output: &OwnedFd,
+    pipe: bool,
+    file: &File,
+    end: u64,
+    buffer: &mut Vec<u8>,
+) -> std::io::Result<usize> {
+    if !pipe {
+        buffer.resize(MOVE_BYTES, 0);
+        let read = nix::unistd::read(output, buffer)?;
+        file.write_all_at(&buffer[..read], end)?;
+        return Ok(read);
+    }
+    let mut offset = end as libc::loff_t;
+    // SAFETY: splice between two descriptors we own, with a valid offset pointer.
+    let moved = unsafe {
+        libc::splice(
+            output.as_raw_fd(),
+            std::ptr::null_mut(),
+            file.as_raw_fd(),
+            &mut offset,
+            MOVE_BYTES,
+            libc::SPLICE_F_NONBLOCK | libc::SPLICE_F_MOVE,
+        )
+    };
+    if moved < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(moved as usize)
     }
 }
 

@@ -808,6 +808,8 @@ impl Supervisor {
     /// successor to find, and exits.
     fn orphaned(&mut self) {
         let held = self.held.as_mut().expect("checked by the caller");
+        // A terminal's bytes pass through it.
+        let mut buffer = Vec::new();
         let bounds: Vec<u64> = held
             .files
             .iter()
@@ -853,7 +855,7 @@ impl Supervisor {
             }
             for (index, polled) in fds[2..].iter().enumerate() {
                 if polled.revents != 0 {
-                    move_output(held, index);
+                    move_output(held, index, &mut buffer);
                 }
             }
             if fds[0].revents != 0 {
@@ -1013,38 +1015,13 @@ impl Supervisor {
 
 /// Moves what output `index` has into the end of its file (an orphan's: no daemon takes it);
 /// at its end, or when the file cannot take more, the output is closed.
-fn move_output(held: &mut Held, index: usize) {
-    use std::os::unix::fs::FileExt as _;
+fn move_output(held: &mut Held, index: usize, buffer: &mut Vec<u8>) {
     let Some(output) = &held.outputs[index] else {
         return;
     };
     let file = &held.files[index];
     let end = file.metadata().map_or(0, |m| m.len());
-    let moved = if held.hold.tty {
-        let mut buffer = vec![0u8; 64 * 1024];
-        nix::unistd::read(output, &mut buffer)
-            .map_err(std::io::Error::from)
-            .and_then(|read| file.write_all_at(&buffer[..read], end).map(|()| read))
-    } else {
-        let mut offset = end as libc::loff_t;
-        // SAFETY: splice between descriptors we own, with a valid offset pointer.
-        let moved = unsafe {
-            libc::splice(
-                output.as_raw_fd(),
-                std::ptr::null_mut(),
-                file.as_raw_fd(),
-                &mut offset,
-                256 * 1024,
-                libc::SPLICE_F_NONBLOCK,
-            )
-        };
-        if moved < 0 {
-            Err(std::io::Error::last_os_error())
-        } else {
-            Ok(moved as usize)
-        }
-    };
-    match moved {
+    match super::io::move_into(output, !held.hold.tty, file, end, buffer) {
         Ok(0) => held.outputs[index] = None,
         Ok(_) => {}
         Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {}
