@@ -159,9 +159,15 @@ pub fn read_frame(input: &mut impl Read, max: usize) -> Result<Vec<u8>, FrameErr
 
 /// A launch as the daemon sends it after [`LAUNCH`]: each of `frames` length-prefixed.
 pub fn launch(frames: &[&[u8]]) -> Vec<u8> {
+    message(Some(LAUNCH), frames)
+}
+
+/// A message: its `marker` (a launch, an order, an answer), then each of `frames`
+/// length-prefixed, as [`read_frame`] reads them.
+pub fn message(marker: Option<u8>, frames: &[&[u8]]) -> Vec<u8> {
     let total: usize = frames.iter().map(|frame| 4 + frame.len()).sum();
     let mut out = Vec::with_capacity(1 + total);
-    out.push(LAUNCH);
+    out.extend(marker);
     for frame in frames {
         out.extend_from_slice(&(frame.len() as u32).to_le_bytes());
         out.extend_from_slice(frame);

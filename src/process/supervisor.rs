@@ -882,10 +882,8 @@ impl Supervisor {
             .chain(&held.stdin)
             .map(AsRawFd::as_raw_fd)
             .collect();
-        let mut message = vec![ADOPTED];
         let frame = serde_json::to_vec(&adopted).expect("serializes");
-        message.extend_from_slice(&(frame.len() as u32).to_le_bytes());
-        message.extend_from_slice(&frame);
+        let message = channel::message(Some(ADOPTED), &[&frame]);
         if channel::send_all_with_fds(&control, &message, &fds).is_err() {
             return self.orphaned();
         }

@@ -202,9 +202,7 @@ impl Orders {
     pub fn hold(&self, hold: &supervisor::Hold, fds: &[BorrowedFd<'_>]) -> std::io::Result<()> {
         use std::os::fd::AsRawFd as _;
         let frame = serde_json::to_vec(hold).map_err(std::io::Error::other)?;
-        let mut message = vec![channel::HOLD];
-        message.extend_from_slice(&(frame.len() as u32).to_le_bytes());
-        message.extend_from_slice(&frame);
+        let message = channel::message(Some(channel::HOLD), &[&frame]);
         let raw: Vec<_> = fds.iter().map(|fd| fd.as_raw_fd()).collect();
         let orders = self.0.lock().unwrap();
         let Some(orders) = &*orders else {

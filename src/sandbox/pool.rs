@@ -313,9 +313,9 @@ async fn start_fork_server() -> Result<ForkServer, StartError> {
     let mut control = nonblocking(ours)?;
     // Its first frame: what every sandbox helper it forks must hide (`super::hidden`).
     let hidden = serde_json::to_vec(super::hidden()).map_err(io::Error::other)?;
-    let mut frame = (hidden.len() as u32).to_le_bytes().to_vec();
-    frame.extend_from_slice(&hidden);
-    control.write_all(&frame).await?;
+    control
+        .write_all(&channel::message(None, &[&hidden]))
+        .await?;
     let mut ready = [0u8; 1];
     let read = tokio::time::timeout(super::SETUP_TIMEOUT, control.read(&mut ready)).await;
     if matches!(read, Ok(Ok(1))) && ready[0] == READY {
