@@ -10,9 +10,9 @@ use super::*;
 const ADOPTED_CHUNK_BYTES: u64 = spawn::OUTPUT_PIPE_BYTES as u64;
 
 impl TableInner {
-    /// Adopts the process kept in `dir`.
-    pub(super) async fn adopt(self: Arc<Self>, dir: &Path) -> std::io::Result<()> {
-        let (store, meta, entries) = Store::open(dir)?;
+    /// Adopts the process kept in `dir`, started as `meta` says.
+    pub(super) async fn adopt(self: Arc<Self>, dir: &Path, meta: Meta) -> std::io::Result<()> {
+        let (store, entries) = Store::open(dir, &meta)?;
         let store = Arc::new(store);
         let id = meta.params.process_id.clone();
         let (mut records, mut stdin_closed) = (Vec::new(), false);
@@ -43,11 +43,7 @@ impl TableInner {
         log.restore(records);
         // The supervisor stops moving output into the files before it answers.
         let supervisor = tree::adopt(&dir.join(store::SOCKET), &dir.join(store::EXIT)).await;
-        let streams: &[OutputStream] = if meta.params.tty {
-            &[OutputStream::Pty]
-        } else {
-            &[OutputStream::Stdout, OutputStream::Stderr]
-        };
+        let streams = store::streams(meta.params.tty);
         // What the predecessor moved into the files without recording it, then what the
         // orphaned supervisor moved: recorded now, in order, never twice.
         for &stream in streams {

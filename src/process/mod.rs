@@ -185,10 +185,10 @@ impl ProcessTable {
         }
     }
 
-    /// Adopts the process a predecessor daemon kept in `dir` (see `store`), with its tree if
-    /// that still runs.
-    pub async fn adopt(&self, dir: &Path) -> std::io::Result<()> {
-        self.inner.clone().adopt(dir).await
+    /// Adopts the process a predecessor daemon kept in `dir` (see `store`), started as `meta`
+    /// says, with its tree if that still runs.
+    pub async fn adopt(&self, dir: &Path, meta: Meta) -> std::io::Result<()> {
+        self.inner.clone().adopt(dir, meta).await
     }
 
     pub fn lookup(&self, id: &str) -> Lookup {

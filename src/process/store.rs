@@ -34,6 +34,20 @@ pub fn stream_index(stream: OutputStream) -> usize {
     }
 }
 
+/// What a kept process in `dir` was started as.
+pub fn read_meta(dir: &Path) -> std::io::Result<Meta> {
+    serde_json::from_slice(&std::fs::read(dir.join(META))?).map_err(std::io::Error::other)
+}
+
+/// The output streams of a process, in the order of their files.
+pub fn streams(tty: bool) -> &'static [OutputStream] {
+    if tty {
+        &[OutputStream::Pty]
+    } else {
+        &[OutputStream::Stdout, OutputStream::Stderr]
+    }
+}
+
 /// What a process was started as, for its successor.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -98,24 +112,21 @@ impl Store {
         Ok(Self::new(files, None, None))
     }
 
-    /// An existing process directory, as a predecessor left it: its meta, its journal's
-    /// entries (a last line cut short by a crash is left out) and the store, appending.
-    pub fn open(dir: &Path) -> std::io::Result<(Self, Meta, Vec<Entry>)> {
-        let meta: Meta = serde_json::from_slice(&std::fs::read(dir.join(META))?)
-            .map_err(std::io::Error::other)?;
+    /// An existing process directory, as a predecessor left it (its `meta` read already): its
+    /// journal's entries (a last line cut short by a crash is left out) and the store,
+    /// appending.
+    pub fn open(dir: &Path, meta: &Meta) -> std::io::Result<(Self, Vec<Entry>)> {
         let text = std::fs::read_to_string(dir.join(JOURNAL))?;
         let entries = text
             .lines()
             .map_while(|line| serde_json::from_str(line).ok())
             .collect();
-        let streams = if meta.params.tty { 1 } else { 2 };
-        let files = (0..streams)
+        let files = (0..streams(meta.params.tty).len())
             .map(|index| open_stream(dir, index))
             .collect::<Result<_, _>>()?;
         let journal = open_journal(dir)?;
         Ok((
             Self::new(files, Some(journal), Some(dir.to_owned())),
-            meta,
             entries,
         ))
     }

@@ -110,11 +110,7 @@ pub struct Hold {
 
 impl Hold {
     pub fn streams(&self) -> usize {
-        if self.tty {
-            1
-        } else {
-            2
-        }
+        super::store::streams(self.tty).len()
     }
 
     /// How many descriptors travel with it.

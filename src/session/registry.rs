@@ -144,12 +144,15 @@ impl Registry {
                 let _ = std::fs::remove_dir_all(&dir);
                 continue;
             }
-            let Some(session) = read_session_of(&dir).and_then(|id| adopted.get(&id)) else {
+            let meta = crate::process::store::read_meta(&dir).ok();
+            let Some((session, meta)) =
+                meta.and_then(|meta| Some((adopted.get(&meta.session)?, meta)))
+            else {
                 tracing::warn!("removing {}: its session is gone", dir.display());
                 orphan_cleanup(&dir).await;
                 continue;
             };
-            match session.processes.adopt(&dir).await {
+            match session.processes.adopt(&dir, meta).await {
                 Ok(()) => processes += 1,
                 Err(err) => tracing::warn!("cannot adopt the process in {}: {err}", dir.display()),
             }
@@ -394,13 +397,6 @@ impl Registry {
             crate::memory::release_soon();
         }
     }
-}
-
-/// The session a kept process belongs to.
-fn read_session_of(dir: &Path) -> Option<String> {
-    let text = std::fs::read(dir.join(crate::process::store::META)).ok()?;
-    let meta: crate::process::store::Meta = serde_json::from_slice(&text).ok()?;
-    Some(meta.session)
 }
 
 /// A kept process whose session is gone: its tree is killed (its supervisor taken over for
