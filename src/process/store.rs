@@ -7,7 +7,7 @@
 //! A directory holds `meta.json` (what the process was started as, [`Meta`]), `journal` (one
 //! JSON [`Entry`] per line, appended in seq order), `out.0` and `out.1` (stdout and stderr, or
 //! the terminal in `out.0`), `sock` (where its supervisor waits for a successor) and, once an
-//! orphaned supervisor saw its tree end, `exit.json`.
+//! orphaned supervisor saw its tree end, `exit.reports` (its last reports).
 
 use super::output::{Record, Span, Stored};
 use bytes::Bytes;
@@ -24,7 +24,8 @@ use std::sync::Arc;
 pub const META: &str = "meta.json";
 pub const JOURNAL: &str = "journal";
 pub const SOCKET: &str = "sock";
-pub const EXIT: &str = "exit.json";
+/// An orphaned supervisor's last reports, once its tree ended: JSON lines, as on its socket.
+pub const EXIT: &str = "exit.reports";
 
 /// The file of a stream: a terminal's output is in the first.
 pub fn stream_index(stream: OutputStream) -> usize {

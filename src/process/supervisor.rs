@@ -439,13 +439,18 @@ fn report(control: &UnixStream, report: &Report) {
 
 /// Reports, one line each, in one write.
 fn report_all<'a>(mut control: &UnixStream, reports: impl Iterator<Item = &'a Report>) {
+    // A daemon that is gone reads nothing; its EOF is handled by the loop.
+    let _ = control.write_all(&report_lines(reports));
+}
+
+/// Reports as the control socket carries them: one JSON line each.
+fn report_lines<'a>(reports: impl Iterator<Item = &'a Report>) -> Vec<u8> {
     let mut lines = Vec::new();
     for report in reports {
         serde_json::to_writer(&mut lines, report).expect("reports serialize");
         lines.push(b'\n');
     }
-    // A daemon that is gone reads nothing; its EOF is handled by the loop.
-    let _ = control.write_all(&lines);
+    lines
 }
 
 /// How a child that could not execute its program exits: the reason on its stderr (the
@@ -800,7 +805,7 @@ impl Supervisor {
 
     /// Orphaned: keeps moving the tree's output into the stream files (up to the bound, while
     /// the tree runs) until a successor daemon connects, which it then serves as its own; or,
-    /// once the tree is gone and its output ended, records how it ended in `exit.json` for the
+    /// once the tree is gone and its output ended, records its last reports (`store::EXIT`) for the
     /// successor to find, and exits.
     fn orphaned(&mut self) {
         let held = self.held.as_mut().expect("checked by the caller");
@@ -887,22 +892,20 @@ impl Supervisor {
         self.exit_reported = false;
     }
 
-    /// The tree is gone and its output taken: its end goes where a successor finds it.
+    /// The tree is gone and its output taken: its last reports go where a successor finds
+    /// them, as the control socket would have carried them.
     fn record_end(&mut self) -> ! {
         let gone = Report::Gone {
             confirmed: true,
             usage: self.usage.report(),
         };
         self.exit_reported = false;
-        let reports: Vec<Report> = [Some(gone), self.exit_report()]
-            .into_iter()
-            .flatten()
-            .collect();
+        let exit = self.exit_report();
         let held = self.held.as_ref().expect("recorded only when holding");
         let path = held.hold.dir.join(super::store::EXIT);
         let partial = path.with_extension("partial");
-        let text = serde_json::to_vec(&reports).expect("serializes");
-        if std::fs::write(&partial, text).is_ok() {
+        let lines = report_lines([Some(gone), exit].iter().flatten());
+        if std::fs::write(&partial, lines).is_ok() {
             let _ = std::fs::rename(&partial, &path);
         }
         std::process::exit(0)

@@ -262,7 +262,7 @@ pub struct Adoption {
 }
 
 /// Connects to the orphaned supervisor listening on `socket` and takes over its tree. One that
-/// is gone left how its tree ended in `exit` (which the reports then say); with neither, the
+/// is gone left its last reports in `exit` (which the reports then are); with neither, the
 /// reports end at once (the supervisor ended before the process could be seen to).
 pub async fn adopt(socket: &std::path::Path, exit: &std::path::Path) -> Adoption {
     match take_over(socket).await {
@@ -274,15 +274,8 @@ pub async fn adopt(socket: &std::path::Path, exit: &std::path::Path) -> Adoption
                     socket.display()
                 );
             }
-            let reports: Vec<Report> = std::fs::read(exit)
-                .ok()
-                .and_then(|text| serde_json::from_slice(&text).ok())
-                .unwrap_or_default();
-            let mut lines = Vec::new();
-            for report in &reports {
-                lines.extend(serde_json::to_vec(report).unwrap_or_default());
-                lines.push(b'\n');
-            }
+            // As the supervisor would have sent them.
+            let lines = std::fs::read(exit).unwrap_or_default();
             // A socket whose peer is gone: orders go nowhere, the reports are the recorded ones.
             let (ours, _) = tokio::net::UnixStream::pair().expect("a socket pair");
             let (reports, orders) = connect(ours, lines);
