@@ -171,18 +171,7 @@ pub fn main_if_supervisor() {
 fn serve_forks(control: &UnixStream) -> ! {
     let sigchld = block_sigchld();
     loop {
-        let mut fds = [
-            libc::pollfd {
-                fd: control.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: sigchld.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
+        let mut fds = [readable(control.as_raw_fd()), readable(sigchld.as_raw_fd())];
         // SAFETY: two valid pollfds.
         if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } < 0 {
             continue;
@@ -714,16 +703,8 @@ impl Supervisor {
                 self.report_exit();
             }
             let mut fds = [
-                libc::pollfd {
-                    fd: self.control.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-                libc::pollfd {
-                    fd: self.sigchld.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
+                readable(self.control.as_raw_fd()),
+                readable(self.sigchld.as_raw_fd()),
             ];
             // SAFETY: two valid pollfds.
             if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } < 0 {
@@ -823,29 +804,17 @@ impl Supervisor {
                 self.record_end();
             }
             let mut fds = vec![
-                libc::pollfd {
-                    fd: held.listener.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-                libc::pollfd {
-                    fd: self.sigchld.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
+                readable(held.listener.as_raw_fd()),
+                readable(self.sigchld.as_raw_fd()),
             ];
             // Output beyond the bound waits in its pipe while the tree runs (backpressure);
             // once the tree is gone, what is left is taken to the end.
             for (index, output) in held.outputs.iter().enumerate() {
                 let below = held.files[index].metadata().map_or(0, |m| m.len()) < bounds[index];
-                fds.push(libc::pollfd {
-                    fd: match output {
-                        Some(fd) if below || tree_gone => fd.as_raw_fd(),
-                        _ => -1,
-                    },
-                    events: libc::POLLIN,
-                    revents: 0,
-                });
+                fds.push(readable(match output {
+                    Some(fd) if below || tree_gone => fd.as_raw_fd(),
+                    _ => -1,
+                }));
             }
             // SAFETY: valid pollfds; negative descriptors are skipped.
             if unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) } < 0 {
@@ -1039,6 +1008,15 @@ fn accept_successor(listener: &std::os::unix::net::UnixListener) -> Option<UnixS
     }
     socket.set_nonblocking(false).ok()?;
     Some(socket)
+}
+
+/// A pollfd waiting for `fd` to be readable (a negative `fd` is skipped).
+fn readable(fd: RawFd) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }
 }
 
 /// Empties a non-blocking signalfd.
