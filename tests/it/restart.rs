@@ -2,7 +2,7 @@
 //! directory, it adopts every session and process, with the trees still running, their output
 //! kept whole and their stdin writes applied once.
 
-use crate::common::*;
+use crate::common::{self, *};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -30,31 +30,17 @@ async fn listed_pid(client: &Client, id: &str) -> i64 {
     process["pid"].as_i64().unwrap()
 }
 
-/// Reads `id` from `after` until `enough` says the bytes so far suffice (or it closed);
-/// returns the bytes and the last seq read.
+/// Reads `id` from `after` until `enough` says the bytes so far suffice (or it closed), none
+/// of it evicted; returns the bytes, the last seq read and the last result.
 async fn read_until(
     client: &Client,
     id: &str,
-    mut after: u64,
+    after: u64,
     enough: impl Fn(&[u8]) -> bool,
 ) -> (Vec<u8>, u64, Value) {
-    let mut bytes = Vec::new();
-    loop {
-        let result = client
-            .call(
-                "process/read",
-                json!({"processId": id, "afterSeq": after, "waitMs": 2000}),
-            )
-            .await;
-        assert_eq!(result["truncated"], false, "{result}");
-        for chunk in result["chunks"].as_array().unwrap() {
-            bytes.extend(unb64(&chunk["chunk"]));
-        }
-        after = result["nextSeq"].as_u64().unwrap() - 1;
-        if result["closed"] == true || enough(&bytes) {
-            return (bytes, after, result);
-        }
-    }
+    let read = common::read_until(client, id, after, enough).await;
+    assert!(!read.truncated, "{}", read.last);
+    (read.bytes, read.after, read.last)
 }
 
 fn numbers(count: usize) -> Vec<u8> {

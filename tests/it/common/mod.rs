@@ -454,8 +454,30 @@ pub fn output_of(events: &[Value]) -> Vec<u8> {
 
 /// Reads a process by long-polling until it is closed; returns (bytes, final read result).
 pub async fn read_all(client: &Client, id: &str) -> (Vec<u8>, Value) {
-    let mut after = 0;
-    let mut bytes = Vec::new();
+    let read = read_until(client, id, 0, |_| false).await;
+    (read.bytes, read.last)
+}
+
+/// What [`read_until`] read.
+pub struct Read {
+    pub bytes: Vec<u8>,
+    /// The last seq read.
+    pub after: u64,
+    /// The last `process/read` result.
+    pub last: Value,
+    /// Some read said output was evicted.
+    pub truncated: bool,
+}
+
+/// Reads `id` by long-polling from `after` until it is closed or `enough` says the bytes so
+/// far suffice.
+pub async fn read_until(
+    client: &Client,
+    id: &str,
+    mut after: u64,
+    enough: impl Fn(&[u8]) -> bool,
+) -> Read {
+    let (mut bytes, mut truncated) = (Vec::new(), false);
     loop {
         let result = client
             .call(
@@ -463,12 +485,18 @@ pub async fn read_all(client: &Client, id: &str) -> (Vec<u8>, Value) {
                 json!({"processId": id, "afterSeq": after, "waitMs": 5000}),
             )
             .await;
+        truncated |= result["truncated"] == true;
         for chunk in result["chunks"].as_array().unwrap() {
             bytes.extend(unb64(&chunk["chunk"]));
         }
         after = result["nextSeq"].as_u64().unwrap() - 1;
-        if result["closed"] == true {
-            return (bytes, result);
+        if result["closed"] == true || enough(&bytes) {
+            return Read {
+                bytes,
+                after,
+                last: result,
+                truncated,
+            };
         }
     }
 }
