@@ -2,7 +2,7 @@
 //! wire, then run to completion as blocking work with the same code either by the daemon (no
 //! restricting sandbox) or by the sandbox helper, confined (`helper`).
 
-use super::host::host_path;
+use super::host::{host_path, with_path};
 use super::FsError;
 use super::{copy, file, ops, walk};
 use crate::config::Config;
@@ -120,6 +120,7 @@ impl OneShot for m::FsCreateDirectory {
         let path = host_path(&params.path)?;
         let recursive = params.recursive.unwrap_or(true);
         ops::create_directory(&path, recursive, follow(params.follow_symlinks))?;
+        crate::sandbox::protected::claim(&path);
         encode(Ok(EmptyResult {}))
     }
 }
@@ -176,7 +177,10 @@ impl OneShot for m::FsRemove {
         let path = host_path(&params.path)?;
         let recursive = params.recursive.unwrap_or(true);
         let force = params.force.unwrap_or(true);
-        ops::remove(&path, recursive, force)?;
+        match crate::sandbox::protected::remove_held(&path) {
+            Some(emptied) => with_path(emptied, &path)?,
+            None => ops::remove(&path, recursive, force)?,
+        }
         encode(Ok(EmptyResult {}))
     }
 }
@@ -213,6 +217,16 @@ impl OneShot for m::FsRename {
     fn run(params: RenameParams) -> Result<Value, FsError> {
         let source = host_path(&params.source_path)?;
         let destination = host_path(&params.destination_path)?;
+        if let Some(held) = [&source, &destination]
+            .into_iter()
+            .find(|path| crate::sandbox::protected::is_held(path))
+        {
+            return Err(FsError::Refused(format!(
+                "`{}` is kept read-only by running sandboxed processes; it can be renamed \
+                 once they exit",
+                held.display()
+            )));
+        }
         ops::rename(&source, &destination, params.overwrite)?;
         encode(Ok(EmptyResult {}))
     }

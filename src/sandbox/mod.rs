@@ -38,7 +38,7 @@ pub fn hidden() -> &'static [std::path::PathBuf] {
     HIDDEN.get().map_or(&[], Vec::as_slice)
 }
 pub(crate) mod pool;
-mod protected;
+pub(crate) mod protected;
 mod seccomp;
 
 use crate::process::spawn::{self, ChildIo, LaunchSpec, Spawned, DEFAULT_SIZE};
@@ -437,7 +437,7 @@ pub async fn run_fs_op(
         exit_code,
         fds,
         context: sandboxed.context.clone(),
-        placeholders: sandboxed.leases.paths().to_vec(),
+        placeholders: sandboxed.leases.placeholders(),
     })
 }
 
@@ -510,7 +510,7 @@ impl Sandboxed {
     }
 
     pub fn has_placeholders(&self) -> bool {
-        !self.leases.is_empty()
+        self.leases.holds_placeholders()
     }
 
     /// The classifier for this launch's exit, already certain when the exec was refused.

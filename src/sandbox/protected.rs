@@ -44,12 +44,62 @@ pub const MARK: &str = "trusted.exec-server.placeholder";
 /// How often a placeholder still mounted in some namespace is retried.
 const RETRY: Duration = Duration::from_millis(500);
 
-static REGISTRY: Mutex<Option<HashMap<PathBuf, usize>>> = Mutex::new(None);
+/// The protected paths that live sandboxes mount read-only (placeholders and existing ones).
+///
+/// Invariants, all under its one lock: a path is inspected, created as a placeholder, taken,
+/// let go and removed only while the lock is held, so a launch never inspects or mounts a
+/// placeholder that another launch's exit is removing; an entry with `count == 0` is a
+/// removal under way (decided outside the lock, since it scans every mount namespace), which
+/// goes ahead only if no launch took the path meanwhile (`generation` unchanged).
+#[derive(Default)]
+struct Registry {
+    held: HashMap<PathBuf, Held>,
+    generations: u64,
+}
 
-/// Placeholders held by one sandboxed launch; released on drop.
+struct Held {
+    count: usize,
+    /// Bumped by every launch that takes the path.
+    generation: u64,
+}
+
+static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
+
+fn registry() -> std::sync::MutexGuard<'static, Option<Registry>> {
+    REGISTRY
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Registry {
+    fn take(&mut self, path: &Path) {
+        self.generations += 1;
+        let generation = self.generations;
+        self.held
+            .entry(path.to_path_buf())
+            .and_modify(|held| {
+                held.count += 1;
+                held.generation = generation;
+            })
+            .or_insert(Held {
+                count: 1,
+                generation,
+            });
+    }
+
+    /// Whether a live sandbox mounts `path`.
+    fn holds(&self, path: &Path) -> bool {
+        self.held.get(path).is_some_and(|held| held.count > 0)
+    }
+}
+
+/// Protected paths held by one sandboxed launch; let go on drop.
 #[derive(Debug, Default)]
 pub struct Leases {
     paths: Vec<PathBuf>,
+    /// Some of them were placeholders when taken (the launch's exit then waits for its tree to
+    /// be gone before letting go, so that they can be removed at once).
+    placeholders: bool,
 }
 
 /// Adds read rules for the protected subpaths of every write rule.
@@ -62,6 +112,8 @@ pub fn protect(rules: &mut Vec<Rule>) -> Result<Leases, RpcError> {
         .collect();
     let mut leases = Leases::default();
     let mut added = Vec::new();
+    let mut guard = registry();
+    let registry = guard.get_or_insert_with(Registry::default);
     for root in &roots {
         // Inspected and changed through a descriptor opened without following links, so a
         // root replaced by a link meanwhile cannot make the daemon create a placeholder (or
@@ -83,22 +135,18 @@ pub fn protect(rules: &mut Vec<Rule>) -> Result<Leases, RpcError> {
                         path.display()
                     )))
                 }
-                // Another sandbox's placeholder (or one a killed daemon left): share it.
-                Ok(stat) if kind(&stat) == libc::S_IFDIR && is_marked(&path) => {
-                    if leases.acquire(&dir, name, &path)? {
-                        added.push(path);
-                    }
-                }
+                // An existing name, another sandbox's placeholder, or one a killed daemon left.
                 Ok(stat) => {
                     if *name == ".git" && kind(&stat) == libc::S_IFREG {
                         added.extend(gitdirs(root, &path));
                     }
-                    added.push(path);
+                    leases.placeholders |= kind(&stat) == libc::S_IFDIR && is_marked(&path);
                 }
                 Err(Errno::ENOENT) => {
-                    if leases.acquire(&dir, name, &path)? {
-                        added.push(path);
+                    if !create_placeholder(&dir, name, &path)? {
+                        continue;
                     }
+                    leases.placeholders = true;
                 }
                 Err(err) => {
                     return Err(RpcError::invalid_params(format!(
@@ -108,8 +156,12 @@ pub fn protect(rules: &mut Vec<Rule>) -> Result<Leases, RpcError> {
                     )))
                 }
             }
+            registry.take(&path);
+            leases.paths.push(path.clone());
+            added.push(path);
         }
     }
+    drop(guard);
     for path in added {
         if effective(rules, &path) == Some(FsAccess::Write) {
             rules.push(Rule {
@@ -158,48 +210,43 @@ fn pointer(file: &Path, prefix: &str, base: &Path) -> Option<PathBuf> {
     std::fs::canonicalize(base.join(target)).ok()
 }
 
-impl Leases {
-    /// Creates (or shares, or adopts) the placeholder `name` in the root `dir`, `path` for
-    /// short. Ok(false) when the root is on a read-only file system, where nothing can be
-    /// created anyway.
-    fn acquire(&mut self, dir: &OwnedFd, name: &str, path: &Path) -> Result<bool, RpcError> {
-        let mut registry = REGISTRY.lock().unwrap();
-        let counts = registry.get_or_insert_with(HashMap::new);
-        if let Some(count) = counts.get_mut(path) {
-            *count += 1;
-            self.paths.push(path.to_path_buf());
-            return Ok(true);
-        }
-        match mkdirat(dir, name, Mode::from_bits_truncate(0o777)) {
-            Ok(()) => {}
-            Err(Errno::EROFS) => return Ok(false),
-            Err(Errno::EEXIST) if is_marked(path) => {}
-            Err(err) => {
-                return Err(RpcError::invalid_params(format!(
-                    "cannot create the placeholder protecting `{}`: {}",
-                    path.display(),
-                    std::io::Error::from(err)
-                )))
-            }
-        }
-        if let Err(err) = mark(dir, name) {
-            let _ = unlinkat(dir, name, UnlinkatFlags::RemoveDir);
+/// Creates the placeholder `name` in the root `dir` (`path` for short), with the registry's
+/// lock held. Ok(false) when the root is on a read-only file system, where nothing can be
+/// created anyway.
+fn create_placeholder(dir: &OwnedFd, name: &str, path: &Path) -> Result<bool, RpcError> {
+    match mkdirat(dir, name, Mode::from_bits_truncate(0o777)) {
+        Ok(()) => {}
+        Err(Errno::EROFS) => return Ok(false),
+        Err(err) => {
             return Err(RpcError::invalid_params(format!(
-                "cannot mark the placeholder protecting `{}`: {err}",
-                path.display()
-            )));
+                "cannot create the placeholder protecting `{}`: {}",
+                path.display(),
+                std::io::Error::from(err)
+            )))
         }
-        counts.insert(path.to_path_buf(), 1);
-        self.paths.push(path.to_path_buf());
-        Ok(true)
+    }
+    if let Err(err) = mark(dir, name) {
+        let _ = unlinkat(dir, name, UnlinkatFlags::RemoveDir);
+        return Err(RpcError::invalid_params(format!(
+            "cannot mark the placeholder protecting `{}`: {err}",
+            path.display()
+        )));
+    }
+    Ok(true)
+}
+
+impl Leases {
+    pub fn holds_placeholders(&self) -> bool {
+        self.placeholders
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.paths.is_empty()
-    }
-
-    pub fn paths(&self) -> &[PathBuf] {
-        &self.paths
+    /// The placeholders among the held paths.
+    pub fn placeholders(&self) -> Vec<PathBuf> {
+        self.paths
+            .iter()
+            .filter(|path| is_marked(path))
+            .cloned()
+            .collect()
     }
 }
 
@@ -207,53 +254,130 @@ impl Drop for Leases {
     fn drop(&mut self) {
         let mut unused = Vec::new();
         {
-            let mut registry = REGISTRY.lock().unwrap();
-            let counts = registry.get_or_insert_with(HashMap::new);
+            let mut guard = registry();
+            let registry = guard.get_or_insert_with(Registry::default);
             for path in self.paths.drain(..) {
-                if let Some(count) = counts.get_mut(&path) {
-                    *count -= 1;
-                    if *count == 0 {
-                        counts.remove(&path);
-                        unused.push(path);
+                if let Some(held) = registry.held.get_mut(&path) {
+                    held.count -= 1;
+                    if held.count == 0 {
+                        unused.push((path, held.generation));
                     }
                 }
             }
         }
-        let busy: Vec<PathBuf> = unused.into_iter().filter(|p| !try_remove(p)).collect();
-        if !busy.is_empty() {
-            std::thread::spawn(move || retry_removal(busy));
+        unused.retain(|(path, generation)| !try_remove(path, *generation));
+        if !unused.is_empty() {
+            std::thread::spawn(move || retry_removal(unused));
         }
     }
 }
 
-fn retry_removal(mut busy: Vec<PathBuf>) {
+fn retry_removal(mut busy: Vec<(PathBuf, u64)>) {
     while !busy.is_empty() {
         std::thread::sleep(RETRY);
-        busy.retain(|path| {
-            let registry = REGISTRY.lock().unwrap();
-            // Reacquired meanwhile: the new holder removes it later.
-            if registry
-                .as_ref()
-                .is_some_and(|counts| counts.contains_key(path))
-            {
-                return false;
-            }
-            drop(registry);
-            !try_remove(path)
-        });
+        busy.retain(|(path, generation)| !try_remove(path, *generation));
     }
 }
 
-/// Removes an unused placeholder; false while some mount namespace still mounts on it.
-fn try_remove(path: &Path) -> bool {
-    if mounted_anywhere(path) {
+/// Removes a placeholder no launch holds any more (`generation`: when it was last taken);
+/// false while some mount namespace still mounts on it. A name that is no placeholder (it
+/// existed before, or a client's `fs/createDirectory` claimed it) is only forgotten.
+fn try_remove(path: &Path, generation: u64) -> bool {
+    // Scanning every namespace takes a while: outside the lock, and checked again inside.
+    if is_marked(path) && mounted_anywhere(path) {
         return false;
     }
-    if is_marked(path) {
-        // Fails (and leaves it) when someone outside put files into it meanwhile.
-        let _ = std::fs::remove_dir(path);
+    let mut guard = registry();
+    let registry = guard.get_or_insert_with(Registry::default);
+    if registry
+        .held
+        .get(path)
+        .is_some_and(|held| held.count == 0 && held.generation == generation)
+    {
+        registry.held.remove(path);
+        if is_marked(path) {
+            // Fails (and leaves it) when someone outside put files into it meanwhile.
+            let _ = std::fs::remove_dir(path);
+        }
     }
+    // Otherwise a launch took it meanwhile: whoever lets go of it last removes it.
     true
+}
+
+/// For the daemon's own `fs/*` calls that create `path`: a placeholder there becomes the
+/// client's directory, kept when the sandboxes that protect it end.
+pub fn claim(path: &Path) {
+    let Some(path) = protected_name(path) else {
+        return;
+    };
+    let guard = registry();
+    // None in a sandbox helper, whose fs operation may not change the mark anyway.
+    if guard.is_some() && is_marked(&path) {
+        if let (Ok(path), Ok(mark)) = (cstring(&path), std::ffi::CString::new(MARK)) {
+            // SAFETY: valid NUL-terminated strings.
+            unsafe { libc::lremovexattr(path.as_ptr(), mark.as_ptr()) };
+        }
+    }
+}
+
+/// For the daemon's own `fs/remove` of `path`: a protected name that live sandboxes mount
+/// read-only must not be unlinked on the host, which would silently lift their protection
+/// (the kernel detaches mounts on a dentry removed in another namespace). Its contents go and
+/// the directory itself stays as a placeholder, removed when the last of them ends. None when
+/// no sandbox holds `path` (remove it as usual).
+pub fn remove_held(path: &Path) -> Option<std::io::Result<()>> {
+    let canonical = protected_name(path)?;
+    let guard = registry();
+    if !guard
+        .as_ref()
+        .is_some_and(|registry| registry.holds(&canonical))
+    {
+        return None;
+    }
+    Some(empty_into_placeholder(&canonical))
+}
+
+/// Removes what `path` holds and marks it a placeholder (the registry's lock held).
+fn empty_into_placeholder(path: &Path) -> std::io::Result<()> {
+    if !std::fs::symlink_metadata(path)?.is_dir() {
+        return Err(std::io::Error::other(format!(
+            "`{}` is kept read-only by running sandboxed processes; it can be removed once \
+             they exit",
+            path.display()
+        )));
+    }
+    for entry in std::fs::read_dir(path)? {
+        let entry = entry?;
+        // Neither follows a symbolic link.
+        if entry.file_type()?.is_dir() {
+            std::fs::remove_dir_all(entry.path())?;
+        } else {
+            std::fs::remove_file(entry.path())?;
+        }
+    }
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str()))
+    else {
+        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+    };
+    mark(&super::mounts::open_nofollow(parent)?, name)
+}
+
+/// Whether live sandboxes mount `path` read-only (a rename of it or over it would lift that).
+pub fn is_held(path: &Path) -> bool {
+    protected_name(path).is_some_and(|canonical| {
+        registry()
+            .as_ref()
+            .is_some_and(|registry| registry.holds(&canonical))
+    })
+}
+
+/// `path` with its directory canonicalized, if its name is a protected one.
+fn protected_name(path: &Path) -> Option<PathBuf> {
+    let name = path.file_name()?;
+    if !NAMES.iter().any(|protected| name == *protected) {
+        return None;
+    }
+    Some(std::fs::canonicalize(path.parent()?).ok()?.join(name))
 }
 
 /// Marks the directory `name` in `dir`, opened without following a link.

@@ -37,6 +37,7 @@ mod sandbox_fs;
 mod sandbox_fs_ops;
 mod sandbox_managed_net;
 mod sandbox_net;
+mod sandbox_scale;
 mod session;
 mod session_api;
 mod soak;
