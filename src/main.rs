@@ -24,6 +24,7 @@ fn serve(args: &Args, token_on_argv: bool) -> std::process::ExitCode {
     // Before any thread: it edits the environment.
     let handover = exec_server::Handover::capture();
     init_logging(args);
+    exec_server::record_own_binary().warn();
     if token_on_argv {
         tracing::warn!(
             "--connection-token is readable by every local user in /proc/PID/cmdline; \

@@ -15,8 +15,18 @@
 //! 3. on the same device, its path inside the file system (mount root + path below the mount
 //!    point, from `/proc/self/mountinfo`) contains a protected one's, or lies inside it, so a
 //!    bind mount in either direction cannot hide the overlap;
-//! 4. a protected file has other hard links and one of them is inside the root. The search is
-//!    bounded by [`MAX_LINK_SCAN`] entries; a root too large to search is refused.
+//! 4. a protected file that a sandbox could write through another name has other hard links,
+//!    and one of them is inside the root. The search is bounded by [`MAX_LINK_SCAN`] entries;
+//!    a root too large to search is refused.
+//!
+//! The binary itself needs no such search, whatever its links (cargo hard-links
+//! `target/release/exec-server`): the kernel refuses every write to a file that a process is
+//! executing (ETXTBSY, through any of its names), and the daemon, its fork server and every
+//! supervisor and helper execute it for as long as any sandboxed process lives. [`init`]
+//! checks that this kernel does so, by opening the running binary for writing; where it
+//! would let the write through, the binary is searched for like the libraries, which the
+//! kernel does not protect that way (a write to a mapped library reaches every process
+//! mapping it).
 //!
 //! The daemon has no runtime or state directories of its own; [`init`] is where they would be
 //! added. Unrestricted file systems are not guarded: the client asked for no file-system
@@ -49,14 +59,16 @@ struct Protected {
     id: Option<(u64, u64)>,
     /// Its device, or its directory's while it does not exist.
     dev: u64,
-    /// Links of a regular file (1 for anything else, which cannot be hard-linked).
-    nlink: u64,
+    /// A regular file with other hard links that a sandbox could write through.
+    linked: bool,
     /// (device, inode) of every ancestor directory, nearest first.
     ancestors: Vec<(u64, u64)>,
 }
 
 pub struct Guard {
     protected: Vec<Protected>,
+    /// What the operator should know, logged once logging is set up ([`Guard::warn`]).
+    warnings: Vec<String>,
 }
 
 static GUARD: OnceLock<Guard> = OnceLock::new();
@@ -64,9 +76,25 @@ static GUARD: OnceLock<Guard> = OnceLock::new();
 /// Captures what the daemon loads; call once at startup, before anything could replace it.
 pub fn init() -> &'static Guard {
     GUARD.get_or_init(|| {
-        let binary = std::fs::read_link("/proc/self/exe")
+        let mut binary = std::fs::read_link("/proc/self/exe")
             .ok()
             .and_then(|path| protected(BINARY, &path));
+        let mut warnings = Vec::new();
+        if let Some(binary) = binary.as_mut().filter(|binary| binary.linked) {
+            binary.linked = !running_binary_is_write_protected();
+            if binary.linked {
+                warnings.push(
+                    "this kernel lets the running exec-server binary be opened for writing; \
+                     every sandboxed write root is searched for hard links to it"
+                        .to_owned(),
+                );
+            }
+        }
+        warnings.extend(
+            binary
+                .as_ref()
+                .and_then(|binary| writable_by_others(&binary.path)),
+        );
         let config = LOADER_CONFIG
             .iter()
             .filter_map(|path| protected("the dynamic loader's configuration", Path::new(path)));
@@ -77,7 +105,35 @@ pub fn init() -> &'static Guard {
             .collect();
         Guard {
             protected: binary.into_iter().chain(config).chain(mapped).collect(),
+            warnings,
         }
+    })
+}
+
+/// Whether the kernel refuses to open the running binary for writing (ETXTBSY), as every
+/// Linux release does; a read-only file system or a binary the daemon may not write protects
+/// it as well (a sandbox runs as the daemon's user, with fewer rights).
+fn running_binary_is_write_protected() -> bool {
+    // Opened, never written: dropped at once.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open("/proc/self/exe")
+        .is_err()
+}
+
+/// A binary that others may write is one they can make the next start of the daemon run: the
+/// kernel refuses writes only while it runs, and a sandbox that reached a hard link to it
+/// could have changed its mode (as of any file of the daemon's user in its write roots).
+fn writable_by_others(binary: &Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(binary).ok()?.permissions().mode();
+    (mode & 0o022 != 0).then(|| {
+        format!(
+            "the exec-server binary `{}` is writable by its group or others (mode {:o}): \
+             whoever can write it runs code as this daemon's user at its next start",
+            binary.display(),
+            mode & 0o7777
+        )
     })
 }
 
@@ -117,20 +173,26 @@ fn protected(what: &'static str, path: &Path) -> Option<Protected> {
             .as_ref()
             .map(MetadataExt::dev)
             .or_else(|| ancestors.first().map(|(dev, _)| *dev))?,
-        nlink: meta
+        linked: meta
             .as_ref()
-            .filter(|meta| meta.is_file())
-            .map_or(1, MetadataExt::nlink),
+            .is_some_and(|meta| meta.is_file() && meta.nlink() > 1),
         path,
         ancestors,
     })
 }
 
 impl Guard {
+    /// Logs what [`init`] found worth a warning.
+    pub fn warn(&self) {
+        for warning in &self.warnings {
+            tracing::warn!("{warning}");
+        }
+    }
+
     /// Whether [`Guard::check_write_root`] may search a root for hard links to a protected
     /// file.
     pub fn searches_for_links(&self) -> bool {
-        self.protected.iter().any(|item| item.nlink > 1)
+        self.protected.iter().any(|item| item.linked)
     }
 
     /// Err(reason) when a write grant on the canonical directory or file `root` would expose
@@ -169,7 +231,7 @@ impl Guard {
                         return refuse(Overlap::BindMount);
                     }
                 }
-                if let (true, true, Some((dev, ino))) = (item.nlink > 1, meta.is_dir(), item.id) {
+                if let (true, true, Some((dev, ino))) = (item.linked, meta.is_dir(), item.id) {
                     match find_inode(root, dev, ino) {
                         Ok(None) => {}
                         Ok(Some(link)) => return refuse(Overlap::HardLink(link)),

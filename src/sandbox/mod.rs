@@ -104,10 +104,9 @@ fn namespaces_unavailable() -> &'static Option<error::Unsupported> {
 }
 
 /// Whether preparing `sandbox` may walk directory trees (glob expansion, the search of write
-/// roots for hard links to the daemon's binary, when it has links), and so belongs off the async
-/// workers. Anything else is a few stats and canonicalizations, cheaper than the hop to a
-/// blocking thread (measured here: 80–140 µs of a sandboxed launch, every launch, for a binary
-/// that cargo had hard-linked into `target/`).
+/// roots for hard links to a library the daemon maps, when one has links), and so belongs off
+/// the async workers. Anything else is a few stats and canonicalizations, cheaper than the hop
+/// to a blocking thread (measured here: 80–140 µs of a sandboxed launch).
 pub fn prepare_walks(sandbox: &FileSystemSandboxContext) -> bool {
     policy::expands_globs(sandbox)
         || (policy::grants_writes(sandbox) && guard::init().searches_for_links())

@@ -174,3 +174,49 @@ async fn many_connections_start_sandboxes_in_one_git_workspace_without_spurious_
     })
     .await;
 }
+
+/// cargo hard-links the binary it builds, and every sandboxed launch used to search each write
+/// root for such a link to the daemon's binary (6 launches/s in a 50,000-file workspace, roots
+/// over 200,000 entries refused). Nothing is searched now: the kernel refuses every write to a
+/// binary that runs, and the daemon and its helpers run it. The attack the search guarded
+/// against is made here, through a link inside the write root.
+#[tokio::test]
+async fn a_hard_link_to_the_daemon_binary_in_a_write_root_cannot_be_written_through() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let binary = root.join("bin/exec-server");
+    std::fs::create_dir_all(binary.parent().unwrap()).unwrap();
+    std::fs::copy(env!("CARGO_BIN_EXE_exec-server"), &binary).unwrap();
+    let ws = root.join("ws");
+    std::fs::create_dir_all(ws.join("deep")).unwrap();
+    std::fs::hard_link(&binary, ws.join("deep/exec-server")).unwrap();
+    let original = std::fs::read(&binary).unwrap();
+    let daemon = Daemon::launch(Daemon::command(binary.to_str().unwrap(), &[], &[]));
+    let (client, _) = daemon.session().await;
+    let sandbox = workspace_write(&ws, "restricted");
+    let attack = sh(
+        &client,
+        "attack",
+        &ws,
+        &sandbox,
+        "cd deep; echo x >> exec-server; echo append=$?; : > exec-server; echo truncate=$?; \
+         cp /bin/true exec-server; echo cp=$?; \
+         dd if=/dev/zero of=exec-server bs=1 count=1 conv=notrunc 2>&1; echo dd=$?; \
+         chmod 4755 exec-server; echo setuid=$?",
+    )
+    .await;
+    for step in ["append", "truncate", "cp", "dd", "setuid"] {
+        assert!(
+            !attack.output.contains(&format!("{step}=0")),
+            "{step} went through: {attack:?}"
+        );
+    }
+    assert!(attack.output.contains("Text file busy"), "{attack:?}");
+    assert!(
+        std::fs::read(&binary).unwrap() == original,
+        "the binary changed"
+    );
+    // The daemon goes on launching sandboxes from the same binary.
+    assert_ok(&sh(&client, "after", &ws, &sandbox, "echo ok > ok.txt").await);
+    assert_eq!(std::fs::read_to_string(ws.join("ok.txt")).unwrap(), "ok\n");
+}
