@@ -2,7 +2,7 @@
 //! wire, then run to completion as blocking work with the same code either by the daemon (no
 //! restricting sandbox) or by the sandbox helper, confined (`helper`).
 
-use super::host::{host_path, with_path};
+use super::host::host_path;
 use super::FsError;
 use super::{copy, file, ops, walk};
 use crate::config::Config;
@@ -177,10 +177,11 @@ impl OneShot for m::FsRemove {
         let path = host_path(&params.path)?;
         let recursive = params.recursive.unwrap_or(true);
         let force = params.force.unwrap_or(true);
-        match crate::sandbox::protected::remove_held(&path) {
-            Some(emptied) => with_path(emptied, &path)?,
-            None => ops::remove(&path, recursive, force)?,
-        }
+        crate::sandbox::protected::remove_with(
+            &path,
+            || ops::remove(&path, recursive, force),
+            |err| FsError::io(err, &path),
+        )?;
         encode(Ok(EmptyResult {}))
     }
 }
@@ -217,17 +218,16 @@ impl OneShot for m::FsRename {
     fn run(params: RenameParams) -> Result<Value, FsError> {
         let source = host_path(&params.source_path)?;
         let destination = host_path(&params.destination_path)?;
-        if let Some(held) = [&source, &destination]
-            .into_iter()
-            .find(|path| crate::sandbox::protected::is_held(path))
-        {
-            return Err(FsError::Refused(format!(
+        crate::sandbox::protected::rename_with(&source, &destination, || {
+            ops::rename(&source, &destination, params.overwrite)
+        })
+        .map_err(|held| {
+            FsError::Refused(format!(
                 "`{}` is kept read-only by running sandboxed processes; it can be renamed \
                  once they exit",
                 held.display()
-            )));
-        }
-        ops::rename(&source, &destination, params.overwrite)?;
+            ))
+        })??;
         encode(Ok(EmptyResult {}))
     }
 }

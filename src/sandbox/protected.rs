@@ -127,34 +127,15 @@ pub fn protect(rules: &mut Vec<Rule>) -> Result<Leases, RpcError> {
             if explicit.contains(&path) || added.contains(&path) {
                 continue;
             }
-            match fstatat(&dir, *name, AtFlags::AT_SYMLINK_NOFOLLOW) {
-                Ok(stat) if kind(&stat) == libc::S_IFLNK => {
-                    return Err(RpcError::invalid_params(format!(
-                        "protected path `{}` is a symbolic link; the sandbox cannot keep it \
-                         read-only",
-                        path.display()
-                    )))
-                }
-                // An existing name, another sandbox's placeholder, or one a killed daemon left.
-                Ok(stat) => {
+            match inspect(&dir, name, &path)? {
+                Found::Existing { stat, placeholder } => {
                     if *name == ".git" && kind(&stat) == libc::S_IFREG {
                         added.extend(gitdirs(root, &path));
                     }
-                    leases.placeholders |= kind(&stat) == libc::S_IFDIR && is_marked(&path);
+                    leases.placeholders |= placeholder;
                 }
-                Err(Errno::ENOENT) => {
-                    if !create_placeholder(&dir, name, &path)? {
-                        continue;
-                    }
-                    leases.placeholders = true;
-                }
-                Err(err) => {
-                    return Err(RpcError::invalid_params(format!(
-                        "protected path `{}` cannot be inspected: {}",
-                        path.display(),
-                        std::io::Error::from(err)
-                    )))
-                }
+                Found::Created => leases.placeholders = true,
+                Found::ReadOnly => continue,
             }
             registry.take(&path);
             leases.paths.push(path.clone());
@@ -210,29 +191,84 @@ fn pointer(file: &Path, prefix: &str, base: &Path) -> Option<PathBuf> {
     std::fs::canonicalize(base.join(target)).ok()
 }
 
-/// Creates the placeholder `name` in the root `dir` (`path` for short), with the registry's
-/// lock held. Ok(false) when the root is on a read-only file system, where nothing can be
-/// created anyway.
-fn create_placeholder(dir: &OwnedFd, name: &str, path: &Path) -> Result<bool, RpcError> {
-    match mkdirat(dir, name, Mode::from_bits_truncate(0o777)) {
-        Ok(()) => {}
-        Err(Errno::EROFS) => return Ok(false),
-        Err(err) => {
-            return Err(RpcError::invalid_params(format!(
-                "cannot create the placeholder protecting `{}`: {}",
-                path.display(),
-                std::io::Error::from(err)
-            )))
+/// What a protected name of a write root is, once inspected.
+enum Found {
+    /// A file or directory: the user's, another sandbox's placeholder, or one a killed daemon
+    /// left.
+    Existing {
+        stat: nix::sys::stat::FileStat,
+        placeholder: bool,
+    },
+    /// A placeholder this launch created.
+    Created,
+    /// Missing, on a read-only file system, where nothing can be created anyway.
+    ReadOnly,
+}
+
+/// How often a name that appears or vanishes while it is inspected (the host may create or
+/// remove it at any time) is inspected again.
+const INSPECTIONS: usize = 3;
+
+/// Inspects the name `name` of the root `dir` (`path` for short), creating a placeholder where
+/// it is missing, with the registry's lock held.
+fn inspect(dir: &OwnedFd, name: &str, path: &Path) -> Result<Found, RpcError> {
+    let mut last = Errno::ENOENT;
+    for _ in 0..INSPECTIONS {
+        match fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(stat) if kind(&stat) == libc::S_IFLNK => {
+                return Err(RpcError::invalid_params(format!(
+                    "protected path `{}` is a symbolic link; the sandbox cannot keep it \
+                     read-only",
+                    path.display()
+                )))
+            }
+            Ok(stat) => {
+                let placeholder = kind(&stat) == libc::S_IFDIR && is_marked(path);
+                return Ok(Found::Existing { stat, placeholder });
+            }
+            Err(Errno::ENOENT) => {}
+            Err(err) => {
+                return Err(RpcError::invalid_params(format!(
+                    "protected path `{}` cannot be inspected: {}",
+                    path.display(),
+                    std::io::Error::from(err)
+                )))
+            }
+        }
+        match mkdirat(dir, name, Mode::from_bits_truncate(0o777)) {
+            Ok(()) => {}
+            Err(Errno::EROFS) => return Ok(Found::ReadOnly),
+            // Created on the host meanwhile: inspect it.
+            Err(Errno::EEXIST) => {
+                last = Errno::EEXIST;
+                continue;
+            }
+            Err(err) => {
+                return Err(RpcError::invalid_params(format!(
+                    "cannot create the placeholder protecting `{}`: {}",
+                    path.display(),
+                    std::io::Error::from(err)
+                )))
+            }
+        }
+        match mark(dir, name) {
+            Ok(()) => return Ok(Found::Created),
+            // Removed or replaced on the host meanwhile: inspect it again.
+            Err(err) if err.raw_os_error() == Some(libc::ENOENT) => last = Errno::ENOENT,
+            Err(err) => {
+                let _ = unlinkat(dir, name, UnlinkatFlags::RemoveDir);
+                return Err(RpcError::invalid_params(format!(
+                    "cannot mark the placeholder protecting `{}`: {err}",
+                    path.display()
+                )));
+            }
         }
     }
-    if let Err(err) = mark(dir, name) {
-        let _ = unlinkat(dir, name, UnlinkatFlags::RemoveDir);
-        return Err(RpcError::invalid_params(format!(
-            "cannot mark the placeholder protecting `{}`: {err}",
-            path.display()
-        )));
-    }
-    Ok(true)
+    Err(RpcError::invalid_params(format!(
+        "protected path `{}` kept changing while the sandbox inspected it: {}",
+        path.display(),
+        std::io::Error::from(last)
+    )))
 }
 
 impl Leases {
@@ -320,21 +356,52 @@ pub fn claim(path: &Path) {
     }
 }
 
-/// For the daemon's own `fs/remove` of `path`: a protected name that live sandboxes mount
-/// read-only must not be unlinked on the host, which would silently lift their protection
-/// (the kernel detaches mounts on a dentry removed in another namespace). Its contents go and
-/// the directory itself stays as a placeholder, removed when the last of them ends. None when
-/// no sandbox holds `path` (remove it as usual).
-pub fn remove_held(path: &Path) -> Option<std::io::Result<()>> {
-    let canonical = protected_name(path)?;
+/// The daemon's own `fs/remove` of `path`, which `remove` carries out. A protected name that
+/// live sandboxes mount read-only must not be unlinked on the host, which would silently lift
+/// their protection (the kernel detaches mounts on a dentry removed in another namespace): its
+/// contents go and the directory itself stays as a placeholder, removed when the last of them
+/// ends (`held` maps the error of that). Any other protected name is removed under the lock, so
+/// that no launch inspects it meanwhile.
+pub fn remove_with<E>(
+    path: &Path,
+    remove: impl FnOnce() -> Result<(), E>,
+    held: impl FnOnce(std::io::Error) -> E,
+) -> Result<(), E> {
+    let Some(canonical) = protected_name(path) else {
+        return remove();
+    };
     let guard = registry();
-    if !guard
+    if guard
         .as_ref()
         .is_some_and(|registry| registry.holds(&canonical))
     {
-        return None;
+        return empty_into_placeholder(&canonical).map_err(held);
     }
-    Some(empty_into_placeholder(&canonical))
+    remove()
+}
+
+/// The daemon's own `fs/rename` of `source` to `destination`, which `rename` carries out,
+/// under the lock when either is a protected name; Err(the held path) when live sandboxes
+/// mount either (a rename of it or over it would lift that).
+pub fn rename_with<T>(
+    source: &Path,
+    destination: &Path,
+    rename: impl FnOnce() -> T,
+) -> Result<T, PathBuf> {
+    let names: Vec<PathBuf> = [source, destination]
+        .into_iter()
+        .filter_map(protected_name)
+        .collect();
+    if names.is_empty() {
+        return Ok(rename());
+    }
+    let guard = registry();
+    if let Some(registry) = guard.as_ref() {
+        if let Some(held) = names.into_iter().find(|name| registry.holds(name)) {
+            return Err(held);
+        }
+    }
+    Ok(rename())
 }
 
 /// Removes what `path` holds and marks it a placeholder (the registry's lock held).
@@ -360,15 +427,6 @@ fn empty_into_placeholder(path: &Path) -> std::io::Result<()> {
         return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
     };
     mark(&super::mounts::open_nofollow(parent)?, name)
-}
-
-/// Whether live sandboxes mount `path` read-only (a rename of it or over it would lift that).
-pub fn is_held(path: &Path) -> bool {
-    protected_name(path).is_some_and(|canonical| {
-        registry()
-            .as_ref()
-            .is_some_and(|registry| registry.holds(&canonical))
-    })
 }
 
 /// `path` with its directory canonicalized, if its name is a protected one.
