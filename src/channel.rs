@@ -50,6 +50,8 @@ pub const ADOPTED: u8 = b'a';
 pub const LISTENERS: u8 = b'L';
 /// Sandboxed fs operation → daemon: a file it opened travels with it.
 pub const PASSED_FILE: u8 = b'f';
+/// Sandboxed fs operation → daemon: its reply follows, one frame.
+pub const FS_REPLY: u8 = b'r';
 
 /// Sends `data` with `fds` attached (none: plain data); returns how many bytes of `data` the
 /// socket took, at least the first unless it is non-blocking and full. `MSG_NOSIGNAL`: a peer

@@ -1,12 +1,14 @@
-//! The confined side of a sandboxed `fs/*` call (`sandbox::run_fs_op`): run by the sandbox
-//! helper itself, in-process, once the call's sandbox is in place.
+//! The confined side of sandboxed `fs/*` calls (`sandbox::fs_servers`): run by the sandbox
+//! helper itself, in-process, once the calls' sandbox is in place, and reused for every call
+//! under the same plan until the daemon closes its socket.
 //!
-//! It reads one [`HelperRequest`] from stdin to EOF, runs it with the same blocking code as the
-//! daemon's direct path, and prints one [`HelperReply`] on stdout. Requests are the one-shot
-//! methods with their params (without `sandbox`), `fs/open` (the open file is passed back over
-//! stdin, which is a Unix socket, and the reply describes it), and [`INSTALL_STAGED`], which
-//! renames a staged `replace` upload into place when its handle is closed. Nothing here may
-//! need what the sandbox may not grant: no exec, no file read but the operation's own.
+//! Stdin is a Unix socket to the daemon. Each [`HelperRequest`] arrives on it as one
+//! length-prefixed frame, runs with the same blocking code as the daemon's direct path, and
+//! gets one [`HelperReply`] back as an `FS_REPLY` marker and a frame. Requests are the one-shot
+//! methods with their params (without `sandbox`), `fs/open` (the open file goes ahead of the
+//! reply, with a `PASSED_FILE` marker, and the reply describes it), and [`INSTALL_STAGED`],
+//! which renames a staged `replace` upload into place when its handle is closed. Nothing here
+//! may need what the sandbox may not grant: no exec, no file read but the operation's own.
 
 use super::handles::{Handle, Transfer};
 use super::host::host_path;
@@ -14,13 +16,13 @@ use super::oneshot::{follow, one_shots, OneShot, OneShotVisitor};
 use super::staged::StagedName;
 use super::write_stream::WriteTransfer;
 use super::FsError;
+use crate::channel::{message, read_frame, send_all_with_fds, FS_REPLY};
 use crate::rpc::{decode, RpcError};
 use exec_server_protocol::fs::OpenParams;
 use exec_server_protocol::rpc::{method, ErrorObject};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::io::{Read as _, Write as _};
-use std::os::fd::AsFd as _;
+use std::os::fd::{AsFd as _, FromRawFd as _};
 use std::path::PathBuf;
 
 /// The helper's own request: commit a staged file (`{temp, target}`).
@@ -47,24 +49,35 @@ struct InstallParams {
     target: PathBuf,
 }
 
-/// Runs the operation on stdin, replies on stdout, and exits.
+/// Daemon-made requests carry at most a file the daemon accepts for writing, in base64.
+const MAX_REQUEST: usize = 1 << 30;
+
+/// Serves the requests on stdin until the daemon closes it, then exits.
 pub fn serve() -> ! {
-    let reply = match handle() {
-        Ok(result) => HelperReply::Ok(result),
-        Err(error) => HelperReply::Error(RpcError::from(error).to_object()),
-    };
-    let mut stdout = std::io::stdout().lock();
-    let written = serde_json::to_writer(&mut stdout, &reply).is_ok() && stdout.flush().is_ok();
-    std::process::exit(if written { 0 } else { 1 });
+    // SAFETY: stdin is the socket to the daemon for as long as this process runs, and is
+    // never closed here (the process exits instead).
+    let socket = std::mem::ManuallyDrop::new(unsafe {
+        std::os::unix::net::UnixStream::from_raw_fd(libc::STDIN_FILENO)
+    });
+    let socket: &std::os::unix::net::UnixStream = &socket;
+    loop {
+        // EOF: the daemon retired this helper.
+        let Ok(request) = read_frame(&mut &*socket, MAX_REQUEST) else {
+            std::process::exit(0);
+        };
+        let reply = match handle(&request) {
+            Ok(result) => HelperReply::Ok(result),
+            Err(error) => HelperReply::Error(RpcError::from(error).to_object()),
+        };
+        let reply = serde_json::to_vec(&reply).expect("a reply always serializes");
+        if send_all_with_fds(socket, &message(Some(FS_REPLY), &[&reply]), &[]).is_err() {
+            std::process::exit(1);
+        }
+    }
 }
 
-fn handle() -> Result<Value, FsError> {
-    let mut input = Vec::new();
-    std::io::stdin()
-        .lock()
-        .read_to_end(&mut input)
-        .map_err(|err| FsError::internal(format!("cannot read the helper request: {err}")))?;
-    let request: HelperRequest = serde_json::from_slice(&input)
+fn handle(input: &[u8]) -> Result<Value, FsError> {
+    let request: HelperRequest = serde_json::from_slice(input)
         .map_err(|err| FsError::internal(format!("malformed helper request: {err}")))?;
     match request.method.as_str() {
         method::FS_OPEN => open(request.params),

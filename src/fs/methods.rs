@@ -24,10 +24,20 @@ pub(crate) async fn one_shot<M: OneShot>(
     if let Some(bytes) = M::reply_budget(&mut params, config).await {
         call.reserve_reply(bytes).await;
     }
-    let result = match route(M::take_sandbox(&mut params))? {
+    let listed = M::touches(&params)
+        .first()
+        .and_then(|(uri, _)| uri.to_path().ok());
+    let mut result = match route(M::take_sandbox(&mut params))? {
         Route::Direct => blocking(move || M::run(params)).await?,
         Route::Confined(confined) => confined.one_shot::<M>(params).await?,
     };
+    if let Some(listed) = listed {
+        M::hide_placeholders(
+            &listed,
+            &mut result,
+            &crate::sandbox::protected::is_placeholder,
+        );
+    }
     Ok(Success::Json(result))
 }
 

@@ -37,10 +37,11 @@ pub(crate) trait OneShot: Method<Params: Send + 'static> {
         std::future::ready(None)
     }
 
-    /// Drops from a result the entries that `is_placeholder` (a listing run in the sandbox
-    /// shows the placeholders of missing protected names).
+    /// Drops from a result listing `listed` (its first touched path) the entries that
+    /// `is_placeholder`: the placeholders of missing protected names that live sandboxes
+    /// hold, which no listing shows, in the sandbox or out of it.
     fn hide_placeholders(
-        _params: &Self::Params,
+        _listed: &Path,
         _result: &mut Value,
         _is_placeholder: &dyn Fn(&Path) -> bool,
     ) {
@@ -148,15 +149,8 @@ impl OneShot for m::FsReadDirectory {
     fn run(params: PathParams) -> Result<Value, FsError> {
         encode(ops::read_directory(&host_path(&params.path)?))
     }
-    fn hide_placeholders(
-        params: &PathParams,
-        result: &mut Value,
-        is_placeholder: &dyn Fn(&Path) -> bool,
-    ) {
-        let (Ok(dir), Ok(mut listing)) = (
-            params.path.to_path(),
-            ReadDirectoryResult::deserialize(&*result),
-        ) else {
+    fn hide_placeholders(dir: &Path, result: &mut Value, is_placeholder: &dyn Fn(&Path) -> bool) {
+        let Ok(mut listing) = ReadDirectoryResult::deserialize(&*result) else {
             return;
         };
         listing
@@ -257,11 +251,7 @@ impl OneShot for m::FsWalk {
         let path = host_path(&params.path)?;
         encode(Ok(walk::walk(&path, params.options)))
     }
-    fn hide_placeholders(
-        _params: &WalkParams,
-        result: &mut Value,
-        is_placeholder: &dyn Fn(&Path) -> bool,
-    ) {
+    fn hide_placeholders(_root: &Path, result: &mut Value, is_placeholder: &dyn Fn(&Path) -> bool) {
         let Ok(mut walk) = WalkResult::deserialize(&*result) else {
             return;
         };

@@ -111,23 +111,11 @@ pub fn refuse(route: Route, what: &str) -> Result<(), FsError> {
 }
 
 impl Confined {
-    /// Runs a one-shot operation in the sandbox. Listings leave out the placeholders that held
-    /// missing protected names while the helper ran, so results match the direct path.
+    /// Runs a one-shot operation in the sandbox.
     pub(crate) async fn one_shot<M: OneShot>(&self, params: M::Params) -> Result<Value, FsError> {
         let touches = host_touches::<M>(&params);
         let wire = serde_json::to_value(&params).expect("wire types always serialize");
-        let (mut result, output) = self.call(M::NAME, wire, &touches).await?;
-        if !output.placeholders.is_empty() {
-            // Empty read-only directories that existed only while the helper ran.
-            let is_placeholder = |path: &Path| {
-                let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-                    return false;
-                };
-                std::fs::canonicalize(parent)
-                    .is_ok_and(|parent| output.placeholders.contains(&parent.join(name)))
-            };
-            M::hide_placeholders(&params, &mut result, &is_placeholder);
-        }
+        let (result, _) = self.call(M::NAME, wire, &touches).await?;
         Ok(result)
     }
 
@@ -184,8 +172,9 @@ impl Confined {
             params: Some(params),
         };
         let input = serde_json::to_vec(&request).expect("a JSON value always serializes");
-        let output = run_fs_op(&self.0.sandbox, &self.0.cwd, input).await?;
-        match serde_json::from_slice::<HelperReply>(&output.stdout) {
+        let output = run_fs_op(&self.0.sandbox, &self.0.cwd, &input).await?;
+        let reply = output.reply.as_deref().unwrap_or_default();
+        match serde_json::from_slice::<HelperReply>(reply) {
             Ok(HelperReply::Ok(result)) => Ok((result, output)),
             Ok(HelperReply::Error(error)) => {
                 let mut error = RpcError {

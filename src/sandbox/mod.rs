@@ -37,11 +37,12 @@ pub fn hide_from_sandboxes(paths: Vec<std::path::PathBuf>) {
 pub fn hidden() -> &'static [std::path::PathBuf] {
     HIDDEN.get().map_or(&[], Vec::as_slice)
 }
+mod fs_servers;
 pub(crate) mod pool;
 pub(crate) mod protected;
 mod seccomp;
 
-use crate::process::spawn::{self, ChildIo, LaunchSpec, Spawned, DEFAULT_SIZE};
+use crate::process::spawn::{self, LaunchSpec, Spawned};
 use crate::process::tree::{self, Started};
 use crate::rpc::RpcError;
 use denial::{DenialContext, Scanner};
@@ -49,8 +50,9 @@ use exec_server_protocol::process::StartParams;
 use exec_server_protocol::sandbox::{
     FileSystemSandboxContext, FsAccess, ManagedNetwork, NetworkAccess,
 };
+pub use fs_servers::{run_fs_op, FsOpOutput};
 use plan::{Failure, FsPlan, Identity, ManagedPlan, NetworkMode, Plan, Stage, MAX_PLAN_BYTES};
-use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd};
+use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -303,171 +305,6 @@ fn fs_plan(rules: &[policy::Rule], cwd: &Path) -> Result<FsPlan, InspectError> {
         grants,
         identities,
     })
-}
-
-/// The output of [`run_fs_op`].
-#[derive(Debug)]
-pub struct FsOpOutput {
-    pub stdout: Vec<u8>,
-    pub stderr: Vec<u8>,
-    pub exit_code: i32,
-    /// Descriptors the operation passed back over its stdin socket (SCM_RIGHTS), close-on-exec.
-    pub fds: Vec<OwnedFd>,
-    /// What the classifier knows about this run's policy.
-    pub context: Arc<DenialContext>,
-    /// The placeholders this run held for missing protected names: empty directories that
-    /// existed only while it ran (listings inside the sandbox showed them).
-    pub placeholders: Vec<std::path::PathBuf>,
-}
-
-/// Most descriptors [`run_fs_op`] accepts back from one run; more are closed by the kernel.
-const MAX_PASSED_FDS: usize = 4;
-
-/// How a sandboxed fs operation is named in messages.
-const FS_OP: &str = "exec-server fs operation";
-
-/// Runs one sandboxed `fs/*` operation under `sandbox`, confined as a process started in `cwd`
-/// would be, so the kernel enforces the intent on the operation itself. A sandbox helper
-/// applies the plan to itself and then runs the operation in-process ([`plan::Plan::fs_op`]):
-/// it reads `request` (one JSON request) from stdin to EOF and writes the JSON result on
-/// stdout. Nothing is executed, so the intent need not grant the daemon's binary or the
-/// platform libraries, and the operation gets exactly what the intent grants. Stdin is one end
-/// of a Unix socket pair: the operation may send descriptors it opened back over it
-/// ([`FsOpOutput::fds`]). The intent must restrict the file system (`crate::fs::sandbox`
-/// runs every other call directly).
-pub async fn run_fs_op(
-    sandbox: &FileSystemSandboxContext,
-    cwd: &Path,
-    request: Vec<u8>,
-) -> Result<FsOpOutput, RpcError> {
-    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let (ours, theirs) = socketpair(
-        AddressFamily::Unix,
-        SockType::Stream,
-        None,
-        SockFlag::SOCK_CLOEXEC,
-    )
-    .map_err(|e| RpcError::internal(format!("cannot create a socket pair: {e}")))?;
-    let mut spec = LaunchSpec {
-        program: FS_OP.into(),
-        args: Vec::new(),
-        arg0: None,
-        cwd: cwd.to_path_buf(),
-        env: Default::default(),
-        tty: false,
-        pipe_stdin: false,
-        stdin_fd: Some(Arc::new(theirs)),
-        size: DEFAULT_SIZE,
-        limits: Default::default(),
-    };
-    let argv = [FS_OP.to_owned()];
-    // A resolution that walks directory trees runs off the async workers.
-    let prepared = if prepare_walks(sandbox) {
-        let (sandbox, cwd) = (sandbox.clone(), cwd.to_path_buf());
-        tokio::task::spawn_blocking(move || prepare(&sandbox, &cwd, &argv, None))
-            .await
-            .map_err(|err| RpcError::internal(err.to_string()))??
-    } else {
-        prepare(sandbox, cwd, &argv, None)?
-    };
-    let Some(mut prepared) = prepared else {
-        return Err(RpcError::internal(
-            "a sandboxed fs operation needs an intent that restricts something",
-        ));
-    };
-    prepared.plan.fs_op = true;
-    let mut launch = prepared.launch(&mut spec)?;
-    let spawned = launch.spawn(&spec).await?;
-    // Only the helper's child may hold the other end, so its exit ends the conversation.
-    drop(spec);
-    let mut tree = spawned.tree;
-    // Held until the supervisor is gone: its placeholders must outlive it.
-    let sandboxed = launch.into_sandboxed();
-    let ChildIo::Pipes {
-        stdin: None,
-        stdout,
-        stderr,
-    } = spawned.io
-    else {
-        unreachable!("spawned on pipes with stdin on the socket");
-    };
-    let receiver = |fd| tokio::net::unix::pipe::Receiver::from_owned_fd(fd);
-    let io_error = |e: std::io::Error| RpcError::internal(format!("the helper's socket: {e}"));
-    let (mut stdout, mut stderr) = (
-        receiver(stdout).map_err(io_error)?,
-        receiver(stderr).map_err(io_error)?,
-    );
-    let socket = std::os::unix::net::UnixStream::from(ours);
-    socket.set_nonblocking(true).map_err(io_error)?;
-    let mut input = tokio::net::UnixStream::from_std(socket).map_err(io_error)?;
-    let feed = async move {
-        // A helper that stops reading (it failed) ends the feed; its output says why.
-        if input.write_all(&request).await.is_ok() {
-            let _ = input.shutdown().await;
-        }
-        input
-    };
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    let (input, out_read, err_read) = tokio::join!(
-        feed,
-        stdout.read_to_end(&mut out),
-        stderr.read_to_end(&mut err)
-    );
-    out_read
-        .and(err_read)
-        .map_err(|e| RpcError::internal(format!("reading the sandboxed helper: {e}")))?;
-    let exit_code = loop {
-        match tree.reports.next().await {
-            Some(tree::Report::Exited { code, .. }) => break code,
-            Some(_) => {}
-            None => {
-                return Err(RpcError::internal(
-                    "the sandboxed helper's supervisor ended before it",
-                ))
-            }
-        }
-    };
-    end(tree).await;
-    let fds = received_fds(&input.into_std().map_err(io_error)?);
-    Ok(FsOpOutput {
-        stdout: out,
-        stderr: err,
-        exit_code,
-        fds,
-        context: sandboxed.context.clone(),
-        placeholders: sandboxed.leases.placeholders(),
-    })
-}
-
-/// Ends a [`run_fs_op`] tree: closing our end makes its supervisor kill what is left and exit,
-/// which is awaited, since placeholders are mount points in its namespace until then.
-async fn end(tree: tree::Tree) {
-    let tree::Tree {
-        supervisor,
-        reports,
-        orders,
-        ..
-    } = tree;
-    drop((reports, orders));
-    if let Some(supervisor) = supervisor {
-        supervisor.exited().await;
-    }
-}
-
-/// The descriptors queued on `socket` by a program that has exited (so nothing blocks).
-fn received_fds(socket: &std::os::unix::net::UnixStream) -> Vec<OwnedFd> {
-    let mut fds = Vec::new();
-    let mut data = [0u8; 256];
-    while let Ok(message) =
-        crate::channel::recv_fds(socket.as_fd(), &mut data, MAX_PASSED_FDS, true)
-    {
-        fds.extend(message.fds);
-        if message.bytes == 0 {
-            break;
-        }
-    }
-    fds
 }
 
 /// The daemon's own image, even if its file was replaced since it started: what the pool

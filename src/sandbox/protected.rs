@@ -275,15 +275,6 @@ impl Leases {
     pub fn holds_placeholders(&self) -> bool {
         self.placeholders
     }
-
-    /// The placeholders among the held paths.
-    pub fn placeholders(&self) -> Vec<PathBuf> {
-        self.paths
-            .iter()
-            .filter(|path| is_marked(path))
-            .cloned()
-            .collect()
-    }
 }
 
 impl Drop for Leases {
@@ -427,6 +418,17 @@ fn empty_into_placeholder(path: &Path) -> std::io::Result<()> {
         return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
     };
     mark(&super::mounts::open_nofollow(parent)?, name)
+}
+
+/// Whether `path` is a placeholder that a live sandbox holds: an artifact of the daemon, which
+/// its listings leave out.
+pub fn is_placeholder(path: &Path) -> bool {
+    protected_name(path).is_some_and(|canonical| {
+        registry()
+            .as_ref()
+            .is_some_and(|registry| registry.holds(&canonical))
+            && is_marked(&canonical)
+    })
 }
 
 /// `path` with its directory canonicalized, if its name is a protected one.

@@ -122,7 +122,7 @@ async fn reads_follow_the_profile_and_results_match_the_direct_path() {
         .call("fs/canonicalize", json!({"path": uri(&d.ws("alias"))}))
         .await;
     assert_eq!(canonical["path"], uri(&d.ws("real")));
-    assert_eq!(d.ws_names(), ["a.txt", "alias", "real"]);
+    d.assert_ws_names_settle(&["a.txt", "alias", "real"]).await;
 }
 
 #[tokio::test]
@@ -244,10 +244,8 @@ async fn writes_inside_work_and_outside_or_into_protected_names_are_denied() {
     assert_eq!(std::fs::read_dir(d.ws(".git")).unwrap().count(), 1);
     d.assert_outside_untouched();
     // No staged file, no placeholder left behind.
-    assert_eq!(
-        d.ws_names(),
-        [".git", "atomic", "hard", "new", "orig", "sub"]
-    );
+    d.assert_ws_names_settle(&[".git", "atomic", "hard", "new", "orig", "sub"])
+        .await;
 }
 
 #[tokio::test]
@@ -326,7 +324,7 @@ async fn symlink_escapes_are_stopped_by_the_kernel() {
     assert!(std::fs::symlink_metadata(d.ws("link")).is_err());
     d.assert_outside_untouched();
     assert_eq!(std::fs::read_to_string(d.ws("mine")).unwrap(), "mine");
-    assert_eq!(d.ws_names(), ["dirlink", "mine"]);
+    d.assert_ws_names_settle(&["dirlink", "mine"]).await;
 }
 
 #[tokio::test]
@@ -433,7 +431,7 @@ async fn streams_use_the_file_the_sandbox_opened() {
     assert_eq!(error["code"], -32004, "{error}");
     d.assert_outside_untouched();
     assert_eq!(std::fs::read(d.ws(".git/HEAD")).unwrap(), b"ref");
-    assert_eq!(d.ws_names(), [".git", "link", "up"]);
+    d.assert_ws_names_settle(&[".git", "link", "up"]).await;
 }
 
 #[tokio::test]
@@ -664,10 +662,11 @@ async fn explicit_path_profiles_grant_what_they_list_and_stop_every_escape() {
     assert!(std::fs::symlink_metadata(root.join("link")).is_err());
     d.assert_outside_untouched();
     assert_eq!(std::fs::read(allowed.join("data")).unwrap(), b"data");
-    assert_eq!(
-        names_in(&root),
-        ["alias", "copied", "dirlink", "mine", "new", "real", "sub"]
-    );
+    assert_names_settle(
+        &root,
+        &["alias", "copied", "dirlink", "mine", "new", "real", "sub"],
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -856,4 +855,46 @@ async fn the_daemon_binary_is_granted_only_by_the_profile() {
     .await;
     assert_ok(&exec);
     assert!(exec.output.starts_with("exec-server "), "{exec:?}");
+}
+
+/// The processes whose working directory is `dir`.
+fn processes_in(dir: &Path) -> Vec<i32> {
+    let mut pids: Vec<i32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
+        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd == dir))
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// Setting a sandbox up costs far more than a small file operation: calls under one intent are
+/// served by one confined helper (whose working directory is the intent's), which goes once
+/// no call comes, with its placeholders.
+#[tokio::test]
+async fn calls_under_one_intent_reuse_one_confined_helper_until_it_is_idle() {
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    std::fs::write(d.ws("a.txt"), "inside").unwrap();
+    let sandbox = workspace_write(&d.ws, "restricted");
+    let read = json!({"path": uri(&d.ws("a.txt"))});
+    call(&client, "fs/readFile", read.clone(), &sandbox).await;
+    let helper = processes_in(&d.ws);
+    assert_eq!(helper.len(), 1, "{helper:?}");
+    for _ in 0..20 {
+        let result = call(&client, "fs/readFile", read.clone(), &sandbox).await;
+        assert_eq!(unb64(&result["dataBase64"]), b"inside");
+        assert_eq!(processes_in(&d.ws), helper);
+    }
+    // Still confined: the reused helper refuses what the intent does not grant.
+    let outside = json!({"path": uri(&d.out("f")), "dataBase64": b64(b"x")});
+    assert_denied(
+        &fail(&client, "fs/writeFile", outside, &sandbox).await,
+        EROFS,
+    );
+    d.assert_outside_untouched();
+    eventually("the idle helper retired", || processes_in(&d.ws).is_empty()).await;
+    d.assert_ws_names_settle(&["a.txt"]).await;
 }

@@ -64,6 +64,23 @@ impl Dirs {
     pub fn ws_names(&self) -> Vec<String> {
         names_in(&self.ws)
     }
+
+    /// Asserts the workspace comes to hold exactly `expected` ([`assert_names_settle`]).
+    pub async fn assert_ws_names_settle(&self, expected: &[&str]) {
+        assert_names_settle(&self.ws, expected).await;
+    }
+}
+
+/// Asserts `dir` comes to hold exactly `expected`: a confined helper of sandboxed fs calls
+/// keeps its placeholders while it waits for the next call, a moment.
+pub async fn assert_names_settle(dir: &Path, expected: &[&str]) {
+    let settled = tokio::time::timeout(TIMEOUT, async {
+        while names_in(dir) != expected {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(settled.is_ok(), "{:?} != {expected:?}", names_in(dir));
 }
 
 /// The names in `dir`, sorted.
