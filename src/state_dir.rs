@@ -3,11 +3,14 @@
 //!
 //! Only the daemon's user may access it (it will hold output and session ids, which are
 //! credentials): the daemon creates it 0700 when missing and refuses one that is a symbolic link,
-//! not a directory, someone else's, or open to group or others; it never chmods one that exists.
-//! One daemon per directory: an exclusive `flock` on `lock`, which the kernel releases however
-//! the daemon dies (SIGKILL included), so a successor never has to tell a stale lock from a live
-//! one. `version` names the format, and a directory in another format, or with content but no
-//! version, is refused rather than misread.
+//! not a directory, someone else's, or open to group or others, or that lies under a directory
+//! another user could change (`check_ancestors`); it never chmods one that exists. It is opened
+//! once and held by descriptor ([`Dir`]): the checks are made on that descriptor, and nothing in
+//! it is ever reached through its path again, so a rename of it or of an ancestor cannot send
+//! the daemon's writes elsewhere. One daemon per directory: an exclusive `flock` on `lock`,
+//! which the kernel releases however the daemon dies (SIGKILL included), so a successor never
+//! has to tell a stale lock from a live one. `version` names the format, and a directory in
+//! another format, or with content but no version, is refused rather than misread.
 //!
 //! An explicit `--state-dir` that cannot be used stops the daemon; the default one only means
 //! that state is not kept (a warning), as do `--state-dir none` and a user without a default.
@@ -554,6 +557,20 @@ mod tests {
             resolve(None, 1000, Some("run/user/1000")),
             StateDirSetting::NoDefault
         );
+    }
+
+    #[test]
+    fn only_root_and_the_daemons_user_may_change_an_ancestor() {
+        assert!(only_ours(0, 0o755, 1000));
+        assert!(only_ours(1000, 0o700, 1000));
+        assert!(only_ours(0, 0o1777, 1000), "sticky and root's, as /tmp");
+        assert!(
+            !only_ours(1000, 0o1777, 0),
+            "sticky but another user's: they may rename"
+        );
+        assert!(!only_ours(0, 0o775, 1000), "group-writable");
+        assert!(!only_ours(0, 0o757, 1000), "writable by others");
+        assert!(!only_ours(65534, 0o755, 1000), "another user's");
     }
 
     #[test]
