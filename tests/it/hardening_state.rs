@@ -147,19 +147,30 @@ async fn a_bind_mount_of_the_state_dir_is_hidden_from_sandboxes() {
     std::fs::create_dir(&ws).unwrap();
     let daemon = daemon_on(&parent.join("state"));
     let (_victim, session) = victim(&daemon).await;
-    let status = Command::new("mount")
-        .args(["--bind", parent.to_str().unwrap(), alias.to_str().unwrap()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let _mount = BindMount(alias.clone());
+    // One of its parent, one of a part of it.
+    let part = top.path().join("part");
+    std::fs::create_dir(&part).unwrap();
+    let mut mounts = Vec::new();
+    for (source, target) in [
+        (parent.clone(), &alias),
+        (parent.join("state/sessions"), &part),
+    ] {
+        let status = Command::new("mount")
+            .args(["--bind", source.to_str().unwrap(), target.to_str().unwrap()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        mounts.push(BindMount(target.clone()));
+    }
     assert!(alias.join("state/sessions").is_dir());
+    assert_eq!(sb::names_in(&part), [digest_name(&session)]);
 
     let (attacker, _) = daemon.session().await;
     let script = format!(
-        "ls {0}/state/sessions; cat {0}/state/sessions/* {0}/state/processes/*/meta.json \
-         {0}/state/processes/*/out.0",
-        alias.display()
+        "ls {0}/state/sessions {1}; cat {0}/state/sessions/* {0}/state/processes/*/meta.json \
+         {0}/state/processes/*/out.0 {1}/*",
+        alias.display(),
+        part.display()
     );
     let outcome = sb::sh(
         &attacker,
