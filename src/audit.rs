@@ -304,18 +304,39 @@ fn record(who: &Identity, session: &str, action: &str, details: Value) -> Vec<u8
     line
 }
 
-/// Opens `path` to append to it, creating it 0600.
+/// Opens `path` to append to it, creating it 0600. The daemon (often root) appends what it is
+/// told to, so the path is held to what the state directory is: no symbolic link (at the start
+/// and at every reopen: one swapped in before a SIGHUP would make it append to any file), and a
+/// file of the daemon's user that group and others cannot write (one they could would take
+/// forged records). A FIFO or device (a log shipper's pipe, `/dev/null`) may also be root's.
 fn append_to(path: &Path) -> Result<std::fs::File, AuditError> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    std::fs::OpenOptions::new()
+    use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+    let refuse = |source| AuditError::Open {
+        path: path.to_owned(),
+        source,
+    };
+    let file = std::fs::OpenOptions::new()
         .append(true)
         .create(true)
         .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(path)
-        .map_err(|source| AuditError::Open {
-            path: path.to_owned(),
-            source,
-        })
+        .map_err(refuse)?;
+    let meta = file.metadata().map_err(refuse)?;
+    let euid = nix::unistd::geteuid().as_raw();
+    let mode = meta.mode() & 0o7777;
+    let unsafe_file = if meta.is_file() {
+        (meta.uid() != euid || mode & 0o022 != 0)
+            .then(|| format!("owner uid {}, mode {mode:03o}", meta.uid()))
+    } else {
+        (meta.uid() != euid && meta.uid() != 0).then(|| format!("owner uid {}", meta.uid()))
+    };
+    match unsafe_file {
+        Some(found) => Err(refuse(std::io::Error::other(format!(
+            "it must belong to the daemon's uid {euid} and not be writable by group or others              ({found})"
+        )))),
+        None => Ok(file),
+    }
 }
 
 /// One write(2) of the whole line: O_APPEND places it at the end atomically, so lines of

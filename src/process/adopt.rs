@@ -10,9 +10,14 @@ use super::*;
 const ADOPTED_CHUNK_BYTES: u64 = spawn::OUTPUT_PIPE_BYTES as u64;
 
 impl TableInner {
-    /// Adopts the process kept in `dir`, started as `meta` says.
-    pub(super) async fn adopt(self: Arc<Self>, dir: &Path, meta: Meta) -> std::io::Result<()> {
-        let (store, entries) = Store::open(dir, &meta)?;
+    /// Adopts the process kept in `kept`, started as `meta` says.
+    pub(super) async fn adopt(
+        self: Arc<Self>,
+        kept: store::Kept,
+        meta: Meta,
+    ) -> std::io::Result<()> {
+        let dir = kept.dir()?;
+        let (store, entries) = Store::open(kept, &meta)?;
         let store = Arc::new(store);
         let id = meta.params.process_id.clone();
         let (mut records, mut stdin_closed) = (Vec::new(), false);
@@ -28,6 +33,28 @@ impl TableInner {
                 Entry::StdinClosed => stdin_closed = true,
             }
         }
+        // The journal is trusted only as far as its spans lie in their files: a span past its
+        // file's end (a cut file, or a forged line) would be read back as that many bytes.
+        let sizes: Vec<u64> = (0..2)
+            .map(|index| store.file(index).and_then(|file| file.metadata().ok()))
+            .map(|meta| meta.map_or(0, |meta| meta.len()))
+            .collect();
+        let fits = |record: &Record| match record {
+            Record::Output { stream, span, .. } => span
+                .offset
+                .checked_add(span.len)
+                .is_some_and(|end| end <= sizes[store::stream_index(*stream)]),
+            _ => true,
+        };
+        let journaled = records.len();
+        records.retain(fits);
+        if records.len() < journaled {
+            tracing::warn!(
+                process = %id,
+                "skipped {} journal entries whose output lies beyond its file",
+                journaled - records.len()
+            );
+        }
         // Where the recorded output ends in each file (evicted chunks included).
         let mut ends = [0u64; 2];
         for record in &records {
@@ -42,7 +69,7 @@ impl TableInner {
         );
         log.restore(records);
         // The supervisor stops moving output into the files before it answers.
-        let supervisor = tree::adopt(&dir.join(store::SOCKET), &dir.join(store::EXIT)).await;
+        let supervisor = tree::adopt(&dir).await;
         let streams = store::streams(meta.params.tty);
         // What the predecessor moved into the files without recording it, then what the
         // orphaned supervisor moved: recorded now, in order, never twice.

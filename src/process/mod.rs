@@ -32,7 +32,6 @@ use output::{Event, Exit, OutputLog, ReadSnapshot, Record, Span};
 use spawn::{ChildIo, LaunchSpec};
 use std::collections::HashMap;
 use std::os::fd::{AsFd as _, OwnedFd};
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use store::{Entry, Meta, Store};
@@ -187,8 +186,8 @@ impl ProcessTable {
 
     /// Adopts the process a predecessor daemon kept in `dir` (see `store`), started as `meta`
     /// says, with its tree if that still runs.
-    pub async fn adopt(&self, dir: &Path, meta: Meta) -> std::io::Result<()> {
-        self.inner.clone().adopt(dir, meta).await
+    pub async fn adopt(&self, kept: store::Kept, meta: Meta) -> std::io::Result<()> {
+        self.inner.clone().adopt(kept, meta).await
     }
 
     pub fn lookup(&self, id: &str) -> Lookup {
@@ -492,14 +491,12 @@ impl TableInner {
                         .as_millis() as u64,
                 };
                 let name = uuid::Uuid::new_v4().simple().to_string();
-                let dir = spares.dir().join(&name);
                 match spares
                     .take()
                     .and_then(|spare| spare.into_store(&name, &meta))
                 {
                     Ok((store, listener)) => {
                         let hold = supervisor::Hold {
-                            dir: dir.clone(),
                             tty: origin.params.tty,
                             stdin: stdin.is_some(),
                             max_tail: self.config.output_retention_bytes as u64,
@@ -507,7 +504,9 @@ impl TableInner {
                         let files: Vec<_> = (0..outputs.len())
                             .filter_map(|index| store.file(index))
                             .collect();
+                        let dir = store.dir();
                         let fds: Vec<_> = std::iter::once(listener.as_fd())
+                            .chain(dir.as_ref().map(|dir| dir.as_fd()))
                             .chain(files.iter().map(|file| file.as_fd()))
                             .chain(outputs.iter().map(|(_, fd)| fd.as_fd()))
                             .chain(

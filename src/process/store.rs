@@ -10,15 +10,15 @@
 //! orphaned supervisor saw its tree end, `exit.reports` (its last reports).
 
 use super::output::{Record, Span, Stored};
+use crate::state_dir::Dir;
 use bytes::Bytes;
 use exec_server_protocol::base64_bytes::Base64Bytes;
 use exec_server_protocol::process::{OutputStream, SandboxType, StartParams};
+use nix::fcntl::OFlag;
 use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::io::Write as _;
 use std::os::fd::AsRawFd as _;
-use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub const META: &str = "meta.json";
@@ -36,8 +36,34 @@ pub fn stream_index(stream: OutputStream) -> usize {
 }
 
 /// What a kept process in `dir` was started as.
-pub fn read_meta(dir: &Path) -> std::io::Result<Meta> {
-    serde_json::from_slice(&std::fs::read(dir.join(META))?).map_err(std::io::Error::other)
+pub fn read_meta(dir: &Dir) -> std::io::Result<Meta> {
+    serde_json::from_slice(&dir.read(META)?).map_err(std::io::Error::other)
+}
+
+/// A process's directory in the state directory's `processes` (`parent`), held by
+/// descriptor while the process runs; once it closed, opened again beneath `parent` for each
+/// rare use, so that retained exited processes hold no descriptor.
+pub struct Kept {
+    pub parent: Dir,
+    pub name: String,
+    held: std::sync::Mutex<Option<Dir>>,
+}
+
+impl Kept {
+    pub fn new(parent: Dir, name: String, dir: Dir) -> Self {
+        Self {
+            parent,
+            name,
+            held: std::sync::Mutex::new(Some(dir)),
+        }
+    }
+
+    pub fn dir(&self) -> std::io::Result<Dir> {
+        match &*self.held.lock().unwrap() {
+            Some(dir) => Ok(dir.clone()),
+            None => self.parent.open_dir(&self.name),
+        }
+    }
 }
 
 /// The output streams of a process, in the order of their files.
@@ -86,11 +112,11 @@ pub struct Store {
     /// None without a state directory, or once closed (then opened for each rare entry).
     journal: std::sync::Mutex<Option<File>>,
     /// Removed with the store, once the process is done with.
-    dir: Option<PathBuf>,
+    dir: Option<Kept>,
 }
 
 impl Store {
-    fn new(files: Vec<File>, journal: Option<File>, dir: Option<PathBuf>) -> Self {
+    fn new(files: Vec<File>, journal: Option<File>, dir: Option<Kept>) -> Self {
         Self {
             files: std::sync::RwLock::new(Some(files.into_iter().map(Arc::new).collect())),
             journal: std::sync::Mutex::new(journal),
@@ -116,20 +142,23 @@ impl Store {
     /// An existing process directory, as a predecessor left it (its `meta` read already): its
     /// journal's entries (a last line cut short by a crash is left out) and the store,
     /// appending.
-    pub fn open(dir: &Path, meta: &Meta) -> std::io::Result<(Self, Vec<Entry>)> {
-        let text = std::fs::read_to_string(dir.join(JOURNAL))?;
+    pub fn open(kept: Kept, meta: &Meta) -> std::io::Result<(Self, Vec<Entry>)> {
+        let dir = kept.dir()?;
+        let text = String::from_utf8(dir.read(JOURNAL)?).map_err(std::io::Error::other)?;
         let entries = text
             .lines()
             .map_while(|line| serde_json::from_str(line).ok())
             .collect();
         let files = (0..streams(meta.params.tty).len())
-            .map(|index| open_stream(dir, index))
+            .map(|index| open_stream(&dir, index))
             .collect::<Result<_, _>>()?;
-        let journal = open_journal(dir)?;
-        Ok((
-            Self::new(files, Some(journal), Some(dir.to_owned())),
-            entries,
-        ))
+        let journal = open_journal(&dir)?;
+        Ok((Self::new(files, Some(journal), Some(kept)), entries))
+    }
+
+    /// The process's directory, when it is kept.
+    pub fn dir(&self) -> Option<Dir> {
+        self.dir.as_ref().and_then(|kept| kept.dir().ok())
     }
 
     /// The file of stream `index`, for its reader (while the process runs, it is open).
@@ -146,7 +175,7 @@ impl Store {
     /// Appends an entry, one `write` per line (the journal is O_APPEND), so that a crash
     /// leaves at most the last line cut short. Without a state directory, nothing.
     pub fn journal(&self, entry: &Entry) {
-        let Some(dir) = &self.dir else {
+        let Some(kept) = &self.dir else {
             return;
         };
         let mut line = serde_json::to_vec(entry).expect("entries serialize");
@@ -154,7 +183,10 @@ impl Store {
         let mut journal = self.journal.lock().unwrap();
         let written = match journal.as_mut() {
             Some(file) => file.write_all(&line),
-            None => open_journal(dir).and_then(|mut file| file.write_all(&line)),
+            None => kept
+                .dir()
+                .and_then(|dir| open_journal(&dir))
+                .and_then(|mut file| file.write_all(&line)),
         };
         if let Err(err) = written {
             tracing::warn!("cannot journal a process's output: {err}");
@@ -168,7 +200,7 @@ impl Store {
         if let Some(file) = self.file(index) {
             return Some(with(&file));
         }
-        let file = open_stream(self.dir.as_deref()?, index).ok()?;
+        let file = open_stream(&self.dir()?, index).ok()?;
         Some(with(&file))
     }
 
@@ -208,22 +240,24 @@ impl Store {
             *self.files.write().unwrap() = None;
         }
         *self.journal.lock().unwrap() = None;
+        if let Some(kept) = &self.dir {
+            *kept.held.lock().unwrap() = None;
+        }
     }
 }
 
-fn open_stream(dir: &Path, index: usize) -> std::io::Result<File> {
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_CLOEXEC)
-        .open(dir.join(format!("out.{index}")))
+fn stream_name(index: usize) -> String {
+    format!("out.{index}")
 }
 
-fn open_journal(dir: &Path) -> std::io::Result<File> {
-    std::fs::OpenOptions::new()
-        .append(true)
-        .custom_flags(libc::O_CLOEXEC)
-        .open(dir.join(JOURNAL))
+fn open_stream(dir: &Dir, index: usize) -> std::io::Result<File> {
+    dir.open(&stream_name(index), OFlag::O_RDWR)
+}
+
+const APPEND: OFlag = OFlag::O_WRONLY.union(OFlag::O_APPEND);
+
+fn open_journal(dir: &Dir) -> std::io::Result<File> {
+    dir.open(JOURNAL, APPEND)
 }
 
 /// `span` of `file`, read with `pread` into memory not zeroed first.
@@ -257,7 +291,7 @@ fn read_span(file: &File, span: Span) -> Bytes {
 /// that a start only renames one and writes its meta: a few system calls instead of a dozen on
 /// every launch's path. Made in `.spare-*` directories, which an adoption removes.
 pub struct Spares {
-    dir: PathBuf,
+    dir: Dir,
     ready: std::sync::Mutex<Vec<Spare>>,
 }
 
@@ -267,7 +301,9 @@ const SPARES: usize = 2;
 pub const SPARE_PREFIX: &str = ".spare-";
 
 pub struct Spare {
-    dir: PathBuf,
+    parent: Dir,
+    name: String,
+    dir: Dir,
     files: Vec<File>,
     meta: File,
     journal: File,
@@ -276,15 +312,11 @@ pub struct Spare {
 
 impl Spares {
     /// Spares in `dir` (the state directory's `processes`).
-    pub fn new(dir: PathBuf) -> std::sync::Arc<Self> {
+    pub fn new(dir: Dir) -> std::sync::Arc<Self> {
         std::sync::Arc::new(Self {
             dir,
             ready: Default::default(),
         })
-    }
-
-    pub fn dir(&self) -> &Path {
-        &self.dir
     }
 
     /// A spare (made now if none is ready); others are made in the background.
@@ -303,24 +335,20 @@ impl Spares {
     }
 
     fn make(&self) -> std::io::Result<Spare> {
-        let name = uuid::Uuid::new_v4().simple().to_string();
-        let dir = self.dir.join(format!("{SPARE_PREFIX}{name}"));
-        std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
-        let open = |name: &str, append: bool| {
-            std::fs::OpenOptions::new()
-                .read(!append)
-                .write(!append)
-                .append(append)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_CLOEXEC)
-                .open(dir.join(name))
-        };
+        let name = format!("{SPARE_PREFIX}{}", uuid::Uuid::new_v4().simple());
+        let dir = self.dir.create_dir(&name)?;
+        let new = OFlag::O_CREAT | OFlag::O_EXCL;
+        let open = |name: &str, flags: OFlag| dir.open(name, flags | new);
         Ok(Spare {
-            files: vec![open("out.0", false)?, open("out.1", false)?],
-            meta: open(META, false)?,
-            journal: open(JOURNAL, true)?,
-            listener: std::os::unix::net::UnixListener::bind(dir.join(SOCKET))?,
+            files: vec![
+                open(&stream_name(0), OFlag::O_RDWR)?,
+                open(&stream_name(1), OFlag::O_RDWR)?,
+            ],
+            meta: open(META, OFlag::O_RDWR)?,
+            journal: open(JOURNAL, APPEND)?,
+            listener: std::os::unix::net::UnixListener::bind(dir.through_fd(SOCKET))?,
+            parent: self.dir.clone(),
+            name,
             dir,
         })
     }
@@ -334,24 +362,24 @@ impl Spare {
         name: &str,
         meta: &Meta,
     ) -> std::io::Result<(Store, std::os::unix::net::UnixListener)> {
-        let dir = self.dir.with_file_name(name);
         let renamed = (&self.meta)
             .write_all(&serde_json::to_vec(meta).map_err(std::io::Error::other)?)
-            .and_then(|()| std::fs::rename(&self.dir, &dir));
+            .and_then(|()| self.parent.rename(&self.name, name));
         if let Err(err) = renamed {
-            let _ = std::fs::remove_dir_all(&self.dir);
+            let _ = self.parent.remove_tree(&self.name);
             return Err(err);
         }
-        let store = Store::new(self.files, Some(self.journal), Some(dir));
+        let kept = Kept::new(self.parent, name.to_owned(), self.dir);
+        let store = Store::new(self.files, Some(self.journal), Some(kept));
         Ok((store, self.listener))
     }
 }
 
 impl Drop for Store {
     fn drop(&mut self) {
-        if let Some(dir) = &self.dir {
-            if let Err(err) = std::fs::remove_dir_all(dir) {
-                tracing::warn!("cannot remove {}: {err}", dir.display());
+        if let Some(kept) = &self.dir {
+            if let Err(err) = kept.parent.remove_tree(&kept.name) {
+                tracing::warn!("cannot remove processes/{}: {err}", kept.name);
             }
         }
     }

@@ -94,12 +94,12 @@ pub enum Report {
 /// What a supervisor holds for the daemon (a [`HOLD`] order), so that a daemon that dies, even
 /// by SIGKILL, leaves the program running with nothing lost: its output goes on into the
 /// stream files, and a successor daemon adopts the tree on the socket. Travelling with it, in
-/// order: the listening socket, the stream files, the output ends, and the stdin end if any.
+/// order: the listening socket, the process's directory in the state directory (by
+/// descriptor: a path could lead elsewhere by the time the tree ends), the stream files, the
+/// output ends, and the stdin end if any.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Hold {
-    /// The process's directory in the state directory (`super::store`).
-    pub dir: PathBuf,
     /// One stream (a terminal's master, which is also its stdin), or stdout and stderr.
     pub tty: bool,
     pub stdin: bool,
@@ -115,7 +115,7 @@ impl Hold {
 
     /// How many descriptors travel with it.
     pub fn fds(&self) -> usize {
-        1 + 2 * self.streams() + usize::from(self.stdin && !self.tty)
+        2 + 2 * self.streams() + usize::from(self.stdin && !self.tty)
     }
 }
 
@@ -123,6 +123,7 @@ impl Hold {
 struct Held {
     hold: Hold,
     listener: std::os::unix::net::UnixListener,
+    dir: crate::state_dir::Dir,
     files: Vec<std::fs::File>,
     /// None once at its end.
     outputs: Vec<Option<OwnedFd>>,
@@ -350,7 +351,7 @@ pub fn receive(control: &UnixStream) -> Result<(Vec<OwnedFd>, ChildSetup, Vec<u8
     let mut fds = Vec::new();
     // Orders left from a previous launch come first, each alone or glued to the launch.
     let (start, received) = loop {
-        let message = channel::recv_fds(control.as_fd(), &mut first, 5, false)
+        let message = channel::recv_fds(control.as_fd(), &mut first, MAX_ORDER_FDS, false)
             .map_err(|err| Stage::Policy.os(err))?;
         fds.extend(message.fds);
         if message.truncated {
@@ -771,6 +772,7 @@ impl Supervisor {
         let streams = hold.streams();
         let mut fds = fds.into_iter();
         let listener = fds.next().expect("counted").into();
+        let dir = fds.next().expect("counted").into();
         let files = fds.by_ref().take(streams).map(Into::into).collect();
         let outputs = fds.by_ref().take(streams).map(Some).collect();
         // A terminal's master is its stdin too.
@@ -778,6 +780,7 @@ impl Supervisor {
         self.held = Some(Held {
             hold,
             listener,
+            dir,
             files,
             outputs,
             stdin,
@@ -871,11 +874,10 @@ impl Supervisor {
         self.exit_reported = false;
         let exit = self.exit_report();
         let held = self.held.as_ref().expect("recorded only when holding");
-        let path = held.hold.dir.join(super::store::EXIT);
-        let partial = path.with_extension("partial");
+        let partial = "exit.partial";
         let lines = report_lines([Some(gone), exit].iter().flatten());
-        if std::fs::write(&partial, lines).is_ok() {
-            let _ = std::fs::rename(&partial, &path);
+        if held.dir.write(partial, &lines).is_ok() {
+            let _ = held.dir.rename(partial, super::store::EXIT);
         }
         std::process::exit(0)
     }

@@ -261,21 +261,20 @@ pub struct Adoption {
     pub held: Vec<OwnedFd>,
 }
 
-/// Connects to the orphaned supervisor listening on `socket` and takes over its tree. One that
-/// is gone left its last reports in `exit` (which the reports then are); with neither, the
-/// reports end at once (the supervisor ended before the process could be seen to).
-pub async fn adopt(socket: &std::path::Path, exit: &std::path::Path) -> Adoption {
-    match take_over(socket).await {
+/// Connects to the orphaned supervisor listening on the socket of the process directory `dir`
+/// and takes over its tree. One that is gone left its last reports in `store::EXIT` (which the
+/// reports then are); with neither, the reports end at once (the supervisor ended before the
+/// process could be seen to).
+pub async fn adopt(dir: &crate::state_dir::Dir) -> Adoption {
+    match take_over(&dir.through_fd(super::store::SOCKET)).await {
         Ok(adoption) => adoption,
         Err(err) => {
-            if !exit.exists() {
-                tracing::warn!(
-                    "no supervisor on {} and no exit recorded: {err}",
-                    socket.display()
-                );
-            }
-            // As the supervisor would have sent them.
-            let lines = std::fs::read(exit).unwrap_or_default();
+            // As the supervisor would have sent them; a FIFO or device there is refused, not
+            // waited on.
+            let lines = dir.read(super::store::EXIT).unwrap_or_else(|exit| {
+                tracing::warn!("no supervisor ({err}) and no exit recorded ({exit})");
+                Vec::new()
+            });
             // A socket whose peer is gone: orders go nowhere, the reports are the recorded ones.
             let (ours, _) = tokio::net::UnixStream::pair().expect("a socket pair");
             let (reports, orders) = connect(ours, lines);

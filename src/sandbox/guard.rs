@@ -28,9 +28,12 @@
 //! kernel does not protect that way (a write to a mapped library reaches every process
 //! mapping it).
 //!
-//! The daemon has no runtime or state directories of its own; [`init`] is where they would be
-//! added. Unrestricted file systems are not guarded: the client asked for no file-system
-//! sandbox at all.
+//! The state directory ([`protect_state_dir`], once it is open) is protected the same way: a
+//! write grant that contains it or any of its ancestors could rename one and put a directory
+//! of its own at the path (the daemon holds the real one by descriptor, but a successor, the
+//! masks and the operator go by the path), and one inside it could read and forge what the
+//! daemon keeps. Unrestricted file systems are not guarded: the client asked for no
+//! file-system sandbox at all.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -72,6 +75,14 @@ pub struct Guard {
 }
 
 static GUARD: OnceLock<Guard> = OnceLock::new();
+static STATE_DIR: OnceLock<Protected> = OnceLock::new();
+
+/// Protects the state directory `path` from write grants, from now on.
+pub fn protect_state_dir(path: &Path) {
+    if let Some(state) = protected("the daemon's state directory", path) {
+        let _ = STATE_DIR.set(state);
+    }
+}
 
 /// Captures what the daemon loads; call once at startup, before anything could replace it.
 pub fn init() -> &'static Guard {
@@ -204,7 +215,7 @@ impl Guard {
         })?;
         let mounts = Mounts::read();
         let grant_in_fs = mounts.fs_path(root);
-        for item in &self.protected {
+        for item in self.protected.iter().chain(STATE_DIR.get()) {
             let refuse = |how: Overlap| {
                 Err(GuardError::Exposes {
                     root: root.to_path_buf(),
@@ -316,13 +327,13 @@ fn find_inode(root: &Path, dev: u64, ino: u64) -> Result<Option<PathBuf>, Overla
 }
 
 /// The mount table, to map a path to its path inside its file system.
-struct Mounts {
+pub(super) struct Mounts {
     /// (mount point, root inside the file system), in table order (later ones are on top).
     entries: Vec<(PathBuf, PathBuf)>,
 }
 
 impl Mounts {
-    fn read() -> Self {
+    pub(super) fn read() -> Self {
         let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
         let entries = text
             .lines()
@@ -339,7 +350,12 @@ impl Mounts {
         Self { entries }
     }
 
-    fn fs_path(&self, path: &Path) -> Option<PathBuf> {
+    /// (mount point, its root inside its file system) of each mount.
+    pub(super) fn entries(&self) -> &[(PathBuf, PathBuf)] {
+        &self.entries
+    }
+
+    pub(super) fn fs_path(&self, path: &Path) -> Option<PathBuf> {
         let (point, root) = self
             .entries
             .iter()

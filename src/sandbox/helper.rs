@@ -171,8 +171,8 @@ fn start(network: NetworkMode) -> Result<seccomp::BpfProgram, Failure> {
     mounts::follow_host()
         .and_then(|()| mounts::own_proc())
         .map_err(|err| Stage::Mounts.setup(err))?;
-    for path in super::hidden() {
-        mounts::hide(path).map_err(|err| Stage::Mounts.setup(err))?;
+    for hidden in super::hidden() {
+        mounts::hide(&hidden.path).map_err(|err| Stage::Mounts.setup(err))?;
     }
     // The supervisor of the program's tree (`crate::process::supervisor`).
     if !supervisor::become_subreaper() {
@@ -195,6 +195,8 @@ fn run(
         .collect::<Result<_, _>>()
         .map_err(|e| Stage::Policy.fail(e))?;
     let program = CString::new(plan.program.as_bytes()).map_err(|e| Stage::Policy.fail(e))?;
+    // At the launch, not when the helper started: the host may have bind-mounted them since.
+    mounts::hide_aliases(super::hidden()).map_err(|err| Stage::Mounts.setup(err))?;
 
     if let Some(fs) = &mut plan.fs {
         mounts::apply(&fs.mounts, &fs.identities).map_err(|err| Stage::Mounts.setup(err))?;

@@ -17,7 +17,7 @@ mod glob;
 pub mod guard;
 pub mod helper;
 mod landlock;
-mod mounts;
+pub(crate) mod mounts;
 pub mod peers;
 pub mod plan;
 mod policy;
@@ -27,14 +27,16 @@ mod policy;
 /// path, before any plan (and a write root that holds one clones the mask with it), so no
 /// sandboxed process reads other processes' output there or reaches a supervisor's socket,
 /// whatever its intent. Set once, at start; the fork server is told in its first frame.
-static HIDDEN: std::sync::OnceLock<Vec<std::path::PathBuf>> = std::sync::OnceLock::new();
+/// A bind mount shows the same directory at another path, which a mask by path misses, so
+/// each launch also masks every other place its view shows them (`mounts::hide_aliases`).
+static HIDDEN: std::sync::OnceLock<Vec<mounts::Hidden>> = std::sync::OnceLock::new();
 
-/// Records the daemon's private paths (canonical), for every later sandbox.
-pub fn hide_from_sandboxes(paths: Vec<std::path::PathBuf>) {
+/// Records the daemon's private paths, for every later sandbox.
+pub fn hide_from_sandboxes(paths: Vec<mounts::Hidden>) {
     let _ = HIDDEN.set(paths);
 }
 
-pub fn hidden() -> &'static [std::path::PathBuf] {
+pub fn hidden() -> &'static [mounts::Hidden] {
     HIDDEN.get().map_or(&[], Vec::as_slice)
 }
 mod fs_servers;

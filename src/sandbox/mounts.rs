@@ -327,6 +327,64 @@ pub fn hide(path: &Path) -> Result<(), SetupError> {
     })
 }
 
+/// A directory of the daemon's own that no sandbox may see: its canonical path, masked when a
+/// helper starts, and what finds it under any other mount point.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Hidden {
+    pub path: PathBuf,
+    dev: u64,
+    ino: u64,
+    /// Its path inside its file system (mount root + path below the mount point).
+    in_fs: PathBuf,
+}
+
+impl Hidden {
+    /// The canonical directory `path`, as it is now.
+    pub fn of(path: PathBuf) -> std::io::Result<Self> {
+        use std::os::unix::fs::MetadataExt as _;
+        let meta = std::fs::metadata(&path)?;
+        let in_fs = super::guard::Mounts::read()
+            .fs_path(&path)
+            .ok_or_else(|| std::io::Error::other("not in the mount table"))?;
+        Ok(Self {
+            path,
+            dev: meta.dev(),
+            ino: meta.ino(),
+            in_fs,
+        })
+    }
+}
+
+/// Masks every place other than their own path where this view shows `hidden` directories, or
+/// part of them: each mount whose root contains one (a bind mount of it or of an ancestor) at
+/// the path below it, when that is the very directory (device and inode); and each mount of
+/// the same device whose root lies inside one (a bind mount of a subdirectory), whole.
+pub fn hide_aliases(hidden: &[Hidden]) -> Result<(), SetupError> {
+    use std::os::unix::fs::MetadataExt as _;
+    if hidden.is_empty() {
+        return Ok(());
+    }
+    let mounts = super::guard::Mounts::read();
+    for item in hidden {
+        for (point, root) in mounts.entries() {
+            let alias = match item.in_fs.strip_prefix(root) {
+                Ok(below) => point.join(below),
+                Err(_) if root.starts_with(&item.in_fs) => point.clone(),
+                Err(_) => continue,
+            };
+            let Ok(meta) = std::fs::symlink_metadata(&alias) else {
+                continue;
+            };
+            let same = (meta.dev(), meta.ino()) == (item.dev, item.ino);
+            let inside = meta.dev() == item.dev && alias == *point && root != &item.in_fs;
+            if alias != item.path && (same || inside) {
+                hide(&alias)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 fn mask(
     path: &Path,
     keep: &[PathBuf],

@@ -2,10 +2,10 @@
 
 use super::{Attachment, Policy, RequestedPolicy, Session, SessionError};
 use crate::config::Config;
+use crate::state_dir::Dir;
 use exec_server_protocol::process::ExitReason;
 use exec_server_protocol::session::DisconnectPolicy;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -33,7 +33,7 @@ pub struct Registry {
     spares: Option<Arc<crate::process::store::Spares>>,
 }
 
-/// A kept session, `sessions/ID.json` in the state directory.
+/// A kept session, `sessions/DIGEST.json` in the state directory (see [`kept_name`]).
 #[derive(serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct KeptSession {
@@ -67,17 +67,13 @@ impl Registry {
             audit,
             spares: state
                 .as_ref()
-                .map(|state| crate::process::store::Spares::new(state.processes_dir())),
+                .map(|state| crate::process::store::Spares::new(state.processes().clone())),
             state,
         })
     }
 
-    fn sessions_dir(&self) -> Option<PathBuf> {
-        self.state.as_ref().map(|state| state.sessions_dir())
-    }
-
-    fn processes_dir(&self) -> Option<PathBuf> {
-        self.state.as_ref().map(|state| state.processes_dir())
+    fn sessions_dir(&self) -> Option<&Dir> {
+        self.state.as_ref().map(|state| state.sessions())
     }
 
     fn new_session(&self, id: String, attachment: Option<Attachment>, policy: Policy) -> Session {
@@ -101,34 +97,43 @@ impl Registry {
             ttl_ms: session.policy.ttl.as_millis() as u64,
         };
         let text = serde_json::to_vec(&kept).expect("serializes");
-        if let Err(err) = std::fs::write(dir.join(format!("{}.json", session.id)), text) {
+        if let Err(err) = dir.write(&kept_name(&session.id), &text) {
             tracing::warn!("cannot keep a session in the state directory: {err}");
         }
     }
 
     fn forget(&self, id: &str) {
         if let Some(dir) = self.sessions_dir() {
-            let _ = std::fs::remove_file(dir.join(format!("{id}.json")));
+            let _ = dir.remove_file(&kept_name(id));
         }
     }
 
     /// Adopts what a predecessor daemon kept: its sessions, detached (each with its whole
     /// time-to-live from now), and their processes, with their trees and output.
     pub(crate) async fn adopt(self: &Arc<Self>) -> std::io::Result<()> {
-        let (Some(sessions_dir), Some(processes_dir)) = (self.sessions_dir(), self.processes_dir())
-        else {
+        let Some(state) = &self.state else {
             return Ok(());
         };
+        let (sessions_dir, processes_dir) = (state.sessions(), state.processes());
         let mut adopted = HashMap::new();
-        for entry in std::fs::read_dir(&sessions_dir)? {
-            let path = entry?.path();
-            let kept: Option<KeptSession> = std::fs::read(&path)
+        for name in sessions_dir.entries()? {
+            let name = name.to_string_lossy();
+            // A file that is not a regular file (a FIFO would block) or not a session is skipped.
+            let kept: Option<KeptSession> = sessions_dir
+                .read(&name)
                 .ok()
                 .and_then(|text| serde_json::from_slice(&text).ok());
             let Some(kept) = kept else {
-                tracing::warn!("ignoring {}: not a kept session", path.display());
+                tracing::warn!("ignoring sessions/{name}: not a kept session");
                 continue;
             };
+            // Format 1 named it by the id itself.
+            let digest = kept_name(&kept.id);
+            if name != digest {
+                if let Err(err) = sessions_dir.rename(&name, &digest) {
+                    tracing::warn!("cannot rename a kept session to its digest: {err}");
+                }
+            }
             let policy = Policy {
                 on_disconnect: kept.on_disconnect,
                 ttl: Duration::from_millis(kept.ttl_ms),
@@ -137,24 +142,29 @@ impl Registry {
             adopted.insert(kept.id, session);
         }
         let mut processes = 0;
-        for entry in std::fs::read_dir(&processes_dir)? {
-            let dir = entry?.path();
-            let spare = dir.file_name().and_then(|name| name.to_str());
-            if spare.is_some_and(|name| name.starts_with(crate::process::store::SPARE_PREFIX)) {
-                let _ = std::fs::remove_dir_all(&dir);
+        for name in processes_dir.entries()? {
+            let name = name.to_string_lossy().into_owned();
+            if name.starts_with(crate::process::store::SPARE_PREFIX) {
+                let _ = processes_dir.remove_tree(&name);
                 continue;
             }
+            let Ok(dir) = processes_dir.open_dir(&name) else {
+                tracing::warn!("ignoring processes/{name}: not a directory");
+                continue;
+            };
             let meta = crate::process::store::read_meta(&dir).ok();
+            let kept = crate::process::store::Kept::new(processes_dir.clone(), name, dir);
             let Some((session, meta)) =
                 meta.and_then(|meta| Some((adopted.get(&meta.session)?, meta)))
             else {
-                tracing::warn!("removing {}: its session is gone", dir.display());
-                orphan_cleanup(&dir).await;
+                tracing::warn!("removing processes/{}: its session is gone", kept.name);
+                orphan_cleanup(kept).await;
                 continue;
             };
-            match session.processes.adopt(&dir, meta).await {
+            let name = kept.name.clone();
+            match session.processes.adopt(kept, meta).await {
                 Ok(()) => processes += 1,
-                Err(err) => tracing::warn!("cannot adopt the process in {}: {err}", dir.display()),
+                Err(err) => tracing::warn!("cannot adopt the process in processes/{name}: {err}"),
             }
         }
         if !adopted.is_empty() {
@@ -401,10 +411,11 @@ impl Registry {
 
 /// A kept process whose session is gone: its tree is killed (its supervisor taken over for
 /// that) and its directory removed.
-async fn orphan_cleanup(dir: &Path) {
-    let socket = dir.join(crate::process::store::SOCKET);
-    let exit = dir.join(crate::process::store::EXIT);
-    let adoption = crate::process::tree::adopt(&socket, &exit).await;
+async fn orphan_cleanup(kept: crate::process::store::Kept) {
+    let Ok(dir) = kept.dir() else {
+        return;
+    };
+    let adoption = crate::process::tree::adopt(&dir).await;
     adoption.orders.kill();
     let mut reports = adoption.reports;
     let _ = tokio::time::timeout(REAP_GRACE, async {
@@ -415,7 +426,13 @@ async fn orphan_cleanup(dir: &Path) {
         }
     })
     .await;
-    let _ = std::fs::remove_dir_all(dir);
+    let _ = kept.parent.remove_tree(&kept.name);
+}
+
+/// The name of a kept session's file: its id's SHA-256 in hex, since the id is a credential
+/// and names show up where contents do not (listings, logs, errors).
+fn kept_name(id: &str) -> String {
+    format!("{}.json", super::id_digest(id))
 }
 
 /// Waits (bounded) until the killed trees are gone; says so when some could not be confirmed.

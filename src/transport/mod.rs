@@ -206,11 +206,15 @@ pub async fn serve(
     outcome
 }
 
-/// The state directory of `config`, hidden from every sandbox.
+/// The state directory of `config`, hidden from every sandbox and out of reach of every write
+/// grant.
 fn open_state_dir(config: &Config) -> anyhow::Result<Option<crate::state_dir::StateDir>> {
     let state = crate::state_dir::StateDir::open(&config.state_dir)?;
     if let Some(state) = &state {
-        crate::sandbox::hide_from_sandboxes(vec![state.path().canonicalize()?]);
+        let path = state.path().canonicalize()?;
+        crate::sandbox::guard::protect_state_dir(&path);
+        let hidden = crate::sandbox::mounts::Hidden::of(path)?;
+        crate::sandbox::hide_from_sandboxes(vec![hidden]);
     }
     Ok(state)
 }

@@ -19,7 +19,7 @@ fn refusing(dir: &Path) -> Command {
 }
 
 /// The stderr of `command`, a daemon that must refuse to start (a nonzero exit, no banner).
-fn refusal(mut command: Command) -> String {
+pub fn refusal(mut command: Command) -> String {
     let mut child = command.stderr(Stdio::piped()).spawn().unwrap();
     let deadline = std::time::Instant::now() + TIMEOUT;
     let status = loop {
@@ -54,7 +54,7 @@ async fn a_missing_dir_is_created_private_and_the_daemon_serves() {
     }
     assert_eq!(
         std::fs::read_to_string(dir.join("version")).unwrap(),
-        "exec-server state 1\n"
+        "exec-server state 2\n"
     );
     assert_eq!(
         std::fs::read_to_string(dir.join("lock")).unwrap(),
@@ -191,18 +191,18 @@ fn a_location_the_daemon_cannot_write_is_refused() {
 fn an_incompatible_version_is_refused_and_left_untouched() {
     let state = common::private_tempdir();
     let dir = state.path();
-    std::fs::write(dir.join("version"), "exec-server state 2\nmore\n").unwrap();
+    std::fs::write(dir.join("version"), "exec-server state 3\nmore\n").unwrap();
     let stderr = refusal(refusing(dir));
     assert!(
         stderr.contains(&format!(
-            "the state dir {} was written by an incompatible exec-server (format 2; this one reads 1)",
+            "the state dir {} was written by an incompatible exec-server (format 3; this one reads 1 and 2)",
             dir.display()
         )),
         "{stderr}"
     );
     assert_eq!(
         std::fs::read_to_string(dir.join("version")).unwrap(),
-        "exec-server state 2\nmore\n"
+        "exec-server state 3\nmore\n"
     );
 }
 
