@@ -108,14 +108,24 @@ pub struct Args {
     #[arg(long, env = "EXEC_SERVER_UPGRADE_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub upgrade_timeout: Duration,
 
-    /// Connections allowed in their HTTP phase at once (not yet upgraded to a WebSocket);
-    /// further ones are closed at once.
+    /// Connections allowed in their HTTP phase at once (not yet upgraded to a WebSocket), per
+    /// listener; further ones are closed at once. Once more than half are taken, new ones get
+    /// a quarter of --upgrade-timeout.
     #[arg(
         long,
         env = "EXEC_SERVER_MAX_PENDING_CONNECTIONS",
-        default_value_t = 256
+        default_value_t = 1024
     )]
     pub max_pending_connections: usize,
+
+    /// Connections in their HTTP phase at once from one peer (one IPv4 address, one IPv6 /64,
+    /// one uid on a Unix socket), per listener; further ones are closed at once.
+    #[arg(
+        long,
+        env = "EXEC_SERVER_MAX_PENDING_CONNECTIONS_PER_PEER",
+        default_value_t = 64
+    )]
+    pub max_pending_connections_per_peer: usize,
 
     /// The certificate chain (PEM) of a `wss://` listener, read again on SIGHUP.
     #[arg(long, env = "EXEC_SERVER_TLS_CERT", requires = "tls_key")]
@@ -215,6 +225,7 @@ pub struct Config {
     pub ping_interval: Duration,
     pub upgrade_timeout: Duration,
     pub max_pending_connections: usize,
+    pub max_pending_connections_per_peer: usize,
     pub allow_uids: Vec<u32>,
     /// A `wss://` listener's certificate chain and key files.
     pub tls: Option<(PathBuf, PathBuf)>,
@@ -248,10 +259,6 @@ impl Args {
             self.output_retention_chunks > 0,
             "--output-retention-chunks must be positive"
         );
-        anyhow::ensure!(
-            self.max_pending_connections > 0,
-            "--max-pending-connections must be positive"
-        );
         // A zero period would spin (and tokio refuses it).
         anyhow::ensure!(
             !self.ping_interval.is_zero(),
@@ -260,6 +267,11 @@ impl Args {
         for (flag, value) in [
             ("--max-requests-in-flight", self.max_requests_in_flight),
             ("--outbound-buffer-bytes", self.outbound_buffer_bytes),
+            ("--max-pending-connections", self.max_pending_connections),
+            (
+                "--max-pending-connections-per-peer",
+                self.max_pending_connections_per_peer,
+            ),
         ] {
             anyhow::ensure!(value > 0, "{flag} must be positive");
         }
@@ -288,6 +300,7 @@ impl Args {
             ping_interval: self.ping_interval,
             upgrade_timeout: self.upgrade_timeout,
             max_pending_connections: self.max_pending_connections,
+            max_pending_connections_per_peer: self.max_pending_connections_per_peer,
             allow_uids: self.allow_uids.clone(),
             tls: self.tls_cert.clone().zip(self.tls_key.clone()),
             metrics_listen: self.metrics_listen,

@@ -192,26 +192,6 @@ fn raise_own_fd_limit() {
     }
 }
 
-/// A daemon started with `soft`/`hard` limits of open files.
-fn daemon_with_fd_limits(args: &[&str], soft: u64, hard: u64) -> Daemon {
-    use std::os::unix::process::CommandExt as _;
-    let mut command = Daemon::command(env!("CARGO_BIN_EXE_exec-server"), args, &[]);
-    let limit = libc::rlimit {
-        rlim_cur: soft,
-        rlim_max: hard,
-    };
-    // SAFETY: setrlimit is async-signal-safe.
-    unsafe {
-        command.pre_exec(move || {
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    Daemon::launch(command)
-}
-
 /// Opens a TCP connection that sends half an HTTP upgrade request, then nothing.
 async fn half_sent_upgrade(daemon: &Daemon) -> tokio::net::TcpStream {
     use tokio::io::AsyncWriteExt as _;

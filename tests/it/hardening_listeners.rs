@@ -1,0 +1,229 @@
+//! Attacks on the daemon's listeners and on its descriptors, each performed against the real
+//! binary over loopback sockets: idle connections to the metrics port, a sandbox reaching it,
+//! one peer holding every place of the HTTP phase.
+
+use crate::common::*;
+use crate::metrics::{free_port, http_get};
+use crate::sandbox_support::*;
+use serde_json::json;
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+/// Connects to `to` from the loopback address `from` (e.g. `127.0.0.2`: another peer) and sends
+/// `opening`, then nothing. The daemon may already have closed it: the write may fail.
+async fn stalled(from: &str, to: &str, opening: &[u8]) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    let to: SocketAddr = to.parse().unwrap();
+    let mut stream = tokio::time::timeout(TIMEOUT, socket.connect(to))
+        .await
+        .expect("connect in time")
+        .unwrap();
+    let _ = stream.write_all(opening).await;
+    stream
+}
+
+/// Half an upgrade request.
+const HALF_UPGRADE: &[u8] = b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n";
+
+/// When the daemon closed `stream` (EOF or reset), if within `wait`.
+async fn closed_after(mut stream: tokio::net::TcpStream, wait: Duration) -> Option<Duration> {
+    let begun = tokio::time::Instant::now();
+    let mut buffer = [0; 1024];
+    tokio::time::timeout(wait, async {
+        while let Ok(1..) = stream.read(&mut buffer).await {}
+    })
+    .await
+    .ok()
+    .map(|()| begun.elapsed())
+}
+
+fn address(url: &str) -> &str {
+    url.split_once("://").unwrap().1
+}
+
+/// A session made on a fresh connection, within a deadline (a daemon out of descriptors never
+/// answers the upgrade).
+async fn fresh_session(daemon: &Daemon) -> Client {
+    let client = tokio::time::timeout(TIMEOUT, daemon.client())
+        .await
+        .expect("a new connection is served in time");
+    client.initialize(None).await.expect("initialize");
+    client
+}
+
+/// Item 8: 300 idle connections to `--metrics-listen` of a daemon allowed 256 descriptors took
+/// them all: no new client connected, no process started. They now get the main port's places
+/// and deadline.
+#[tokio::test]
+async fn idle_metrics_connections_cannot_exhaust_descriptors_and_are_timed_out() {
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let daemon = daemon_with_fd_limits(
+        &["--metrics-listen", &metrics, "--upgrade-timeout", "3s"],
+        256,
+        256,
+    );
+    let (client, _) = daemon.session().await;
+    let mut idle = Vec::new();
+    for _ in 0..300 {
+        idle.push(stalled("127.0.0.1", &metrics, b"").await);
+    }
+    // Let the daemon accept what it will.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    client
+        .call("process/start", start_params("p", &["echo", "hi"]))
+        .await;
+    assert_eq!(output_of(&client.events_until_closed("p").await), b"hi\n");
+    let other = fresh_session(&daemon).await;
+    other
+        .call("process/start", start_params("q", &["true"]))
+        .await;
+    let closed = futures::future::join_all(
+        idle.into_iter()
+            .map(|stream| closed_after(stream, Duration::from_secs(10))),
+    )
+    .await;
+    assert!(
+        closed.iter().all(Option::is_some),
+        "{} of 300 idle metrics connections still open after 10 s",
+        closed.iter().filter(|closed| closed.is_none()).count()
+    );
+    let (status, body) = http_get(&metrics, "/metrics", None);
+    assert_eq!(status, 200, "{body}");
+}
+
+/// Item 9: a sandbox with network enabled reached `--metrics-listen` (and could hold hundreds of
+/// connections there); a managed network could bridge to it. Both are refused now, as on the
+/// main port.
+#[tokio::test]
+async fn a_network_enabled_sandbox_cannot_reach_the_metrics_port() {
+    let metrics_port = free_port();
+    let daemon = Daemon::start_with(
+        &["--metrics-listen", &format!("127.0.0.1:{metrics_port}")],
+        &[],
+    );
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    let sandbox = workspace_write(&d.ws, "enabled");
+    let probe = format!(
+        r#"
+import socket
+held = []
+for i in range(20):
+    s = socket.create_connection(('127.0.0.1', {metrics_port}), timeout=5)
+    held.append(s)
+s = held[0]
+try:
+    s.sendall(b'GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')
+    reply = b''
+    while True:
+        chunk = s.recv(65536)
+        if not chunk: break
+        reply += chunk
+    print('reply', len(reply), reply[:40])
+except OSError as e:
+    print('reply ERR', e)
+closed = 0
+for s in held[1:]:
+    try:
+        closed += s.recv(1) == b''
+    except TimeoutError:
+        pass
+    except OSError:
+        closed += 1
+print('closed', closed)
+"#
+    );
+    let outcome = py(&client, "metrics", &d.ws, &sandbox, &probe).await;
+    assert!(!outcome.output.contains("200 OK"), "{outcome:?}");
+    assert!(
+        outcome.output.contains("reply 0 ") || outcome.output.contains("reply ERR"),
+        "{outcome:?}"
+    );
+    assert!(outcome.output.contains("closed 19"), "{outcome:?}");
+    // The host still scrapes it.
+    let (status, _) = http_get(&format!("127.0.0.1:{metrics_port}"), "/metrics", None);
+    assert_eq!(status, 200);
+    // No managed network may bridge to it either.
+    let mut bridged = params(
+        "bridged",
+        &["true"],
+        &d.ws,
+        workspace_write(&d.ws, "restricted"),
+    );
+    bridged["enforceManagedNetwork"] = json!(true);
+    bridged["managedNetwork"] =
+        json!({"loopbackPorts": [metrics_port], "allowLocalBinding": false});
+    let error = client.request("process/start", bridged).await.unwrap_err();
+    assert_eq!(error["code"], -32602, "{error}");
+    assert!(
+        error["message"].as_str().unwrap().contains("own listener"),
+        "{error}"
+    );
+}
+
+/// Item 10: one unauthenticated peer held every place of the HTTP phase (256) with half-sent
+/// requests, so no new connection, and no resume, got in. Now one peer gets its share only.
+#[tokio::test]
+async fn one_peer_with_stalled_requests_locks_out_no_one() {
+    let daemon = Daemon::start();
+    let (client, session) = daemon.session().await;
+    client
+        .call("process/start", start_params("p", &["echo", "before"]))
+        .await;
+    client.close().await;
+    let mut attack = Vec::new();
+    for _ in 0..300 {
+        attack.push(stalled("127.0.0.2", address(&daemon.url), HALF_UPGRADE).await);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let resumed = tokio::time::timeout(TIMEOUT, daemon.resume(&session))
+        .await
+        .expect("resumed in time");
+    let (output, _) = read_all(&resumed, "p").await;
+    assert_eq!(output, b"before\n");
+    fresh_session(&daemon).await;
+    // The attacker's share stays open (until the upgrade timeout); the excess was closed.
+    let closed = futures::future::join_all(
+        attack
+            .into_iter()
+            .map(|stream| closed_after(stream, Duration::from_secs(1))),
+    )
+    .await;
+    let open = closed.iter().filter(|closed| closed.is_none()).count();
+    assert_eq!(open, 64, "the default per-peer share");
+}
+
+/// Item 10: once more than half of the places are taken, a stalled connection is closed after a
+/// quarter of `--upgrade-timeout`, not the whole.
+#[tokio::test]
+async fn under_pressure_stalled_connections_get_a_shorter_deadline() {
+    let daemon = Daemon::start_with(
+        &[
+            "--max-pending-connections",
+            "16",
+            "--max-pending-connections-per-peer",
+            "4",
+            "--upgrade-timeout",
+            "8s",
+        ],
+        &[],
+    );
+    let mut pressure = Vec::new();
+    for peer in ["127.0.0.2", "127.0.0.3", "127.0.0.4"] {
+        for _ in 0..4 {
+            pressure.push(stalled(peer, address(&daemon.url), HALF_UPGRADE).await);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let late = stalled("127.0.0.5", address(&daemon.url), HALF_UPGRADE).await;
+    let closed = closed_after(late, Duration::from_secs(7)).await;
+    assert!(
+        closed.is_some_and(|after| after >= Duration::from_secs(1)),
+        "closed after {closed:?}: a quarter of 8 s expected"
+    );
+    // Those admitted before the pressure keep the whole deadline.
+    let first = pressure.remove(0);
+    assert_eq!(closed_after(first, Duration::from_millis(100)).await, None);
+}
