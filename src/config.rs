@@ -127,6 +127,17 @@ pub struct Args {
     )]
     pub max_pending_connections_per_peer: usize,
 
+    /// Live processes (started, their tree not yet gone) of all sessions together; further
+    /// starts are refused. Default: an eighth of the open-files limit left after a quarter is
+    /// kept for connections (each live process holds a few descriptors), at most 4096.
+    #[arg(long, env = "EXEC_SERVER_MAX_PROCESSES")]
+    pub max_processes: Option<usize>,
+
+    /// Live processes of one session; further starts are refused. Default: a quarter of
+    /// --max-processes.
+    #[arg(long, env = "EXEC_SERVER_MAX_PROCESSES_PER_SESSION")]
+    pub max_processes_per_session: Option<usize>,
+
     /// The certificate chain (PEM) of a `wss://` listener, read again on SIGHUP.
     #[arg(long, env = "EXEC_SERVER_TLS_CERT", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
@@ -226,6 +237,8 @@ pub struct Config {
     pub upgrade_timeout: Duration,
     pub max_pending_connections: usize,
     pub max_pending_connections_per_peer: usize,
+    pub max_processes: usize,
+    pub max_processes_per_session: usize,
     pub allow_uids: Vec<u32>,
     /// A `wss://` listener's certificate chain and key files.
     pub tls: Option<(PathBuf, PathBuf)>,
@@ -264,6 +277,10 @@ impl Args {
             !self.ping_interval.is_zero(),
             "--ping-interval must be positive"
         );
+        let max_processes = self.max_processes.unwrap_or_else(default_max_processes);
+        let max_processes_per_session = self
+            .max_processes_per_session
+            .unwrap_or((max_processes / 4).max(1));
         for (flag, value) in [
             ("--max-requests-in-flight", self.max_requests_in_flight),
             ("--outbound-buffer-bytes", self.outbound_buffer_bytes),
@@ -272,6 +289,8 @@ impl Args {
                 "--max-pending-connections-per-peer",
                 self.max_pending_connections_per_peer,
             ),
+            ("--max-processes", max_processes),
+            ("--max-processes-per-session", max_processes_per_session),
         ] {
             anyhow::ensure!(value > 0, "{flag} must be positive");
         }
@@ -301,6 +320,8 @@ impl Args {
             upgrade_timeout: self.upgrade_timeout,
             max_pending_connections: self.max_pending_connections,
             max_pending_connections_per_peer: self.max_pending_connections_per_peer,
+            max_processes,
+            max_processes_per_session,
             allow_uids: self.allow_uids.clone(),
             tls: self.tls_cert.clone().zip(self.tls_key.clone()),
             metrics_listen: self.metrics_listen,
@@ -338,6 +359,19 @@ pub(crate) fn read_token_file(path: &Path, flag: &str) -> anyhow::Result<String>
     let mut text = String::new();
     file.read_to_string(&mut text).with_context(cannot_read)?;
     Ok(text.trim_end_matches(['\r', '\n']).to_owned())
+}
+
+/// Descriptors a live process holds in the daemon, rounded up: its output pipes and files, its
+/// stdin, its supervisor's socket.
+const DESCRIPTORS_PER_PROCESS: u64 = 8;
+
+/// The default of --max-processes: processes may take three quarters of the daemon's open-files
+/// limit (raised to the hard limit at start), so that a quarter stays for connections.
+fn default_max_processes() -> usize {
+    let open_files = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        .map_or(1024, |(soft, _)| soft);
+    let processes = (open_files - open_files / 4) / DESCRIPTORS_PER_PROCESS;
+    processes.clamp(1, 4096) as usize
 }
 
 /// The user's inotify watch limit, shared by every process of the user (8192, the kernel's

@@ -1,11 +1,11 @@
 //! Attacks on the daemon's listeners and on its descriptors, each performed against the real
 //! binary over loopback sockets: idle connections to the metrics port, a sandbox reaching it,
-//! one peer holding every place of the HTTP phase.
+//! one peer holding every place of the HTTP phase, one client starting processes without end.
 
 use crate::common::*;
 use crate::metrics::{free_port, http_get};
 use crate::sandbox_support::*;
-use serde_json::json;
+use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -226,4 +226,129 @@ async fn under_pressure_stalled_connections_get_a_shorter_deadline() {
     // Those admitted before the pressure keep the whole deadline.
     let first = pressure.remove(0);
     assert_eq!(closed_after(first, Duration::from_millis(100)).await, None);
+}
+
+/// The error of a `process/start` refused by a cap, with its message.
+async fn refused_start(client: &Client, id: &str) -> Value {
+    let error = client
+        .request("process/start", start_params(id, &["sleep", "60"]))
+        .await
+        .expect_err("refused");
+    assert_eq!(error["code"], -32600, "{error}");
+    error
+}
+
+/// Item 13: one client started processes until the daemon had no descriptors left (here: 256),
+/// failing everyone else's starts and connections. Now the caps refuse it first, with an error
+/// naming the cap, and the daemon keeps descriptors for connections.
+#[tokio::test]
+async fn process_caps_keep_descriptors_for_everyone_else() {
+    let daemon = daemon_with_fd_limits(&[], 256, 256);
+    let mut attackers = Vec::new();
+    let mut started = 0;
+    'attack: for session in 0..8 {
+        let attacker = fresh_session(&daemon).await;
+        for n in 0..40 {
+            let id = format!("s{session}-{n}");
+            match attacker
+                .request("process/start", start_params(&id, &["sleep", "60"]))
+                .await
+            {
+                Ok(_) => started += 1,
+                Err(error) => {
+                    let message = error["message"].as_str().unwrap();
+                    assert_eq!(error["code"], -32600, "{error}");
+                    if error["data"]["limit"] == "maxProcesses" {
+                        assert!(message.contains("--max-processes allows"), "{error}");
+                        attackers.push(attacker);
+                        break 'attack;
+                    }
+                    assert_eq!(error["data"]["limit"], "maxProcessesPerSession", "{error}");
+                    assert!(
+                        message.contains("this session has 6 live processes"),
+                        "{error}"
+                    );
+                    break;
+                }
+            }
+        }
+        attackers.push(attacker);
+    }
+    assert_eq!(started, 24);
+    // Everyone else still connects and works; only starting waits for a place.
+    let other = fresh_session(&daemon).await;
+    let info = other.call("environment/info", json!({})).await;
+    // Three quarters of 256 descriptors, eight per process; a quarter of that per session.
+    assert_eq!(
+        info["limits"],
+        json!({"maxProcesses": 24, "maxProcessesPerSession": 6}),
+        "{info}"
+    );
+    let error = refused_start(&other, "x").await;
+    assert_eq!(error["data"]["limit"], "maxProcesses", "{error}");
+    // A place frees once a process's tree is gone.
+    attackers[0]
+        .call("process/terminate", json!({"processId": "s0-0"}))
+        .await;
+    attackers[0].events_until_closed("s0-0").await;
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while other
+        .request("process/start", start_params("y", &["echo", "in"]))
+        .await
+        .is_err()
+    {
+        assert!(tokio::time::Instant::now() < deadline, "a place freed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(output_of(&other.events_until_closed("y").await), b"in\n");
+}
+
+/// Item 13: exited processes kept for reading hold no place; the caps count live ones only.
+#[tokio::test]
+async fn exited_processes_do_not_count_against_the_caps() {
+    let daemon = Daemon::start_with(
+        &[
+            "--max-processes-per-session",
+            "2",
+            "--exited-retention",
+            "1h",
+        ],
+        &[],
+    );
+    let (client, _) = daemon.session().await;
+    let info = client.call("environment/info", json!({})).await;
+    assert_eq!(info["limits"]["maxProcessesPerSession"], 2, "{info}");
+    for n in 0..6 {
+        let id = format!("t{n}");
+        let deadline = tokio::time::Instant::now() + TIMEOUT;
+        // The place of the one before frees when its supervisor reports its tree gone, which
+        // may come just after its last event.
+        while let Err(error) = client
+            .request("process/start", start_params(&id, &["true"]))
+            .await
+        {
+            assert!(tokio::time::Instant::now() < deadline, "{error}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        client.events_until_closed(&id).await;
+    }
+    client
+        .call("process/start", start_params("a", &["sleep", "60"]))
+        .await;
+    client
+        .call("process/start", start_params("b", &["sleep", "60"]))
+        .await;
+    let error = refused_start(&client, "c").await;
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("--max-processes-per-session"),
+        "{error}"
+    );
+    // Another session has its own share.
+    let (other, _) = daemon.session().await;
+    other
+        .call("process/start", start_params("a", &["sleep", "60"]))
+        .await;
 }
