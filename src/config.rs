@@ -110,26 +110,20 @@ pub struct Args {
 
     /// Connections allowed in their HTTP phase at once (not yet upgraded to a WebSocket), per
     /// listener; further ones are closed at once. Once more than half are taken, new ones get
-    /// a quarter of --upgrade-timeout.
-    #[arg(
-        long,
-        env = "EXEC_SERVER_MAX_PENDING_CONNECTIONS",
-        default_value_t = 1024
-    )]
-    pub max_pending_connections: usize,
+    /// a quarter of --upgrade-timeout. Default: 1024, or an eighth of the open-files limit if
+    /// lower.
+    #[arg(long, env = "EXEC_SERVER_MAX_PENDING_CONNECTIONS")]
+    pub max_pending_connections: Option<usize>,
 
     /// Connections in their HTTP phase at once from one peer (one IPv4 address, one IPv6 /64,
-    /// one uid on a Unix socket), per listener; further ones are closed at once.
-    #[arg(
-        long,
-        env = "EXEC_SERVER_MAX_PENDING_CONNECTIONS_PER_PEER",
-        default_value_t = 64
-    )]
-    pub max_pending_connections_per_peer: usize,
+    /// one uid on a Unix socket), per listener; further ones are closed at once. Default: 64,
+    /// or a quarter of --max-pending-connections if lower.
+    #[arg(long, env = "EXEC_SERVER_MAX_PENDING_CONNECTIONS_PER_PEER")]
+    pub max_pending_connections_per_peer: Option<usize>,
 
     /// Live processes (started, their tree not yet gone) of all sessions together; further
-    /// starts are refused. Default: an eighth of the open-files limit left after a quarter is
-    /// kept for connections (each live process holds a few descriptors), at most 4096.
+    /// starts are refused. Default: as many as half the open-files limit holds (eight
+    /// descriptors each), at most 4096.
     #[arg(long, env = "EXEC_SERVER_MAX_PROCESSES")]
     pub max_processes: Option<usize>,
 
@@ -277,17 +271,28 @@ impl Args {
             !self.ping_interval.is_zero(),
             "--ping-interval must be positive"
         );
-        let max_processes = self.max_processes.unwrap_or_else(default_max_processes);
+        // Descriptors: half for processes, an eighth per listener for the HTTP phase, and the
+        // rest kept for established connections (a resume) and the daemon's own files.
+        let open_files = open_files_limit();
+        let max_pending_connections = self
+            .max_pending_connections
+            .unwrap_or((open_files / 8).min(1024));
+        let max_pending_connections_per_peer = self
+            .max_pending_connections_per_peer
+            .unwrap_or((max_pending_connections / 4).clamp(1, 64));
+        let max_processes = self
+            .max_processes
+            .unwrap_or((open_files / 2 / DESCRIPTORS_PER_PROCESS).clamp(1, 4096));
         let max_processes_per_session = self
             .max_processes_per_session
             .unwrap_or((max_processes / 4).max(1));
         for (flag, value) in [
             ("--max-requests-in-flight", self.max_requests_in_flight),
             ("--outbound-buffer-bytes", self.outbound_buffer_bytes),
-            ("--max-pending-connections", self.max_pending_connections),
+            ("--max-pending-connections", max_pending_connections),
             (
                 "--max-pending-connections-per-peer",
-                self.max_pending_connections_per_peer,
+                max_pending_connections_per_peer,
             ),
             ("--max-processes", max_processes),
             ("--max-processes-per-session", max_processes_per_session),
@@ -318,8 +323,8 @@ impl Args {
                 .unwrap_or(user_watches / 8),
             ping_interval: self.ping_interval,
             upgrade_timeout: self.upgrade_timeout,
-            max_pending_connections: self.max_pending_connections,
-            max_pending_connections_per_peer: self.max_pending_connections_per_peer,
+            max_pending_connections,
+            max_pending_connections_per_peer,
             max_processes,
             max_processes_per_session,
             allow_uids: self.allow_uids.clone(),
@@ -363,15 +368,14 @@ pub(crate) fn read_token_file(path: &Path, flag: &str) -> anyhow::Result<String>
 
 /// Descriptors a live process holds in the daemon, rounded up: its output pipes and files, its
 /// stdin, its supervisor's socket.
-const DESCRIPTORS_PER_PROCESS: u64 = 8;
+const DESCRIPTORS_PER_PROCESS: usize = 8;
 
-/// The default of --max-processes: processes may take three quarters of the daemon's open-files
-/// limit (raised to the hard limit at start), so that a quarter stays for connections.
-fn default_max_processes() -> usize {
-    let open_files = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
-        .map_or(1024, |(soft, _)| soft);
-    let processes = (open_files - open_files / 4) / DESCRIPTORS_PER_PROCESS;
-    processes.clamp(1, 4096) as usize
+/// The daemon's open-files limit (raised to the hard limit at start; 1024 when unreadable).
+fn open_files_limit() -> usize {
+    nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        .map_or(1024, |(soft, _)| {
+            usize::try_from(soft).unwrap_or(usize::MAX)
+        })
 }
 
 /// The user's inotify watch limit, shared by every process of the user (8192, the kernel's

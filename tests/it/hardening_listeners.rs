@@ -167,7 +167,8 @@ print('closed', closed)
 /// requests, so no new connection, and no resume, got in. Now one peer gets its share only.
 #[tokio::test]
 async fn one_peer_with_stalled_requests_locks_out_no_one() {
-    let daemon = Daemon::start();
+    // Enough descriptors for the default caps to be 512 places, 64 per peer.
+    let daemon = daemon_with_fd_limits(&[], 4096, 4096);
     let (client, session) = daemon.session().await;
     client
         .call("process/start", start_params("p", &["echo", "before"]))
@@ -265,7 +266,7 @@ async fn process_caps_keep_descriptors_for_everyone_else() {
                     }
                     assert_eq!(error["data"]["limit"], "maxProcessesPerSession", "{error}");
                     assert!(
-                        message.contains("this session has 6 live processes"),
+                        message.contains("this session has 4 live processes"),
                         "{error}"
                     );
                     break;
@@ -274,14 +275,14 @@ async fn process_caps_keep_descriptors_for_everyone_else() {
         }
         attackers.push(attacker);
     }
-    assert_eq!(started, 24);
+    assert_eq!(started, 16);
     // Everyone else still connects and works; only starting waits for a place.
     let other = fresh_session(&daemon).await;
     let info = other.call("environment/info", json!({})).await;
-    // Three quarters of 256 descriptors, eight per process; a quarter of that per session.
+    // Half of 256 descriptors, eight per process; a quarter of that per session.
     assert_eq!(
         info["limits"],
-        json!({"maxProcesses": 24, "maxProcessesPerSession": 6}),
+        json!({"maxProcesses": 16, "maxProcessesPerSession": 4}),
         "{info}"
     );
     let error = refused_start(&other, "x").await;

@@ -248,7 +248,14 @@ async fn half_sent_upgrades_are_closed_after_the_upgrade_timeout() {
 #[tokio::test]
 async fn connections_beyond_the_pending_cap_are_closed_at_once() {
     let daemon = Daemon::start_with(
-        &["--max-pending-connections", "4", "--upgrade-timeout", "60s"],
+        &[
+            "--max-pending-connections",
+            "4",
+            "--max-pending-connections-per-peer",
+            "4",
+            "--upgrade-timeout",
+            "60s",
+        ],
         &[],
     );
     let mut stalled = Vec::new();
