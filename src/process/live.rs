@@ -21,23 +21,31 @@ impl Live {
     /// over (by the drop), so concurrent starts can be refused together but never exceed.
     pub fn start(session: &Arc<AtomicUsize>, config: &Config) -> Result<Self, ProcessError> {
         let (live, in_session, in_daemon) = Self::count(session);
-        if in_session > config.max_processes_per_session {
-            drop(live);
-            return Err(ProcessError::TooManyProcesses {
-                scope: "this session",
-                flag: "--max-processes-per-session",
-                limit: "maxProcessesPerSession",
-                max: config.max_processes_per_session,
-            });
-        }
-        if in_daemon > config.max_processes {
-            drop(live);
-            return Err(ProcessError::TooManyProcesses {
-                scope: "this exec-server (all sessions)",
-                flag: "--max-processes",
-                limit: "maxProcesses",
-                max: config.max_processes,
-            });
+        let caps = [
+            (
+                in_session,
+                config.max_processes_per_session,
+                "this session",
+                "--max-processes-per-session",
+                "maxProcessesPerSession",
+            ),
+            (
+                in_daemon,
+                config.max_processes,
+                "this exec-server (all sessions)",
+                "--max-processes",
+                "maxProcesses",
+            ),
+        ];
+        for (count, max, scope, flag, limit) in caps {
+            if count > max {
+                return Err(ProcessError::TooManyProcesses {
+                    scope,
+                    flag,
+                    limit,
+                    max,
+                });
+            }
         }
         Ok(live)
     }

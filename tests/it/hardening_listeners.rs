@@ -200,20 +200,11 @@ async fn one_peer_with_stalled_requests_locks_out_no_one() {
 /// quarter of `--upgrade-timeout`, not the whole.
 #[tokio::test]
 async fn under_pressure_stalled_connections_get_a_shorter_deadline() {
-    let daemon = Daemon::start_with(
-        &[
-            "--max-pending-connections",
-            "16",
-            "--max-pending-connections-per-peer",
-            "4",
-            "--upgrade-timeout",
-            "8s",
-        ],
-        &[],
-    );
+    // 256 descriptors: 32 places, 8 per peer.
+    let daemon = daemon_with_fd_limits(&["--upgrade-timeout", "8s"], 256, 256);
     let mut pressure = Vec::new();
     for peer in ["127.0.0.2", "127.0.0.3", "127.0.0.4"] {
-        for _ in 0..4 {
+        for _ in 0..8 {
             pressure.push(stalled(peer, address(&daemon.url), HALF_UPGRADE).await);
         }
     }
@@ -227,6 +218,23 @@ async fn under_pressure_stalled_connections_get_a_shorter_deadline() {
     // Those admitted before the pressure keep the whole deadline.
     let first = pressure.remove(0);
     assert_eq!(closed_after(first, Duration::from_millis(100)).await, None);
+}
+
+/// Item 10 on a Unix socket: places count per uid, so stalled requests of the daemon's own uid
+/// lock out no allowed one.
+#[tokio::test]
+async fn on_a_unix_socket_one_uid_locks_out_no_other() {
+    use crate::unix_socket::{ready_as, shared_dir, unix_daemon};
+    let (_dir, binary, socket) = shared_dir();
+    let daemon = unix_daemon(&socket, &["--allow-uid", "1234"]);
+    let mut stalled = Vec::new();
+    for _ in 0..300 {
+        let mut stream = tokio::net::UnixStream::connect(&socket).await.unwrap();
+        let _ = stream.write_all(HALF_UPGRADE).await;
+        stalled.push(stream);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(ready_as(&binary, 1234, &daemon.url), 0, "an allowed uid");
 }
 
 /// The error of a `process/start` refused by a cap, with its message.
