@@ -276,7 +276,7 @@ impl Args {
         let open_files = open_files_limit();
         let max_pending_connections = self
             .max_pending_connections
-            .unwrap_or((open_files / 8).min(1024));
+            .unwrap_or((open_files / 8).clamp(1, 1024));
         let max_pending_connections_per_peer = self
             .max_pending_connections_per_peer
             .unwrap_or((max_pending_connections / 4).clamp(1, 64));

@@ -126,6 +126,7 @@ except OSError as e:
     print('reply ERR', e)
 closed = 0
 for s in held[1:]:
+    s.settimeout(1)
     try:
         closed += s.recv(1) == b''
     except TimeoutError:
