@@ -108,14 +108,29 @@ pub struct Args {
     #[arg(long, env = "EXEC_SERVER_UPGRADE_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub upgrade_timeout: Duration,
 
-    /// Connections allowed in their HTTP phase at once (not yet upgraded to a WebSocket);
-    /// further ones are closed at once.
-    #[arg(
-        long,
-        env = "EXEC_SERVER_MAX_PENDING_CONNECTIONS",
-        default_value_t = 256
-    )]
-    pub max_pending_connections: usize,
+    /// Connections allowed in their HTTP phase at once (not yet upgraded to a WebSocket), per
+    /// listener; further ones are closed at once. Once more than half are taken, new ones get
+    /// a quarter of --upgrade-timeout. Default: 1024, or an eighth of the open-files limit if
+    /// lower.
+    #[arg(long, env = "EXEC_SERVER_MAX_PENDING_CONNECTIONS")]
+    pub max_pending_connections: Option<usize>,
+
+    /// Connections in their HTTP phase at once from one peer (one IPv4 address, one IPv6 /64,
+    /// one uid on a Unix socket), per listener; further ones are closed at once. Default: 64,
+    /// or a quarter of --max-pending-connections if lower.
+    #[arg(long, env = "EXEC_SERVER_MAX_PENDING_CONNECTIONS_PER_PEER")]
+    pub max_pending_connections_per_peer: Option<usize>,
+
+    /// Live processes (started, their tree not yet gone) of all sessions together; further
+    /// starts are refused. Default: as many as half the open-files limit holds (eight
+    /// descriptors each), at most 4096.
+    #[arg(long, env = "EXEC_SERVER_MAX_PROCESSES")]
+    pub max_processes: Option<usize>,
+
+    /// Live processes of one session; further starts are refused. Default: a quarter of
+    /// --max-processes.
+    #[arg(long, env = "EXEC_SERVER_MAX_PROCESSES_PER_SESSION")]
+    pub max_processes_per_session: Option<usize>,
 
     /// The certificate chain (PEM) of a `wss://` listener, read again on SIGHUP.
     #[arg(long, env = "EXEC_SERVER_TLS_CERT", requires = "tls_key")]
@@ -215,6 +230,9 @@ pub struct Config {
     pub ping_interval: Duration,
     pub upgrade_timeout: Duration,
     pub max_pending_connections: usize,
+    pub max_pending_connections_per_peer: usize,
+    pub max_processes: usize,
+    pub max_processes_per_session: usize,
     pub allow_uids: Vec<u32>,
     /// A `wss://` listener's certificate chain and key files.
     pub tls: Option<(PathBuf, PathBuf)>,
@@ -248,18 +266,36 @@ impl Args {
             self.output_retention_chunks > 0,
             "--output-retention-chunks must be positive"
         );
-        anyhow::ensure!(
-            self.max_pending_connections > 0,
-            "--max-pending-connections must be positive"
-        );
         // A zero period would spin (and tokio refuses it).
         anyhow::ensure!(
             !self.ping_interval.is_zero(),
             "--ping-interval must be positive"
         );
+        // Descriptors: half for processes, an eighth per listener for the HTTP phase, and the
+        // rest kept for established connections (a resume) and the daemon's own files.
+        let open_files = open_files_limit();
+        let max_pending_connections = self
+            .max_pending_connections
+            .unwrap_or((open_files / 8).clamp(1, 1024));
+        let max_pending_connections_per_peer = self
+            .max_pending_connections_per_peer
+            .unwrap_or((max_pending_connections / 4).clamp(1, 64));
+        let max_processes = self
+            .max_processes
+            .unwrap_or((open_files / 2 / DESCRIPTORS_PER_PROCESS).clamp(1, 4096));
+        let max_processes_per_session = self
+            .max_processes_per_session
+            .unwrap_or((max_processes / 4).max(1));
         for (flag, value) in [
             ("--max-requests-in-flight", self.max_requests_in_flight),
             ("--outbound-buffer-bytes", self.outbound_buffer_bytes),
+            ("--max-pending-connections", max_pending_connections),
+            (
+                "--max-pending-connections-per-peer",
+                max_pending_connections_per_peer,
+            ),
+            ("--max-processes", max_processes),
+            ("--max-processes-per-session", max_processes_per_session),
         ] {
             anyhow::ensure!(value > 0, "{flag} must be positive");
         }
@@ -287,7 +323,10 @@ impl Args {
                 .unwrap_or(user_watches / 8),
             ping_interval: self.ping_interval,
             upgrade_timeout: self.upgrade_timeout,
-            max_pending_connections: self.max_pending_connections,
+            max_pending_connections,
+            max_pending_connections_per_peer,
+            max_processes,
+            max_processes_per_session,
             allow_uids: self.allow_uids.clone(),
             tls: self.tls_cert.clone().zip(self.tls_key.clone()),
             metrics_listen: self.metrics_listen,
@@ -325,6 +364,18 @@ pub(crate) fn read_token_file(path: &Path, flag: &str) -> anyhow::Result<String>
     let mut text = String::new();
     file.read_to_string(&mut text).with_context(cannot_read)?;
     Ok(text.trim_end_matches(['\r', '\n']).to_owned())
+}
+
+/// Descriptors a live process holds in the daemon, rounded up: its output pipes and files, its
+/// stdin, its supervisor's socket.
+const DESCRIPTORS_PER_PROCESS: usize = 8;
+
+/// The daemon's open-files limit (raised to the hard limit at start; 1024 when unreadable).
+fn open_files_limit() -> usize {
+    nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        .map_or(1024, |(soft, _)| {
+            usize::try_from(soft).unwrap_or(usize::MAX)
+        })
 }
 
 /// The user's inotify watch limit, shared by every process of the user (8192, the kernel's

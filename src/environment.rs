@@ -44,7 +44,7 @@ pub fn capabilities() -> EnvironmentCapabilities {
 }
 
 /// Computed on each call: it is cheap, and reflects the daemon's environment as it is.
-pub fn info() -> EnvironmentInfo {
+pub fn info(config: &crate::config::Config) -> EnvironmentInfo {
     let cwd = std::env::current_dir().ok();
     let uri = |path: PathBuf| PathUri::from_path(&path).ok();
     EnvironmentInfo {
@@ -65,6 +65,10 @@ pub fn info() -> EnvironmentInfo {
         ),
         temp_dir: resolve(std::env::temp_dir(), cwd.as_deref()).and_then(uri),
         capabilities: capabilities(),
+        limits: Some(EnvironmentLimits {
+            max_processes: config.max_processes as u64,
+            max_processes_per_session: config.max_processes_per_session as u64,
+        }),
     }
 }
 

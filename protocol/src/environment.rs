@@ -109,6 +109,20 @@ pub struct EnvironmentInfo {
     pub temp_dir: Option<PathUri>,
     #[serde(default)]
     pub capabilities: EnvironmentCapabilities,
+    /// The daemon's caps that a client may run into (this daemon's addition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<EnvironmentLimits>,
+}
+
+/// Caps of the daemon, as configured (this daemon's addition).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvironmentLimits {
+    /// Live processes (started, their tree not yet gone) of all sessions together; a
+    /// `process/start` beyond it is refused.
+    pub max_processes: u64,
+    /// Live processes of one session; a `process/start` beyond it is refused.
+    pub max_processes_per_session: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -180,7 +194,8 @@ mod tests {
                 "processList": true,
                 "sessionDisconnectPolicy": true,
                 "processInputWait": true
-            }
+            },
+            "limits": {"maxProcesses": 1875, "maxProcessesPerSession": 468}
         });
         let info: EnvironmentInfo = serde_json::from_value(wire.clone()).unwrap();
         assert_eq!(serde_json::to_value(&info).unwrap(), wire);

@@ -151,6 +151,7 @@ impl TableInner {
             supervisor.reports,
             None,
             false,
+            super::live::Live::adopted(&self.live),
         ));
         self.read_outputs(&process, outputs, !tty, &ends);
         process.arm(&timing, stdin_object, running_for);

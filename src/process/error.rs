@@ -47,6 +47,17 @@ pub(crate) enum ProcessError {
     StartCancelled(String),
     #[error("the session is closing; no process can start in it")]
     SessionClosing,
+    /// A cap on live processes; the client may retry once one of its processes exited.
+    #[error(
+        "{scope} has {max} live processes, as many as {flag} allows; start more once some \
+         have exited (environment/info limits.{limit})"
+    )]
+    TooManyProcesses {
+        scope: &'static str,
+        flag: &'static str,
+        limit: &'static str,
+        max: usize,
+    },
     #[error("process {0} has no terminal to resize")]
     NoTerminal(String),
     /// The client may retry the write once the process read some of its stdin.
@@ -98,6 +109,8 @@ impl From<ProcessError> for RpcError {
                 .with_data(serde_json::json!({ "fields": fields })),
             StdinFull { .. } => RpcError::invalid_request(message)
                 .with_data(serde_json::json!({ "retryable": true })),
+            TooManyProcesses { limit, max, .. } => RpcError::invalid_request(message)
+                .with_data(serde_json::json!({ "retryable": true, "limit": limit, "max": max })),
             StartFailed { .. } | StdinFailed | Resize(_) | Internal(_) => {
                 RpcError::internal(message)
             }

@@ -8,6 +8,7 @@ mod error;
 mod forgotten;
 pub(crate) mod input_wait;
 mod io;
+mod live;
 pub mod methods;
 pub mod output;
 pub mod spawn;
@@ -85,6 +86,8 @@ struct TableInner {
     session_id: String,
     /// Where processes are kept across a restart of the daemon (None: not kept).
     spares: Option<Arc<store::Spares>>,
+    /// Live processes of this session (`live`).
+    live: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// What a process was started with: what an idempotent repeat is compared with, and what
@@ -180,6 +183,7 @@ impl ProcessTable {
                 next_token: AtomicU64::new(1),
                 session_id,
                 spares,
+                live: Default::default(),
             }),
         }
     }
@@ -334,7 +338,7 @@ impl TableInner {
     ) -> Result<(), ProcessError> {
         let id = origin.params.process_id.clone();
         let token = self.next_token.fetch_add(1, Ordering::Relaxed);
-        {
+        let live = {
             let mut slots = self.slots.lock().unwrap();
             if slots.closed {
                 return Err(ProcessError::SessionClosing);
@@ -342,9 +346,11 @@ impl TableInner {
             if slots.map.contains_key(&id) {
                 return Err(ProcessError::Exists(id));
             }
+            let live = live::Live::start(&self.live, &self.config)?;
             slots.forgotten.forget(&id);
             slots.map.insert(id.clone(), Slot::Starting(token));
-        }
+            live
+        };
         let spawned = match &mut launch {
             None => spawn::start(&spec).await,
             Some(launch) => launch.spawn(&spec).await.map_err(ProcessError::from),
@@ -412,6 +418,7 @@ impl TableInner {
             reports,
             group,
             true,
+            live,
         ));
         {
             let mut slots = self.slots.lock().unwrap();
@@ -704,7 +711,8 @@ async fn read_output(
     }
 }
 
-/// Follows the supervisor's reports until it is gone, then reaps it.
+/// Follows the supervisor's reports until it is gone, then reaps it. The process counts as
+/// `live` until then.
 async fn supervise(
     table: Weak<TableInner>,
     process: Arc<ManagedProcess>,
@@ -712,6 +720,7 @@ async fn supervise(
     mut reports: tree::Reports,
     group: Option<cgroup::Group>,
     reusable: bool,
+    _live: live::Live,
 ) {
     // A plain supervisor is reused once it confirmed the tree gone and reported the exit.
     let (mut exited, mut confirmed_gone) = (false, false);

@@ -90,8 +90,8 @@ fn build() -> Router {
     router
         .request::<m::FsUnwatch>(|c: Ctx, p| async move { fs::unwatch(&c.connection.fs, p).await });
 
-    router.request::<m::EnvironmentInfo>(|_: Ctx, ()| async {
-        Ok::<_, Infallible>(environment::info())
+    router.request::<m::EnvironmentInfo>(|c: Ctx, ()| async move {
+        Ok::<_, Infallible>(environment::info(&c.connection.registry.config))
     });
     router.request::<m::EnvironmentStatus>(|_: Ctx, ()| async {
         Ok::<_, Infallible>(environment::status())

@@ -154,10 +154,10 @@ impl Session {
     ) -> Self {
         let (sender, receiver) = watch::channel(attachment);
         Self {
+            environment_info: crate::environment::info(&config),
             processes: ProcessTable::new(config, receiver, id.clone(), spares),
             id,
             policy,
-            environment_info: crate::environment::info(),
             attachment: sender,
         }
     }

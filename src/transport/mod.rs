@@ -1,6 +1,7 @@
 //! Where clients connect: a WebSocket listener (with `/readyz`) on TCP or on a Unix socket, or
 //! a single stdio connection.
 
+mod admission;
 pub(crate) mod handover;
 pub(crate) mod stdio;
 mod tls;
@@ -165,13 +166,11 @@ pub async fn serve(
     log_hangups();
     if let Some(listener) = metrics {
         let local = listener.local_addr()?;
+        // Before any process can start: no managed network may bridge to it.
+        crate::sandbox::peers::note_listener(local);
         tracing::info!("metrics on http://{local}/metrics");
         let registry = registry.clone();
-        tokio::spawn(async move {
-            if let Err(err) = ws::serve_metrics(listener, registry).await {
-                tracing::error!("the metrics listener failed: {err}");
-            }
-        });
+        tokio::spawn(ws::serve_metrics(listener, registry));
     }
     let connections = ws::Connections::default();
     let start = ws::Start {

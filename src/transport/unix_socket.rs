@@ -107,11 +107,11 @@ impl UnixSocket {
         format!("unix://{}", self.path.display())
     }
 
-    /// Who the peer of `stream` is, or why it may not connect.
+    /// Who the peer of `stream` is, and its uid, or why it may not connect.
     pub fn admit(
         &self,
         stream: &tokio::net::UnixStream,
-    ) -> Result<crate::audit::Identity, Refused> {
+    ) -> Result<(crate::audit::Identity, u32), Refused> {
         let credentials = stream.peer_cred().map_err(Refused::Credentials)?;
         let uid = credentials.uid();
         // SAFETY: plain syscall.
@@ -123,10 +123,11 @@ impl UnixSocket {
         if crate::sandbox::peers::runs_in_sandbox(pid) {
             return Err(Refused::Sandboxed { pid });
         }
-        Ok(crate::audit::Identity {
+        let who = crate::audit::Identity {
             peer: format!("unix peer pid {pid} uid {uid}").into(),
             principal: format!("peer-uid:{uid}").into(),
-        })
+        };
+        Ok((who, uid))
     }
 }
 

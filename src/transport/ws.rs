@@ -2,7 +2,9 @@
 //! configured, by a bearer token), `/readyz` answers 200. One JSON-RPC message per frame, Text or
 //! Binary. And the optional plain `/metrics` listener.
 
+use super::admission::{Admission, Peer};
 use crate::audit::Identity;
+use crate::config::Config;
 use crate::rpc::outbound::{self, Outbound};
 use crate::server::{self, AtEnd, Frame};
 use crate::session::Registry;
@@ -23,7 +25,6 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use subtle::ConstantTimeEq as _;
-use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -79,17 +80,24 @@ pub(super) struct Start {
     pub took_over: bool,
 }
 
-/// The listener's routes, and the cap on connections in their HTTP phase.
+/// A listener's routes, and the places of connections in their HTTP phase.
 struct Http {
     app: TowerToHyperService<Router>,
-    /// Connections in their HTTP phase (nothing authenticated yet) hold a permit, so slow or
+    /// Connections in their HTTP phase (nothing authenticated yet) hold a place, so slow or
     /// silent peers can neither pile up without bound nor stay forever.
-    pending: Arc<Semaphore>,
-    upgrade_timeout: Duration,
+    admission: Admission,
     connections: Connections,
 }
 
 impl Http {
+    fn new(app: Router, config: &Config, connections: Connections) -> Self {
+        Self {
+            app: TowerToHyperService::new(app),
+            admission: Admission::new(config),
+            connections,
+        }
+    }
+
     /// Announces `url` (the one line on stdout: clients and harnesses read the bound address
     /// from it) and builds the routes.
     fn announce(url: &str, registry: Arc<Registry>, start: Start) -> anyhow::Result<Self> {
@@ -106,33 +114,31 @@ impl Http {
         tracing::info!("exec-server listening on {url}");
         super::handover::notify_serving(start.took_over);
         let config = registry.config.clone();
-        Ok(Self {
-            app: TowerToHyperService::new(
-                Router::new()
-                    .route("/readyz", get(|| async { StatusCode::OK }))
-                    .route("/metrics", get(guarded_metrics))
-                    .route("/", any(upgrade))
-                    .with_state(registry),
-            ),
-            pending: Arc::new(Semaphore::new(config.max_pending_connections)),
-            upgrade_timeout: config.upgrade_timeout,
-            connections: start.connections,
-        })
+        let app = Router::new()
+            .route("/readyz", get(|| async { StatusCode::OK }))
+            .route("/metrics", get(guarded_metrics))
+            .route("/", any(upgrade))
+            .with_state(registry);
+        Ok(Self::new(app, &config, start.connections))
     }
 
     /// Serves one accepted connection's HTTP phase (`/readyz`, or the upgrade) in a task, once
-    /// `stream` is ready (a TLS handshake comes first, under the same deadline and cap).
+    /// `stream` is ready (a TLS handshake comes first, under the same deadline and place).
     fn spawn<S>(
         &self,
         stream: impl std::future::Future<Output = std::io::Result<S>> + Send + 'static,
         who: Identity,
+        from: Peer,
     ) where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
         let peer = who.peer.clone();
-        let Ok(permit) = self.pending.clone().try_acquire_owned() else {
-            tracing::debug!(%peer, "too many connections in their HTTP phase; closing");
-            return;
+        let place = match self.admission.admit(from) {
+            Ok(place) => place,
+            Err(full) => {
+                tracing::debug!(%peer, "{full}; closing");
+                return;
+            }
         };
         let app = self.app.clone();
         let connections = self.connections.clone();
@@ -141,7 +147,6 @@ impl Http {
             request.extensions_mut().insert(connections.clone());
             app.call(request)
         });
-        let timeout = self.upgrade_timeout;
         self.connections.tracker.spawn(async move {
             // The connection future completes once the upgrade hands the socket over.
             let connection = async {
@@ -155,10 +160,13 @@ impl Http {
                     Err(err) => tracing::debug!(%peer, "TLS handshake failed: {err}"),
                 }
             };
-            if tokio::time::timeout(timeout, connection).await.is_err() {
+            if tokio::time::timeout(place.timeout, connection)
+                .await
+                .is_err()
+            {
                 tracing::debug!(%peer, "HTTP phase timed out; closing");
             }
-            drop(permit);
+            drop(place);
         });
     }
 }
@@ -181,6 +189,22 @@ pub async fn serve_tcp(
     }
     let http = Http::announce(&format!("{scheme}://{local}"), registry, start)?;
     loop {
+        let (stream, peer) = accept_tcp(listener).await;
+        // Until the upgrade checks a token.
+        let who = Identity::anonymous(peer.to_string());
+        match &tls {
+            Some(tls) => http.spawn(tls.acceptor.accept(stream), who, Peer::of_ip(peer.ip())),
+            None => http.spawn(std::future::ready(Ok(stream)), who, Peer::of_ip(peer.ip())),
+        }
+    }
+}
+
+/// The next connection on `listener` not made inside a sandbox, refused (closed) before a byte
+/// of it is read otherwise.
+async fn accept_tcp(
+    listener: &tokio::net::TcpListener,
+) -> (tokio::net::TcpStream, std::net::SocketAddr) {
+    loop {
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(err) => {
@@ -201,12 +225,7 @@ pub async fn serve_tcp(
         }
         // Without TCP_NODELAY a small reply waits for the client's delayed ACK (~40 ms).
         let _ = stream.set_nodelay(true);
-        // Until the upgrade checks a token.
-        let who = Identity::anonymous(peer.to_string());
-        match &tls {
-            Some(tls) => http.spawn(tls.acceptor.accept(stream), who),
-            None => http.spawn(std::future::ready(Ok(stream)), who),
-        }
+        return (stream, peer);
     }
 }
 
@@ -225,7 +244,7 @@ pub async fn serve_unix(
             }
         };
         match socket.admit(&stream) {
-            Ok(who) => http.spawn(std::future::ready(Ok(stream)), who),
+            Ok((who, uid)) => http.spawn(std::future::ready(Ok(stream)), who, Peer::Uid(uid)),
             Err(why) => tracing::warn!("refused a connection on {}: {why}", socket.url()),
         }
     }
@@ -265,15 +284,20 @@ async fn metrics(State(registry): State<Arc<Registry>>) -> Response {
     ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response()
 }
 
-/// Serves `GET /metrics` alone, without the token, on `listener` (--metrics-listen).
-pub async fn serve_metrics(
-    listener: tokio::net::TcpListener,
-    registry: Arc<Registry>,
-) -> std::io::Result<()> {
+/// Serves `GET /metrics` alone, without the token, on `listener` (--metrics-listen): with the
+/// main port's places and deadline, and closed to sandboxes as it is.
+pub async fn serve_metrics(listener: tokio::net::TcpListener, registry: Arc<Registry>) {
+    let config = registry.config.clone();
     let app = Router::new()
         .route("/metrics", get(metrics))
         .with_state(registry);
-    axum::serve(listener, app).await
+    // Its connections are not handed over in an upgrade: each serves one scrape.
+    let http = Http::new(app, &config, Connections::default());
+    loop {
+        let (stream, peer) = accept_tcp(&listener).await;
+        let who = Identity::anonymous(peer.to_string());
+        http.spawn(std::future::ready(Ok(stream)), who, Peer::of_ip(peer.ip()));
+    }
 }
 
 async fn upgrade(

@@ -22,6 +22,7 @@ mod environment;
 mod fs;
 mod fs_stream;
 mod fs_watch;
+mod hardening_listeners;
 mod hardening_state;
 mod http;
 mod input_wait;

@@ -192,26 +192,6 @@ fn raise_own_fd_limit() {
     }
 }
 
-/// A daemon started with `soft`/`hard` limits of open files.
-fn daemon_with_fd_limits(args: &[&str], soft: u64, hard: u64) -> Daemon {
-    use std::os::unix::process::CommandExt as _;
-    let mut command = Daemon::command(env!("CARGO_BIN_EXE_exec-server"), args, &[]);
-    let limit = libc::rlimit {
-        rlim_cur: soft,
-        rlim_max: hard,
-    };
-    // SAFETY: setrlimit is async-signal-safe.
-    unsafe {
-        command.pre_exec(move || {
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    Daemon::launch(command)
-}
-
 /// Opens a TCP connection that sends half an HTTP upgrade request, then nothing.
 async fn half_sent_upgrade(daemon: &Daemon) -> tokio::net::TcpStream {
     use tokio::io::AsyncWriteExt as _;
@@ -268,7 +248,14 @@ async fn half_sent_upgrades_are_closed_after_the_upgrade_timeout() {
 #[tokio::test]
 async fn connections_beyond_the_pending_cap_are_closed_at_once() {
     let daemon = Daemon::start_with(
-        &["--max-pending-connections", "4", "--upgrade-timeout", "60s"],
+        &[
+            "--max-pending-connections",
+            "4",
+            "--max-pending-connections-per-peer",
+            "4",
+            "--upgrade-timeout",
+            "60s",
+        ],
         &[],
     );
     let mut stalled = Vec::new();
@@ -345,6 +332,9 @@ fn help_explains_every_flag() {
         "--connection-token",
         "--upgrade-timeout",
         "--max-pending-connections",
+        "--max-pending-connections-per-peer",
+        "--max-processes",
+        "--max-processes-per-session",
         "--session-ttl",
         "--exited-retention",
         "--output-retention-bytes",

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_exec-server");
 
-fn unix_daemon(socket: &Path, args: &[&str]) -> Daemon {
+pub(crate) fn unix_daemon(socket: &Path, args: &[&str]) -> Daemon {
     let mut command = std::process::Command::new(BIN);
     command
         .arg("--listen")
@@ -106,15 +106,19 @@ async fn a_live_socket_is_not_taken_over_a_stale_one_is_and_the_socket_goes_at_e
     assert_eq!(std::fs::read_to_string(&other).unwrap(), "data");
 }
 
-/// A copy of the binary that other uids can execute (the build directory may not be).
-fn reachable_binary(dir: &Path) -> PathBuf {
-    let binary = dir.join("exec-server");
+/// A directory other uids may enter, with a copy of the binary they can execute (the build
+/// directory may not be), and a path for a socket in it.
+pub(crate) fn shared_dir() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let binary = dir.path().join("exec-server");
     std::fs::copy(BIN, &binary).unwrap();
     std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).unwrap();
-    binary
+    let socket = dir.path().join("exec.sock");
+    (dir, binary, socket)
 }
 
-fn ready_as(binary: &Path, uid: u32, url: &str) -> i32 {
+pub(crate) fn ready_as(binary: &Path, uid: u32, url: &str) -> i32 {
     use std::os::unix::process::CommandExt as _;
     std::process::Command::new(binary)
         .args(["ready", "--timeout", "5s", "--url", url])
@@ -130,12 +134,9 @@ fn ready_as(binary: &Path, uid: u32, url: &str) -> i32 {
 
 #[tokio::test]
 async fn only_the_daemons_uid_and_allowed_uids_are_admitted() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let binary = reachable_binary(dir.path());
     // The directory exists (and others may enter it), so the daemon leaves its mode alone; the
     // socket is open to all with an --allow-uid, and the credentials decide.
-    let socket = dir.path().join("exec.sock");
+    let (dir, binary, socket) = shared_dir();
     let daemon = unix_daemon(&socket, &["--allow-uid", "1234"]);
     assert_eq!(mode(dir.path()), 0o755);
     assert_eq!(mode(&socket), 0o666);

@@ -16,6 +16,26 @@ use tokio_tungstenite::tungstenite::Message;
 
 pub const TIMEOUT: Duration = Duration::from_secs(20);
 
+/// A daemon started with `soft`/`hard` limits of open files.
+pub fn daemon_with_fd_limits(args: &[&str], soft: u64, hard: u64) -> Daemon {
+    use std::os::unix::process::CommandExt as _;
+    let mut command = Daemon::command(env!("CARGO_BIN_EXE_exec-server"), args, &[]);
+    let limit = libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: hard,
+    };
+    // SAFETY: setrlimit is async-signal-safe.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    Daemon::launch(command)
+}
+
 pub struct Daemon {
     child: Child,
     pub url: String,
