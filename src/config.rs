@@ -116,8 +116,9 @@ pub struct Args {
     pub max_pending_connections: Option<usize>,
 
     /// Connections in their HTTP phase at once from one peer (one IPv4 address, one IPv6 /64,
-    /// one uid on a Unix socket), per listener; further ones are closed at once. Default: 64,
-    /// or a quarter of --max-pending-connections if lower.
+    /// one uid on a Unix socket), per listener; further ones are closed at once. Default: 256,
+    /// or a quarter of --max-pending-connections if lower (a hundred local clients connecting at
+    /// once is an ordinary fan-out).
     #[arg(long, env = "EXEC_SERVER_MAX_PENDING_CONNECTIONS_PER_PEER")]
     pub max_pending_connections_per_peer: Option<usize>,
 
@@ -279,7 +280,7 @@ impl Args {
             .unwrap_or((open_files / 8).clamp(1, 1024));
         let max_pending_connections_per_peer = self
             .max_pending_connections_per_peer
-            .unwrap_or((max_pending_connections / 4).clamp(1, 64));
+            .unwrap_or((max_pending_connections / 4).clamp(1, 256));
         let max_processes = self
             .max_processes
             .unwrap_or((open_files / 2 / DESCRIPTORS_PER_PROCESS).clamp(1, 4096));

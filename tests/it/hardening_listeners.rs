@@ -168,7 +168,7 @@ print('closed', closed)
 /// requests, so no new connection, and no resume, got in. Now one peer gets its share only.
 #[tokio::test]
 async fn one_peer_with_stalled_requests_locks_out_no_one() {
-    // Enough descriptors for the default caps to be 512 places, 64 per peer.
+    // Enough descriptors for the default caps to be 512 places, a quarter (128) per peer.
     let daemon = daemon_with_fd_limits(&[], 4096, 4096);
     let (client, session) = daemon.session().await;
     client
@@ -194,7 +194,7 @@ async fn one_peer_with_stalled_requests_locks_out_no_one() {
     )
     .await;
     let open = closed.iter().filter(|closed| closed.is_none()).count();
-    assert_eq!(open, 64, "the default per-peer share");
+    assert_eq!(open, 128, "the default per-peer share");
 }
 
 /// Item 10: once more than half of the places are taken, a stalled connection is closed after a
