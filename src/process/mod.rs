@@ -725,17 +725,7 @@ async fn supervise(
     // A plain supervisor is reused once it confirmed the tree gone and reported the exit.
     let (mut exited, mut confirmed_gone) = (false, false);
     while let Some(report) = reports.next().await {
-        // A sandbox's placeholders can be removed once nothing has its mount namespace (where
-        // they are mount points): when the tree is gone, after its supervisor (the sandbox
-        // helper) exited, which follows its last report at once. Without placeholders the
-        // exit is not held up for the helper's own.
         let tree_gone = process.state.lock().unwrap().tree_gone;
-        let placeholders = process
-            .sandbox
-            .lock()
-            .unwrap()
-            .as_ref()
-            .is_some_and(Sandboxed::has_placeholders);
         match report {
             Report::Exited {
                 code,
@@ -746,10 +736,6 @@ async fn supervise(
                 if let Some(group) = &group {
                     usage.max_rss_kib = group.peak_kib().unwrap_or(usage.max_rss_kib);
                     oom = group.oom_killed();
-                }
-                if let Some(supervisor) = supervisor.as_ref().filter(|_| tree_gone && placeholders)
-                {
-                    supervisor.exited().await;
                 }
                 record_exit(&table, &process, code, signal, usage, oom, tree_gone).await;
                 exited = true;
@@ -788,11 +774,8 @@ async fn supervise(
     }
     // Empty now: removed.
     drop(group);
-    if let Some(mut sandbox) = process.sandbox.lock().unwrap().take() {
-        tokio::task::spawn_blocking(move || {
-            sandbox.release();
-            drop(sandbox)
-        });
+    if let Some(sandbox) = process.sandbox.lock().unwrap().take() {
+        tokio::task::spawn_blocking(move || drop(sandbox));
     }
 }
 
@@ -805,17 +788,9 @@ async fn record_exit(
     oom_killed: bool,
     tree_gone: bool,
 ) {
-    // Placeholders go before `exited` is visible, so a client never sees them left over, when
-    // the tree is gone; otherwise when it is.
-    let mut sandbox = process.sandbox.lock().unwrap().take_if(|_| tree_gone);
-    if let Some(mut held) = sandbox.take_if(|held| held.has_placeholders()) {
-        sandbox = tokio::task::spawn_blocking(move || {
-            held.release();
-            held
-        })
-        .await
-        .ok();
-    }
+    // Let go of (its placeholders, and the mount namespace) when the tree is gone; otherwise
+    // when it is.
+    let sandbox = process.sandbox.lock().unwrap().take_if(|_| tree_gone);
     let mut changes = process.changed.subscribe();
     let _ = tokio::time::timeout(EXIT_DRAIN_GRACE, async {
         while process.state.lock().unwrap().open_streams > 0 {

@@ -329,7 +329,8 @@ pub struct Launch {
 #[derive(Debug)]
 pub struct Sandboxed {
     pub context: Arc<DenialContext>,
-    leases: protected::Leases,
+    /// Its protected names, let go when this is dropped.
+    _leases: protected::Leases,
     /// Held from the exec on, so that the namespace is torn down (every mount of the copied
     /// view unmounted) when this is dropped, after the exit is reported, rather than by the
     /// exiting process before its parent learns of the exit.
@@ -342,15 +343,6 @@ pub struct Sandboxed {
 }
 
 impl Sandboxed {
-    /// Removes this launch's placeholders (when no other sandbox uses them); call after exit.
-    pub fn release(&mut self) {
-        self.leases = protected::Leases::default();
-    }
-
-    pub fn has_placeholders(&self) -> bool {
-        self.leases.holds_placeholders()
-    }
-
     /// The classifier for this launch's exit, already certain when the exec was refused.
     pub fn scanner(&self) -> Scanner {
         Scanner::new(self.context.clone(), self.refused)
@@ -375,7 +367,7 @@ impl Prepared {
             program: self.plan.program,
             sandboxed: Sandboxed {
                 context: self.context,
-                leases: self.leases,
+                _leases: self.leases,
                 mount_namespace: None,
                 refused: false,
                 bridge: None,

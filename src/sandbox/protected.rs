@@ -12,13 +12,14 @@
 //!   the `trusted.` extended attribute [`MARK`] (only a privileged process can set or remove
 //!   it), and the sandbox bind-mounts it read-only over itself, so the name can be neither
 //!   created nor replaced (mkdir: EEXIST, writes: EROFS, rename or rmdir of a mount point:
-//!   EBUSY). After the process exits the daemon removes the placeholder, but only once no mount
-//!   namespace still has a mount on it (removing a mount point from outside would silently
+//!   EBUSY). Once no sandbox has held it for [`LINGER`] the daemon removes the placeholder,
+//!   but only once no mount namespace still has a mount on it (removing a mount point from outside would silently
 //!   detach it inside a namespace where an escaped background process still runs), and only
 //!   if it is still an empty marked directory. Placeholders are shared and reference counted
 //!   between concurrent sandboxes; a marked directory left behind by a killed daemon is adopted
-//!   and removed by the next sandbox that uses it. While a sandbox runs, the empty placeholder
-//!   is visible on the host (git skips an empty `.git` directory and keeps searching upward).
+//!   and removed by the next sandbox that uses it. While a sandbox runs (and that moment
+//!   after), the empty placeholder is visible on the host (git skips an empty `.git` directory
+//!   and keeps searching upward).
 
 use super::policy::{effective, Rule};
 use crate::path::cstring;
@@ -33,7 +34,7 @@ use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Names protected under every writable root.
 pub const NAMES: &[&str] = &[".git", ".codex", ".agents", ".vscode"];
@@ -41,26 +42,33 @@ pub const NAMES: &[&str] = &[".git", ".codex", ".agents", ".vscode"];
 /// Extended attribute marking a placeholder the daemon created.
 pub const MARK: &str = "trusted.exec-server.placeholder";
 
-/// How often a placeholder still mounted in some namespace is retried.
-const RETRY: Duration = Duration::from_millis(500);
+/// How long a placeholder no sandbox holds stays for the next launch that needs it: creating,
+/// mounting and removing placeholders for every launch doubled a launch's cost in a
+/// workspace without `.codex`, `.agents` and `.vscode`.
+const LINGER: Duration = Duration::from_millis(500);
 
-/// The protected paths that live sandboxes mount read-only (placeholders and existing ones).
+/// The protected paths that live sandboxes mount read-only (placeholders and existing ones),
+/// and those no sandbox holds any more, until the reaper removes them.
 ///
 /// Invariants, all under its one lock: a path is inspected, created as a placeholder, taken,
 /// let go and removed only while the lock is held, so a launch never inspects or mounts a
-/// placeholder that another launch's exit is removing; an entry with `count == 0` is a
-/// removal under way (decided outside the lock, since it scans every mount namespace), which
+/// placeholder that is being removed; an entry with `count == 0` waits for the reaper
+/// ([`reap`]), whose removal (decided outside the lock, since it scans every mount namespace)
 /// goes ahead only if no launch took the path meanwhile (`generation` unchanged).
 #[derive(Default)]
 struct Registry {
     held: HashMap<PathBuf, Held>,
     generations: u64,
+    /// The reaper thread runs (it ends when no entry waits for it).
+    reaping: bool,
 }
 
 struct Held {
     count: usize,
     /// Bumped by every launch that takes the path.
     generation: u64,
+    /// When the last holder let go.
+    unused_since: Instant,
 }
 
 static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
@@ -84,6 +92,7 @@ impl Registry {
             .or_insert(Held {
                 count: 1,
                 generation,
+                unused_since: Instant::now(),
             });
     }
 
@@ -93,13 +102,11 @@ impl Registry {
     }
 }
 
-/// Protected paths held by one sandboxed launch; let go on drop.
+/// Protected paths held by one sandboxed launch; let go on drop (cheap: the reaper removes
+/// placeholders later).
 #[derive(Debug, Default)]
 pub struct Leases {
     paths: Vec<PathBuf>,
-    /// Some of them were placeholders when taken (the launch's exit then waits for its tree to
-    /// be gone before letting go, so that they can be removed at once).
-    placeholders: bool,
 }
 
 /// Adds read rules for the protected subpaths of every write rule.
@@ -128,13 +135,12 @@ pub fn protect(rules: &mut Vec<Rule>) -> Result<Leases, RpcError> {
                 continue;
             }
             match inspect(&dir, name, &path)? {
-                Found::Existing { stat, placeholder } => {
+                Found::Existing(stat) => {
                     if *name == ".git" && kind(&stat) == libc::S_IFREG {
                         added.extend(gitdirs(root, &path));
                     }
-                    leases.placeholders |= placeholder;
                 }
-                Found::Created => leases.placeholders = true,
+                Found::Created => {}
                 Found::ReadOnly => continue,
             }
             registry.take(&path);
@@ -195,10 +201,7 @@ fn pointer(file: &Path, prefix: &str, base: &Path) -> Option<PathBuf> {
 enum Found {
     /// A file or directory: the user's, another sandbox's placeholder, or one a killed daemon
     /// left.
-    Existing {
-        stat: nix::sys::stat::FileStat,
-        placeholder: bool,
-    },
+    Existing(nix::sys::stat::FileStat),
     /// A placeholder this launch created.
     Created,
     /// Missing, on a read-only file system, where nothing can be created anyway.
@@ -222,10 +225,7 @@ fn inspect(dir: &OwnedFd, name: &str, path: &Path) -> Result<Found, RpcError> {
                     path.display()
                 )))
             }
-            Ok(stat) => {
-                let placeholder = kind(&stat) == libc::S_IFDIR && is_marked(path);
-                return Ok(Found::Existing { stat, placeholder });
-            }
+            Ok(stat) => return Ok(Found::Existing(stat)),
             Err(Errno::ENOENT) => {}
             Err(err) => {
                 return Err(RpcError::invalid_params(format!(
@@ -271,64 +271,72 @@ fn inspect(dir: &OwnedFd, name: &str, path: &Path) -> Result<Found, RpcError> {
     )))
 }
 
-impl Leases {
-    pub fn holds_placeholders(&self) -> bool {
-        self.placeholders
-    }
-}
-
 impl Drop for Leases {
     fn drop(&mut self) {
-        let mut unused = Vec::new();
-        {
-            let mut guard = registry();
-            let registry = guard.get_or_insert_with(Registry::default);
-            for path in self.paths.drain(..) {
-                if let Some(held) = registry.held.get_mut(&path) {
-                    held.count -= 1;
-                    if held.count == 0 {
-                        unused.push((path, held.generation));
-                    }
-                }
+        let mut guard = registry();
+        let registry = guard.get_or_insert_with(Registry::default);
+        let now = Instant::now();
+        for path in self.paths.drain(..) {
+            if let Some(held) = registry.held.get_mut(&path) {
+                held.count -= 1;
+                held.unused_since = now;
             }
         }
-        unused.retain(|(path, generation)| !try_remove(path, *generation));
-        if !unused.is_empty() {
-            std::thread::spawn(move || retry_removal(unused));
+        if !registry.reaping && registry.held.values().any(|held| held.count == 0) {
+            registry.reaping = true;
+            std::thread::spawn(reap);
         }
     }
 }
 
-fn retry_removal(mut busy: Vec<(PathBuf, u64)>) {
-    while !busy.is_empty() {
-        std::thread::sleep(RETRY);
-        busy.retain(|(path, generation)| !try_remove(path, *generation));
-    }
-}
-
-/// Removes a placeholder no launch holds any more (`generation`: when it was last taken);
-/// false while some mount namespace still mounts on it. A name that is no placeholder (it
-/// existed before, or a client's `fs/createDirectory` claimed it) is only forgotten.
-fn try_remove(path: &Path, generation: u64) -> bool {
-    // Scanning every namespace takes a while: outside the lock, and checked again inside.
-    if is_marked(path) && mounted_anywhere(path) {
-        return false;
-    }
-    let mut guard = registry();
-    let registry = guard.get_or_insert_with(Registry::default);
-    if registry
-        .held
-        .get(path)
-        .is_some_and(|held| held.count == 0 && held.generation == generation)
-    {
-        registry.held.remove(path);
-        if is_marked(path) {
-            // Fails (and leaves it) when someone outside put files into it meanwhile.
-            let _ = std::fs::remove_dir(path);
+/// Removes the placeholders no launch has held for [`LINGER`], once no mount namespace mounts
+/// them any more (a background process that outlived its sandbox's leader keeps them), and
+/// forgets the other names no launch holds; ends when no entry is left to wait for.
+fn reap() {
+    loop {
+        std::thread::sleep(LINGER / 2);
+        let candidates: Vec<(PathBuf, u64)> = {
+            let mut guard = registry();
+            let registry = guard.get_or_insert_with(Registry::default);
+            if !registry.held.values().any(|held| held.count == 0) {
+                registry.reaping = false;
+                return;
+            }
+            registry
+                .held
+                .iter()
+                .filter(|(_, held)| held.count == 0 && held.unused_since.elapsed() >= LINGER)
+                .map(|(path, held)| (path.clone(), held.generation))
+                .collect()
+        };
+        if candidates.is_empty() {
+            continue;
+        }
+        // One scan of every namespace for all of them, outside the lock.
+        let placeholders: Vec<&Path> = candidates
+            .iter()
+            .map(|(path, _)| path.as_path())
+            .filter(|path| is_marked(path))
+            .collect();
+        let mounted = mounted_elsewhere(&placeholders);
+        let mut guard = registry();
+        let registry = guard.get_or_insert_with(Registry::default);
+        for (path, generation) in &candidates {
+            let unchanged = registry
+                .held
+                .get(path)
+                .is_some_and(|held| held.count == 0 && held.generation == *generation);
+            // Taken again meanwhile, or still mounted: the next round looks again.
+            if !unchanged || mounted.contains(path.as_path()) {
+                continue;
+            }
+            registry.held.remove(path);
+            if is_marked(path) {
+                // Fails (and leaves it) when someone outside put files into it meanwhile.
+                let _ = std::fs::remove_dir(path);
+            }
         }
     }
-    // Otherwise a launch took it meanwhile: whoever lets go of it last removes it.
-    true
 }
 
 /// For the daemon's own `fs/*` calls that create `path`: a placeholder there becomes the
@@ -420,13 +428,13 @@ fn empty_into_placeholder(path: &Path) -> std::io::Result<()> {
     mark(&super::mounts::open_nofollow(parent)?, name)
 }
 
-/// Whether `path` is a placeholder that a live sandbox holds: an artifact of the daemon, which
-/// its listings leave out.
+/// Whether `path` is a placeholder the daemon keeps (for live sandboxes, or for the next
+/// launch a moment longer): an artifact, which its listings leave out.
 pub fn is_placeholder(path: &Path) -> bool {
     protected_name(path).is_some_and(|canonical| {
         registry()
             .as_ref()
-            .is_some_and(|registry| registry.holds(&canonical))
+            .is_some_and(|registry| registry.held.contains_key(&canonical))
             && is_marked(&canonical)
     })
 }
@@ -474,11 +482,16 @@ fn is_marked(path: &Path) -> bool {
     unsafe { libc::lgetxattr(path.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) >= 0 }
 }
 
-/// Whether any other mount namespace has a mount on `path`.
-fn mounted_anywhere(path: &Path) -> bool {
+/// Which of `paths` some other mount namespace has a mount on.
+fn mounted_elsewhere<'a>(paths: &[&'a Path]) -> HashSet<&'a Path> {
+    let mut mounted = HashSet::new();
+    if paths.is_empty() {
+        return mounted;
+    }
     let own = std::fs::read_link("/proc/self/ns/mnt").ok();
     let Ok(procs) = std::fs::read_dir("/proc") else {
-        return true;
+        // Unknown: none is removed.
+        return paths.iter().copied().collect();
     };
     let mut seen = HashSet::new();
     for entry in procs.flatten() {
@@ -495,14 +508,12 @@ fn mounted_anywhere(path: &Path) -> bool {
         let Ok(table) = std::fs::read_to_string(entry.path().join("mountinfo")) else {
             continue;
         };
-        let mounted = table.lines().any(|line| {
-            line.split(' ')
-                .nth(4)
-                .is_some_and(|point| Path::new(&super::guard::unescape(point)) == path)
-        });
-        if mounted {
-            return true;
+        for point in table.lines().filter_map(|line| line.split(' ').nth(4)) {
+            let point = super::guard::unescape(point);
+            if let Some(path) = paths.iter().find(|path| path.as_os_str() == point.as_str()) {
+                mounted.insert(*path);
+            }
         }
     }
-    false
+    mounted
 }

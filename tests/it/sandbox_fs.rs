@@ -199,7 +199,7 @@ async fn device_nodes_cannot_be_made_even_inside_the_root() {
         2,
         "{outcome:?}"
     );
-    assert!(d.ws_names().is_empty(), "{:?}", d.ws_names());
+    d.assert_ws_names_settle(&[]).await;
 }
 
 /// Landlock's IoctlDev right comes with write grants only: a device granted for reading
@@ -334,7 +334,7 @@ async fn protected_metadata_stays_read_only_and_missing_names_leave_nothing_behi
         std::fs::read_to_string(d.ws(".git/config")).unwrap(),
         "[core]\n"
     );
-    assert_eq!(d.ws_names(), [".git", "decoy", "ok.txt"]);
+    d.assert_ws_names_settle(&[".git", "decoy", "ok.txt"]).await;
     assert_eq!(std::fs::read_dir(d.ws("decoy")).unwrap().count(), 0);
     assert_eq!(std::fs::read_dir(d.ws(".git")).unwrap().count(), 1);
 }
@@ -489,8 +489,10 @@ async fn placeholders_stay_while_a_background_process_still_runs() {
     let (client, _) = daemon.session().await;
     let d = Dirs::new();
     let sandbox = workspace_write(&d.ws, "enabled");
-    let script = "(sleep 1; mkdir .codex/x; echo $? > result) >/dev/null 2>&1 &";
+    let script = "(sleep 2; mkdir .codex/x; echo $? > result) >/dev/null 2>&1 &";
     assert_ok(&sh(&client, "bg", &d.ws, &sandbox, script).await);
+    // Past the moment an unused placeholder waits for the next launch.
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
     assert!(
         d.ws(".codex").is_dir(),
         "removed while still mounted: {:?}",

@@ -71,8 +71,9 @@ impl Dirs {
     }
 }
 
-/// Asserts `dir` comes to hold exactly `expected`: a confined helper of sandboxed fs calls
-/// keeps its placeholders while it waits for the next call, a moment.
+/// Asserts `dir` comes to hold exactly `expected`: placeholders stay a moment after the last
+/// sandbox that held them (for the next launch), and while a confined helper of sandboxed fs
+/// calls waits for its next call.
 pub async fn assert_names_settle(dir: &Path, expected: &[&str]) {
     let settled = tokio::time::timeout(TIMEOUT, async {
         while names_in(dir) != expected {
