@@ -22,6 +22,7 @@ mod environment;
 mod fs;
 mod fs_stream;
 mod fs_watch;
+mod hardening_procs;
 mod http;
 mod input_wait;
 mod jsonrpc2_client;
