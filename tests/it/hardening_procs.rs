@@ -151,3 +151,165 @@ async fn a_supervisor_killed_from_outside_takes_its_tree_with_it() {
         assert_all_gone(&pids, &format!("{id}: the orphaned tree to be ended")).await;
     }
 }
+
+/// A daemon started from a copy of the binary in `dir`, its stderr collected line by line.
+struct FromCopy {
+    child: std::process::Child,
+    binary: std::path::PathBuf,
+    url: String,
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl FromCopy {
+    fn start(dir: &std::path::Path, args: &[&str]) -> Self {
+        use std::io::BufRead as _;
+        let binary = dir.join("exec-server");
+        std::fs::copy(env!("CARGO_BIN_EXE_exec-server"), &binary).unwrap();
+        let mut command = std::process::Command::new(&binary);
+        command
+            .args(["--listen", "ws://127.0.0.1:0"])
+            .args(args)
+            .env(STATE_DIR_VAR, "none")
+            .env("EXEC_SERVER_LOG", "warn")
+            .env_remove("EXEC_SERVER_CONNECTION_TOKEN")
+            .env_remove("CODEX_EXEC_SERVER_CONNECTION_TOKEN")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        // The copy may still be open for writing in a child another test forked meanwhile.
+        let mut child = loop {
+            match command.spawn() {
+                Err(err) if err.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                    std::thread::sleep(std::time::Duration::from_millis(10))
+                }
+                spawned => break spawned.unwrap(),
+            }
+        };
+        let mut url = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut url)
+            .unwrap();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let collected = log.clone();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                collected.lock().unwrap().push(line);
+            }
+        });
+        Self {
+            child,
+            binary,
+            url: url.trim().to_owned(),
+            log,
+        }
+    }
+
+    /// Puts a shell script that creates `marker` at the binary's path, renamed over it as an
+    /// attacker with write access to the directory would.
+    fn plant(&self, marker: &std::path::Path) {
+        use std::os::unix::fs::PermissionsExt as _;
+        let staged = self.binary.with_extension("new");
+        let script = format!("#!/bin/sh\ntouch {}\n", marker.display());
+        std::fs::write(&staged, script).unwrap();
+        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::rename(&staged, &self.binary).unwrap();
+    }
+
+    fn refusals(&self) -> usize {
+        let log = self.log.lock().unwrap();
+        log.iter()
+            .filter(|line| line.contains("refusing to run the successor"))
+            .count()
+    }
+
+    /// `exec-server upgrade` of this daemon: the successor's pid, or the exit code and stderr.
+    async fn upgrade(&self) -> Result<i32, (i32, String)> {
+        let (pid, url) = (self.child.id().to_string(), self.url.clone());
+        let (code, stdout, stderr) = tokio::task::spawn_blocking(move || {
+            exec_server(&["upgrade", "--pid", &pid, "--url", &url, "--timeout", "5s"])
+        })
+        .await
+        .unwrap();
+        match code {
+            0 => Ok(stdout.trim().parse().unwrap()),
+            _ => Err((code, stderr)),
+        }
+    }
+}
+
+/// Ends a daemon that is not this test's child (a successor).
+fn stop(pid: i32) {
+    // SAFETY: plain syscall on the test's own daemon.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+}
+
+#[tokio::test]
+async fn an_upgrade_refuses_a_binary_another_user_could_have_placed() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let top = tempfile::tempdir().unwrap();
+    let dir = top.path().join("bin");
+    std::fs::create_dir(&dir).unwrap();
+    let mut daemon = FromCopy::start(&dir, &[]);
+    let mode = |path: &std::path::Path, mode: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap()
+    };
+    let attacks = [
+        "a directory others may write",
+        "a binary its group may write",
+        "a binary another uid owns",
+        "an ancestor another uid owns",
+    ];
+    for (n, what) in attacks.into_iter().enumerate() {
+        let marker = top.path().join(format!("ran-{n}"));
+        daemon.plant(&marker);
+        match n {
+            0 => mode(&dir, 0o777),
+            1 => mode(&daemon.binary, 0o775),
+            2 => std::os::unix::fs::chown(&daemon.binary, Some(65534), None).unwrap(),
+            _ => std::os::unix::fs::chown(top.path(), Some(65534), None).unwrap(),
+        }
+        // SAFETY: plain syscall on this test's daemon.
+        unsafe { libc::kill(daemon.child.id() as i32, libc::SIGUSR2) };
+        eventually(&format!("{what}: the refusal in the log"), || {
+            daemon.refusals() == n + 1 || marker.exists()
+        })
+        .await;
+        assert!(!marker.exists(), "{what}: the planted binary ran");
+        // Still the one serving.
+        assert!(daemon.child.try_wait().unwrap().is_none(), "{what}");
+        let client = Client::connect(&daemon.url).await;
+        client.initialize(None).await.unwrap();
+        // Back to a place only root writes, for the next attack.
+        std::os::unix::fs::chown(top.path(), Some(0), None).unwrap();
+        mode(&dir, 0o755);
+    }
+    // The checks let a binary only root could have placed through (under the sticky /tmp).
+    std::fs::copy(env!("CARGO_BIN_EXE_exec-server"), dir.join("good")).unwrap();
+    std::fs::rename(dir.join("good"), &daemon.binary).unwrap();
+    let successor = daemon.upgrade().await.unwrap();
+    assert!(daemon.child.wait().unwrap().success());
+    stop(successor);
+}
+
+#[tokio::test]
+async fn an_upgrade_from_the_start_binary_never_runs_what_is_at_the_path() {
+    use std::os::unix::fs::MetadataExt as _;
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = FromCopy::start(dir.path(), &["--upgrade-from-start-binary"]);
+    let started = std::fs::metadata(&daemon.binary).unwrap().ino();
+    // A directory anyone may write, and what an attacker put there.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let marker = dir.path().join("ran");
+    daemon.plant(&marker);
+    let successor = daemon.upgrade().await.unwrap();
+    assert!(daemon.child.wait().unwrap().success());
+    let running = std::fs::metadata(format!("/proc/{successor}/exe")).unwrap();
+    stop(successor);
+    assert_eq!(
+        running.ino(),
+        started,
+        "the successor is the binary started from"
+    );
+    assert!(!marker.exists(), "the planted binary ran");
+}
