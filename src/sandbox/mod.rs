@@ -40,6 +40,7 @@ pub fn hidden() -> &'static [std::path::PathBuf] {
 pub(crate) mod pool;
 mod protected;
 mod seccomp;
+mod sockets;
 
 use crate::process::spawn::{self, ChildIo, LaunchSpec, Spawned, DEFAULT_SIZE};
 use crate::process::tree::{self, Started};
@@ -231,7 +232,10 @@ fn prepare_policy(
         network_restricted,
         managed_network: managed.clone(),
         fs_op: false,
-        fs: fs.as_deref().map(|rules| fs_plan(rules, cwd)).transpose()?,
+        fs: fs
+            .as_deref()
+            .map(|rules| fs_plan(rules, cwd, network_restricted))
+            .transpose()?,
     };
     let context = Arc::new(DenialContext {
         rules: fs,
@@ -273,8 +277,13 @@ fn record(identities: &mut mounts::Identities, path: &Path) -> Result<(), Inspec
     Ok(())
 }
 
-/// Mounts and grants for `rules`, with the identity of each of their paths and of `cwd`.
-fn fs_plan(rules: &[policy::Rule], cwd: &Path) -> Result<FsPlan, InspectError> {
+/// Mounts and grants for `rules`, with the identity of each of their paths and of `cwd`;
+/// with network restricted, also the host's sockets to hide.
+fn fs_plan(
+    rules: &[policy::Rule],
+    cwd: &Path,
+    network_restricted: bool,
+) -> Result<FsPlan, InspectError> {
     let mounts = mounts::plan(rules);
     let mut identities = mounts::Identities::new();
     let mut grants = Vec::new();
@@ -299,10 +308,16 @@ fn fs_plan(rules: &[policy::Rule], cwd: &Path) -> Result<FsPlan, InspectError> {
         record(&mut identities, mounts::op_path(op))?;
     }
     record(&mut identities, cwd)?;
+    let hidden_sockets = if network_restricted {
+        sockets::outside_write_roots(rules)
+    } else {
+        Vec::new()
+    };
     Ok(FsPlan {
         mounts,
         grants,
         identities,
+        hidden_sockets,
     })
 }
 

@@ -313,3 +313,108 @@ async fn an_upgrade_from_the_start_binary_never_runs_what_is_at_the_path() {
     );
     assert!(!marker.exists(), "the planted binary ran");
 }
+
+/// Python that tries each Unix socket address it is given and prints `NAME OK` or, as `nc -U`
+/// does, `NAME connect failed: <strerror>`, after running `setup`; it exits 3 (a failure the
+/// classifier may explain).
+fn unix_probe(setup: &str, attempts: &[(&str, &str, &str)]) -> String {
+    let mut code = String::from(
+        "import socket, sys\n\
+         def attempt(name, kind, address):\n\
+         \x20   s = socket.socket(socket.AF_UNIX, kind)\n\
+         \x20   try:\n\
+         \x20       s.sendto(b'x', address) if kind == socket.SOCK_DGRAM else s.connect(address)\n\
+         \x20       print(name, 'OK')\n\
+         \x20   except OSError as e:\n\
+         \x20       print(name, 'connect failed:', e.strerror)\n",
+    );
+    code.push_str(setup);
+    for (name, kind, address) in attempts {
+        code.push_str(&format!("attempt('{name}', socket.{kind}, '{address}')\n"));
+    }
+    code.push_str("sys.exit(3)\n");
+    code
+}
+
+#[tokio::test]
+async fn host_unix_sockets_are_out_of_reach_of_a_sandbox_without_network() {
+    use std::os::linux::net::SocketAddrExt as _;
+    use std::os::unix::net::{SocketAddr, UnixDatagram, UnixListener};
+    let daemon = Daemon::start();
+    let (client, _) = daemon.session().await;
+    let d = sandbox_support::Dirs::new();
+    // The host's services (a docker.sock, a journal socket): in /tmp, which the sandbox reads.
+    let host = tempfile::tempdir().unwrap();
+    let stream = host.path().join("service.sock");
+    let listener = UnixListener::bind(&stream).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let datagram = host.path().join("journal.sock");
+    let journal = UnixDatagram::bind(&datagram).unwrap();
+    journal.set_nonblocking(true).unwrap();
+    let name = format!("exec-server-hardening-{}", std::process::id());
+    let addr = SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let abstract_listener = UnixListener::bind_addr(&addr).unwrap();
+    abstract_listener.set_nonblocking(true).unwrap();
+    // The sandbox's own socket, in its write root: local IPC keeps working.
+    let own = d.ws("own.sock");
+    let own_listener = format!(
+        "o = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); o.bind('{}'); o.listen()\n",
+        own.display()
+    );
+    let (stream_text, datagram_text) = (stream.display(), datagram.display());
+    let attempts = [
+        ("stream", "SOCK_STREAM", stream_text.to_string()),
+        ("datagram", "SOCK_DGRAM", datagram_text.to_string()),
+        ("abstract", "SOCK_STREAM", format!("\\0{name}")),
+        ("own", "SOCK_STREAM", own.display().to_string()),
+    ];
+    let attempts: Vec<(&str, &str, &str)> = attempts
+        .iter()
+        .map(|(n, k, a)| (*n, *k, a.as_str()))
+        .collect();
+    let code = unix_probe(&own_listener, &attempts);
+    let sandbox = sandbox_support::workspace_write(&d.ws, "restricted");
+    let outcome = sandbox_support::py(&client, "confined", &d.ws, &sandbox, &code).await;
+    for refused in ["stream", "datagram"] {
+        let line = format!("{refused} connect failed: Permission denied");
+        assert!(outcome.output.contains(&line), "{outcome:?}");
+    }
+    assert!(
+        outcome.output.contains("abstract connect failed"),
+        "{outcome:?}"
+    );
+    assert!(outcome.output.contains("own OK"), "{outcome:?}");
+    assert!(outcome.denied, "not reported as sandboxDenied: {outcome:?}");
+    assert!(listener.accept().is_err(), "the host listener was reached");
+    assert!(
+        journal.recv(&mut [0; 8]).is_err(),
+        "the host's datagram socket was reached"
+    );
+    assert!(
+        abstract_listener.accept().is_err(),
+        "the abstract listener was reached"
+    );
+
+    // Told apart: failing to reach a socket that is not there is no sandbox denial.
+    let missing = d.ws("missing.sock");
+    let code = unix_probe(
+        "",
+        &[("missing", "SOCK_STREAM", &missing.display().to_string())],
+    );
+    let outcome = sandbox_support::py(&client, "missing", &d.ws, &sandbox, &code).await;
+    assert!(
+        outcome.output.contains("missing connect failed"),
+        "{outcome:?}"
+    );
+    assert!(!outcome.denied, "{outcome:?}");
+
+    // Unsandboxed, the same socket is reached.
+    let code = unix_probe("", &[("stream", "SOCK_STREAM", &stream_text.to_string())]);
+    let mut params = start_params("host", &[sandbox_support::python(), "-c", &code]);
+    params["cwd"] = json!(sandbox_support::uri(&d.ws));
+    client.call("process/start", params).await;
+    let (bytes, _) = read_all(&client, "host").await;
+    assert!(String::from_utf8_lossy(&bytes).contains("stream OK"));
+    listener.set_nonblocking(false).unwrap();
+    assert!(listener.accept().is_ok());
+}
