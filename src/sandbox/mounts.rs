@@ -330,8 +330,10 @@ pub fn hide(path: &Path) -> Result<(), SetupError> {
 /// Covers each host socket of `sockets` (`super::sockets`) with an empty, read-only mode-000
 /// file, all clones of one: a `connect` or `sendto` to its path then fails with EACCES (the
 /// sandbox has no CAP_DAC_OVERRIDE). One tmpfs for all and two calls per socket, where a mask
-/// each would cost a file system each. A socket gone since the daemon listed it, or under a
-/// mask already, is not there to cover.
+/// each would cost a file system each. A socket gone since the daemon listed it, under a mask
+/// already, or whose path now passes through a link (a network-enabled sandbox may bind and
+/// then replace sockets in its own write roots, which are another launch's outside) is not
+/// there to cover, and does not fail the launch.
 pub fn hide_sockets(sockets: &[PathBuf]) -> Result<(), SetupError> {
     let Some(first) = sockets.first() else {
         return Ok(());
@@ -357,7 +359,11 @@ pub fn hide_sockets(sockets: &[PathBuf]) -> Result<(), SetupError> {
     for path in sockets {
         let tree = open_tree_at(&cover, Path::new("socket"), 0).map_err(failed(path))?;
         match attach(&tree, path) {
-            Err(err) if err.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(err)
+                if matches!(
+                    err.raw_os_error(),
+                    Some(libc::ENOENT | libc::ENOTDIR | libc::ELOOP)
+                ) => {}
             attached => attached.map_err(failed(path))?,
         }
     }

@@ -17,7 +17,10 @@ use std::path::PathBuf;
 /// do not make writable.
 pub fn outside_write_roots(rules: &[Rule]) -> Vec<PathBuf> {
     let table = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
-    let mut sockets: Vec<PathBuf> = bound_paths(&table)
+    // A listener's accepted connections carry its path too: each path is looked at once.
+    let bound: std::collections::BTreeSet<&str> = bound_paths(&table).collect();
+    let mut sockets: Vec<PathBuf> = bound
+        .into_iter()
         .filter_map(|path| std::fs::canonicalize(path).ok())
         .filter(|path| {
             std::fs::symlink_metadata(path).is_ok_and(|meta| meta.file_type().is_socket())
