@@ -11,16 +11,19 @@
 use super::policy::{effective, Rule};
 use exec_server_protocol::sandbox::FsAccess;
 use std::os::unix::fs::FileTypeExt as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The sockets bound in the daemon's network namespace, at their canonical paths, that `rules`
-/// do not make writable.
+/// do not make writable, but those in what every sandbox's view hides already (the state
+/// directory, where each kept process has a socket).
 pub fn outside_write_roots(rules: &[Rule]) -> Vec<PathBuf> {
     let table = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
     // A listener's accepted connections carry its path too: each path is looked at once.
     let bound: std::collections::BTreeSet<&str> = bound_paths(&table).collect();
+    let hidden = super::hidden();
     let mut sockets: Vec<PathBuf> = bound
         .into_iter()
+        .filter(|path| !hidden.iter().any(|dir| Path::new(path).starts_with(dir)))
         .filter_map(|path| std::fs::canonicalize(path).ok())
         .filter(|path| {
             std::fs::symlink_metadata(path).is_ok_and(|meta| meta.file_type().is_socket())
