@@ -175,6 +175,13 @@ pub struct Args {
     #[arg(long, env = "EXEC_SERVER_STATE_DIR", value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
 
+    /// Upgrades (SIGUSR2, `exec-server upgrade`) execute again the binary this daemon was
+    /// started from, through a descriptor opened at start, instead of the binary at its path:
+    /// for a path other users may write, or to restart in place. Without it, an upgrade refuses
+    /// a binary that a user other than root and the daemon's could have put at its path.
+    #[arg(long, env = "EXEC_SERVER_UPGRADE_FROM_START_BINARY")]
+    pub upgrade_from_start_binary: bool,
+
     /// Log format on stderr.
     #[arg(
         long,

@@ -22,7 +22,7 @@ fn main() -> std::process::ExitCode {
 
 fn serve(args: &Args, token_on_argv: bool) -> std::process::ExitCode {
     // Before any thread: it edits the environment.
-    let handover = exec_server::Handover::capture();
+    let handover = exec_server::Handover::capture(args.upgrade_from_start_binary);
     init_logging(args);
     exec_server::record_own_binary().warn();
     if token_on_argv {

@@ -146,6 +146,7 @@ pub fn main_if_supervisor() {
     if args.next().as_deref() != Some(OsStr::new(SUPERVISOR_ARG)) {
         return;
     }
+    shield_from_signals();
     become_workload();
     let mut control = control_socket().unwrap_or_else(|failure| exit_for(&failure));
     // The daemon's first frame: the paths every sandbox helper forked here hides.
@@ -169,8 +170,18 @@ pub fn main_if_supervisor() {
 /// single-threaded process costs far less than an exec of the daemon's binary, and a helper
 /// forked from it is as fresh as one executed. It reaps them, and exits at EOF (each sees its
 /// own EOF and kills its tree).
+///
+/// It is also the child subreaper above every supervisor it forked: a supervisor that dies
+/// anyway (SIGKILL from outside) leaves its tree to this process instead of init, and what
+/// arrives here that was not forked here is such an orphaned tree member, killed at once. Each
+/// one's death re-parents its own children here, so the tree is ended round by round; the
+/// daemon has seen its control socket close and reported the exit.
 fn serve_forks(control: &UnixStream) -> ! {
     let sigchld = block_sigchld();
+    if !become_subreaper() {
+        std::process::exit(125);
+    }
+    let mut forked = std::collections::HashSet::new();
     loop {
         let mut fds = [readable(control.as_raw_fd()), readable(sigchld.as_raw_fd())];
         // SAFETY: two valid pollfds.
@@ -179,8 +190,21 @@ fn serve_forks(control: &UnixStream) -> ! {
         }
         if fds[1].revents != 0 {
             drain(&sigchld);
-            // SAFETY: plain call; statuses of supervisors are not needed.
-            while unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) } > 0 {}
+            loop {
+                // SAFETY: plain call; statuses are not needed.
+                let pid = unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) };
+                if pid <= 0 {
+                    break;
+                }
+                forked.remove(&pid);
+            }
+            for orphan in children(own_pid())
+                .into_iter()
+                .filter(|pid| !forked.contains(pid))
+            {
+                // SAFETY: plain syscall on an unreaped child of this process (not reused).
+                unsafe { libc::kill(orphan, libc::SIGKILL) };
+            }
         }
         if fds[0].revents == 0 {
             continue;
@@ -214,7 +238,10 @@ fn serve_forks(control: &UnixStream) -> ! {
             _ => continue,
         };
         // SAFETY: this process is single-threaded, so the child may run anything.
-        if unsafe { libc::fork() } == 0 {
+        let pid = unsafe { libc::fork() };
+        if pid > 0 {
+            forked.insert(pid);
+        } else if pid == 0 {
             drop(sigchld);
             // SAFETY: the fork server's socket is not the child's to use; SIGCHLD is blocked
             // here only for the signalfd just closed.
@@ -284,7 +311,10 @@ fn supervise(control: UnixStream) -> ! {
 /// tables, and the exec's outcome without a pipe), which shortens every launch.
 fn spawn_plain(control: &UnixStream, stdio: Vec<OwnedFd>, launch: &PlainLaunch) {
     use std::os::unix::process::CommandExt as _;
-    let sigchld = block_sigchld();
+    // std's posix_spawn hands the program this process's signal mask: SIGCHLD is blocked
+    // (again, for a reused supervisor) only once the program is spawned. An exit in between
+    // is not lost: the supervision loop reaps before it waits.
+    sigchld_mask(libc::SIG_UNBLOCK);
     let [stdin, stdout, stderr]: [OwnedFd; 3] = stdio.try_into().expect("checked by the caller");
     let (program, args) = launch.argv.split_first().expect("argv is never empty");
     let spawned = std::process::Command::new(&launch.program)
@@ -298,6 +328,7 @@ fn spawn_plain(control: &UnixStream, stdio: Vec<OwnedFd>, launch: &PlainLaunch) 
         .stderr(stderr)
         .process_group(0)
         .spawn();
+    let sigchld = block_sigchld();
     match spawned {
         // Reaped by the supervision loop, with everything else of the tree.
         Ok(child) => {
@@ -309,6 +340,62 @@ fn spawn_plain(control: &UnixStream, stdio: Vec<OwnedFd>, launch: &PlainLaunch) 
             Ahead { pid, sigchld }.supervise(control, Some(started))
         }
         Err(err) => refuse(control, Stage::Exec.os(err)),
+    }
+}
+
+/// Takes every signal this process does not use (a stray `pkill -HUP -f exec-server`, meant
+/// for the daemon, must not end a supervisor and leave its tree untracked): a handler that does
+/// nothing, with SA_RESTART. Handled, not ignored nor blocked: the kernel resets handlers to
+/// the default at the program's exec, while an ignored disposition or a mask would be
+/// inherited (std's `posix_spawn` resets neither). SIGCHLD stays the signalfd's; SIGKILL and
+/// SIGSTOP cannot be caught; the fault signals keep Rust's handling (a real fault must not
+/// return to its instruction forever). glibc refuses handlers for its own 32 and 33, which are
+/// ignored instead and given back their default before the exec ([`internal_signals`]).
+fn shield_from_signals() {
+    const KEPT: &[libc::c_int] = &[
+        libc::SIGKILL,
+        libc::SIGSTOP,
+        libc::SIGCHLD,
+        libc::SIGSEGV,
+        libc::SIGBUS,
+        libc::SIGILL,
+        libc::SIGFPE,
+        libc::SIGTRAP,
+        libc::SIGSYS,
+    ];
+    extern "C" fn nothing(_: libc::c_int) {}
+    // SAFETY: a zeroed sigaction is valid; the handler is async-signal-safe (it does nothing).
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = nothing as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        action.sa_flags = libc::SA_RESTART;
+        for signal in 1..=libc::SIGRTMAX() {
+            if !KEPT.contains(&signal) {
+                // Fails (EINVAL) for glibc's own signals only.
+                libc::sigaction(signal, &action, std::ptr::null_mut());
+            }
+        }
+    }
+    internal_signals(libc::SIG_IGN);
+}
+
+/// Sets the disposition of glibc's signals 32 and 33 through the kernel's call, which glibc's
+/// `sigaction` refuses for them. Only SIG_IGN and SIG_DFL: no handler code to return through.
+fn internal_signals(disposition: libc::sighandler_t) {
+    // The kernel's struct sigaction: with nothing but the disposition set, the fields after it
+    // (flags, restorer where the architecture has one, mask) are all zero in either layout.
+    let action: [u64; 4] = [disposition as u64, 0, 0, 0];
+    for signal in [32, 33] {
+        // SAFETY: a valid kernel sigaction and an 8-byte signal set size; no old action wanted.
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                signal,
+                action.as_ptr(),
+                std::ptr::null_mut::<u64>(),
+                8usize,
+            )
+        };
     }
 }
 
@@ -593,6 +680,8 @@ fn enter(stdio: &[OwnedFd], setup: &ChildSetup) -> Result<(), Failure> {
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
         // Rust ignores SIGPIPE in its processes; a program expects the default.
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        // Ignored by the supervisor ([`shield_from_signals`]), which an exec would keep.
+        internal_signals(libc::SIG_DFL);
         for (target, fd) in stdio.iter().take(3).enumerate() {
             if libc::dup2(fd.as_raw_fd(), target as RawFd) < 0 {
                 return Err(last_os(Stage::Stdio));
@@ -664,17 +753,26 @@ fn exec_plain(launch: &PlainLaunch, setup: &ChildSetup) -> Failure {
 
 /// SIGCHLD blocked and readable as a signalfd (the child unblocks it before its exec).
 fn block_sigchld() -> OwnedFd {
-    // SAFETY: plain calls with a valid signal set.
+    let set = sigchld_mask(libc::SIG_BLOCK);
+    // SAFETY: plain call with a valid signal set.
     unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGCHLD);
-        libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         let fd = libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
         if fd < 0 {
             std::process::exit(125);
         }
         OwnedFd::from_raw_fd(fd)
+    }
+}
+
+/// Blocks or unblocks (`how`) SIGCHLD; returns the set of it.
+fn sigchld_mask(how: libc::c_int) -> libc::sigset_t {
+    // SAFETY: plain calls with a valid signal set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        libc::sigprocmask(how, &set, std::ptr::null_mut());
+        set
     }
 }
 

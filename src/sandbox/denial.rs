@@ -142,6 +142,16 @@ impl DenialContext {
         if self.network_restricted && NETWORK_DENIALS.iter().any(|p| lower.contains(p)) {
             return true;
         }
+        // A host Unix socket hidden from the sandbox (`super::sockets`) refuses a connection
+        // with EACCES, which a client such as `nc -U` reports without the path; with network
+        // restricted, a connection refused for permission has no other cause worth naming.
+        if self.network_restricted
+            && lower.contains("connect")
+            && lower.contains("permission denied")
+            && candidate_paths(line).is_empty()
+        {
+            return true;
+        }
         if let Some(managed) = &self.managed_network {
             if MANAGED_NETWORK_DENIALS.iter().any(|p| lower.contains(p))
                 || (!managed.allow_local_binding
@@ -368,6 +378,8 @@ mod tests {
         ));
         assert!(denied("curl: (6) Could not resolve host: example.com\n", 6));
         assert!(denied("OSError: [Errno 101] Network is unreachable\n", 1));
+        // A hidden host socket, reported without its path (`nc -U`).
+        assert!(denied("nc: unix connect failed: Permission denied\n", 1));
     }
 
     #[test]
@@ -391,9 +403,16 @@ mod tests {
             "touch: cannot touch '/etc/x': Read-only file system",
             0
         ));
+        assert!(!denied("nc: unix connect failed: Connection refused\n", 1));
         let mut scanner = Scanner::new(context(false), false);
         scanner.feed(OutputStream::Stdout, b"curl: (7) Failed to connect to x\n");
         assert!(!scanner.verdict(7, None), "network is not restricted");
+        let mut scanner = Scanner::new(context(false), false);
+        scanner.feed(
+            OutputStream::Stdout,
+            b"unix connect failed: Permission denied\n",
+        );
+        assert!(!scanner.verdict(1, None), "no socket is hidden then");
     }
 
     #[test]

@@ -199,7 +199,9 @@ fn run(
     mounts::hide_aliases(super::hidden()).map_err(|err| Stage::Mounts.setup(err))?;
 
     if let Some(fs) = &mut plan.fs {
-        mounts::apply(&fs.mounts, &fs.identities).map_err(|err| Stage::Mounts.setup(err))?;
+        mounts::apply(&fs.mounts, &fs.identities)
+            .and_then(|()| mounts::hide_sockets(&fs.hidden_sockets))
+            .map_err(|err| Stage::Mounts.setup(err))?;
         proc_identities_from_own_proc(&mut fs.identities);
         if let Some((grant, id)) = setup.tty.then(own_terminal).flatten() {
             fs.identities.insert(grant.path.clone(), id);

@@ -43,6 +43,7 @@ mod fs_servers;
 pub(crate) mod pool;
 pub(crate) mod protected;
 mod seccomp;
+mod sockets;
 
 use crate::process::spawn::{self, LaunchSpec, Spawned};
 use crate::process::tree::{self, Started};
@@ -234,7 +235,10 @@ fn prepare_policy(
         network_restricted,
         managed_network: managed.clone(),
         fs_op: false,
-        fs: fs.as_deref().map(|rules| fs_plan(rules, cwd)).transpose()?,
+        fs: fs
+            .as_deref()
+            .map(|rules| fs_plan(rules, cwd, network_restricted))
+            .transpose()?,
     };
     let context = Arc::new(DenialContext {
         rules: fs,
@@ -276,8 +280,13 @@ fn record(identities: &mut mounts::Identities, path: &Path) -> Result<(), Inspec
     Ok(())
 }
 
-/// Mounts and grants for `rules`, with the identity of each of their paths and of `cwd`.
-fn fs_plan(rules: &[policy::Rule], cwd: &Path) -> Result<FsPlan, InspectError> {
+/// Mounts and grants for `rules`, with the identity of each of their paths and of `cwd`;
+/// with network restricted, also the host's sockets to hide.
+fn fs_plan(
+    rules: &[policy::Rule],
+    cwd: &Path,
+    network_restricted: bool,
+) -> Result<FsPlan, InspectError> {
     let mounts = mounts::plan(rules);
     let mut identities = mounts::Identities::new();
     let mut grants = Vec::new();
@@ -302,10 +311,16 @@ fn fs_plan(rules: &[policy::Rule], cwd: &Path) -> Result<FsPlan, InspectError> {
         record(&mut identities, mounts::op_path(op))?;
     }
     record(&mut identities, cwd)?;
+    let hidden_sockets = if network_restricted {
+        sockets::outside_write_roots(rules)
+    } else {
+        Vec::new()
+    };
     Ok(FsPlan {
         mounts,
         grants,
         identities,
+        hidden_sockets,
     })
 }
 

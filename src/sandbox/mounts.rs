@@ -385,6 +385,49 @@ pub fn hide_aliases(hidden: &[Hidden]) -> Result<(), SetupError> {
     Ok(())
 }
 
+/// Covers each host socket of `sockets` (`super::sockets`) with an empty, read-only mode-000
+/// file, all clones of one: a `connect` or `sendto` to its path then fails with EACCES (the
+/// sandbox has no CAP_DAC_OVERRIDE). One tmpfs for all and two calls per socket, where a mask
+/// each would cost a file system each. A socket gone since the daemon listed it, under a mask
+/// already, or whose path now passes through a link (a network-enabled sandbox may bind and
+/// then replace sockets in its own write roots, which are another launch's outside) is not
+/// there to cover, and does not fail the launch.
+pub fn hide_sockets(sockets: &[PathBuf]) -> Result<(), SetupError> {
+    let Some(first) = sockets.first() else {
+        return Ok(());
+    };
+    let failed = |path: &Path| {
+        let path = path.to_owned();
+        move |source| SetupError::Mask { path, source }
+    };
+    let cover = fsopen("tmpfs", &[("mode", "755")])
+        .and_then(|fs| fsmount(&fs, 0))
+        .and_then(|mnt| {
+            make_file(&mnt, Path::new("socket"), 0o000)?;
+            set_attr(
+                mnt.as_raw_fd(),
+                Path::new(""),
+                true,
+                libc::MOUNT_ATTR_RDONLY,
+                0,
+            )?;
+            Ok(mnt)
+        })
+        .map_err(failed(first))?;
+    for path in sockets {
+        let tree = open_tree_at(&cover, Path::new("socket"), 0).map_err(failed(path))?;
+        match attach(&tree, path) {
+            Err(err)
+                if matches!(
+                    err.raw_os_error(),
+                    Some(libc::ENOENT | libc::ENOTDIR | libc::ELOOP)
+                ) => {}
+            attached => attached.map_err(failed(path))?,
+        }
+    }
+    Ok(())
+}
+
 fn mask(
     path: &Path,
     keep: &[PathBuf],

@@ -81,6 +81,10 @@ pub struct FsPlan {
     /// The identity of every path above (mount paths, grants, masks) and of `Plan::cwd`, as
     /// the daemon resolved them.
     pub identities: Identities,
+    /// With network restricted: the host's Unix sockets outside the write roots, covered in
+    /// the view (`super::sockets`). They get no identity: covering takes nothing away but them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hidden_sockets: Vec<PathBuf>,
 }
 
 /// A file's identity (device, inode) as the daemon resolved it. The helper opens every path

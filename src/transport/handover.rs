@@ -71,6 +71,13 @@ pub enum HandoverError {
     PredecessorStayed { pid: i32 },
     #[error("the daemon's own binary was not found at its start")]
     NoOwnBinary,
+    #[error(
+        "refusing to run the successor {}: {why}, so another user could have put it there \
+         (an upgrade runs only a binary that root or this daemon's user placed; see \
+         --upgrade-from-start-binary)",
+        path.display()
+    )]
+    Untrusted { path: PathBuf, why: String },
     #[error("cannot start the successor {}: {source}", path.display())]
     Spawn {
         path: PathBuf,
@@ -89,6 +96,9 @@ pub struct Handover {
     /// The daemon's own binary by the path it was started from: an upgrade runs whatever
     /// binary is at that path then (`/proc/self/exe` would be the old, replaced one).
     own_binary: Option<PathBuf>,
+    /// With `--upgrade-from-start-binary`: the running binary, opened at start, which an
+    /// upgrade executes in place of the one at `own_binary`.
+    start_binary: Option<std::fs::File>,
     /// Where the daemon started, against which relative arguments were meant.
     cwd: Option<PathBuf>,
     /// In a successor: what the predecessor passed.
@@ -102,14 +112,24 @@ pub(super) struct Inherited {
 }
 
 impl Handover {
-    /// Records the own binary and takes what a predecessor passed, removing its variables from
-    /// the environment (managed processes inherit the daemon's). Call before any thread starts.
-    pub fn capture() -> Self {
+    /// Records the own binary (and opens it, `from_start_binary`) and takes what a predecessor
+    /// passed, removing its variables from the environment (managed processes inherit the
+    /// daemon's). Call before any thread starts.
+    pub fn capture(from_start_binary: bool) -> Self {
         let cwd = std::env::current_dir().ok();
+        let own_binary = own_binary(cwd.as_deref());
+        let inherited = inherited();
+        if matches!(inherited, Ok(Some(_))) {
+            name_after(own_binary.as_deref());
+        }
         Self {
-            own_binary: own_binary(cwd.as_deref()),
+            own_binary,
+            // Close-on-exec (std's default): no child but the successor's exec sees it.
+            start_binary: from_start_binary
+                .then(|| std::fs::File::open("/proc/self/exe").ok())
+                .flatten(),
             cwd,
-            inherited: inherited(),
+            inherited,
         }
     }
 
@@ -144,6 +164,73 @@ fn own_binary(cwd: Option<&Path>) -> Option<PathBuf> {
         .into_iter()
         .find(|path| path.is_absolute() && is_running(path))
         .or_else(|| std::fs::read_link("/proc/self/exe").ok())
+}
+
+/// A successor was executed through a descriptor (`/proc/self/fd/N`), which names the
+/// process `N`: it takes its binary's name back, by which `exec-server upgrade`, `ps` and
+/// `pkill` know it.
+fn name_after(binary: Option<&Path>) {
+    let name = binary
+        .and_then(Path::file_name)
+        .map(std::os::unix::ffi::OsStrExt::as_bytes);
+    if let Ok(name) = std::ffi::CString::new(name.unwrap_or(b"exec-server")) {
+        // SAFETY: a NUL-terminated name; the kernel keeps its first 15 bytes.
+        unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+    }
+}
+
+/// Opens the successor's binary for its exec, refusing one that a user other than root and
+/// this daemon's could have put at `path`: the file, or a directory on the way to it (on the
+/// path as configured and on its resolution), owned by another uid or writable by group or
+/// others. A sticky directory (`/tmp`) may be writable by all: only the owner of an entry may
+/// rename or remove it there, and the entry's owner is checked in turn. The caller executes
+/// the descriptor, so the file checked is the file run.
+fn open_trusted(path: &Path) -> Result<std::fs::File, HandoverError> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let untrusted = |why: String| HandoverError::Untrusted {
+        path: path.to_owned(),
+        why,
+    };
+    let own = nix::unistd::geteuid().as_raw();
+    let check = |at: &Path, meta: &std::fs::Metadata| {
+        if meta.uid() != 0 && meta.uid() != own {
+            return Err(untrusted(format!(
+                "{} is owned by uid {}",
+                at.display(),
+                meta.uid()
+            )));
+        }
+        let sticky_dir = meta.is_dir() && meta.mode() & libc::S_ISVTX != 0;
+        let writable = meta.mode() & (libc::S_IWGRP | libc::S_IWOTH);
+        if writable != 0 && !sticky_dir && !meta.file_type().is_symlink() {
+            let who = if writable & libc::S_IWOTH != 0 {
+                "others"
+            } else {
+                "its group"
+            };
+            return Err(untrusted(format!(
+                "{} is writable by {who} (mode {:o})",
+                at.display(),
+                meta.mode() & 0o7777
+            )));
+        }
+        Ok(())
+    };
+    let resolved = std::fs::canonicalize(path).map_err(|err| untrusted(err.to_string()))?;
+    // Each component as configured (a symbolic link's owner may repoint it) and as resolved.
+    for walked in [path, resolved.as_path()] {
+        for at in walked.ancestors() {
+            let meta = std::fs::symlink_metadata(at).map_err(|err| untrusted(err.to_string()))?;
+            check(at, &meta)?;
+        }
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&resolved)
+        .map_err(|err| untrusted(err.to_string()))?;
+    check(&resolved, &file.metadata()?)?;
+    Ok(file)
 }
 
 fn inherited() -> Result<Option<Inherited>, HandoverError> {
@@ -332,11 +419,22 @@ async fn start_successor(
         .own_binary
         .clone()
         .ok_or(HandoverError::NoOwnBinary)?;
+    // The successor is executed through a descriptor (the kernel resolves `/proc/self/fd/N`
+    // before it closes the close-on-exec ones): the file checked, or the one started from.
+    let checked;
+    let executable = match &handover.start_binary {
+        Some(start) => start,
+        None => {
+            checked = open_trusted(&binary)?;
+            &checked
+        }
+    };
+    let program = PathBuf::from(format!("/proc/self/fd/{}", executable.as_raw_fd()));
     let (ready, ready_writer) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(std::io::Error::from)?;
     let inherited = [listener.as_raw_fd(), ready_writer.as_raw_fd()];
     let mut args = std::env::args_os();
-    let mut command = std::process::Command::new(&binary);
+    let mut command = std::process::Command::new(program);
     if let Some(arg0) = args.next() {
         command.arg0(arg0);
     }

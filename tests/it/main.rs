@@ -23,6 +23,7 @@ mod fs;
 mod fs_stream;
 mod fs_watch;
 mod hardening_listeners;
+mod hardening_procs;
 mod hardening_state;
 mod http;
 mod input_wait;
