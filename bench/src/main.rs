@@ -5,6 +5,7 @@
 //! Usage: `cargo run --release -p exec-server-bench -- [--quick] [--launch-only] [--daemon PATH]`
 //! (`--launch-only`: the exec round trips alone, for work on the launch path)
 
+mod packages;
 mod ssh;
 
 use anyhow::{bail, Context as _};
