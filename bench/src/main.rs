@@ -68,8 +68,8 @@ const FULL: Size = Size {
     resume_runs: 100,
     restart_runs: 20,
     detached: 100,
-    // Not issue 25's 1,000: 50 × 1,000 plain, sandboxed and through xargs take about 5 min on
-    // 2 cores, 50 × 200 about one.
+    // Not issue 25's 1,000: 50 × 1,000 plain, sandboxed and through xargs take 3–5 min on
+    // 2 cores, 50 × 200 under one.
     fanout_per_connection: 200,
     large_ws_files: 200_000,
 };
@@ -1677,7 +1677,7 @@ fn markdown(table: &str, results: &Map<String, Value>) -> String {
          alternate run by run, so the machine's drift in speed falls on all alike. Rates are\n\
          medians of whole transfers, MB = 10^6 bytes. Sandboxed rows use the workspace-write\n\
          profile (read everything, write one `git init`ed workspace). The fan-out runs 50 × 200\n\
-         execs each way, not issue 25's 50 × 1,000, which take about 5 min on 2 cores. Dated A/B\n\
+         execs each way, not issue 25's 50 × 1,000, which take 3–5 min on 2 cores. Dated A/B\n\
          runs of single changes, which a full run does not rewrite:\n\
          [benchmark-history.md](benchmark-history.md).\n\n\
          {table}\n\
