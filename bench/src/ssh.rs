@@ -1,6 +1,7 @@
 //! A throwaway OpenSSH server on a loopback port, with its own host and user keys in a temp
 //! dir, as the baseline a remote exec is usually compared with.
 
+use crate::packages::{self, which};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -16,9 +17,9 @@ const SSHD: &str = "/usr/sbin/sshd";
 impl Sshd {
     /// Starts sshd, installing OpenSSH from the distribution if it is missing and we are root.
     pub fn start() -> Result<Self, String> {
-        if !Path::new(SSHD).exists() || which("ssh").is_none() {
-            install()?;
-        }
+        packages::ensure(&["openssh-server", "openssh-client"], || {
+            Path::new(SSHD).exists() && which("ssh").is_some()
+        })?;
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         for key in ["host", "user"] {
             let status = Command::new("ssh-keygen")
@@ -118,30 +119,6 @@ impl Drop for Sshd {
             .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-fn which(program: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join(program))
-            .find(|path| path.exists())
-    })
-}
-
-fn install() -> Result<(), String> {
-    eprintln!("bench: installing openssh-server and openssh-client for the ssh baseline");
-    let ok = Command::new("apt-get")
-        .args(["install", "-y", "-q", "openssh-server", "openssh-client"])
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .stdout(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if ok && Path::new(SSHD).exists() {
-        Ok(())
-    } else {
-        Err("OpenSSH is not installed and `apt-get install openssh-server` failed".into())
     }
 }
 
