@@ -12,7 +12,7 @@
 
 use super::denial::DenialContext;
 use super::plan::Plan;
-use super::{prepare, prepare_walks, Sandboxed};
+use super::{prepare_fs_op, prepare_walks, Sandboxed};
 use crate::channel::{self, FS_REPLY, PASSED_FILE};
 use crate::process::spawn::{ChildIo, LaunchSpec, DEFAULT_SIZE};
 use crate::process::tree::{self, Report};
@@ -74,22 +74,20 @@ pub async fn run_fs_op(
     cwd: &Path,
     request: &[u8],
 ) -> Result<FsOpOutput, RpcError> {
-    let argv = [FS_OP.to_owned()];
     // A resolution that walks directory trees runs off the async workers.
     let prepared = if prepare_walks(sandbox) {
         let (sandbox, cwd) = (sandbox.clone(), cwd.to_path_buf());
-        tokio::task::spawn_blocking(move || prepare(&sandbox, &cwd, &argv, None))
+        tokio::task::spawn_blocking(move || prepare_fs_op(&sandbox, &cwd, FS_OP))
             .await
             .map_err(|err| RpcError::internal(err.to_string()))??
     } else {
-        prepare(sandbox, cwd, &argv, None)?
+        prepare_fs_op(sandbox, cwd, FS_OP)?
     };
-    let Some(mut prepared) = prepared else {
+    let Some(prepared) = prepared else {
         return Err(RpcError::internal(
             "a sandboxed fs operation needs an intent that restricts something",
         ));
     };
-    prepared.plan.fs_op = true;
     // This call's own hold on its protected names lasts until its reply.
     let (mut server, _call) = match take_idle(&prepared.plan) {
         Some(server) => (server, Some(prepared)),

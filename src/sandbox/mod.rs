@@ -136,7 +136,7 @@ pub fn prepare_start(params: &StartParams, cwd: &Path) -> Result<Option<Prepared
         },
         (None, None) => return Ok(None),
     };
-    prepare_policy(policy, &params.argv, params.arg0.as_deref(), managed).map(Some)
+    prepare_policy(policy, &params.argv, params.arg0.as_deref(), managed, false).map(Some)
 }
 
 /// The managed network `params` asks to enforce, validated; None when it asks for none.
@@ -181,26 +181,27 @@ fn managed_plan(params: &StartParams) -> Result<Option<ManagedPlan>, RpcError> {
     }))
 }
 
-/// Resolves `sandbox` for running `argv` (argv[0] shown as `arg0`) in `cwd`. Ok(None): the
-/// intent needs no enforcement.
-pub fn prepare(
+/// Resolves `sandbox` for an fs operation (named `name` in messages) in `cwd`
+/// ([`plan::Plan::fs_op`]). Ok(None): the intent needs no enforcement.
+fn prepare_fs_op(
     sandbox: &FileSystemSandboxContext,
     cwd: &Path,
-    argv: &[String],
-    arg0: Option<&str>,
+    name: &str,
 ) -> Result<Option<Prepared>, RpcError> {
     match policy::resolve(sandbox, cwd)? {
         None => Ok(None),
-        Some(policy) => prepare_policy(policy, argv, arg0, None).map(Some),
+        Some(policy) => prepare_policy(policy, &[name.to_owned()], None, None, true).map(Some),
     }
 }
 
-/// The launch of `argv` under `policy`, with `managed` network if any.
+/// The launch of `argv` under `policy`, with `managed` network if any; `fs_op`: an fs
+/// operation runs in its place.
 fn prepare_policy(
     policy: policy::Policy,
     argv: &[String],
     arg0: Option<&str>,
     managed: Option<ManagedPlan>,
+    fs_op: bool,
 ) -> Result<Prepared, RpcError> {
     let Some(program) = argv.first() else {
         return Err(RpcError::invalid_params("argv must not be empty"));
@@ -234,10 +235,11 @@ fn prepare_policy(
         env: Default::default(),
         network_restricted,
         managed_network: managed.clone(),
-        fs_op: false,
+        fs_op,
+        // The fs operation's own code connects no socket: nothing to hide from it.
         fs: fs
             .as_deref()
-            .map(|rules| fs_plan(rules, cwd, network_restricted))
+            .map(|rules| fs_plan(rules, cwd, network_restricted && !fs_op))
             .transpose()?,
     };
     let context = Arc::new(DenialContext {
@@ -280,13 +282,9 @@ fn record(identities: &mut mounts::Identities, path: &Path) -> Result<(), Inspec
     Ok(())
 }
 
-/// Mounts and grants for `rules`, with the identity of each of their paths and of `cwd`;
-/// with network restricted, also the host's sockets to hide.
-fn fs_plan(
-    rules: &[policy::Rule],
-    cwd: &Path,
-    network_restricted: bool,
-) -> Result<FsPlan, InspectError> {
+/// Mounts and grants for `rules`, with the identity of each of their paths and of `cwd`, and
+/// the host's sockets to hide when `hide_sockets` (network restricted).
+fn fs_plan(rules: &[policy::Rule], cwd: &Path, hide_sockets: bool) -> Result<FsPlan, InspectError> {
     let mounts = mounts::plan(rules);
     let mut identities = mounts::Identities::new();
     let mut grants = Vec::new();
@@ -311,7 +309,7 @@ fn fs_plan(
         record(&mut identities, mounts::op_path(op))?;
     }
     record(&mut identities, cwd)?;
-    let hidden_sockets = if network_restricted {
+    let hidden_sockets = if hide_sockets {
         sockets::outside_write_roots(rules)
     } else {
         Vec::new()

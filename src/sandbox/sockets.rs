@@ -23,7 +23,11 @@ pub fn outside_write_roots(rules: &[Rule]) -> Vec<PathBuf> {
     let hidden = super::hidden();
     let mut sockets: Vec<PathBuf> = bound
         .into_iter()
-        .filter(|path| !hidden.iter().any(|dir| Path::new(path).starts_with(&dir.path)))
+        .filter(|path| {
+            !hidden
+                .iter()
+                .any(|dir| Path::new(path).starts_with(&dir.path))
+        })
         .filter_map(|path| std::fs::canonicalize(path).ok())
         .filter(|path| {
             std::fs::symlink_metadata(path).is_ok_and(|meta| meta.file_type().is_socket())
