@@ -351,13 +351,26 @@ impl TableInner {
             slots.map.insert(id.clone(), Slot::Starting(token));
             live
         };
-        let spawned = match &mut launch {
-            None => spawn::start(&spec).await,
-            Some(launch) => launch.spawn(&spec).await.map_err(ProcessError::from),
+        let spawning = async {
+            match &mut launch {
+                None => spawn::start(&spec).await,
+                Some(launch) => launch.spawn(&spec).await.map_err(ProcessError::from),
+            }
         };
+        // Where its output will be kept, ready by the time the program is.
+        let keeping = async {
+            match &self.spares {
+                Some(spares) => Some(spares.take().await),
+                None => None,
+            }
+        };
+        let (spawned, spare) = tokio::join!(spawning, keeping);
         let spawned = match spawned {
             Ok(spawned) => spawned,
             Err(err) => {
+                if let (Some(spares), Some(Ok(spare))) = (&self.spares, spare) {
+                    spares.put_back(spare);
+                }
                 self.slots.lock().unwrap().map.remove(&id);
                 self.settled.send_replace(());
                 return Err(err);
@@ -375,7 +388,14 @@ impl TableInner {
             ..
         } = spawned.tree;
         let tty = origin.params.tty;
-        let parts = match self.keep(&origin, spawned.io, program_pid, supervisor_pid, &orders) {
+        let parts = match self.keep(
+            &origin,
+            spawned.io,
+            spare,
+            program_pid,
+            supervisor_pid,
+            &orders,
+        ) {
             Ok(parts) => parts,
             Err(err) => {
                 orders.kill();
@@ -459,6 +479,7 @@ impl TableInner {
         &self,
         origin: &Origin,
         io: ChildIo,
+        spare: Option<std::io::Result<store::Spare>>,
         pid: i32,
         supervisor_pid: i32,
         orders: &tree::Orders,
@@ -483,8 +504,8 @@ impl TableInner {
                 terminal,
             ),
         };
-        let store = match &self.spares {
-            Some(spares) => {
+        let store = match spare {
+            Some(spare) => {
                 let meta = Meta {
                     session: self.session_id.clone(),
                     params: origin.params.clone(),
@@ -498,10 +519,7 @@ impl TableInner {
                         .as_millis() as u64,
                 };
                 let name = uuid::Uuid::new_v4().simple().to_string();
-                match spares
-                    .take()
-                    .and_then(|spare| spare.into_store(&name, &meta))
-                {
+                match spare.and_then(|spare| spare.into_store(&name, &meta)) {
                     Ok((store, listener)) => {
                         let hold = supervisor::Hold {
                             tty: origin.params.tty,

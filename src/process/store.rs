@@ -293,6 +293,9 @@ fn read_span(file: &File, span: Span) -> Bytes {
 pub struct Spares {
     dir: Dir,
     ready: std::sync::Mutex<Vec<Spare>>,
+    /// A background task is making spares (one at a time: a burst of starts would otherwise
+    /// set a blocking thread each on the same directory).
+    refilling: std::sync::atomic::AtomicBool,
 }
 
 /// Spares kept ready.
@@ -316,22 +319,42 @@ impl Spares {
         std::sync::Arc::new(Self {
             dir,
             ready: Default::default(),
+            refilling: Default::default(),
         })
     }
 
-    /// A spare (made now if none is ready); others are made in the background.
-    pub fn take(self: &std::sync::Arc<Self>) -> std::io::Result<Spare> {
+    /// A spare (made now, on a blocking thread, if none is ready: file creation never runs on
+    /// the async workers, where it held up every other connection's requests during a burst
+    /// of starts); others are made in the background.
+    pub async fn take(self: &std::sync::Arc<Self>) -> std::io::Result<Spare> {
+        use std::sync::atomic::Ordering;
         let ready = self.ready.lock().unwrap().pop();
-        let spares = self.clone();
-        tokio::task::spawn_blocking(move || {
-            while spares.ready.lock().unwrap().len() < SPARES {
-                match spares.make() {
-                    Ok(spare) => spares.ready.lock().unwrap().push(spare),
-                    Err(_) => return,
+        if !self.refilling.swap(true, Ordering::AcqRel) {
+            let spares = self.clone();
+            tokio::task::spawn_blocking(move || {
+                while spares.ready.lock().unwrap().len() < SPARES {
+                    match spares.make() {
+                        Ok(spare) => spares.ready.lock().unwrap().push(spare),
+                        Err(_) => break,
+                    }
                 }
+                spares.refilling.store(false, Ordering::Release);
+            });
+        }
+        match ready {
+            Some(spare) => Ok(spare),
+            None => {
+                let spares = self.clone();
+                tokio::task::spawn_blocking(move || spares.make())
+                    .await
+                    .map_err(std::io::Error::other)?
             }
-        });
-        ready.map_or_else(|| self.make(), Ok)
+        }
+    }
+
+    /// Keeps an unused spare for the next start.
+    pub fn put_back(&self, spare: Spare) {
+        self.ready.lock().unwrap().push(spare);
     }
 
     fn make(&self) -> std::io::Result<Spare> {
