@@ -119,6 +119,8 @@ pub fn protect(rules: &mut Vec<Rule>) -> Result<Leases, RpcError> {
         .collect();
     let mut leases = Leases::default();
     let mut added = Vec::new();
+    // Declared after `leases`, so dropped before it on an early return: letting go of what
+    // was taken so far locks the registry again.
     let mut guard = registry();
     let registry = guard.get_or_insert_with(Registry::default);
     for root in &roots {
