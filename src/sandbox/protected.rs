@@ -71,9 +71,9 @@ struct Held {
     unused_since: Instant,
 }
 
-static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
+static REGISTRY: std::sync::LazyLock<Mutex<Registry>> = std::sync::LazyLock::new(Default::default);
 
-fn registry() -> std::sync::MutexGuard<'static, Option<Registry>> {
+fn registry() -> std::sync::MutexGuard<'static, Registry> {
     REGISTRY
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -121,8 +121,7 @@ pub fn protect(rules: &mut Vec<Rule>) -> Result<Leases, RpcError> {
     let mut added = Vec::new();
     // Declared after `leases`, so dropped before it on an early return: letting go of what
     // was taken so far locks the registry again.
-    let mut guard = registry();
-    let registry = guard.get_or_insert_with(Registry::default);
+    let mut registry = registry();
     for root in &roots {
         // Inspected and changed through a descriptor opened without following links, so a
         // root replaced by a link meanwhile cannot make the daemon create a placeholder (or
@@ -150,7 +149,7 @@ pub fn protect(rules: &mut Vec<Rule>) -> Result<Leases, RpcError> {
             added.push(path);
         }
     }
-    drop(guard);
+    drop(registry);
     for path in added {
         if effective(rules, &path) == Some(FsAccess::Write) {
             rules.push(Rule {
@@ -275,8 +274,7 @@ fn inspect(dir: &OwnedFd, name: &str, path: &Path) -> Result<Found, RpcError> {
 
 impl Drop for Leases {
     fn drop(&mut self) {
-        let mut guard = registry();
-        let registry = guard.get_or_insert_with(Registry::default);
+        let mut registry = registry();
         let now = Instant::now();
         for path in self.paths.drain(..) {
             if let Some(held) = registry.held.get_mut(&path) {
@@ -298,8 +296,7 @@ fn reap() {
     loop {
         std::thread::sleep(LINGER / 2);
         let candidates: Vec<(PathBuf, u64)> = {
-            let mut guard = registry();
-            let registry = guard.get_or_insert_with(Registry::default);
+            let mut registry = registry();
             if !registry.held.values().any(|held| held.count == 0) {
                 registry.reaping = false;
                 return;
@@ -321,8 +318,7 @@ fn reap() {
             .filter(|path| is_marked(path))
             .collect();
         let mounted = mounted_elsewhere(&placeholders);
-        let mut guard = registry();
-        let registry = guard.get_or_insert_with(Registry::default);
+        let mut registry = registry();
         for (path, generation) in &candidates {
             let unchanged = registry
                 .held
@@ -347,9 +343,10 @@ pub fn claim(path: &Path) {
     let Some(path) = protected_name(path) else {
         return;
     };
-    let guard = registry();
-    // None in a sandbox helper, whose fs operation may not change the mark anyway.
-    if guard.is_some() && is_marked(&path) {
+    // Under the lock, so that no launch inspects the name meanwhile. (A sandbox helper's fs
+    // operation may not remove the mark: it is a trusted attribute.)
+    let _registry = registry();
+    if is_marked(&path) {
         if let (Ok(path), Ok(mark)) = (cstring(&path), std::ffi::CString::new(MARK)) {
             // SAFETY: valid NUL-terminated strings.
             unsafe { libc::lremovexattr(path.as_ptr(), mark.as_ptr()) };
@@ -371,11 +368,8 @@ pub fn remove_with<E>(
     let Some(canonical) = protected_name(path) else {
         return remove();
     };
-    let guard = registry();
-    if guard
-        .as_ref()
-        .is_some_and(|registry| registry.holds(&canonical))
-    {
+    let registry = registry();
+    if registry.holds(&canonical) {
         return empty_into_placeholder(&canonical).map_err(held);
     }
     remove()
@@ -396,11 +390,9 @@ pub fn rename_with<T>(
     if names.is_empty() {
         return Ok(rename());
     }
-    let guard = registry();
-    if let Some(registry) = guard.as_ref() {
-        if let Some(held) = names.into_iter().find(|name| registry.holds(name)) {
-            return Err(held);
-        }
+    let registry = registry();
+    if let Some(held) = names.into_iter().find(|name| registry.holds(name)) {
+        return Err(held);
     }
     Ok(rename())
 }
@@ -433,12 +425,8 @@ fn empty_into_placeholder(path: &Path) -> std::io::Result<()> {
 /// Whether `path` is a placeholder the daemon keeps (for live sandboxes, or for the next
 /// launch a moment longer): an artifact, which its listings leave out.
 pub fn is_placeholder(path: &Path) -> bool {
-    protected_name(path).is_some_and(|canonical| {
-        registry()
-            .as_ref()
-            .is_some_and(|registry| registry.held.contains_key(&canonical))
-            && is_marked(&canonical)
-    })
+    protected_name(path)
+        .is_some_and(|canonical| registry().held.contains_key(&canonical) && is_marked(&canonical))
 }
 
 /// `path` with its directory canonicalized, if its name is a protected one.
