@@ -7,14 +7,17 @@
 //! queue), which imports none of them.
 
 mod audit;
-mod channel;
+mod child;
 mod cli;
 mod config;
 mod environment;
 mod fs;
 mod http;
+mod ipc;
+mod launcher;
 mod memory;
 mod metrics;
+mod os;
 mod path;
 mod pidfd;
 mod process;
@@ -26,9 +29,9 @@ mod state_dir;
 mod transport;
 
 // What the binary needs; `rpc` is public for the fuzz targets.
+pub use child::main_if_supervisor;
 pub use cli::main as run_command;
 pub use config::{Args, Cli, LogFormat};
 pub use memory::map_large_buffers;
-pub use process::supervisor::main_if_supervisor;
 pub use sandbox::guard::init as record_own_binary;
 pub use transport::{serve, Handover, ListenUrl};

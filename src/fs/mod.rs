@@ -1,7 +1,8 @@
 //! The `fs/*` methods: files, directories, block streams and watches on the executor host.
 //!
 //! Layout: `methods` decodes and routes; `sandbox` is the single gate for `sandbox` intent and
-//! the daemon's side of confined calls, `helper` the confined side (run in the sandbox helper);
+//! the daemon's side of confined calls, `confined` the operations a confined helper runs
+//! (`crate::child::fs_op` serves them);
 //! `oneshot` is every one-shot method as one value that either side runs; `host` converts
 //! paths, maps errors and opens files (never blocking on a FIFO); `file`, `ops`, `copy`, `walk`
 //! do the one-shot work; `handles`, `read_stream`, `write_stream` and `staged` serve `fs/open`
@@ -9,11 +10,11 @@
 //! advertised in `environment/info` (`fileWriteStreaming`, `fsAtomicWrite`, `fsRename`,
 //! `fsReadDirectoryErrors`, `fsWatch`, `sandboxedFileStreaming`).
 
+pub(crate) mod confined;
 mod copy;
 mod error;
 mod file;
 mod handles;
-pub(crate) mod helper;
 mod host;
 mod methods;
 mod oneshot;

@@ -4,19 +4,19 @@
 //! Every fs method that names a path passes its `sandbox` through [`route`] before it touches
 //! the disk. Intent whose file-system policy restricts nothing runs directly in the daemon; any
 //! other runs the operation in a sandbox helper, after it confined itself
-//! ([`crate::sandbox::run_fs_op`], `helper.rs`), so the kernel enforces the intent on the operation itself:
+//! ([`crate::launcher::fs_servers::run_fs_op`], `crate::child::fs_op`), so the kernel enforces the intent on the operation itself:
 //! symbolic links are resolved by the confined process, protected names are read-only mounts,
 //! masks hide denied areas. Stream opens get the file the helper opened passed back over its
 //! socket; watches cannot be confined and are refused.
 
 use super::handles::Handle;
-use super::helper::{HelperReply, HelperRequest, INSTALL_STAGED};
 use super::oneshot::{host_touches, OneShot};
 use super::staged::StagedName;
 use super::FsError;
+use crate::ipc::message::{FsReply, FsRequest, INSTALL_STAGED};
+use crate::launcher::fs_servers::{run_fs_op, FsOpOutput};
 use crate::rpc::RpcError;
 use crate::sandbox::denial::DenialContext;
-use crate::sandbox::{run_fs_op, FsOpOutput};
 use exec_server_protocol::fs::{OpenMode, OpenParams};
 use exec_server_protocol::rpc::method;
 use exec_server_protocol::sandbox::{
@@ -167,16 +167,14 @@ impl Confined {
         params: Value,
         touches: &[(PathBuf, bool)],
     ) -> Result<(Value, FsOpOutput), FsError> {
-        let request = HelperRequest {
+        let request = FsRequest {
             method: method.to_owned(),
             params: Some(params),
         };
-        let input = serde_json::to_vec(&request).expect("a JSON value always serializes");
-        let output = run_fs_op(&self.0.sandbox, &self.0.cwd, &input).await?;
-        let reply = output.reply.as_deref().unwrap_or_default();
-        match serde_json::from_slice::<HelperReply>(reply) {
-            Ok(HelperReply::Ok(result)) => Ok((result, output)),
-            Ok(HelperReply::Error(error)) => {
+        let mut output = run_fs_op(&self.0.sandbox, &self.0.cwd, &request).await?;
+        match output.reply.take() {
+            Some(FsReply::Ok(result)) => Ok((result, output)),
+            Some(FsReply::Error(error)) => {
                 let mut error = RpcError {
                     code: error.code,
                     message: error.message,
@@ -187,7 +185,7 @@ impl Confined {
                 }
                 Err(FsError::Rpc(error))
             }
-            Err(_) => Err(FsError::HelperFailed {
+            None => Err(FsError::HelperFailed {
                 exit_code: output.exit_code,
                 stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
                 // Killed by seccomp: certainly the sandbox.

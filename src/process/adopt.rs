@@ -1,5 +1,5 @@
 //! Adoption: a process a predecessor daemon kept in the state directory (`super::store`) is
-//! taken over by this one, with its tree if that still runs (`super::tree::adopt`), its output
+//! taken over by this one, with its tree if that still runs (`crate::launcher::tree::adopt`), its output
 //! (the journal replayed, what the files hold beyond it recorded now), its stdin and its
 //! timings.
 
@@ -7,7 +7,7 @@ use super::*;
 
 /// Output a predecessor kept but did not record is adopted in chunks of at most this size, as
 /// large as a live read's.
-const ADOPTED_CHUNK_BYTES: u64 = spawn::OUTPUT_PIPE_BYTES as u64;
+const ADOPTED_CHUNK_BYTES: u64 = crate::os::pipe::OUTPUT_PIPE_BYTES as u64;
 
 impl TableInner {
     /// Adopts the process kept in `kept`, started as `meta` says.
@@ -69,7 +69,7 @@ impl TableInner {
         );
         log.restore(records);
         // The supervisor stops moving output into the files before it answers.
-        let supervisor = tree::adopt(&dir).await;
+        let supervisor = crate::launcher::tree::adopt(&dir).await;
         let streams = store::streams(meta.params.tty);
         // What the predecessor moved into the files without recording it, then what the
         // orphaned supervisor moved: recorded now, in order, never twice.

@@ -64,8 +64,12 @@ pub(crate) enum ProcessError {
     #[error("stdin queue is full ({queued} bytes not yet read by the process); retry later")]
     StdinFull { queued: usize },
 
-    #[error("failed to start `{program}`: {why}")]
-    StartFailed { program: String, why: String },
+    /// The launch failed; its one mapping to a JSON-RPC error is the launcher's.
+    #[error("failed to start `{program}`: {error}")]
+    Launch {
+        program: String,
+        error: crate::launcher::LaunchError,
+    },
     #[error("failed to write to process stdin")]
     StdinFailed,
     #[error("failed to resize terminal: {0}")]
@@ -111,9 +115,8 @@ impl From<ProcessError> for RpcError {
                 .with_data(serde_json::json!({ "retryable": true })),
             TooManyProcesses { limit, max, .. } => RpcError::invalid_request(message)
                 .with_data(serde_json::json!({ "retryable": true, "limit": limit, "max": max })),
-            StartFailed { .. } | StdinFailed | Resize(_) | Internal(_) => {
-                RpcError::internal(message)
-            }
+            Launch { program, error } => error.into_rpc(&program),
+            StdinFailed | Resize(_) | Internal(_) => RpcError::internal(message),
             Session(err) => err.into(),
             Sandbox(err) => err,
         }

@@ -4,17 +4,14 @@
 
 use super::output::Span;
 use super::store::{Entry, Store};
+use crate::os::pipe::move_into;
 use bytes::Bytes;
 use std::fs::File;
 use std::os::fd::{AsRawFd as _, OwnedFd};
-use std::os::unix::fs::FileExt as _;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
-
-/// Bytes moved from a child per system call, at most: a full output pipe.
-const MOVE_BYTES: usize = super::spawn::OUTPUT_PIPE_BYTES;
 
 /// Sets O_NONBLOCK, for a descriptor polled by the runtime.
 fn nonblocking(fd: &OwnedFd) -> std::io::Result<()> {
@@ -87,43 +84,6 @@ impl OutputReader {
                 }
             }
         }
-    }
-}
-
-/// Moves what `output` holds (at most [`MOVE_BYTES`]) into `file` at `end`: spliced from a
-/// pipe, read into `buffer` and written from a terminal (which cannot be spliced). Ok(0) at
-/// the output's end; WouldBlock when it holds nothing; EIO from a terminal whose last writer
-/// closed. The daemon's readers and an orphaned supervisor (`super::supervisor`) move output
-/// the same way.
-pub fn move_into(
-    output: &OwnedFd,
-    pipe: bool,
-    file: &File,
-    end: u64,
-    buffer: &mut Vec<u8>,
-) -> std::io::Result<usize> {
-    if !pipe {
-        buffer.resize(MOVE_BYTES, 0);
-        let read = nix::unistd::read(output, buffer)?;
-        file.write_all_at(&buffer[..read], end)?;
-        return Ok(read);
-    }
-    let mut offset = end as libc::loff_t;
-    // SAFETY: splice between two descriptors we own, with a valid offset pointer.
-    let moved = unsafe {
-        libc::splice(
-            output.as_raw_fd(),
-            std::ptr::null_mut(),
-            file.as_raw_fd(),
-            &mut offset,
-            MOVE_BYTES,
-            libc::SPLICE_F_NONBLOCK | libc::SPLICE_F_MOVE,
-        )
-    };
-    if moved < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(moved as usize)
     }
 }
 

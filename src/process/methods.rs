@@ -1,8 +1,9 @@
 //! The `process/*` methods.
 
-use super::spawn::{LaunchSpec, Limits, DEFAULT_SIZE};
 use super::ProcessError;
 use super::{env, Lookup, ManagedProcess, Origin, Timing};
+use crate::launcher::sandboxed::Launch;
+use crate::launcher::spec::{LaunchSpec, Limits, DEFAULT_SIZE};
 use crate::rpc::Call;
 use crate::sandbox;
 use crate::session::Session;
@@ -99,7 +100,14 @@ async fn launch(
     let mut spec = spec;
     let (launch, sandbox_type) = match prepared {
         None => (None, SandboxType::None),
-        Some(prepared) => (Some(prepared.launch(&mut spec)?), SandboxType::LinuxSeccomp),
+        Some(prepared) => {
+            let launch =
+                Launch::new(prepared, &mut spec).map_err(|error| ProcessError::Launch {
+                    program: program.clone(),
+                    error,
+                })?;
+            (Some(launch), SandboxType::LinuxSeccomp)
+        }
     };
     // A reply never sent (its connection ended) drops the hook, which releases the events too.
     let (replied, on_reply) = tokio::sync::oneshot::channel();
@@ -151,7 +159,7 @@ fn limits(limits: Option<&ProcessLimits>) -> Result<(Limits, Option<Duration>), 
         }),
         value => Ok(value.map(|value| value as u64)),
     };
-    let (memory, pids) = super::cgroup::supported();
+    let (memory, pids) = crate::launcher::cgroup::supported();
     for (name, value, supported) in [
         ("maxMemoryBytes", limits.max_memory_bytes, memory),
         ("maxProcesses", limits.max_processes, pids),

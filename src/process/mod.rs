@@ -1,7 +1,6 @@
 //! Managed processes: each session owns a table of them, keyed by client-chosen ids.
 
 mod adopt;
-mod cgroup;
 mod delivery;
 pub mod env;
 mod error;
@@ -11,17 +10,19 @@ mod io;
 mod live;
 pub mod methods;
 pub mod output;
-pub mod spawn;
 mod stdin;
 pub(crate) mod store;
-pub mod supervisor;
-pub(crate) mod tree;
 
 pub(crate) use error::ProcessError;
 
 use crate::config::Config;
+use crate::ipc::message::{Hold, Report};
+use crate::launcher::sandboxed::{Launch, Sandboxed};
+use crate::launcher::spawn::{self, ChildIo};
+use crate::launcher::spec::LaunchSpec;
+use crate::launcher::{cgroup, tree};
+use crate::os::proc_tree::descendants;
 use crate::sandbox::denial::Scanner;
-use crate::sandbox::{Launch, Sandboxed};
 use crate::session::Attachment;
 use bytes::Bytes;
 use exec_server_protocol::process::{
@@ -30,13 +31,11 @@ use exec_server_protocol::process::{
 };
 use nix::sys::signal::Signal;
 use output::{Event, Exit, OutputLog, ReadSnapshot, Record, Span};
-use spawn::{ChildIo, LaunchSpec};
 use std::collections::HashMap;
 use std::os::fd::{AsFd as _, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use store::{Entry, Meta, Store};
-use supervisor::Report;
 use tokio::sync::watch;
 
 /// Output one `process/read` returns when it asks for no `maxBytes` (then `nextSeq` says where
@@ -354,8 +353,12 @@ impl TableInner {
         let spawning = async {
             match &mut launch {
                 None => spawn::start(&spec).await,
-                Some(launch) => launch.spawn(&spec).await.map_err(ProcessError::from),
+                Some(launch) => launch.spawn(&spec).await,
             }
+            .map_err(|error| ProcessError::Launch {
+                program: spec.program.clone(),
+                error,
+            })
         };
         // Where its output will be kept, ready by the time the program is.
         let keeping = async {
@@ -501,7 +504,7 @@ impl TableInner {
                 vec![(OutputStream::Pty, master.try_clone()?)],
                 Some(master.try_clone()?),
                 Some(master),
-                terminal,
+                terminal.map(|rdev| input_wait::StdinObject::Terminal { rdev }),
             ),
         };
         let store = match spare {
@@ -521,7 +524,7 @@ impl TableInner {
                 let name = uuid::Uuid::new_v4().simple().to_string();
                 match spare.and_then(|spare| spare.into_store(&name, &meta)) {
                     Ok((store, listener)) => {
-                        let hold = supervisor::Hold {
+                        let hold = Hold {
                             tty: origin.params.tty,
                             stdin: stdin.is_some(),
                             max_tail: self.config.output_retention_bytes as u64,
@@ -541,7 +544,7 @@ impl TableInner {
                                     .map(|fd| fd.as_fd()),
                             )
                             .collect();
-                        match orders.hold(&hold, &fds) {
+                        match orders.hold(hold, &fds) {
                             Ok(()) => {}
                             // A tree gone already (a sandbox helper exits with it) needs no
                             // holding: its output is all in the pipes.
@@ -676,7 +679,7 @@ async fn watch_input(
         };
         let supervisor = process.supervisor_pid;
         let waiting = tokio::task::spawn_blocking(move || {
-            input_wait::sample(object, &supervisor::descendants(supervisor))
+            input_wait::sample(object, &descendants(supervisor))
         })
         .await
         .unwrap_or(false);
@@ -734,7 +737,7 @@ async fn read_output(
 async fn supervise(
     table: Weak<TableInner>,
     process: Arc<ManagedProcess>,
-    supervisor: Option<crate::sandbox::pool::HelperProcess>,
+    supervisor: Option<crate::launcher::pool::HelperProcess>,
     mut reports: tree::Reports,
     group: Option<cgroup::Group>,
     reusable: bool,
@@ -1184,7 +1187,7 @@ impl ManagedProcess {
         if self.state.lock().unwrap().tree_gone {
             return None;
         }
-        let tree = supervisor::descendants(self.supervisor_pid).len() as u32;
+        let tree = descendants(self.supervisor_pid).len() as u32;
         // The process itself, until it is reaped.
         Some(tree.saturating_sub(u32::from(!self.is_exited())))
     }

@@ -23,9 +23,6 @@ use std::sync::Arc;
 
 pub const META: &str = "meta.json";
 pub const JOURNAL: &str = "journal";
-pub const SOCKET: &str = "sock";
-/// An orphaned supervisor's last reports, once its tree ended: JSON lines, as on its socket.
-pub const EXIT: &str = "exit.reports";
 
 /// The file of a stream: a terminal's output is in the first.
 pub fn stream_index(stream: OutputStream) -> usize {
@@ -369,7 +366,9 @@ impl Spares {
             ],
             meta: open(META, OFlag::O_RDWR)?,
             journal: open(JOURNAL, APPEND)?,
-            listener: std::os::unix::net::UnixListener::bind(dir.through_fd(SOCKET))?,
+            listener: std::os::unix::net::UnixListener::bind(
+                dir.through_fd(crate::ipc::message::SUPERVISOR_SOCKET),
+            )?,
             parent: self.dir.clone(),
             name,
             dir,

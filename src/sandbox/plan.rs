@@ -128,6 +128,9 @@ impl std::fmt::Display for Identity {
 /// The largest plan the daemon sends a helper.
 pub const MAX_PLAN_BYTES: usize = 1 << 20;
 
+/// Most loopback ports one managed-network launch may ask for (a client's proxy has one or two).
+pub(crate) const MAX_PORTS: usize = 16;
+
 /// A setup failure, as the helper reports it on the control socket (one JSON object, then EOF).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

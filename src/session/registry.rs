@@ -415,12 +415,12 @@ async fn orphan_cleanup(kept: crate::process::store::Kept) {
     let Ok(dir) = kept.dir() else {
         return;
     };
-    let adoption = crate::process::tree::adopt(&dir).await;
+    let adoption = crate::launcher::tree::adopt(&dir).await;
     adoption.orders.kill();
     let mut reports = adoption.reports;
     let _ = tokio::time::timeout(REAP_GRACE, async {
         while let Some(report) = reports.next().await {
-            if matches!(report, crate::process::tree::Report::Gone { .. }) {
+            if matches!(report, crate::ipc::message::Report::Gone { .. }) {
                 break;
             }
         }

@@ -1,13 +1,15 @@
-//! The daemon's side of a supervised launch ([`super::supervisor`]): the supervisor's process,
-//! its reports and the orders sent to it.
+//! The daemon's side of a supervised launch (`crate::child::supervisor`): the supervisor's
+//! process, its reports and the orders sent to it.
 
 use super::cgroup::Group;
-use super::spawn::LaunchSpec;
-use super::supervisor;
-pub use super::supervisor::Report;
-use crate::channel;
+use super::pool::{self, Kind};
+use super::spec::LaunchSpec;
+use super::{LaunchError, SETUP_TIMEOUT};
+use crate::ipc::channel;
+use crate::ipc::message::{
+    self, Adopted, Answer, Hold, Order, Report, EXIT_RECORD, SUPERVISOR_SOCKET,
+};
 use crate::sandbox::plan::Failure;
-use crate::sandbox::pool::{self, Kind, StartError};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
@@ -52,15 +54,16 @@ pub enum Started {
 /// supervisor of `kind`, with the program's `stdio` and the tree's cgroups, and waits for the
 /// verdict on the exec: a plain supervisor reports it; a sandbox helper's program process,
 /// forked ahead, tells the daemon itself. For a managed network (`managed_ports`), also the
-/// listeners the helper opened in the sandbox's network namespace (`crate::sandbox::bridge`).
-pub async fn launch(
+/// listeners the helper opened in the sandbox's network namespace (`super::bridge`).
+pub(crate) async fn launch(
     kind: Kind,
     spec: &LaunchSpec,
     stdio: &[OwnedFd; 3],
     payload: &[u8],
     managed_ports: Option<&[u16]>,
-) -> Result<(Tree, Started, Vec<OwnedFd>), StartError> {
-    let mut group = Group::create(spec.limits.max_memory_bytes, spec.limits.max_processes)?;
+) -> Result<(Tree, Started, Vec<OwnedFd>), LaunchError> {
+    let mut group = Group::create(spec.limits.max_memory_bytes, spec.limits.max_processes)
+        .map_err(LaunchError::Cgroup)?;
     // The groups' `cgroup.procs`, which the program's process joins: not kept.
     let procs = group.as_mut().map(|group| std::mem::take(&mut group.procs));
     let fds: Vec<BorrowedFd<'_>> = stdio
@@ -68,10 +71,50 @@ pub async fn launch(
         .chain(procs.iter().flatten())
         .map(AsFd::as_fd)
         .collect();
-    let frames = supervisor::frames(&spec.setup(), payload);
-    let tree = |supervisor, control: tokio::net::UnixStream, unread: Vec<u8>, group| {
+    let frames = message::launch(&spec.setup(), payload);
+    let setup = async {
+        let (mut tree, first) = match kind {
+            Kind::Plain => hand_to_supervisor(&fds, &frames, group).await?,
+            Kind::Sandboxed(network) => {
+                hand_to_helper(network, &fds, &frames, managed_ports, group).await?
+            }
+        };
+        let (supervisor, program, started) = match first {
+            Some(Report::Started { supervisor, pid }) => (supervisor, pid, Started::Executed),
+            Some(Report::Failed {
+                supervisor,
+                failure,
+                pid,
+            }) => (supervisor, pid, Started::Failed { failure }),
+            _ => return Err(LaunchError::SupervisorFailed),
+        };
+        (tree.supervisor_pid, tree.program_pid) = (supervisor, program);
+        Ok::<_, LaunchError>((tree, started))
+    };
+    // Dropping the tree (on any error) closes the control socket: the supervisor ends.
+    let setup = tokio::time::timeout(SETUP_TIMEOUT, setup).await;
+    drop(fds);
+    if kind == Kind::Plain {
+        pool::refill_plain();
+    }
+    let Ok(setup) = setup else {
+        return Err(LaunchError::Timeout);
+    };
+    drop(procs);
+    let (mut tree, started) = setup?;
+    let listeners = std::mem::take(&mut tree.listeners);
+    Ok((tree, started, listeners))
+}
+
+impl Tree {
+    fn new(
+        supervisor: Option<pool::HelperProcess>,
+        control: tokio::net::UnixStream,
+        unread: Vec<u8>,
+        group: Option<Group>,
+    ) -> Self {
         let (reports, orders) = connect(control, unread);
-        Tree {
+        Self {
             supervisor,
             supervisor_pid: 0,
             program_pid: 0,
@@ -80,88 +123,71 @@ pub async fn launch(
             orders,
             listeners: Vec::new(),
         }
-    };
-    let setup = async {
-        let (mut tree, first) = match kind {
-            Kind::Plain => {
-                let mut control = pool::take_plain().await?;
-                // A waiting supervisor killed from outside cannot take it: a fresh one, once.
-                if pool::send(&mut control, &fds, &frames).await.is_err() {
-                    control = pool::take_plain().await?;
-                    pool::send(&mut control, &fds, &frames).await?;
-                }
-                let mut tree = tree(None, control, Vec::new(), group);
-                let first = tree.reports.next().await;
-                (tree, first)
-            }
-            Kind::Sandboxed(network) => {
-                let helper = pool::take(network).await?;
-                let handed = helper.hand_over(&fds, &frames, managed_ports).await?;
-                let (program, supervisor) = (handed.program, handed.helper.id());
-                let refused = !handed.unread.is_empty();
-                let mut tree = tree(Some(handed.helper), handed.control, handed.unread, group);
-                tree.supervisor_pid = supervisor;
-                let first = if refused {
-                    // The helper's own failure, in place of the listeners.
-                    tree.reports.next().await
-                } else {
-                    let mut verdict = Vec::new();
-                    let mut socket = handed.verdict;
-                    socket.read_to_end(&mut verdict).await?;
-                    let supervisor = tree.supervisor_pid;
-                    Some(match serde_json::from_slice(&verdict) {
-                        Ok(failure) => Report::Failed {
-                            pid: program,
-                            supervisor,
-                            failure,
-                        },
-                        Err(_) if verdict.is_empty() => Report::Started {
-                            pid: program,
-                            supervisor,
-                        },
-                        Err(err) => return Err(std::io::Error::other(err).into()),
-                    })
-                };
-                tree.listeners = handed.listeners;
-                (tree, first)
-            }
-        };
-        let started = match first {
-            Some(Report::Started { supervisor, pid }) => {
-                (tree.supervisor_pid, tree.program_pid) = (supervisor, pid);
-                Started::Executed
-            }
-            Some(Report::Failed {
-                supervisor,
-                failure,
-                pid,
-            }) => {
-                (tree.supervisor_pid, tree.program_pid) = (supervisor, pid);
-                Started::Failed { failure }
-            }
-            _ => {
-                return Err(StartError::from(std::io::Error::other(
-                    "the supervisor failed before the exec",
-                )))
-            }
-        };
-        Ok::<_, StartError>((tree, started))
-    };
-    // Dropping the tree (on any error) closes the control socket: the supervisor ends.
-    let setup = tokio::time::timeout(crate::sandbox::SETUP_TIMEOUT, setup).await;
-    drop(fds);
-    if kind == Kind::Plain {
-        pool::refill_plain();
     }
-    let Ok(setup) = setup else {
-        return Err(
-            std::io::Error::other("the supervisor did not start the program in time").into(),
-        );
+}
+
+/// A plain launch: to a waiting plain supervisor, which reports the verdict first.
+async fn hand_to_supervisor(
+    fds: &[BorrowedFd<'_>],
+    frames: &[u8],
+    group: Option<Group>,
+) -> Result<(Tree, Option<Report>), LaunchError> {
+    let mut control = pool::take_plain().await?;
+    // A waiting supervisor killed from outside cannot take it: a fresh one, once.
+    if pool::send(&mut control, fds, frames).await.is_err() {
+        control = pool::take_plain().await?;
+        pool::send(&mut control, fds, frames)
+            .await
+            .map_err(LaunchError::Send)?;
+    }
+    let mut tree = Tree::new(None, control, Vec::new(), group);
+    let first = tree.reports.next().await;
+    Ok((tree, first))
+}
+
+/// A sandboxed launch: to a waiting helper's program process, forked ahead, whose verdict
+/// comes on its own socket (EOF: executed).
+async fn hand_to_helper(
+    network: crate::sandbox::plan::NetworkMode,
+    fds: &[BorrowedFd<'_>],
+    frames: &[u8],
+    managed_ports: Option<&[u16]>,
+    group: Option<Group>,
+) -> Result<(Tree, Option<Report>), LaunchError> {
+    let helper = pool::take(network).await?;
+    let handed = helper
+        .hand_over(fds, frames, managed_ports)
+        .await
+        .map_err(LaunchError::Send)?;
+    let (program, supervisor) = (handed.program, handed.helper.id());
+    let refused = !handed.unread.is_empty();
+    let mut tree = Tree::new(Some(handed.helper), handed.control, handed.unread, group);
+    tree.supervisor_pid = supervisor;
+    tree.listeners = handed.listeners;
+    if refused {
+        // The helper's own failure, in place of the listeners.
+        let first = tree.reports.next().await;
+        return Ok((tree, first));
+    }
+    let mut verdict = Vec::new();
+    let mut socket = handed.verdict;
+    socket
+        .read_to_end(&mut verdict)
+        .await
+        .map_err(LaunchError::Send)?;
+    let first = match serde_json::from_slice(&verdict) {
+        Ok(failure) => Report::Failed {
+            pid: program,
+            supervisor,
+            failure,
+        },
+        Err(_) if verdict.is_empty() => Report::Started {
+            pid: program,
+            supervisor,
+        },
+        Err(err) => return Err(LaunchError::Verdict(err)),
     };
-    drop(procs);
-    let (mut tree, started) = setup?;
-    let listeners = std::mem::take(&mut tree.listeners);
-    Ok((tree, started, listeners))
+    Ok((tree, Some(first)))
 }
 
 /// The reports and orders of a supervisor's control socket, after `unread` (bytes of it read
@@ -178,31 +204,30 @@ impl Reports {
     /// The next report; None once the supervisor is gone (or says something unreadable).
     pub async fn next(&mut self) -> Option<Report> {
         let line = self.0.next_line().await.ok()??;
-        serde_json::from_str(&line).ok()
+        Report::parse(&line)
     }
 }
 
 impl Orders {
     /// Kill the whole tree; the supervisor answers with `exited` (if not yet) and `gone`.
     pub fn kill(&self) {
-        self.send(&[channel::KILL]);
+        self.send(&Order::Kill.encode());
     }
 
     /// `signal` to the program's process group, while it has not exited.
     pub fn signal(&self, signal: nix::sys::signal::Signal) {
-        self.send(&[channel::SIGNAL, signal as u8]);
+        self.send(&Order::Signal(signal as u8).encode());
     }
 
     /// `signal` to every process of the tree.
     pub fn signal_tree(&self, signal: nix::sys::signal::Signal) {
-        self.send(&[channel::SIGNAL_TREE, signal as u8]);
+        self.send(&Order::SignalTree(signal as u8).encode());
     }
 
-    /// Hand the supervisor the daemon's ends of the stdio (see [`supervisor::Hold`]).
-    pub fn hold(&self, hold: &supervisor::Hold, fds: &[BorrowedFd<'_>]) -> std::io::Result<()> {
+    /// Hand the supervisor the daemon's ends of the stdio (see [`Hold`]).
+    pub(crate) fn hold(&self, hold: Hold, fds: &[BorrowedFd<'_>]) -> std::io::Result<()> {
         use std::os::fd::AsRawFd as _;
-        let frame = serde_json::to_vec(hold).map_err(std::io::Error::other)?;
-        let message = channel::message(Some(channel::HOLD), &[&frame]);
+        let message = Order::Hold(Some(hold)).encode();
         let raw: Vec<_> = fds.iter().map(|fd| fd.as_raw_fd()).collect();
         let orders = self.0.lock().unwrap();
         let Some(orders) = &*orders else {
@@ -219,7 +244,7 @@ impl Orders {
 
     /// Close the supervisor's copy of the stdin.
     pub fn close_stdin(&self) {
-        self.send(&[channel::CLOSE_STDIN]);
+        self.send(&Order::CloseStdin.encode());
     }
 
     fn send(&self, order: &[u8]) {
@@ -257,21 +282,21 @@ pub struct Adoption {
     pub reports: Reports,
     pub orders: Orders,
     /// Which of the stdio it still held (none when it is gone).
-    pub adopted: supervisor::Adopted,
+    pub adopted: Adopted,
     pub held: Vec<OwnedFd>,
 }
 
 /// Connects to the orphaned supervisor listening on the socket of the process directory `dir`
-/// and takes over its tree. One that is gone left its last reports in `store::EXIT` (which the
+/// and takes over its tree. One that is gone left its last reports in [`EXIT_RECORD`] (which the
 /// reports then are); with neither, the reports end at once (the supervisor ended before the
 /// process could be seen to).
 pub async fn adopt(dir: &crate::state_dir::Dir) -> Adoption {
-    match take_over(&dir.through_fd(super::store::SOCKET)).await {
+    match take_over(&dir.through_fd(SUPERVISOR_SOCKET)).await {
         Ok(adoption) => adoption,
         Err(err) => {
             // As the supervisor would have sent them; a FIFO or device there is refused, not
             // waited on.
-            let lines = dir.read(super::store::EXIT).unwrap_or_else(|exit| {
+            let lines = dir.read(EXIT_RECORD).unwrap_or_else(|exit| {
                 tracing::warn!("no supervisor ({err}) and no exit recorded ({exit})");
                 Vec::new()
             });
@@ -281,7 +306,7 @@ pub async fn adopt(dir: &crate::state_dir::Dir) -> Adoption {
             Adoption {
                 reports,
                 orders,
-                adopted: supervisor::Adopted {
+                adopted: Adopted {
                     outputs: Vec::new(),
                     stdin: false,
                 },
@@ -297,7 +322,7 @@ pub async fn adopt(dir: &crate::state_dir::Dir) -> Adoption {
 const ADOPT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 async fn take_over(socket: &std::path::Path) -> std::io::Result<Adoption> {
-    let control = tokio::net::UnixStream::connect(socket).await?;
+    let mut control = tokio::net::UnixStream::connect(socket).await?;
     let mut first = [0u8; 1];
     let received = tokio::time::timeout(
         ADOPT_TIMEOUT,
@@ -305,23 +330,21 @@ async fn take_over(socket: &std::path::Path) -> std::io::Result<Adoption> {
     )
     .await
     .map_err(|_| std::io::Error::other("the supervisor did not answer"))??;
-    if received.bytes == 0 || first[0] != channel::ADOPTED {
+    if received.bytes == 0 || !Answer::is_adopted(first[0]) {
         return Err(std::io::Error::other(
             "the supervisor did not hand its tree over",
         ));
     }
-    let mut len = [0u8; 4];
-    let mut control = control;
-    control.read_exact(&mut len).await?;
-    let mut frame = vec![0u8; u32::from_le_bytes(len) as usize];
-    if frame.len() > 4096 {
+    let len = control.read_u32_le().await? as usize;
+    if len > 4096 {
         return Err(std::io::Error::other(
             "the supervisor's answer is too large",
         ));
     }
+    let mut frame = vec![0u8; len];
     control.read_exact(&mut frame).await?;
-    let adopted: supervisor::Adopted =
-        serde_json::from_slice(&frame).map_err(std::io::Error::other)?;
+    let adopted = Answer::adopted(first[0], &frame)
+        .ok_or_else(|| std::io::Error::other("the supervisor did not hand its tree over"))?;
     let (reports, orders) = connect(control, Vec::new());
     Ok(Adoption {
         reports,

@@ -2,7 +2,7 @@
 //!
 //! A managed launch runs in a helper with its own empty network namespace, as a restricted one
 //! does. Once it has the plan, the helper brings that namespace's `lo` up, listens on
-//! 127.0.0.1 at each listed port there ([`open`]), and passes the listeners to the daemon on
+//! 127.0.0.1 at each listed port there (`crate::child::bridge::open`), and passes the listeners to the daemon on
 //! its control socket before it goes on with the launch. A socket keeps the namespace it was
 //! made in, so the daemon, on the host's network, accepts the program's connections on them
 //! and relays each to the host's 127.0.0.1 at the same port ([`Bridge`]); the daemon holds the
@@ -11,16 +11,14 @@
 //! any other address is unreachable (no route), and seccomp and Landlock refuse the rest (see
 //! `seccomp::tcp_only`, `landlock::restrict`).
 
-use crate::channel::{self, LISTENERS};
+use crate::ipc::channel;
+use crate::ipc::message::Answer;
+use crate::sandbox::plan::MAX_PORTS;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd, RawFd};
-use std::os::unix::net::UnixStream;
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Most loopback ports one launch may ask for (a client's proxy has one or two).
-pub const MAX_PORTS: usize = 16;
 
 /// Relayed connections open at once per launch; more are closed when accepted.
 const MAX_CONNECTIONS: usize = 64;
@@ -31,48 +29,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long an accept loop pauses after a failed accept (e.g. EMFILE) instead of spinning.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
-/// In the helper, in its new network namespace (which it may still configure): `lo` up, a
-/// listener on 127.0.0.1 at each of `ports`, all sent to the daemon on `control` (then closed
-/// here, so the program never holds them).
-pub fn open(control: &UnixStream, ports: &[u16]) -> io::Result<()> {
-    loopback_up()?;
-    let listeners = ports
-        .iter()
-        .map(|&port| std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port)))
-        .collect::<io::Result<Vec<_>>>()?;
-    let fds: Vec<RawFd> = listeners.iter().map(|l| l.as_raw_fd()).collect();
-    // No ports: the marker alone (the daemon has nothing to bridge).
-    channel::send_fds(control.as_fd(), &[LISTENERS], &fds).map(drop)
-}
-
-/// Sets IFF_UP on `lo`, which assigns it 127.0.0.1.
-fn loopback_up() -> io::Result<()> {
-    use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType};
-    // A TCP socket: the only inet kind the managed seccomp filter lets the helper make.
-    let socket = socket(
-        AddressFamily::Inet,
-        SockType::Stream,
-        SockFlag::SOCK_CLOEXEC,
-        None,
-    )?;
-    // SAFETY: a zeroed ifreq is valid; the name fits with its NUL.
-    let mut request: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (slot, byte) in request.ifr_name.iter_mut().zip(b"lo\0") {
-        *slot = *byte as libc::c_char;
-    }
-    // SAFETY: the interface ioctls read and write the ifreq we pass.
-    unsafe {
-        if libc::ioctl(socket.as_raw_fd(), libc::SIOCGIFFLAGS, &mut request) < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        request.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
-        if libc::ioctl(socket.as_raw_fd(), libc::SIOCSIFFLAGS, &request) < 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
 /// In the daemon: the first message on a managed helper's control socket. With the listeners
 /// (after the marker): them and the bytes that followed. A helper that failed before it could
 /// send them writes its failure report instead: no listeners, and the report's first bytes.
@@ -80,9 +36,9 @@ pub async fn receive(control: &tokio::net::UnixStream) -> io::Result<(Vec<OwnedF
     let mut data = [0u8; 512];
     let channel::Received { fds, bytes, .. } =
         channel::recv_fds_async(control, &mut data, MAX_PORTS).await?;
-    Ok(match data[..bytes].split_first() {
-        Some((&LISTENERS, rest)) => (fds, rest.to_vec()),
-        _ => (Vec::new(), data[..bytes].to_vec()),
+    Ok(match Answer::after_listeners(&data[..bytes]) {
+        Ok(rest) => (fds, rest.to_vec()),
+        Err(failure) => (Vec::new(), failure.to_vec()),
     })
 }
 

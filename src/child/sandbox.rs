@@ -1,20 +1,20 @@
 //! The sandbox helper, one per sandboxed launch, for one network mode ([`NetworkMode`]).
 //!
-//! The fork server (`crate::process::supervisor`: the daemon's binary executed once, before
-//! any runtime or thread) forks it, so the helper is a fresh single-threaded process that cost
-//! no exec. Its command name is [`HELPER_NAME`]. Helpers are started ahead of need
-//! ([`super::pool`]): the creation of a network namespace is the slowest step of a launch, and
+//! The fork server (`super::fork_server`: the daemon's binary executed once, before any runtime
+//! or thread) forks it, so the helper is a fresh single-threaded process that cost
+//! no exec. Its command name is `crate::sandbox::peers::HELPER_NAME`. Helpers are started ahead of need
+//! (`crate::launcher::pool`): the creation of a network namespace is the slowest step of a launch, and
 //! does not depend on the plan. It has a control socket and the socket of the program's
-//! process, and first says [`HELLO`] with its pid and pidfd. Before any plan, it becomes a
+//! process, and first says [`Answer::Hello`] with its pid and pidfd. Before any plan, it becomes a
 //! session leader and the
 //! subreaper of what it will start, creates its own empty network namespace unless network is
 //! enabled, its own mount namespace (a follower of the host's mounts) with a private `/proc`
 //! showing only the sandbox's own processes, attaches most of its seccomp rules (all that the
-//! setup below does not need lifted), waits for [`ADMITTED`], forks the program's process
-//! ([`supervisor::fork_ahead`]), and writes [`READY`] and that process's pid (or, when any of
+//! setup below does not need lifted), waits for [`Order::Admitted`], forks the program's
+//! process ([`launch::fork_ahead`]), and writes [`Answer::Ready`] with that process's pid (or, when any of
 //! that fails, its [`Failure`] instead).
 //!
-//! The program's process receives the launch from the daemon ([`supervisor::receive`]: the
+//! The program's process receives the launch from the daemon ([`launch::receive`]: the
 //! program's stdio, the child setup, the [`Plan`]). For a managed network the helper first
 //! receives the ports, brings `lo` up, listens at them and passes the listeners to the daemon
 //! ([`super::bridge::open`]): after the fork, so the program never holds them. The helper
@@ -35,31 +35,35 @@
 //! loaded or looked up after the sandbox is in place, so the intent need not grant the daemon's
 //! binary or its libraries.
 
-use super::plan::{Failure, Identity, NetworkMode, Plan, Stage};
-use super::{landlock, mounts, seccomp};
-use crate::channel::{self, ADMITTED, HELLO, READY};
-use crate::process::supervisor::{self, exit_for};
+use super::launch::{self, exit_for};
+use crate::ipc::channel;
+use crate::ipc::message::{self, Answer, ChildSetup, Order};
+use crate::os::scheduling::Scheduling;
+use crate::sandbox::capabilities::{bound_capabilities, clear_capabilities};
+use crate::sandbox::plan::{Failure, Identity, NetworkMode, Plan, Stage};
+use crate::sandbox::{landlock, mounts, seccomp};
 use std::ffi::CString;
 use std::io::{Read as _, Write as _};
 use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::os::unix::net::UnixStream;
 
-/// Its command name (`/proc/PID/comm`, which only the process itself can change): how
-/// `super::peers` knows a sandboxed process by its ancestors, and how `ps` shows helpers.
-pub const HELPER_NAME: &str = "exec-sandbox";
-
-/// Runs a helper forked by the fork server (`crate::process::supervisor`), with its control
+/// Runs a helper forked by the fork server (`super::fork_server`), with its control
 /// socket and its program's socket (its launch, and its verdict); `background`: at idle
 /// priority until the daemon takes it. Never returns.
-pub fn serve(network: NetworkMode, background: bool, control: OwnedFd, launch: OwnedFd) -> ! {
-    let name = CString::new(HELPER_NAME).unwrap_or_default();
-    // SAFETY: plain call; the name is NUL-terminated.
+pub(super) fn serve(
+    network: NetworkMode,
+    background: bool,
+    control: OwnedFd,
+    launch: OwnedFd,
+) -> ! {
+    let name = CString::new(crate::sandbox::peers::HELPER_NAME).unwrap_or_default();
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string, which `name` is, and outlives the call.
     unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
     if background {
         // A lower priority needs no privilege; at worst the helper starts at normal priority.
-        let _ = super::pool::Scheduling::IDLE.apply(0);
+        let _ = Scheduling::IDLE.apply(0);
     }
-    supervisor::become_workload();
+    launch::become_workload();
     let (mut control, launch) = (UnixStream::from(control), UnixStream::from(launch));
     if hello(&control).is_err() {
         std::process::exit(125);
@@ -67,8 +71,10 @@ pub fn serve(network: NetworkMode, background: bool, control: OwnedFd, launch: O
     // A failure before the launch is written instead of READY, and the helper exits.
     let late = start(network).and_then(|late| {
         let mut admitted = [0u8];
-        match (&control).read_exact(&mut admitted) {
-            Ok(()) if admitted[0] == ADMITTED => Ok(late),
+        let read = (&control).read_exact(&mut admitted);
+        let order = read.map(|()| Order::read(admitted[0], &mut std::io::empty(), false));
+        match order {
+            Ok(Ok(Order::Admitted)) => Ok(late),
             // The daemon is gone, or never admitted it.
             _ => std::process::exit(0),
         }
@@ -76,29 +82,16 @@ pub fn serve(network: NetworkMode, background: bool, control: OwnedFd, launch: O
     // The program's process is forked now, off the launch path.
     let ahead = late.and_then(|late| {
         let waiting = || bound_capabilities().map_err(|err| Stage::Capabilities.os(err));
-        supervisor::fork_ahead(&control, launch, waiting, move |setup, text| {
-            let plan = match parse(&text, network) {
-                Ok(plan) => plan,
-                Err(failure) => return failure,
-            };
-            match run(plan, &late, setup) {
-                Ok(FsOp) => {
-                    // SAFETY: plain syscall; no descriptor above 2 is owned by anything still
-                    // alive. Closing the launch socket tells the daemon the sandbox is in
-                    // place.
-                    if unsafe { libc::close_range(3, libc::c_uint::MAX, 0) } != 0 {
-                        return Stage::Fds.os(std::io::Error::last_os_error());
-                    }
-                    crate::fs::helper::serve()
-                }
-                Err(failure) => failure,
-            }
+        launch::fork_ahead(&control, launch, waiting, move |setup, text| {
+            confine_and_exec(&text, network, &late, setup)
         })
     });
     let ahead = ahead
         .and_then(|ahead| {
-            let mut ready = vec![READY];
-            ready.extend_from_slice(&ahead.pid().to_le_bytes());
+            let ready = Answer::Ready {
+                program: Some(ahead.pid()),
+            }
+            .encode();
             control
                 .write_all(&ready)
                 .map_err(|err| Stage::Control.os(err))?;
@@ -111,17 +104,11 @@ pub fn serve(network: NetworkMode, background: bool, control: OwnedFd, launch: O
     if network == NetworkMode::Managed {
         // The listeners, for the ports the daemon sends before the launch: opened after the
         // fork, so the program never holds them.
-        let opened = supervisor::read_frame(&mut &control)
-            .and_then(|ports| {
-                serde_json::from_slice::<Vec<u16>>(&ports).map_err(|e| Stage::Network.fail(e))
-            })
-            .and_then(|ports| {
-                super::bridge::open(&control, &ports).map_err(|err| Stage::Network.os(err))
-            });
-        if let Err(failure) = opened {
-            // SAFETY: plain syscall on our own child, which has no launch yet.
+        if let Err(failure) = open_listeners(&control) {
+            // SAFETY: kill takes no pointers; the pid is our own unreaped child, which has no
+            // launch yet.
             unsafe { libc::kill(ahead.pid(), libc::SIGKILL) };
-            supervisor::refuse(&control, failure)
+            launch::refuse(&control, failure)
         }
     }
     ahead.supervise(&control, None);
@@ -129,13 +116,45 @@ pub fn serve(network: NetworkMode, background: bool, control: OwnedFd, launch: O
     std::process::exit(0)
 }
 
+/// In the program's process, with its launch: applies the plan `text` and executes the program,
+/// or serves the fs operations the plan is for; returns why it could not.
+fn confine_and_exec(
+    text: &[u8],
+    network: NetworkMode,
+    late_filter: &seccomp::BpfProgram,
+    setup: &ChildSetup,
+) -> Failure {
+    let plan = match parse(text, network) {
+        Ok(plan) => plan,
+        Err(failure) => return failure,
+    };
+    match run(plan, late_filter, setup) {
+        Ok(FsOp) => {
+            // SAFETY: close_range takes integers; no descriptor above 2 is owned by anything
+            // still alive here. Closing the launch socket tells the daemon the sandbox is in
+            // place.
+            if unsafe { libc::close_range(3, libc::c_uint::MAX, 0) } != 0 {
+                return Stage::Fds.os(std::io::Error::last_os_error());
+            }
+            super::fs_op::serve()
+        }
+        Err(failure) => failure,
+    }
+}
+
+/// A managed network's listeners, at the ports the daemon sends, passed to it.
+fn open_listeners(control: &UnixStream) -> Result<(), Failure> {
+    let ports = message::read_launch_frame(&mut &*control)?;
+    let ports: Vec<u16> = serde_json::from_slice(&ports).map_err(|e| Stage::Network.fail(e))?;
+    super::bridge::open(control, &ports).map_err(|err| Stage::Network.os(err))
+}
+
 /// Tells the daemon this helper's pid, with a pidfd of it.
 fn hello(control: &UnixStream) -> std::io::Result<()> {
     let pid = std::process::id() as i32;
     let pidfd = crate::pidfd::open_owned(pid)?;
-    let mut message = vec![HELLO];
-    message.extend_from_slice(&pid.to_le_bytes());
-    channel::send_all_with_fds(control, &message, &[pidfd.as_raw_fd()])
+    let hello = Answer::Hello { pid }.encode();
+    channel::send_all_with_fds(control, &hello, &[pidfd.as_raw_fd()])
 }
 
 /// The plan, for this helper's network mode.
@@ -171,11 +190,11 @@ fn start(network: NetworkMode) -> Result<seccomp::BpfProgram, Failure> {
     mounts::follow_host()
         .and_then(|()| mounts::own_proc())
         .map_err(|err| Stage::Mounts.setup(err))?;
-    for hidden in super::hidden() {
+    for hidden in crate::sandbox::hidden() {
         mounts::hide(&hidden.path).map_err(|err| Stage::Mounts.setup(err))?;
     }
-    // The supervisor of the program's tree (`crate::process::supervisor`).
-    if !supervisor::become_subreaper() {
+    // The supervisor of the program's tree (`super::supervisor`).
+    if !launch::become_subreaper() {
         return Err(Stage::Supervisor.os(std::io::Error::last_os_error()));
     }
     seccomp::apply(&filters.early).map_err(|err| Stage::Seccomp.setup(err))?;
@@ -186,7 +205,7 @@ fn start(network: NetworkMode) -> Result<seccomp::BpfProgram, Failure> {
 fn run(
     mut plan: Plan,
     late_filter: &seccomp::BpfProgram,
-    setup: &supervisor::ChildSetup,
+    setup: &ChildSetup,
 ) -> Result<FsOp, Failure> {
     let argv: Vec<CString> = plan
         .argv
@@ -196,7 +215,7 @@ fn run(
         .map_err(|e| Stage::Policy.fail(e))?;
     let program = CString::new(plan.program.as_bytes()).map_err(|e| Stage::Policy.fail(e))?;
     // At the launch, not when the helper started: the host may have bind-mounted them since.
-    mounts::hide_aliases(super::hidden()).map_err(|err| Stage::Mounts.setup(err))?;
+    mounts::hide_aliases(crate::sandbox::hidden()).map_err(|err| Stage::Mounts.setup(err))?;
 
     if let Some(fs) = &mut plan.fs {
         mounts::apply(&fs.mounts, &fs.identities)
@@ -235,7 +254,7 @@ fn run(
         return Err(Stage::Fds.os(std::io::Error::last_os_error()));
     }
     seccomp::apply(std::slice::from_ref(late_filter)).map_err(|err| Stage::Seccomp.setup(err))?;
-    setup.apply_limits()?;
+    launch::apply_limits(setup)?;
     if plan.fs_op {
         return Ok(FsOp);
     }
@@ -291,92 +310,6 @@ fn own_terminal() -> Option<(landlock::Grant, Identity)> {
         landlock::Grant { path, write: true },
         Identity::of_stat(&stat),
     ))
-}
-
-#[repr(C)]
-struct CapHeader {
-    version: u32,
-    pid: i32,
-}
-
-#[repr(C)]
-#[derive(Default, Clone, Copy)]
-struct CapData {
-    effective: u32,
-    permitted: u32,
-    inheritable: u32,
-}
-
-const CAP_VERSION_3: u32 = 0x2008_0522;
-
-/// Drops every capability for good: [`bound_capabilities`], then [`clear_capabilities`].
-pub(super) fn drop_capabilities() -> std::io::Result<()> {
-    bound_capabilities().and_then(|()| clear_capabilities())
-}
-
-/// Securebits locked (so exec as uid 0 grants nothing back), bounding and ambient sets emptied.
-/// The capabilities in effect stay (the mounts and Landlock of a launch still need them), so
-/// the program's process does this while it waits for its launch: some forty calls fewer on
-/// a launch's path.
-fn bound_capabilities() -> std::io::Result<()> {
-    let last_os = || Err(std::io::Error::last_os_error());
-    let bits = libc::SECBIT_NOROOT
-        | libc::SECBIT_NOROOT_LOCKED
-        | libc::SECBIT_NO_SETUID_FIXUP
-        | libc::SECBIT_NO_SETUID_FIXUP_LOCKED
-        | libc::SECBIT_KEEP_CAPS_LOCKED
-        | libc::SECBIT_NO_CAP_AMBIENT_RAISE
-        | libc::SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
-    // SAFETY: plain prctl calls.
-    unsafe {
-        if libc::prctl(libc::PR_SET_SECUREBITS, bits as libc::c_ulong, 0, 0, 0) != 0 {
-            return last_os();
-        }
-        for cap in 0..64 {
-            if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 {
-                if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
-                    break; // past the kernel's last capability
-                }
-                return last_os();
-            }
-        }
-        if libc::prctl(
-            libc::PR_CAP_AMBIENT,
-            libc::PR_CAP_AMBIENT_CLEAR_ALL,
-            0,
-            0,
-            0,
-        ) != 0
-        {
-            return last_os();
-        }
-    }
-    Ok(())
-}
-
-/// Effective, permitted and inheritable capabilities cleared, and checked.
-fn clear_capabilities() -> std::io::Result<()> {
-    let last_os = || Err(std::io::Error::last_os_error());
-    let mut header = CapHeader {
-        version: CAP_VERSION_3,
-        pid: 0,
-    };
-    let mut data = [CapData::default(); 2];
-    // SAFETY: a v3 header with room for two data structs.
-    if unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) } != 0 {
-        return last_os();
-    }
-    // SAFETY: as above.
-    if unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) } != 0 {
-        return last_os();
-    }
-    if data
-        .iter()
-        .any(|d| d.effective != 0 || d.permitted != 0 || d.inheritable != 0)
-    {
-        return Err(std::io::Error::other("capabilities were retained"));
-    }
-    Ok(())
 }
 
 /// The daemon took the identities of `/proc` paths on the host's procfs; the sandbox now sees

@@ -1,42 +1,15 @@
 //! Starting a child on pipes or on a PTY, under its supervisor (which holds its whole tree),
 //! as the leader of its own process group so that signals reach what it starts.
 
-use super::input_wait::StdinObject;
-use super::supervisor::{ChildSetup, PlainLaunch};
+use super::pool::Kind;
+use super::spec::LaunchSpec;
 use super::tree::{self, Started, Tree};
-use super::ProcessError;
-use crate::sandbox::pool::Kind;
-use exec_server_protocol::process::TerminalSize;
+use super::LaunchError;
+use crate::ipc::message::PlainLaunch;
+use crate::os::pipe::OUTPUT_PIPE_BYTES;
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-
-/// What to run, resolved to host terms.
-#[derive(Debug, Clone)]
-pub struct LaunchSpec {
-    pub program: String,
-    pub args: Vec<String>,
-    pub arg0: Option<String>,
-    pub cwd: PathBuf,
-    pub env: BTreeMap<String, String>,
-    pub tty: bool,
-    pub pipe_stdin: bool,
-    /// When set (pipes only), the child's stdin is a duplicate of this descriptor instead of a
-    /// pipe or /dev/null: `sandbox::run_fs_op` hands its helper one end of a socket pair.
-    pub stdin_fd: Option<Arc<OwnedFd>>,
-    pub size: TerminalSize,
-    pub limits: Limits,
-}
-
-/// Resource limits: per process (set by the child before its exec) and per tree (cgroups).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Limits {
-    pub max_open_files: Option<u64>,
-    pub max_cpu_seconds: Option<u64>,
-    pub max_memory_bytes: Option<u64>,
-    pub max_processes: Option<u64>,
-}
 
 /// The daemon's ends of a child's stdio.
 pub enum ChildIo {
@@ -47,8 +20,8 @@ pub enum ChildIo {
     },
     Pty {
         master: OwnedFd,
-        /// The terminal side, as the child's processes hold it.
-        terminal: Option<StdinObject>,
+        /// The terminal side's device number, as the child's processes hold it.
+        terminal: Option<u64>,
     },
 }
 
@@ -58,18 +31,12 @@ pub struct Spawned {
     pub io: ChildIo,
 }
 
-/// The capacity asked for the stdout and stderr pipes (Linux default: 64 KiB).
-pub const OUTPUT_PIPE_BYTES: usize = 256 * 1024;
-
-pub const DEFAULT_SIZE: TerminalSize = TerminalSize { rows: 24, cols: 80 };
-
 /// Starts `spec`'s program under a supervisor, on pipes or on a PTY as its controlling
-/// terminal, as the leader of its own process group (of its session on a PTY). A failure
-/// is the start error, naming the working directory when that is what is missing (the OS
-/// reports it as the program's ENOENT or ENOTDIR).
-pub async fn start(spec: &LaunchSpec) -> Result<Spawned, ProcessError> {
-    let cannot_start = |err| start_error(&spec.program, err);
-    let (io, stdio) = detached_stdio(spec).map_err(cannot_start)?;
+/// terminal, as the leader of its own process group (of its session on a PTY). A failed exec
+/// names the working directory when that is what is missing (the OS reports it as the
+/// program's ENOENT or ENOTDIR).
+pub(crate) async fn start(spec: &LaunchSpec) -> Result<Spawned, LaunchError> {
+    let (io, stdio) = detached_stdio(spec).map_err(LaunchError::Stdio)?;
     let mut argv = vec![spec.arg0.clone().unwrap_or_else(|| spec.program.clone())];
     argv.extend(spec.args.iter().cloned());
     let launch = PlainLaunch {
@@ -80,27 +47,14 @@ pub async fn start(spec: &LaunchSpec) -> Result<Spawned, ProcessError> {
         cwd: spec.cwd.clone(),
         env: spec.env.clone(),
     };
-    let payload = serde_json::to_vec(&launch).map_err(|e| ProcessError::Internal(e.to_string()))?;
-    let (tree, started, _) = tree::launch(Kind::Plain, spec, &stdio, &payload, None)
-        .await
-        .map_err(|err| start_error(&spec.program, err))?;
+    let payload = serde_json::to_vec(&launch).expect("a launch serializes");
+    let (tree, started, _) = tree::launch(Kind::Plain, spec, &stdio, &payload, None).await?;
     match started {
         Started::Executed => Ok(Spawned { tree, io }),
         Started::Failed { failure } => Err(match failure.errno {
             Some(errno) => exec_error(spec, std::io::Error::from_raw_os_error(errno)),
-            None => start_error(&spec.program, failure.message),
+            None => LaunchError::Child(failure.message),
         }),
-    }
-}
-
-impl LaunchSpec {
-    /// What the supervisor's child applies to itself.
-    pub fn setup(&self) -> ChildSetup {
-        ChildSetup {
-            tty: self.tty,
-            max_open_files: self.limits.max_open_files,
-            max_cpu_seconds: self.limits.max_cpu_seconds,
-        }
     }
 }
 
@@ -141,7 +95,9 @@ pub fn detached_stdio(spec: &LaunchSpec) -> std::io::Result<(ChildIo, [OwnedFd; 
         ];
         let io = ChildIo::Pty {
             master: pty.into(),
-            terminal: StdinObject::of(&ends[0]),
+            terminal: nix::sys::stat::fstat(&ends[0])
+                .ok()
+                .map(|stat| stat.st_rdev),
         };
         return Ok((io, ends));
     }
@@ -175,28 +131,13 @@ fn grow_output_pipe(fd: std::os::fd::RawFd) {
 
 /// The error for an exec that failed with `err`, naming the working directory when that is
 /// what is missing. Looked at only after a failure, so a normal launch pays nothing for it.
-fn exec_error(spec: &LaunchSpec, err: std::io::Error) -> ProcessError {
-    let cwd = spec.cwd.display();
+fn exec_error(spec: &LaunchSpec, err: std::io::Error) -> LaunchError {
     match std::fs::metadata(&spec.cwd) {
         Err(missing) if matches!(missing.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {
-            start_error(
-                &spec.program,
-                format!("the working directory `{cwd}` does not exist"),
-            )
+            LaunchError::MissingCwd(spec.cwd.clone())
         }
-        Ok(meta) if !meta.is_dir() => start_error(
-            &spec.program,
-            format!("the working directory `{cwd}` is not a directory"),
-        ),
-        _ => start_error(&spec.program, err),
-    }
-}
-
-/// The error for a program that could not be started.
-pub fn start_error(program: &str, why: impl std::fmt::Display) -> ProcessError {
-    ProcessError::StartFailed {
-        program: program.to_owned(),
-        why: why.to_string(),
+        Ok(meta) if !meta.is_dir() => LaunchError::CwdNotDirectory(spec.cwd.clone()),
+        _ => LaunchError::Exec(err),
     }
 }
 

@@ -10,13 +10,17 @@
 //! after [`IDLE`] (its placeholders for missing protected names, mount points in its
 //! namespace, go with it), and at most [`MAX_IDLE`] wait.
 
-use super::denial::DenialContext;
-use super::plan::Plan;
-use super::{prepare_fs_op, prepare_walks, Sandboxed};
-use crate::channel::{self, FS_REPLY, PASSED_FILE};
-use crate::process::spawn::{ChildIo, LaunchSpec, DEFAULT_SIZE};
-use crate::process::tree::{self, Report};
+use super::sandboxed::{Launch, Sandboxed};
+use super::spawn::ChildIo;
+use super::spec::{LaunchSpec, DEFAULT_SIZE};
+use super::tree;
+use super::SETUP_TIMEOUT;
+use crate::ipc::channel;
+use crate::ipc::message::{Answer, FsReply, FsRequest, Report};
 use crate::rpc::RpcError;
+use crate::sandbox::denial::DenialContext;
+use crate::sandbox::plan::Plan;
+use crate::sandbox::{prepare_fs_op, prepare_walks, Prepared};
 use exec_server_protocol::sandbox::FileSystemSandboxContext;
 use std::os::fd::OwnedFd;
 use std::path::Path;
@@ -38,16 +42,16 @@ const FS_OP: &str = "exec-server fs operation";
 
 /// The output of [`run_fs_op`].
 #[derive(Debug)]
-pub struct FsOpOutput {
-    /// The helper's reply (`crate::fs::helper::HelperReply`), or None when it ended without
-    /// one (then `stderr` and `exit_code` say why).
-    pub reply: Option<Vec<u8>>,
-    pub stderr: Vec<u8>,
-    pub exit_code: i32,
+pub(crate) struct FsOpOutput {
+    /// The helper's reply, or None when it ended without one (then `stderr` and `exit_code`
+    /// say why).
+    pub(crate) reply: Option<FsReply>,
+    pub(crate) stderr: Vec<u8>,
+    pub(crate) exit_code: i32,
     /// Descriptors the operation passed back ahead of its reply, close-on-exec.
-    pub fds: Vec<OwnedFd>,
+    pub(crate) fds: Vec<OwnedFd>,
     /// What the classifier knows about this run's policy.
-    pub context: Arc<DenialContext>,
+    pub(crate) context: Arc<DenialContext>,
 }
 
 /// A confined helper serving fs calls under `plan`.
@@ -64,15 +68,14 @@ struct Server {
 static IDLE_SERVERS: Mutex<Vec<Server>> = Mutex::new(Vec::new());
 
 /// Runs one sandboxed `fs/*` operation under `sandbox`, confined as a process started in `cwd`
-/// would be, so the kernel enforces the intent on the operation itself. `request` is one JSON
-/// request for `crate::fs::helper`. Nothing is executed, so the intent need not grant the
+/// would be, so the kernel enforces the intent on the operation itself. Nothing is executed, so the intent need not grant the
 /// daemon's binary or the platform libraries, and the operation gets exactly what the intent
 /// grants. The intent must restrict the file system (`crate::fs::sandbox` runs every other
 /// call directly).
-pub async fn run_fs_op(
+pub(crate) async fn run_fs_op(
     sandbox: &FileSystemSandboxContext,
     cwd: &Path,
-    request: &[u8],
+    request: &FsRequest,
 ) -> Result<FsOpOutput, RpcError> {
     // A resolution that walks directory trees runs off the async workers.
     let prepared = if prepare_walks(sandbox) {
@@ -169,7 +172,7 @@ async fn reap() {
 
 impl Server {
     /// Starts a helper that confines itself with `prepared`'s plan and then serves calls.
-    async fn start(prepared: super::Prepared, cwd: &Path) -> Result<Self, RpcError> {
+    async fn start(prepared: Prepared, cwd: &Path) -> Result<Self, RpcError> {
         use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
         let plan = prepared.plan.clone();
         let (ours, theirs) = socketpair(
@@ -191,8 +194,11 @@ impl Server {
             size: DEFAULT_SIZE,
             limits: Default::default(),
         };
-        let mut launch = prepared.launch(&mut spec)?;
-        let spawned = launch.spawn(&spec).await?;
+        let mut launch = Launch::new(prepared, &mut spec).map_err(|err| err.into_rpc(FS_OP))?;
+        let spawned = launch
+            .spawn(&spec)
+            .await
+            .map_err(|err| err.into_rpc(FS_OP))?;
         // Only the helper's child may hold the other end, so its exit ends the conversation.
         drop(spec);
         let ChildIo::Pipes {
@@ -220,14 +226,9 @@ impl Server {
 
     /// One round trip: the reply (None: the helper ended without one) and the descriptors
     /// passed ahead of it.
-    async fn call(&mut self, request: &[u8]) -> (Option<Vec<u8>>, Vec<OwnedFd>) {
+    async fn call(&mut self, request: &FsRequest) -> (Option<FsReply>, Vec<OwnedFd>) {
         let mut fds = Vec::new();
-        if self
-            .socket
-            .write_all(&channel::message(None, &[request]))
-            .await
-            .is_err()
-        {
+        if self.socket.write_all(&request.encode()).await.is_err() {
             return (None, fds);
         }
         loop {
@@ -238,19 +239,20 @@ impl Server {
                 return (None, fds);
             };
             fds.extend(received.fds);
-            match (received.bytes, marker[0]) {
-                (1, PASSED_FILE) => continue,
-                (1, FS_REPLY) => return (self.read_frame().await.ok(), fds),
+            match received.bytes {
+                1 if Answer::passes_file(marker[0]) => continue,
+                1 => return (self.read_reply(marker[0]).await, fds),
                 _ => return (None, fds),
             }
         }
     }
 
-    async fn read_frame(&mut self) -> std::io::Result<Vec<u8>> {
-        let len = self.socket.read_u32_le().await? as usize;
+    /// The reply whose marker was `marker`: its frame follows.
+    async fn read_reply(&mut self, marker: u8) -> Option<FsReply> {
+        let len = self.socket.read_u32_le().await.ok()? as usize;
         let mut frame = vec![0; len];
-        self.socket.read_exact(&mut frame).await?;
-        Ok(frame)
+        self.socket.read_exact(&mut frame).await.ok()?;
+        Answer::fs_reply(marker, &frame)
     }
 
     /// Ends the helper: closing the socket ends its serving loop, closing the control socket
@@ -281,7 +283,7 @@ impl Server {
                 }
             }
         };
-        let code = tokio::time::timeout(super::SETUP_TIMEOUT, exited)
+        let code = tokio::time::timeout(SETUP_TIMEOUT, exited)
             .await
             .unwrap_or(-1);
         let mut message = Vec::new();

@@ -1,8 +1,6 @@
-//! The sockets between the daemon and its supervisors and sandbox helpers, in one place: the
-//! marker bytes, descriptors passed with SCM_RIGHTS, and length-prefixed frames (youki's
-//! `libcontainer/src/process/channel.rs` is the model). What travels in the frames (the child
-//! setup, a plain launch, a sandbox plan, reports) belongs to its owners
-//! (`crate::process::supervisor`, `crate::sandbox::plan`).
+//! The transport under every message between the daemon and its children: descriptors passed
+//! with SCM_RIGHTS, and length-prefixed frames (youki's `libcontainer/src/process/channel.rs`
+//! is the model). What the bytes mean is [`super::message`]'s alone.
 //!
 //! A stream socket carries control data only along with at least one byte, so descriptors are
 //! always sent with data: a marker, or the first bytes of a launch.
@@ -12,51 +10,10 @@ use std::io::{self, Read, Write as _};
 use std::os::fd::{AsFd as _, AsRawFd, BorrowedFd, FromRawFd as _, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 
-/// Daemon → fork server, each request [`FORK_REQUEST_BYTES`] long: fork a plain supervisor; its
-/// control socket travels with it.
-pub const FORK: u8 = b'F';
-/// Daemon → fork server: fork a sandbox helper. The next bytes are its network mode
-/// (`NetworkMode::index`) and 1 when it starts at idle priority; its control socket and its
-/// program's socket travel with it.
-pub const FORK_HELPER: u8 = b'H';
-pub const FORK_REQUEST_BYTES: usize = 3;
-/// Forked sandbox helper → daemon, before anything else: its pid (4 bytes, little-endian),
-/// with its own pidfd, so that the daemon never signals a pid reused since.
-pub const HELLO: u8 = b'P';
-/// Daemon → supervisor: the first byte of a launch (the program's stdio travels with it,
-/// then the frames: [`launch`]). A plain supervisor serves one launch after another, so an
-/// order sent just as the previous tree ended may come first: it is skipped.
-pub const LAUNCH: u8 = b'L';
-/// Supervisor or helper → daemon, once, when it is ready for its launch.
-pub const READY: u8 = b'R';
-/// Daemon → helper: it is in the cgroup it must be in (`crate::sandbox::peers`), so it may
-/// fork.
-pub const ADMITTED: u8 = b'A';
-/// Order: kill the whole tree, then report `exited` (if not yet) and `gone`.
-pub const KILL: u8 = b'K';
-/// Order: send the next byte's signal to the program's process group while it runs.
-pub const SIGNAL: u8 = b'S';
-/// Order: send the next byte's signal to every process of the tree.
-pub const SIGNAL_TREE: u8 = b'T';
-/// Order: hold the daemon's ends of the program's stdio, so that they outlive the daemon: the
-/// descriptors travel with it (see `crate::process::supervisor::Hold`), then one frame.
-pub const HOLD: u8 = b'h';
-/// Order: close the held stdin (the daemon closed its own), so that the program reads EOF.
-pub const CLOSE_STDIN: u8 = b'c';
-/// Orphaned supervisor → successor daemon: the held stdio travels with it, then reports.
-pub const ADOPTED: u8 = b'a';
-/// Managed-network helper → daemon: its listeners travel with it (a failure report starts
-/// with `{` instead).
-pub const LISTENERS: u8 = b'L';
-/// Sandboxed fs operation → daemon: a file it opened travels with it.
-pub const PASSED_FILE: u8 = b'f';
-/// Sandboxed fs operation → daemon: its reply follows, one frame.
-pub const FS_REPLY: u8 = b'r';
-
 /// Sends `data` with `fds` attached (none: plain data); returns how many bytes of `data` the
 /// socket took, at least the first unless it is non-blocking and full. `MSG_NOSIGNAL`: a peer
 /// that is gone is an error, not a SIGPIPE.
-pub fn send_fds(socket: BorrowedFd<'_>, data: &[u8], fds: &[RawFd]) -> io::Result<usize> {
+pub(crate) fn send_fds(socket: BorrowedFd<'_>, data: &[u8], fds: &[RawFd]) -> io::Result<usize> {
     let rights = [ControlMessage::ScmRights(fds)];
     Ok(sendmsg::<()>(
         socket.as_raw_fd(),
@@ -68,23 +25,23 @@ pub fn send_fds(socket: BorrowedFd<'_>, data: &[u8], fds: &[RawFd]) -> io::Resul
 }
 
 /// Sends all of `data` on a blocking socket, `fds` with its first bytes.
-pub fn send_all_with_fds(socket: &UnixStream, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
+pub(crate) fn send_all_with_fds(socket: &UnixStream, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
     let sent = send_fds(socket.as_fd(), data, fds)?;
     (&*socket).write_all(&data[sent..])
 }
 
 /// What one `recvmsg` read.
-pub struct Received {
+pub(crate) struct Received {
     /// How many bytes of the buffer it filled (0: EOF).
-    pub bytes: usize,
+    pub(crate) bytes: usize,
     /// The descriptors that came with them, close-on-exec, now ours.
-    pub fds: Vec<OwnedFd>,
+    pub(crate) fds: Vec<OwnedFd>,
     /// More descriptors came than there was room for (the kernel closed the rest).
-    pub truncated: bool,
+    pub(crate) truncated: bool,
 }
 
 /// [`recv_fds`] on an async socket.
-pub async fn recv_fds_async(
+pub(crate) async fn recv_fds_async(
     socket: &tokio::net::UnixStream,
     buf: &mut [u8],
     max_fds: usize,
@@ -103,7 +60,7 @@ pub async fn recv_fds_async(
 
 /// Receives into `buf` with room for `max_fds` descriptors. `nonblocking`: `WouldBlock`
 /// instead of waiting.
-pub fn recv_fds(
+pub(crate) fn recv_fds(
     socket: BorrowedFd<'_>,
     buf: &mut [u8],
     max_fds: usize,
@@ -138,7 +95,7 @@ pub fn recv_fds(
 
 /// A frame that could not be read.
 #[derive(Debug, thiserror::Error)]
-pub enum FrameError {
+pub(crate) enum FrameError {
     #[error(transparent)]
     Io(#[from] io::Error),
     #[error("the launch is too large")]
@@ -147,7 +104,7 @@ pub enum FrameError {
 
 /// One length-prefixed frame (a little-endian u32, then as many bytes), of at most `max`
 /// bytes.
-pub fn read_frame(input: &mut impl Read, max: usize) -> Result<Vec<u8>, FrameError> {
+pub(crate) fn read_frame(input: &mut impl Read, max: usize) -> Result<Vec<u8>, FrameError> {
     let mut len = [0u8; 4];
     input.read_exact(&mut len)?;
     let len = u32::from_le_bytes(len) as usize;
@@ -159,14 +116,9 @@ pub fn read_frame(input: &mut impl Read, max: usize) -> Result<Vec<u8>, FrameErr
     Ok(data)
 }
 
-/// A launch as the daemon sends it after [`LAUNCH`]: each of `frames` length-prefixed.
-pub fn launch(frames: &[&[u8]]) -> Vec<u8> {
-    message(Some(LAUNCH), frames)
-}
-
 /// A message: its `marker` (a launch, an order, an answer), then each of `frames`
 /// length-prefixed, as [`read_frame`] reads them.
-pub fn message(marker: Option<u8>, frames: &[&[u8]]) -> Vec<u8> {
+pub(crate) fn message(marker: Option<u8>, frames: &[&[u8]]) -> Vec<u8> {
     let total: usize = frames.iter().map(|frame| 4 + frame.len()).sum();
     let mut out = Vec::with_capacity(1 + total);
     out.extend(marker);
@@ -185,11 +137,11 @@ mod tests {
     fn frames_and_descriptors_travel_together() {
         let (a, b) = UnixStream::pair().unwrap();
         let passed = std::fs::File::open("/dev/null").unwrap();
-        let data = launch(&[b"setup", b""]);
+        let data = message(Some(b'L'), &[b"setup", b""]);
         send_all_with_fds(&a, &data, &[passed.as_raw_fd()]).unwrap();
         let mut buf = [0u8; 1];
         let first = recv_fds(b.as_fd(), &mut buf, 1, false).unwrap();
-        assert_eq!((first.bytes, buf[0], first.fds.len()), (1, LAUNCH, 1));
+        assert_eq!((first.bytes, buf[0], first.fds.len()), (1, b'L', 1));
         assert_eq!(read_frame(&mut &b, 16).unwrap(), b"setup");
         assert_eq!(read_frame(&mut &b, 16).unwrap(), b"");
         drop(a);
@@ -199,7 +151,7 @@ mod tests {
 
     #[test]
     fn an_oversized_frame_is_refused() {
-        let frame = launch(&[&[0u8; 17]]);
+        let frame = message(Some(b'L'), &[&[0u8; 17]]);
         let err = read_frame(&mut &frame[1..], 16).unwrap_err();
         assert!(matches!(err, FrameError::TooLarge));
     }

@@ -1,9 +1,8 @@
-//! Supervisors started ahead of need: sandbox helpers and plain supervisors
-//! (`crate::process::supervisor`), both forked by the fork server.
+//! Supervisors started ahead of need: sandbox helpers (`crate::child::sandbox`) and plain
+//! supervisors (`crate::child::supervisor`), both forked by the fork server.
 //!
 //! Creating a network namespace costs more than everything else in a sandboxed launch, and
-//! does not depend on the launch, so each launch takes a helper that is already waiting (see
-//! [`super::helper`]) and a replacement is started in the background. Helpers are kept per
+//! does not depend on the launch, so each launch takes a helper that is already waiting and a replacement is started in the background. Helpers are kept per
 //! kind (plain, or sandboxed per network mode ([`NetworkMode`]), since a restricting one has
 //! already made its own namespace); none exists until the first launch of that kind, so a
 //! daemon whose clients never ask for a managed network never starts such a helper. A launch
@@ -11,13 +10,15 @@
 //! plain supervisors are handed back ([`return_plain`]) and serve the next. The fork server,
 //! the daemon's binary executed once, forks them all: a fork of it costs a fraction of an exec.
 
-use super::plan::{Failure, NetworkMode, Stage};
-use crate::channel::{self, ADMITTED, FORK, FORK_HELPER, HELLO, READY};
-use crate::process::supervisor::SUPERVISOR_ARG;
+use super::{LaunchError, SELF_EXE, SETUP_TIMEOUT};
+use crate::ipc::channel;
+use crate::ipc::message::{Answer, Fork, Order, FORK_SERVER_ARG};
+use crate::os::scheduling::Scheduling;
+use crate::sandbox::plan::{Failure, NetworkMode, Stage};
 use std::io;
 use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, OwnedFd, RawFd};
 use std::process::Stdio;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::UnixStream;
 
@@ -37,14 +38,14 @@ pub struct Helper {
     pub process: HelperProcess,
     control: UnixStream,
     /// Its program's process, forked ahead and waiting for its launch on its own socket
-    /// (`crate::process::supervisor::fork_ahead`).
+    /// (`crate::child::launch::fork_ahead`).
     program: (i32, UnixStream),
     /// What it is to run with once handed out.
     scheduling: Scheduling,
 }
 
 /// A sandbox helper's process: the fork server's child, known to the daemon by the pidfd it
-/// sent ([`HELLO`]), so that a pid reused since is never signalled.
+/// sent ([`Answer::Hello`]), so that a pid reused since is never signalled.
 pub struct HelperProcess {
     pid: i32,
     pidfd: crate::pidfd::Pidfd,
@@ -84,30 +85,6 @@ pub enum Kind {
 
 static POOL: Mutex<Option<Pool>> = Mutex::new(None);
 
-/// Why no helper could be had.
-#[derive(Debug)]
-pub enum StartError {
-    Io(io::Error),
-    /// The helper could not prepare what it needs before the plan (e.g. a network namespace
-    /// without the privilege to make one).
-    Refused(Failure),
-}
-
-impl std::fmt::Display for StartError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Io(err) => err.fmt(f),
-            Self::Refused(failure) => write!(f, "{}: {}", failure.stage, failure.message),
-        }
-    }
-}
-
-impl From<io::Error> for StartError {
-    fn from(err: io::Error) -> Self {
-        Self::Io(err)
-    }
-}
-
 /// The pool of the current runtime (a test process has several).
 fn pool(guard: &mut Option<Pool>) -> &mut Pool {
     let runtime = tokio::runtime::Handle::current().id();
@@ -124,7 +101,7 @@ fn pool(guard: &mut Option<Pool>) -> &mut Pool {
 /// The control socket of a plain supervisor waiting for its launch: a waiting one, or a new
 /// one. Supervisors are forked by the fork server, not executed: a plain launch costs neither
 /// an exec of the daemon's binary nor, when one is waiting, a fork on its path.
-pub async fn take_plain() -> Result<UnixStream, StartError> {
+pub async fn take_plain() -> Result<UnixStream, LaunchError> {
     let waiting = pool(&mut POOL.lock().unwrap()).plain.pop();
     match waiting {
         Some(control) => Ok(control),
@@ -176,14 +153,15 @@ pub fn return_plain(control: UnixStream) {
 }
 
 /// Has the fork server fork a new plain supervisor; returns its control socket.
-async fn fork_supervisor() -> Result<UnixStream, StartError> {
-    let (ours, theirs) = socket_pair()?;
-    fork([FORK, 0, 0], &[theirs.as_raw_fd()]).await?;
-    Ok(nonblocking(ours)?)
+async fn fork_supervisor() -> Result<UnixStream, LaunchError> {
+    let (ours, theirs) = socket_pair().map_err(LaunchError::Socket)?;
+    fork(Fork::Supervisor, &[theirs.as_raw_fd()]).await?;
+    nonblocking(ours).map_err(LaunchError::Socket)
 }
 
-/// Sends the fork server (started on first use) `request`, with `fds`.
-async fn fork(request: [u8; channel::FORK_REQUEST_BYTES], fds: &[RawFd]) -> Result<(), StartError> {
+/// Sends the fork server (started on first use) the order to fork `what`, with `fds`.
+async fn fork(what: Fork, fds: &[RawFd]) -> Result<(), LaunchError> {
+    let request = Order::Fork(what).encode();
     // A fork server killed from outside is replaced once.
     let mut replaced = false;
     loop {
@@ -215,7 +193,7 @@ async fn fork(request: [u8; channel::FORK_REQUEST_BYTES], fds: &[RawFd]) -> Resu
             pool(&mut POOL.lock().unwrap()).forks = Some(forks);
         }
     }
-    Err(io::Error::other("the fork server is not answering").into())
+    Err(LaunchError::ForkServerGone)
 }
 
 fn socket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
@@ -239,7 +217,7 @@ fn nonblocking(socket: OwnedFd) -> io::Result<UnixStream> {
 static FORK_SERVER_START: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A ready sandbox helper for this network mode: a waiting one, or a new one.
-pub async fn take(network: NetworkMode) -> Result<Helper, StartError> {
+pub async fn take(network: NetworkMode) -> Result<Helper, LaunchError> {
     let index = network.index();
     let runtime = tokio::runtime::Handle::current().id();
     let waiting = {
@@ -294,12 +272,12 @@ async fn replace(network: NetworkMode, runtime: tokio::runtime::Id) {
 }
 
 /// Executes the fork server (`exec-server __supervise`) and waits until it is ready.
-async fn start_fork_server() -> Result<ForkServer, StartError> {
-    let (ours, theirs) = socket_pair()?;
-    let mut command = tokio::process::Command::new(super::SELF_EXE);
+async fn start_fork_server() -> Result<ForkServer, LaunchError> {
+    let (ours, theirs) = socket_pair().map_err(LaunchError::Socket)?;
+    let mut command = tokio::process::Command::new(SELF_EXE);
     command
         .arg0("exec-server")
-        .arg(SUPERVISOR_ARG)
+        .arg(FORK_SERVER_ARG)
         .current_dir("/")
         .env_clear()
         .stdin(Stdio::from(theirs))
@@ -309,20 +287,26 @@ async fn start_fork_server() -> Result<ForkServer, StartError> {
     // async workers.
     let mut child = tokio::task::spawn_blocking(move || command.spawn())
         .await
-        .map_err(io::Error::other)??;
-    let mut control = nonblocking(ours)?;
-    // Its first frame: what every sandbox helper it forks must hide (`super::hidden`).
-    let hidden = serde_json::to_vec(super::hidden()).map_err(io::Error::other)?;
-    control
-        .write_all(&channel::message(None, &[&hidden]))
-        .await?;
-    let mut ready = [0u8; 1];
-    let read = tokio::time::timeout(super::SETUP_TIMEOUT, control.read(&mut ready)).await;
-    if matches!(read, Ok(Ok(1))) && ready[0] == READY {
+        .map_err(io::Error::other)
+        .and_then(|spawned| spawned)
+        .map_err(LaunchError::ForkServerSpawn)?;
+    let ready = async {
+        let mut control = nonblocking(ours)?;
+        // Its first frame: what every sandbox helper it forks must hide
+        // (`crate::sandbox::hidden`).
+        let hidden = serde_json::to_vec(crate::sandbox::hidden())?;
+        control
+            .write_all(&channel::message(None, &[&hidden]))
+            .await?;
+        let mut ready = [0u8; 1];
+        control.read_exact(&mut ready).await?;
+        Ok::<_, io::Error>(Answer::is_ready(ready[0]).then_some(control))
+    };
+    if let Ok(Ok(Some(control))) = tokio::time::timeout(SETUP_TIMEOUT, ready).await {
         return Ok(ForkServer { child, control });
     }
     let _ = child.start_kill();
-    Err(io::Error::other("the fork server did not start").into())
+    Err(LaunchError::ForkServerNotReady)
 }
 
 /// Has the fork server fork a sandbox helper for `network`, and waits until it is ready for
@@ -330,102 +314,108 @@ async fn start_fork_server() -> Result<ForkServer, StartError> {
 /// that its setup only takes CPU time that launches in progress do not want; it gets the
 /// daemon's back when handed out. Only a daemon that can give it back does so
 /// ([`Scheduling::idle_is_reversible`]).
-async fn start_helper(network: NetworkMode, background: bool) -> Result<Helper, StartError> {
+async fn start_helper(network: NetworkMode, background: bool) -> Result<Helper, LaunchError> {
     // On the host's network, the helper must be in the cgroup whose connections the daemon
-    // refuses (`super::peers`) before it runs anything; without one, nothing may run there.
+    // refuses (`crate::sandbox::peers`) before it runs anything; without one, nothing may run
+    // there.
     let cgroup = match network {
         NetworkMode::Restricted | NetworkMode::Managed => None,
-        NetworkMode::Enabled => Some(super::peers::cgroup().as_ref().map_err(|why| {
-            StartError::Refused(Failure {
+        NetworkMode::Enabled => Some(crate::sandbox::peers::cgroup().as_ref().map_err(|why| {
+            LaunchError::Sandbox(Failure {
                 errno: why.source.raw_os_error(),
                 ..Stage::Network.fail(why)
             })
         })?),
     };
-    let scheduling = Scheduling::current()?;
+    let scheduling = Scheduling::current().map_err(LaunchError::Scheduling)?;
     let background = background && Scheduling::idle_is_reversible();
     // The helper's program process gets its launch on its own socket, which the helper does
     // not keep.
-    let ((ours, theirs), (launch, program_end)) = (socket_pair()?, socket_pair()?);
-    let request = [FORK_HELPER, network.index() as u8, u8::from(background)];
-    fork(request, &[theirs.as_raw_fd(), program_end.as_raw_fd()]).await?;
+    let pairs = socket_pair().and_then(|control| Ok((control, socket_pair()?)));
+    let ((ours, theirs), (launch, program_end)) = pairs.map_err(LaunchError::Socket)?;
+    let what = Fork::Helper {
+        network,
+        background,
+    };
+    fork(what, &[theirs.as_raw_fd(), program_end.as_raw_fd()]).await?;
     drop((theirs, program_end));
-    let mut control = nonblocking(ours)?;
-    let hello = tokio::time::timeout(super::SETUP_TIMEOUT, receive_hello(&control)).await;
-    let process = match hello {
-        Ok(Ok(process)) => process,
-        Ok(Err(err)) => return Err(err.into()),
-        Err(_) => return Err(io::Error::other("the sandbox helper did not start in time").into()),
+    let mut control = nonblocking(ours).map_err(LaunchError::Socket)?;
+    let process = match tokio::time::timeout(SETUP_TIMEOUT, receive_hello(&control)).await {
+        Ok(hello) => hello.map_err(LaunchError::Hello)?,
+        Err(_) => return Err(LaunchError::HelperTimeout),
     };
-    let first = async {
-        if let Some(cgroup) = &cgroup {
-            cgroup.admit(process.id() as u32).map_err(|err| {
-                io::Error::new(
-                    err.kind(),
-                    format!("moving the helper into the sandbox cgroup: {err}"),
-                )
-            })?;
-        }
-        // The helper forks the program's process once it knows it is in its cgroup, so that
-        // the fork is in it too.
-        control.write_all(&[ADMITTED]).await?;
-        let mut first = [0u8; 1];
-        match control.read(&mut first).await? {
-            1 => Ok(first[0]),
-            _ => Err(io::Error::other(
-                "the sandbox helper exited before it was ready",
-            )),
-        }
+    let ready = tokio::time::timeout(SETUP_TIMEOUT, admit(&mut control, &process, cgroup));
+    let program = match ready.await {
+        Ok(Ok(program)) => nonblocking(launch)
+            .map(|socket| (program, socket))
+            .map_err(LaunchError::Socket),
+        Ok(Err(err)) => Err(err),
+        Err(_) => Err(LaunchError::HelperTimeout),
     };
-    let error = match tokio::time::timeout(super::SETUP_TIMEOUT, first).await {
-        Ok(Ok(READY)) => {
-            // Then the pid of the program process it forked.
-            let mut pid = [0u8; 4];
-            let read = tokio::time::timeout(super::SETUP_TIMEOUT, control.read_exact(&mut pid));
-            match read.await {
-                Ok(Ok(_)) => {
-                    return Ok(Helper {
-                        process,
-                        control,
-                        program: (i32::from_le_bytes(pid), nonblocking(launch)?),
-                        scheduling,
-                    })
-                }
-                _ => io::Error::other("the sandbox helper did not start").into(),
-            }
+    match program {
+        Ok(program) => Ok(Helper {
+            process,
+            control,
+            program,
+            scheduling,
+        }),
+        Err(err) => {
+            process.kill();
+            Err(err)
         }
-        // Anything else it wrote is the start of its Failure; it exits after writing it.
-        Ok(Ok(first)) => {
-            let mut text = vec![first];
-            let rest = tokio::time::timeout(super::SETUP_TIMEOUT, control.read_to_end(&mut text));
-            match rest
-                .await
-                .map(|read| read.map(|_| serde_json::from_slice::<Failure>(&text)))
-            {
-                Ok(Ok(Ok(failure))) => StartError::Refused(failure),
-                _ => io::Error::other("the sandbox helper failed to start").into(),
-            }
-        }
-        Ok(Err(err)) => err.into(),
-        Err(_) => io::Error::other("the sandbox helper did not start in time").into(),
+    }
+}
+
+/// Admits a started helper (into `cgroup`, on the host's network), and waits until it is
+/// ready: returns the pid of the program process it then forked.
+async fn admit(
+    control: &mut UnixStream,
+    process: &HelperProcess,
+    cgroup: Option<&crate::sandbox::peers::SandboxCgroup>,
+) -> Result<i32, LaunchError> {
+    if let Some(cgroup) = cgroup {
+        cgroup
+            .admit(process.id() as u32)
+            .map_err(LaunchError::Admission)?;
+    }
+    // The helper forks the program's process once it knows it is in its cgroup, so that the
+    // fork is in it too.
+    let mut first = [0u8; 1];
+    let admitted = async {
+        control.write_all(&Order::Admitted.encode()).await?;
+        control.read(&mut first).await
     };
-    process.kill();
-    Err(error)
+    match admitted.await.map_err(LaunchError::Send)? {
+        1 => {}
+        _ => return Err(LaunchError::HelperExited),
+    }
+    if Answer::is_ready(first[0]) {
+        // Then the pid of the program process it forked.
+        let mut pid = [0u8; 4];
+        return match control.read_exact(&mut pid).await {
+            Ok(_) => Ok(i32::from_le_bytes(pid)),
+            Err(_) => Err(LaunchError::HelperNotReady),
+        };
+    }
+    // Anything else it wrote is the start of its Failure; it exits after writing it.
+    let mut text = first.to_vec();
+    match control.read_to_end(&mut text).await {
+        Ok(_) => Err(serde_json::from_slice::<Failure>(&text)
+            .map_or(LaunchError::HelperFailed, LaunchError::Sandbox)),
+        Err(_) => Err(LaunchError::HelperFailed),
+    }
 }
 
 /// The helper's first message: its pid, with its pidfd.
 async fn receive_hello(control: &UnixStream) -> io::Result<HelperProcess> {
     let mut message = [0u8; 5];
     let received = channel::recv_fds_async(control, &mut message, 1).await?;
-    let (Some((&HELLO, pid)), Ok([pidfd])) = (
-        message[..received.bytes].split_first(),
-        <[OwnedFd; 1]>::try_from(received.fds),
-    ) else {
+    let hello = Answer::hello(&message[..received.bytes]);
+    let (Some(pid), Ok([pidfd])) = (hello, <[OwnedFd; 1]>::try_from(received.fds)) else {
         return Err(io::Error::other("the sandbox helper did not say hello"));
     };
-    let pid = <[u8; 4]>::try_from(pid).map_err(|_| io::Error::other("a short hello"))?;
     Ok(HelperProcess {
-        pid: i32::from_le_bytes(pid),
+        pid,
         pidfd: crate::pidfd::Pidfd::from_fd(pidfd)?,
     })
 }
@@ -523,65 +513,4 @@ pub async fn send(
     // needs (a launch sent after the descriptors woke it twice).
     let sent = channel::send_fds(control.as_fd(), frames, &fds)?;
     control.write_all(&frames[sent..]).await
-}
-
-/// A thread's scheduling policy and its parameters (the nice value is separate, and is kept).
-#[derive(Clone, Copy)]
-pub(super) struct Scheduling {
-    policy: libc::c_int,
-    priority: libc::c_int,
-}
-
-impl Scheduling {
-    pub(super) const IDLE: Self = Self {
-        policy: libc::SCHED_IDLE,
-        priority: 0,
-    };
-
-    /// Whether a thread may leave SCHED_IDLE for its old policy again: that takes CAP_SYS_NICE
-    /// (or a permissive RLIMIT_NICE), which an unprivileged daemon lacks, and without it a
-    /// helper started idle would stay idle once handed out. Probed once, on a thread of its
-    /// own.
-    fn idle_is_reversible() -> bool {
-        static REVERSIBLE: OnceLock<bool> = OnceLock::new();
-        *REVERSIBLE.get_or_init(|| {
-            std::thread::spawn(|| {
-                Self::current().is_ok_and(|own| Self::IDLE.apply(0).is_ok() && own.apply(0).is_ok())
-            })
-            .join()
-            .unwrap_or(false)
-        })
-    }
-
-    fn current() -> io::Result<Self> {
-        let mut param = libc::sched_param { sched_priority: 0 };
-        // SAFETY: plain calls about the calling thread, with a valid out-pointer.
-        let policy = unsafe { libc::sched_getscheduler(0) };
-        if policy < 0 || unsafe { libc::sched_getparam(0, &mut param) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Self {
-            policy,
-            priority: param.sched_priority,
-        })
-    }
-
-    /// Applies to thread `tid` (0: the calling one).
-    pub(super) fn apply(self, tid: libc::pid_t) -> io::Result<()> {
-        let param = libc::sched_param {
-            sched_priority: self.priority,
-        };
-        // SAFETY: plain call with a valid parameter struct.
-        if unsafe { libc::sched_setscheduler(tid, self.policy, &param) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
-    }
-
-    /// Gives a waiting helper, and the program's process it forked ahead, back the scheduling
-    /// they were started without.
-    fn restore(self, helper: i32, program: i32) -> io::Result<()> {
-        self.apply(helper)?;
-        self.apply(program)
-    }
 }
