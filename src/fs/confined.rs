@@ -5,11 +5,11 @@
 //! is closed. The same blocking code as the daemon's direct path; nothing here may need what
 //! the sandbox may not grant: no exec, no file read but the operation's own.
 
-use super::handles::{Handle, Transfer};
+use super::handles::Handle;
 use super::host::host_path;
 use super::oneshot::{follow, one_shots, OneShot, OneShotVisitor};
 use super::staged::StagedName;
-use super::write_stream::WriteTransfer;
+use super::transfer::{Transfer, WriteTransfer};
 use super::FsError;
 use crate::ipc::message::{FsReply, FsRequest, INSTALL_STAGED};
 use crate::rpc::{decode, RpcError};

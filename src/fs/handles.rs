@@ -4,10 +4,10 @@
 
 use super::host::open_regular;
 use super::sandbox::Confined;
-use super::write_stream::{WriteHandle, WriteTransfer};
+use super::transfer::Transfer;
+use super::write_stream::WriteHandle;
 use super::FsError;
 use exec_server_protocol::fs::OpenMode;
-use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::path::Path;
@@ -20,15 +20,6 @@ pub enum Handle {
     Read(File),
     /// Writes hold the lock for their duration; `None` once closed while a write was queued.
     Write(Mutex<Option<WriteHandle>>),
-}
-
-/// A handle the sandbox helper opened, as it describes it to the daemon; the open file itself
-/// travels beside this over the helper's socket.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "camelCase")]
-pub enum Transfer {
-    Read,
-    Write(WriteTransfer),
 }
 
 impl Handle {

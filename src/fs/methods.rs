@@ -55,7 +55,10 @@ pub(crate) async fn open(
             let follow = follow(params.follow_symlinks);
             blocking(move || Handle::open(&path, mode, follow)).await?
         }
-        Route::Confined(confined) => confined.open(params).await?,
+        Route::Confined(confined) => {
+            let (file, transfer) = confined.open(params).await?;
+            Handle::from_transfer(file, transfer, confined)?
+        }
     };
     reservation.fill(handle);
     Ok(HandleResult { handle_id })

@@ -5,7 +5,7 @@
 //! (`crate::child::fs_op` serves them);
 //! `oneshot` is every one-shot method as one value that either side runs; `host` converts
 //! paths, maps errors and opens files (never blocking on a FIFO); `file`, `ops`, `copy`, `walk`
-//! do the one-shot work; `handles`, `read_stream`, `write_stream` and `staged` serve `fs/open`
+//! do the one-shot work; `handles`, `read_stream`, `write_stream`, `staged` and `transfer` serve `fs/open`
 //! streams; `watch` serves `fs/watch`. What the module adds to the reference protocol is
 //! advertised in `environment/info` (`fileWriteStreaming`, `fsAtomicWrite`, `fsRename`,
 //! `fsReadDirectoryErrors`, `fsWatch`, `sandboxedFileStreaming`).
@@ -22,6 +22,7 @@ mod ops;
 mod read_stream;
 pub(crate) mod sandbox;
 mod staged;
+mod transfer;
 mod walk;
 mod watch;
 mod write_stream;

@@ -9,9 +9,9 @@
 //! masks hide denied areas. Stream opens get the file the helper opened passed back over its
 //! socket; watches cannot be confined and are refused.
 
-use super::handles::Handle;
 use super::oneshot::{host_touches, OneShot};
 use super::staged::StagedName;
+use super::transfer::Transfer;
 use super::FsError;
 use crate::ipc::message::{FsReply, FsRequest, INSTALL_STAGED};
 use crate::launcher::fs_servers::{run_fs_op, FsOpOutput};
@@ -119,8 +119,9 @@ impl Confined {
         Ok(result)
     }
 
-    /// Opens a stream in the sandbox; the helper passes the open file back.
-    pub async fn open(&self, mut params: OpenParams) -> Result<Handle, FsError> {
+    /// Opens a stream in the sandbox; the helper passes the open file back, with what is left
+    /// to do at its close.
+    pub async fn open(&self, mut params: OpenParams) -> Result<(File, Transfer), FsError> {
         params.sandbox = None;
         params.handle_id = None;
         let touches: Vec<(PathBuf, bool)> = params
@@ -141,7 +142,7 @@ impl Confined {
                 "the sandboxed helper did not pass exactly one open file back",
             ));
         };
-        Handle::from_transfer(File::from(fd), transfer, self.clone())
+        Ok((File::from(fd), transfer))
     }
 
     /// Renames a sealed staged file into place in the sandbox that staged it.

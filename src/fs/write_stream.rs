@@ -4,9 +4,9 @@
 use super::host::{open, with_path};
 use super::sandbox::Confined;
 use super::staged::{StagedFile, StagedName};
+use super::transfer::WriteTransfer;
 use super::FsError;
 use exec_server_protocol::fs::{OpenMode, FILE_CHUNK_SIZE};
-use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
 use std::io::{Seek as _, Write as _};
 use std::os::unix::fs::FileExt as _;
@@ -29,21 +29,6 @@ enum Sink {
         /// Set when a sandbox helper staged the file: the rename into place must run in that
         /// sandbox too.
         install_in: Option<Confined>,
-    },
-}
-
-/// A write handle the sandbox helper opened, as it describes it to the daemon.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(tag = "sink", rename_all = "camelCase")]
-pub enum WriteTransfer {
-    #[serde(rename_all = "camelCase")]
-    InPlace { path: PathBuf, append: bool },
-    #[serde(rename_all = "camelCase")]
-    Staged {
-        path: PathBuf,
-        temp: PathBuf,
-        target: PathBuf,
-        mode: Option<u32>,
     },
 }
 
