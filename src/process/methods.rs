@@ -3,7 +3,7 @@
 use super::spawn::{LaunchSpec, Limits, DEFAULT_SIZE};
 use super::ProcessError;
 use super::{env, Lookup, ManagedProcess, Origin, Timing};
-use crate::rpc::Call;
+use crate::rpc::{Call, RpcError};
 use crate::sandbox;
 use crate::session::Session;
 use bytes::Bytes;
@@ -73,9 +73,10 @@ async fn launch(
         let (params, cwd) = (params.clone(), cwd.clone());
         tokio::task::spawn_blocking(move || sandbox::prepare_start(&params, &cwd))
             .await
-            .map_err(|err| ProcessError::Internal(err.to_string()))??
+            .map_err(|err| ProcessError::Internal(err.to_string()))?
+            .map_err(RpcError::from)?
     } else {
-        sandbox::prepare_start(params, &cwd)?
+        sandbox::prepare_start(params, &cwd).map_err(RpcError::from)?
     };
     let (limits, timeout) = limits(params.limits.as_ref())?;
     let timing = Timing {

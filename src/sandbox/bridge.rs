@@ -11,6 +11,7 @@
 //! any other address is unreachable (no route), and seccomp and Landlock refuse the rest (see
 //! `seccomp::tcp_only`, `landlock::restrict`).
 
+use super::plan::MAX_PORTS;
 use crate::channel::{self, LISTENERS};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -18,9 +19,6 @@ use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Most loopback ports one launch may ask for (a client's proxy has one or two).
-pub const MAX_PORTS: usize = 16;
 
 /// Relayed connections open at once per launch; more are closed when accepted.
 const MAX_CONNECTIONS: usize = 64;

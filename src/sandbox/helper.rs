@@ -35,18 +35,14 @@
 //! loaded or looked up after the sandbox is in place, so the intent need not grant the daemon's
 //! binary or its libraries.
 
-use super::plan::{Failure, Identity, NetworkMode, Plan, Stage};
-use super::{landlock, mounts, seccomp};
+use super::plan::{Failure, Grant, Identities, Identity, NetworkMode, Plan, Stage, HELPER_NAME};
+use super::{landlock, mounts, open, seccomp};
 use crate::channel::{self, ADMITTED, HELLO, READY};
 use crate::process::supervisor::{self, exit_for};
 use std::ffi::CString;
 use std::io::{Read as _, Write as _};
 use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::os::unix::net::UnixStream;
-
-/// Its command name (`/proc/PID/comm`, which only the process itself can change): how
-/// `super::peers` knows a sandboxed process by its ancestors, and how `ps` shows helpers.
-pub const HELPER_NAME: &str = "exec-sandbox";
 
 /// Runs a helper forked by the fork server (`crate::process::supervisor`), with its control
 /// socket and its program's socket (its launch, and its verdict); `background`: at idle
@@ -208,8 +204,8 @@ fn run(
             fs.grants.push(grant);
         }
         // The cwd the daemon resolved, not a directory or link put in its place since.
-        let (dir, _) = mounts::open_verified(&plan.cwd, &fs.identities)
-            .map_err(|err| Stage::Cwd.setup(err))?;
+        let (dir, _) =
+            open::open_verified(&plan.cwd, &fs.identities).map_err(|err| Stage::Cwd.setup(err))?;
         nix::unistd::fchdir(&dir).map_err(|errno| Stage::Cwd.os(errno))?;
     } else {
         // The old cwd may sit on a mount that the view has since covered.
@@ -281,16 +277,13 @@ fn executable_by_mode(program: &str) -> bool {
 
 /// The PTY the process runs on (asked only in tty mode), which programs reopen as
 /// /dev/pts/N, and the identity of the terminal it has open.
-fn own_terminal() -> Option<(landlock::Grant, Identity)> {
+fn own_terminal() -> Option<(Grant, Identity)> {
     let path = std::fs::read_link("/proc/self/fd/0").ok()?;
     if !path.starts_with("/dev/pts/") {
         return None;
     }
     let stat = nix::sys::stat::fstat(std::io::stdin()).ok()?;
-    Some((
-        landlock::Grant { path, write: true },
-        Identity::of_stat(&stat),
-    ))
+    Some((Grant { path, write: true }, Identity::of_stat(&stat)))
 }
 
 #[repr(C)]
@@ -382,7 +375,7 @@ fn clear_capabilities() -> std::io::Result<()> {
 /// The daemon took the identities of `/proc` paths on the host's procfs; the sandbox now sees
 /// its own instance (`mounts::own_proc`), which this helper just mounted read-only and where
 /// nothing can plant a link, so those identities are taken again from it.
-fn proc_identities_from_own_proc(identities: &mut mounts::Identities) {
+fn proc_identities_from_own_proc(identities: &mut Identities) {
     for (path, id) in identities.iter_mut() {
         if path.starts_with("/proc") {
             // As the daemon took it (`Identity::stat`), only on this instance.

@@ -242,7 +242,7 @@ fn cgroup_of(reply: &[u8]) -> Option<u64> {
 
 /// Whether process `pid` runs inside a sandbox: below a sandbox helper, which every sandboxed
 /// launch runs under (whatever it forks stays below it, its subreaper), and which is known by
-/// its command name (`super::helper::HELPER_NAME`): a process can change only its own, and a
+/// its command name (`super::plan::HELPER_NAME`): a process can change only its own, and a
 /// helper sets it before its program exists. A process that is gone counts as sandboxed:
 /// nothing is known of it.
 pub fn runs_in_sandbox(pid: i32) -> bool {
@@ -255,7 +255,7 @@ pub fn runs_in_sandbox(pid: i32) -> bool {
         let Ok(name) = std::fs::read_to_string(format!("/proc/{current}/comm")) else {
             return true;
         };
-        if name.trim_end_matches('\n') == super::helper::HELPER_NAME {
+        if name.trim_end_matches('\n') == super::plan::HELPER_NAME {
             return true;
         }
         let Some(parent) = parent_of(current) else {

@@ -1,9 +1,8 @@
 //! What the daemon hands the helper over the policy pipe: everything already resolved, so the
-//! helper only applies it.
+//! helper only applies it. The leaf of the sandbox: the daemon's side (`super::prepare`)
+//! builds these, the apply parts (`super::mounts`, `super::landlock`) and the helper read
+//! them, and this file imports none of them.
 
-use super::error::SetupError;
-use super::landlock::Grant;
-use super::mounts::{Identities, MountOp};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -65,6 +64,10 @@ impl NetworkMode {
 
 /// The managed network of a launch: TCP listeners on 127.0.0.1 at `ports` in the sandbox's
 /// namespace, which the daemon bridges to the host's same ports.
+/// Most loopback ports one launch may ask for (a client's proxy has one or two): the daemon
+/// refuses more, and takes no more listeners from a helper.
+pub const MAX_PORTS: usize = 16;
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ManagedPlan {
@@ -72,6 +75,39 @@ pub struct ManagedPlan {
     /// False: binding TCP sockets is refused (Landlock).
     pub allow_local_binding: bool,
 }
+
+/// A Landlock grant: `path` and what is beneath it, read or written (`super::landlock`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    pub path: PathBuf,
+    pub write: bool,
+}
+
+/// A step of the file-system view (`super::mounts` applies it, `super::view` plans it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "camelCase")]
+pub enum MountOp {
+    Bind {
+        path: PathBuf,
+        writable: bool,
+    },
+    /// `keep`: paths below `path` that later binds mount onto.
+    Mask {
+        path: PathBuf,
+        keep: Vec<PathBuf>,
+    },
+}
+
+impl MountOp {
+    pub(crate) fn path(&self) -> &Path {
+        match self {
+            Self::Bind { path, .. } | Self::Mask { path, .. } => path,
+        }
+    }
+}
+
+/// The identity the daemon resolved for every path of a plan.
+pub type Identities = BTreeMap<PathBuf, Identity>;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -124,6 +160,10 @@ impl std::fmt::Display for Identity {
         write!(f, "device {} inode {}", self.dev, self.ino)
     }
 }
+
+/// A helper's command name (`/proc/PID/comm`, which only the process itself can change): how
+/// `super::peers` knows a sandboxed process by its ancestors, and how `ps` shows helpers.
+pub const HELPER_NAME: &str = "exec-sandbox";
 
 /// The largest plan the daemon sends a helper.
 pub const MAX_PLAN_BYTES: usize = 1 << 20;
@@ -185,15 +225,6 @@ impl Stage {
         let err = err.into();
         Failure {
             errno: err.raw_os_error(),
-            ..self.fail(err)
-        }
-    }
-
-    /// A sandbox primitive's failure at this stage, with its errno.
-    pub fn setup(self, err: impl Into<SetupError>) -> Failure {
-        let err = err.into();
-        Failure {
-            errno: err.errno(),
             ..self.fail(err)
         }
     }
