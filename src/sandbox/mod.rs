@@ -3,11 +3,10 @@
 //!
 //! The daemon resolves the intent ([`policy`]), protects its own state ([`guard`]) and the
 //! workspace metadata ([`protected`]), and turns the result into a [`plan::Plan`]
-//! ([`prepare`]). The launch
-//! then runs the daemon's own binary as a helper ([`helper`]), which applies the plan to itself
-//! and executes the real program, or, for a sandboxed `fs/*` call ([`run_fs_op`]), runs the
-//! operation itself. Everything that cannot be enforced fails the request
-//! (-32602) before anything runs. [`denial`] classifies exits as sandbox denials; [`peers`]
+//! ([`prepare`]). The launch then runs the daemon's own binary as a helper ([`helper`]), which
+//! applies the plan to itself and executes the real program, or, for a sandboxed `fs/*` call
+//! ([`run_fs_op`]), runs the operation itself. Everything that cannot be enforced fails the
+//! request (-32602) before anything runs. [`denial`] classifies exits as sandbox denials; [`peers`]
 //! keeps sandboxed processes off the daemon's own listener; [`bridge`] gives a managed network
 //! its loopback proxy ports.
 

@@ -62,12 +62,12 @@ impl NetworkMode {
     }
 }
 
-/// The managed network of a launch: TCP listeners on 127.0.0.1 at `ports` in the sandbox's
-/// namespace, which the daemon bridges to the host's same ports.
 /// Most loopback ports one launch may ask for (a client's proxy has one or two): the daemon
 /// refuses more, and takes no more listeners from a helper.
-pub const MAX_PORTS: usize = 16;
+pub(crate) const MAX_PORTS: usize = 16;
 
+/// The managed network of a launch: TCP listeners on 127.0.0.1 at `ports` in the sandbox's
+/// namespace, which the daemon bridges to the host's same ports.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ManagedPlan {
@@ -163,7 +163,7 @@ impl std::fmt::Display for Identity {
 
 /// A helper's command name (`/proc/PID/comm`, which only the process itself can change): how
 /// `super::peers` knows a sandboxed process by its ancestors, and how `ps` shows helpers.
-pub const HELPER_NAME: &str = "exec-sandbox";
+pub(crate) const HELPER_NAME: &str = "exec-sandbox";
 
 /// The largest plan the daemon sends a helper.
 pub const MAX_PLAN_BYTES: usize = 1 << 20;
