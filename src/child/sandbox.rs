@@ -2,7 +2,7 @@
 //!
 //! The fork server (`super::fork_server`: the daemon's binary executed once, before any runtime
 //! or thread) forks it, so the helper is a fresh single-threaded process that cost
-//! no exec. Its command name is `crate::sandbox::peers::HELPER_NAME`. Helpers are started ahead of need
+//! no exec. Its command name is [`HELPER_NAME`]. Helpers are started ahead of need
 //! (`crate::launcher::pool`): the creation of a network namespace is the slowest step of a launch, and
 //! does not depend on the plan. It has a control socket and the socket of the program's
 //! process, and first says [`Answer::Hello`] with its pid and pidfd. Before any plan, it becomes a
@@ -40,8 +40,10 @@ use crate::ipc::channel;
 use crate::ipc::message::{self, Answer, ChildSetup, Order};
 use crate::os::scheduling::Scheduling;
 use crate::sandbox::capabilities::{bound_capabilities, clear_capabilities};
-use crate::sandbox::plan::{Failure, Identity, NetworkMode, Plan, Stage};
-use crate::sandbox::{landlock, mounts, seccomp};
+use crate::sandbox::plan::{
+    Failure, Grant, Identities, Identity, NetworkMode, Plan, Stage, HELPER_NAME,
+};
+use crate::sandbox::{landlock, mounts, open, seccomp};
 use std::ffi::CString;
 use std::io::{Read as _, Write as _};
 use std::os::fd::{AsRawFd as _, OwnedFd};
@@ -56,7 +58,7 @@ pub(super) fn serve(
     control: OwnedFd,
     launch: OwnedFd,
 ) -> ! {
-    let name = CString::new(crate::sandbox::peers::HELPER_NAME).unwrap_or_default();
+    let name = CString::new(HELPER_NAME).unwrap_or_default();
     // SAFETY: PR_SET_NAME reads a NUL-terminated string, which `name` is, and outlives the call.
     unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
     if background {
@@ -227,8 +229,8 @@ fn run(
             fs.grants.push(grant);
         }
         // The cwd the daemon resolved, not a directory or link put in its place since.
-        let (dir, _) = mounts::open_verified(&plan.cwd, &fs.identities)
-            .map_err(|err| Stage::Cwd.setup(err))?;
+        let (dir, _) =
+            open::open_verified(&plan.cwd, &fs.identities).map_err(|err| Stage::Cwd.setup(err))?;
         nix::unistd::fchdir(&dir).map_err(|errno| Stage::Cwd.os(errno))?;
     } else {
         // The old cwd may sit on a mount that the view has since covered.
@@ -300,22 +302,19 @@ fn executable_by_mode(program: &str) -> bool {
 
 /// The PTY the process runs on (asked only in tty mode), which programs reopen as
 /// /dev/pts/N, and the identity of the terminal it has open.
-fn own_terminal() -> Option<(landlock::Grant, Identity)> {
+fn own_terminal() -> Option<(Grant, Identity)> {
     let path = std::fs::read_link("/proc/self/fd/0").ok()?;
     if !path.starts_with("/dev/pts/") {
         return None;
     }
     let stat = nix::sys::stat::fstat(std::io::stdin()).ok()?;
-    Some((
-        landlock::Grant { path, write: true },
-        Identity::of_stat(&stat),
-    ))
+    Some((Grant { path, write: true }, Identity::of_stat(&stat)))
 }
 
 /// The daemon took the identities of `/proc` paths on the host's procfs; the sandbox now sees
 /// its own instance (`mounts::own_proc`), which this helper just mounted read-only and where
 /// nothing can plant a link, so those identities are taken again from it.
-fn proc_identities_from_own_proc(identities: &mut mounts::Identities) {
+fn proc_identities_from_own_proc(identities: &mut Identities) {
     for (path, id) in identities.iter_mut() {
         if path.starts_with("/proc") {
             // As the daemon took it (`Identity::stat`), only on this instance.

@@ -4,7 +4,7 @@ use super::ProcessError;
 use super::{env, Lookup, ManagedProcess, Origin, Timing};
 use crate::launcher::sandboxed::Launch;
 use crate::launcher::spec::{LaunchSpec, Limits, DEFAULT_SIZE};
-use crate::rpc::Call;
+use crate::rpc::{Call, RpcError};
 use crate::sandbox;
 use crate::session::Session;
 use bytes::Bytes;
@@ -74,9 +74,10 @@ async fn launch(
         let (params, cwd) = (params.clone(), cwd.clone());
         tokio::task::spawn_blocking(move || sandbox::prepare_start(&params, &cwd))
             .await
-            .map_err(|err| ProcessError::Internal(err.to_string()))??
+            .map_err(|err| ProcessError::Internal(err.to_string()))?
+            .map_err(RpcError::from)?
     } else {
-        sandbox::prepare_start(params, &cwd)?
+        sandbox::prepare_start(params, &cwd).map_err(RpcError::from)?
     };
     let (limits, timeout) = limits(params.limits.as_ref())?;
     let timing = Timing {

@@ -4,7 +4,8 @@
 //! [`Failure`](super::plan::Failure). Their messages are the sandbox's wire text
 //! (`sandbox intent cannot be enforced on this executor: <stage>: <message>`).
 
-use super::mounts::OpenError;
+use super::open::OpenError;
+use super::plan::{Failure, Stage};
 use std::io;
 use std::path::PathBuf;
 
@@ -66,6 +67,19 @@ impl SetupError {
             source = err.source();
         }
         None
+    }
+}
+
+// Here rather than with `Stage`, so that the plan, which the daemon builds without any
+// primitive, does not import them.
+impl Stage {
+    /// A sandbox primitive's failure at this stage, with its errno.
+    pub fn setup(self, err: impl Into<SetupError>) -> Failure {
+        let err = err.into();
+        Failure {
+            errno: err.errno(),
+            ..self.fail(err)
+        }
     }
 }
 

@@ -10,22 +10,16 @@
 //! anything but `FullyEnforced` fails.
 
 use super::error::{Missing, SetupError, Unsupported};
+use super::open::{is_dir, open_verified};
+use super::plan::{Grant, Identities};
 use landlock::{
     Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset,
     RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
-use serde::{Deserialize, Serialize};
-use std::path::PathBuf;
 
 /// Scopes (ABI 6) keep a sandboxed root process from signalling the daemon; truncation (3) and
 /// device ioctls (5) come with it.
 pub const MIN_ABI: i32 = 6;
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Grant {
-    pub path: PathBuf,
-    pub write: bool,
-}
 
 /// Device files always usable as in any Unix process (written: /dev/null and friends).
 pub const DEVICES: &[(&str, bool)] = &[
@@ -76,7 +70,7 @@ fn crate_abi(version: i32) -> ABI {
 /// Restricts the calling (single) thread. `grants`: None when the file system is unrestricted.
 /// `no_tcp_bind`: binding TCP sockets is refused (a managed network without local binding).
 pub fn restrict(
-    grants: Option<(&[Grant], &super::mounts::Identities)>,
+    grants: Option<(&[Grant], &Identities)>,
     no_tcp_bind: bool,
 ) -> Result<(), SetupError> {
     if let Some(unsupported) = unsupported() {
@@ -100,9 +94,9 @@ pub fn restrict(
         .into_iter()
         .flat_map(|(grants, ids)| grants.iter().map(move |grant| (grant, ids)))
     {
-        let (fd, stat) = super::mounts::open_verified(&grant.path, ids)?;
+        let (fd, stat) = open_verified(&grant.path, ids)?;
         let mut access: BitFlags<AccessFs> = if grant.write { write } else { read };
-        if !super::mounts::is_dir(&stat) {
+        if !is_dir(&stat) {
             access &= AccessFs::from_file(abi);
             if matches!(stat.st_mode & libc::S_IFMT, libc::S_IFCHR | libc::S_IFBLK) {
                 access &= !AccessFs::Execute;

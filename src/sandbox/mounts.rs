@@ -1,4 +1,7 @@
-//! The sandbox's file-system view, built in a private mount namespace before Landlock.
+//! The sandbox's file-system view, built by the helper in a private mount namespace before
+//! Landlock, from the operations the daemon planned (`super::view`); and the masks every helper
+//! puts over the daemon's own directories ([`Hidden`]) and, with the network restricted, over
+//! the host's sockets.
 //!
 //! Landlock only adds access, so carve-outs need mounts. The helper makes every mount
 //! read-only (so metadata changes outside write roots, which Landlock does not control,
@@ -8,7 +11,7 @@
 //! * `Bind { writable: false }`: a read rule inside a write root (protected subpaths) gets a
 //!   read-only bind of itself; a grant inside a masked path is revealed the same way;
 //! * `Bind { writable: true }` also pins each directory between a writable area and a deny
-//!   rule inside it (see [`pins`]), so the denied path cannot be moved away;
+//!   rule inside it (see `super::view::pins`), so the denied path cannot be moved away;
 //! * `Mask`: a deny rule inside a readable or writable area is covered by an empty,
 //!   read-only tmpfs directory with mode 000 (mode 111 with bare mount points when grants
 //!   inside it must stay reachable), or by an empty mode-000 file. With capabilities dropped,
@@ -18,192 +21,13 @@
 //! attached, so a grant under a mask still reaches the real directory.
 
 use super::error::SetupError;
-use super::plan::Identity;
-use super::policy::{effective, Rule};
+use super::open::{check, is_dir, open_nofollow, open_verified};
+use super::plan::{Identities, MountOp};
 use crate::path::cstring;
-use exec_server_protocol::sandbox::FsAccess;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "camelCase")]
-pub enum MountOp {
-    Bind {
-        path: PathBuf,
-        writable: bool,
-    },
-    /// `keep`: paths below `path` that later binds mount onto.
-    Mask {
-        path: PathBuf,
-        keep: Vec<PathBuf>,
-    },
-}
-
-/// The mount operations that carve the rules out of a read-only view, in application order.
-pub fn plan(rules: &[Rule]) -> Vec<MountOp> {
-    let mut sorted: Vec<&Rule> = rules.iter().collect();
-    sorted.sort_by_key(|rule| (rule.path.components().count(), rule.path.clone()));
-    let mut ops = Vec::new();
-    for rule in sorted {
-        let parent = rule.path.parent().and_then(|parent| {
-            let ancestors: Vec<Rule> = rules
-                .iter()
-                .filter(|other| other.path != rule.path)
-                .cloned()
-                .collect();
-            effective(&ancestors, parent)
-        });
-        let op = match (rule.access, parent) {
-            (FsAccess::Write, Some(FsAccess::Write)) => None,
-            (FsAccess::Write, _) => Some(MountOp::Bind {
-                path: rule.path.clone(),
-                writable: true,
-            }),
-            (FsAccess::Read, Some(FsAccess::Write | FsAccess::Deny)) => Some(MountOp::Bind {
-                path: rule.path.clone(),
-                writable: false,
-            }),
-            (FsAccess::Deny, Some(FsAccess::Read | FsAccess::Write)) => Some(MountOp::Mask {
-                path: rule.path.clone(),
-                keep: Vec::new(),
-            }),
-            _ => None,
-        };
-        ops.extend(op);
-    }
-    ops.extend(pins(rules, &ops));
-    ops.sort_by(|a, b| {
-        let key = |op| (op_path(op).components().count(), op_path(op));
-        key(a).cmp(&key(b))
-    });
-    // A bind under a mask needs a mount point in it: the nearest mask above, with no other
-    // mount operation in between, provides one.
-    let targets: Vec<(usize, PathBuf)> = ops
-        .iter()
-        .enumerate()
-        .filter_map(|(index, op)| match op {
-            MountOp::Bind { path, .. } => Some((index, path.clone())),
-            MountOp::Mask { .. } => None,
-        })
-        .collect();
-    for (bind_index, bind_path) in targets {
-        let nearest = ops[..bind_index]
-            .iter()
-            .enumerate()
-            .rev()
-            .find(|(_, op)| bind_path.starts_with(op_path(op)));
-        if let Some((index, _)) = nearest {
-            if let MountOp::Mask { keep, .. } = &mut ops[index] {
-                keep.push(bind_path);
-            }
-        }
-    }
-    ops
-}
-
-/// Binds of each directory between a writable area and a mask onto itself (keeping its
-/// access): a mount point cannot be renamed or removed (EBUSY), so a sandboxed process cannot
-/// move a denied path away from where the next launch of the same intent looks for it (which
-/// would then skip the missing rule, or mask an empty name). The masked path itself is already
-/// a mount point.
-fn pins(rules: &[Rule], ops: &[MountOp]) -> Vec<MountOp> {
-    let mut pins: Vec<MountOp> = Vec::new();
-    for op in ops {
-        let MountOp::Mask { path, .. } = op else {
-            continue;
-        };
-        for dir in path.ancestors().skip(1) {
-            let movable = dir
-                .parent()
-                .is_some_and(|parent| effective(rules, parent) == Some(FsAccess::Write));
-            let mounted = |op: &MountOp| op_path(op) == dir;
-            if movable && !ops.iter().any(mounted) && !pins.iter().any(mounted) {
-                pins.push(MountOp::Bind {
-                    path: dir.to_path_buf(),
-                    writable: effective(rules, dir) == Some(FsAccess::Write),
-                });
-            }
-        }
-    }
-    pins
-}
-
-pub fn op_path(op: &MountOp) -> &Path {
-    match op {
-        MountOp::Bind { path, .. } | MountOp::Mask { path, .. } => path,
-    }
-}
-
-/// The identity the daemon resolved for every path of a plan.
-pub type Identities = BTreeMap<PathBuf, Identity>;
-
-/// Why the helper could not open a path of the plan as the daemon resolved it.
-#[derive(Debug, thiserror::Error)]
-pub enum OpenError {
-    #[error("`{}` has no identity in the plan", path.display())]
-    Unresolved { path: PathBuf },
-    #[error("opening `{}`: {source}", path.display())]
-    Open {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("inspecting `{}`: {source}", path.display())]
-    Inspect {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error(
-        "`{}` was replaced since the daemon resolved it ({expected}, now {found}); refusing it",
-        path.display()
-    )]
-    Replaced {
-        path: PathBuf,
-        expected: Identity,
-        found: Identity,
-    },
-}
-
-impl OpenError {
-    pub fn errno(&self) -> Option<i32> {
-        match self {
-            Self::Open { source, .. } | Self::Inspect { source, .. } => source.raw_os_error(),
-            Self::Unresolved { .. } => Some(libc::EINVAL),
-            Self::Replaced { .. } => Some(libc::ESTALE),
-        }
-    }
-}
-
-/// Opens `path` without following symbolic links ([`open_nofollow`]) and checks that it is the
-/// file the daemon resolved, so neither a link nor a directory renamed into place since then
-/// receives what the daemon granted to the original.
-pub fn open_verified(
-    path: &Path,
-    ids: &Identities,
-) -> Result<(OwnedFd, nix::sys::stat::FileStat), OpenError> {
-    let expected = *ids.get(path).ok_or_else(|| OpenError::Unresolved {
-        path: path.to_path_buf(),
-    })?;
-    let fd = open_nofollow(path).map_err(|source| OpenError::Open {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let stat = nix::sys::stat::fstat(&fd).map_err(|errno| OpenError::Inspect {
-        path: path.to_path_buf(),
-        source: errno.into(),
-    })?;
-    let found = Identity::of_stat(&stat);
-    if found != expected {
-        return Err(OpenError::Replaced {
-            path: path.to_path_buf(),
-            expected,
-            found,
-        });
-    }
-    Ok((fd, stat))
-}
 
 /// Builds the view; the caller has unshared the mount namespace.
 pub fn apply(ops: &[MountOp], ids: &Identities) -> Result<(), SetupError> {
@@ -282,10 +106,6 @@ pub fn apply(ops: &[MountOp], ids: &Identities) -> Result<(), SetupError> {
         }
     }
     Ok(())
-}
-
-pub fn is_dir(stat: &nix::sys::stat::FileStat) -> bool {
-    stat.st_mode & libc::S_IFMT == libc::S_IFDIR
 }
 
 /// For a helper's new mount namespace (the caller has unshared it): host mounts keep
@@ -467,14 +287,6 @@ fn mask(
     attach(&tree, path)
 }
 
-fn check(rc: libc::c_long) -> std::io::Result<libc::c_long> {
-    if rc < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(rc)
-    }
-}
-
 /// Sets the propagation of every mount (`MS_PRIVATE`, `MS_SLAVE`).
 fn propagation(kind: libc::c_ulong) -> std::io::Result<()> {
     let root = cstring(Path::new("/"))?;
@@ -523,39 +335,6 @@ fn set_attr(
         )
     };
     check(rc).map(drop)
-}
-
-/// An O_PATH fd for `path`, refusing symbolic links in every component: the daemon checked
-/// canonical paths, and a process that swapped one for a link since then (a background process
-/// of an earlier sandbox can write there) must not redirect a mount or a grant.
-pub fn open_nofollow(path: &Path) -> std::io::Result<OwnedFd> {
-    openat2_nofollow(path).map_err(|err| match err.raw_os_error() {
-        Some(libc::ELOOP) => std::io::Error::other(format!(
-            "`{}` now contains a symbolic link; refusing to follow it",
-            path.display()
-        )),
-        _ => err,
-    })
-}
-
-/// [`open_nofollow`] with the kernel's own error (ELOOP for a symbolic link on the way).
-pub fn openat2_nofollow(path: &Path) -> std::io::Result<OwnedFd> {
-    let c_path = cstring(path)?;
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
-    how.resolve = libc::RESOLVE_NO_SYMLINKS;
-    // SAFETY: valid path and a properly sized open_how.
-    let fd = check(unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            libc::AT_FDCWD,
-            c_path.as_ptr(),
-            &how as *const libc::open_how,
-            std::mem::size_of::<libc::open_how>(),
-        )
-    })?;
-    // SAFETY: the kernel returned a new fd we now own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
 /// Clones the mount tree at `path` below `dir` (`""`: `dir` itself).
@@ -676,90 +455,4 @@ fn make_file(dir: &OwnedFd, path: &Path, mode: libc::mode_t) -> std::io::Result<
 fn chmod_at(dir: &OwnedFd, path: &CString, mode: libc::mode_t) -> std::io::Result<()> {
     // SAFETY: valid fd and path.
     check(unsafe { libc::fchmodat(dir.as_raw_fd(), path.as_ptr(), mode, 0) }.into()).map(drop)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rule(path: &str, access: FsAccess) -> Rule {
-        Rule {
-            path: path.into(),
-            access,
-        }
-    }
-
-    #[test]
-    fn paths_are_opened_without_following_links() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("real")).unwrap();
-        std::os::unix::fs::symlink(dir.path().join("real"), dir.path().join("link")).unwrap();
-        open_nofollow(&dir.path().join("real")).unwrap();
-        let err = open_nofollow(&dir.path().join("link/x")).unwrap_err();
-        assert!(err.to_string().contains("symbolic link"), "{err}");
-        assert!(open_nofollow(&dir.path().join("link")).is_err());
-    }
-
-    #[test]
-    fn directories_between_a_write_root_and_a_mask_are_pinned() {
-        let rules = vec![
-            rule("/", FsAccess::Read),
-            rule("/w", FsAccess::Write),
-            rule("/w/a/.git", FsAccess::Read),
-            rule("/w/a/b/secret", FsAccess::Deny),
-            rule("/w/a/.git/hooks/x", FsAccess::Deny),
-        ];
-        let bind = |path: &str, writable| MountOp::Bind {
-            path: path.into(),
-            writable,
-        };
-        let mask = |path: &str| MountOp::Mask {
-            path: path.into(),
-            keep: vec![],
-        };
-        assert_eq!(
-            plan(&rules),
-            [
-                bind("/w", true),
-                bind("/w/a", true),
-                bind("/w/a/.git", false),
-                bind("/w/a/b", true),
-                mask("/w/a/b/secret"),
-                mask("/w/a/.git/hooks/x"),
-            ]
-        );
-    }
-
-    #[test]
-    fn plans_binds_and_masks_from_shallow_to_deep() {
-        let rules = vec![
-            rule("/", FsAccess::Read),
-            rule("/w", FsAccess::Write),
-            rule("/w/.git", FsAccess::Read),
-            rule("/w/sub", FsAccess::Write),
-            rule("/home", FsAccess::Deny),
-            rule("/home/u/p", FsAccess::Read),
-            rule("/other", FsAccess::Deny),
-        ];
-        let bind = |path: &str, writable| MountOp::Bind {
-            path: path.into(),
-            writable,
-        };
-        assert_eq!(
-            plan(&rules),
-            [
-                MountOp::Mask {
-                    path: "/home".into(),
-                    keep: vec!["/home/u/p".into()]
-                },
-                MountOp::Mask {
-                    path: "/other".into(),
-                    keep: vec![]
-                },
-                bind("/w", true),
-                bind("/w/.git", false),
-                bind("/home/u/p", false),
-            ]
-        );
-    }
 }

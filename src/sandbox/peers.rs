@@ -23,10 +23,6 @@ use std::os::unix::fs::MetadataExt as _;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-/// A sandbox helper's command name (`/proc/PID/comm`, which only the process itself can
-/// change): how a sandboxed process is known by its ancestors, and how `ps` shows helpers.
-pub(crate) const HELPER_NAME: &str = "exec-sandbox";
-
 /// The cgroup every network-enabled sandbox runs in.
 pub struct SandboxCgroup {
     procs: PathBuf,
@@ -246,7 +242,7 @@ fn cgroup_of(reply: &[u8]) -> Option<u64> {
 
 /// Whether process `pid` runs inside a sandbox: below a sandbox helper, which every sandboxed
 /// launch runs under (whatever it forks stays below it, its subreaper), and which is known by
-/// its command name ([`HELPER_NAME`]): a process can change only its own, and a
+/// its command name (`super::plan::HELPER_NAME`): a process can change only its own, and a
 /// helper sets it before its program exists. A process that is gone counts as sandboxed:
 /// nothing is known of it.
 pub fn runs_in_sandbox(pid: i32) -> bool {
@@ -259,7 +255,7 @@ pub fn runs_in_sandbox(pid: i32) -> bool {
         let Ok(name) = std::fs::read_to_string(format!("/proc/{current}/comm")) else {
             return true;
         };
-        if name.trim_end_matches('\n') == HELPER_NAME {
+        if name.trim_end_matches('\n') == super::plan::HELPER_NAME {
             return true;
         }
         let Some(parent) = parent_of(current) else {

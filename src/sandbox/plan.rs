@@ -1,9 +1,8 @@
 //! What the daemon hands the helper over the policy pipe: everything already resolved, so the
-//! helper only applies it.
+//! helper only applies it. The leaf of the sandbox: the daemon's side (`super::prepare`)
+//! builds these, the apply parts (`super::mounts`, `super::landlock`) and the helper read
+//! them, and this file imports none of them.
 
-use super::error::SetupError;
-use super::landlock::Grant;
-use super::mounts::{Identities, MountOp};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -73,6 +72,39 @@ pub struct ManagedPlan {
     pub allow_local_binding: bool,
 }
 
+/// A Landlock grant: `path` and what is beneath it, read or written (`super::landlock`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    pub path: PathBuf,
+    pub write: bool,
+}
+
+/// A step of the file-system view (`super::mounts` applies it, `super::view` plans it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "camelCase")]
+pub enum MountOp {
+    Bind {
+        path: PathBuf,
+        writable: bool,
+    },
+    /// `keep`: paths below `path` that later binds mount onto.
+    Mask {
+        path: PathBuf,
+        keep: Vec<PathBuf>,
+    },
+}
+
+impl MountOp {
+    pub(crate) fn path(&self) -> &Path {
+        match self {
+            Self::Bind { path, .. } | Self::Mask { path, .. } => path,
+        }
+    }
+}
+
+/// The identity the daemon resolved for every path of a plan.
+pub type Identities = BTreeMap<PathBuf, Identity>;
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FsPlan {
@@ -124,6 +156,10 @@ impl std::fmt::Display for Identity {
         write!(f, "device {} inode {}", self.dev, self.ino)
     }
 }
+
+/// A helper's command name (`/proc/PID/comm`, which only the process itself can change): how
+/// `super::peers` knows a sandboxed process by its ancestors, and how `ps` shows helpers.
+pub(crate) const HELPER_NAME: &str = "exec-sandbox";
 
 /// The largest plan the daemon sends a helper.
 pub const MAX_PLAN_BYTES: usize = 1 << 20;
@@ -188,15 +224,6 @@ impl Stage {
         let err = err.into();
         Failure {
             errno: err.raw_os_error(),
-            ..self.fail(err)
-        }
-    }
-
-    /// A sandbox primitive's failure at this stage, with its errno.
-    pub fn setup(self, err: impl Into<SetupError>) -> Failure {
-        let err = err.into();
-        Failure {
-            errno: err.errno(),
             ..self.fail(err)
         }
     }

@@ -9,8 +9,8 @@
 //!   `slash_tmp`: `/tmp`. A `subpath` must be relative without `..`. Unknown kinds fail.
 //! * `glob_pattern`: the existing matches (see `glob.rs`), per workspace root when relative.
 //!
-//! Workspace roots and the working directory are anchors, resolved strictly by [`anchor`]: a
-//! symbolic link on the way is refused unless it is a system link.
+//! Workspace roots and the working directory are anchors, resolved strictly by
+//! `super::anchor`: a symbolic link on the way is refused unless it is a system link.
 //!
 //! A path that does not exist is left out only with `missing_path_behavior: skip` (the members
 //! of `minimal` are always optional); otherwise the request fails. A symbolic link is resolved
@@ -18,10 +18,12 @@
 //! or relative-glob path must still lie inside its workspace root after resolution, and write
 //! targets go through the daemon-state guard. Among rules on the same path, deny beats write
 //! and write beats read; otherwise the deepest rule covering a path decides.
+//!
+//! Each way an intent cannot be bound is a [`PolicyError`].
 
-use super::glob;
-use crate::path::normalize;
-use crate::rpc::RpcError;
+use super::anchor::{anchor, AnchorError, Anchored};
+use super::glob::{self, GlobError};
+use exec_server_protocol::path_uri::PathUriError;
 use exec_server_protocol::sandbox::{
     FileSystemEntry, FileSystemPermissions, FileSystemSandboxContext, FsAccess, FsPath,
     MissingPathBehavior, NetworkAccess, PermissionProfile, SpecialKind,
@@ -77,142 +79,59 @@ pub struct Policy {
     /// Canonical rules; None when the file system is not restricted.
     pub rules: Option<Vec<Rule>>,
     pub network: NetworkAccess,
-    /// The process's working directory: canonical (see [`anchor`]) when the file system is
+    /// The process's working directory: canonical (see `super::anchor`) when the file system is
     /// restricted, as requested otherwise.
     pub cwd: PathBuf,
 }
 
-/// Symbolic links an [`anchor`] may follow at most (the kernel allows 40 in one lookup).
-const MAX_LINK_HOPS: usize = 8;
-
-/// Why a workspace root or working directory cannot anchor a sandbox.
+/// Why an intent cannot be bound to this host. Every one is the request's fault (-32602).
 #[derive(Debug, thiserror::Error)]
-pub enum AnchorError {
-    #[error("sandbox {what} `{}` cannot be resolved: {source}", path.display())]
-    Unresolvable {
+pub(crate) enum PolicyError {
+    /// A workspace root or the working directory cannot anchor the sandbox.
+    #[error(transparent)]
+    Anchor(#[from] AnchorError),
+    #[error("invalid sandbox permission path URI: {what}: {source}")]
+    Uri {
         what: &'static str,
+        source: PathUriError,
+    },
+    #[error("{what} `{}` must not contain `..`", path.display())]
+    ParentDir { what: &'static str, path: PathBuf },
+    #[error("sandbox subpath `{0}` must be relative and must not contain `..`")]
+    Subpath(String),
+    #[error(
+        "sandbox entry `tmpdir` has no temporary directory (no temporaryDirectories and no \
+         TMPDIR)"
+    )]
+    NoTmpdir,
+    #[error(
+        "sandbox entry has a special path kind this executor does not support; refusing to run \
+         with a partial policy"
+    )]
+    UnknownKind,
+    #[error("sandbox entry: {0}")]
+    Glob(#[from] GlobError),
+    #[error(
+        "sandbox path `{}` does not exist (set missing_path_behavior to `skip` to allow that)",
+        path.display()
+    )]
+    Missing { path: PathBuf },
+    #[error("sandbox path `{}` cannot be resolved: {source}", path.display())]
+    Unresolvable {
         path: PathBuf,
         source: std::io::Error,
     },
     #[error(
-        "sandbox {what} `{}` passes through the symbolic link `{}` (to `{}`), which a sandboxed \
-         process could have put there; refusing to follow it (name the directory it points to)",
+        "sandbox path `{}` resolves to `{}`, outside its workspace root `{}`",
         path.display(),
-        link.display(),
-        target.display()
+        resolved.display(),
+        root.display()
     )]
-    ThroughLink {
-        what: &'static str,
+    OutsideRoot {
         path: PathBuf,
-        link: PathBuf,
-        target: PathBuf,
+        resolved: PathBuf,
+        root: PathBuf,
     },
-    #[error(
-        "sandbox {what} `{}` passes through the symbolic link `{}`, which this intent makes \
-         writable; refusing to follow it",
-        path.display(),
-        link.display()
-    )]
-    WritableLink {
-        what: &'static str,
-        path: PathBuf,
-        link: PathBuf,
-    },
-}
-
-impl From<AnchorError> for RpcError {
-    fn from(err: AnchorError) -> Self {
-        RpcError::invalid_params(err.to_string())
-    }
-}
-
-/// A directory an intent is anchored at (workspace root, cwd), resolved.
-struct Anchored {
-    what: &'static str,
-    requested: PathBuf,
-    canonical: PathBuf,
-    /// The system links followed on the way (see [`system_link`]).
-    links: Vec<PathBuf>,
-}
-
-/// Resolves a workspace root or working directory (absolute, no `..`) to its canonical path,
-/// following only system links ([`system_link`]): any other symbolic link on the way could
-/// have been planted by a sandboxed process that could write there (`rm -r pkg; ln -s /x pkg`)
-/// to redirect the grants of a later launch anchored at `pkg`. The result had no symbolic
-/// link at the moment it was opened; the helper opens it again the same way and compares
-/// identities, so a link or directory put in its place afterwards fails the launch.
-fn anchor(path: &Path, what: &'static str) -> Result<Anchored, AnchorError> {
-    let mut current = normalize(path);
-    let mut links = Vec::new();
-    loop {
-        let unresolvable = |source| AnchorError::Unresolvable {
-            what,
-            path: path.to_path_buf(),
-            source,
-        };
-        // The common case costs one openat2: nothing on the way is a link.
-        match super::mounts::openat2_nofollow(&current) {
-            Ok(_) => {
-                return Ok(Anchored {
-                    what,
-                    requested: path.to_path_buf(),
-                    canonical: current,
-                    links,
-                })
-            }
-            Err(err) if err.raw_os_error() == Some(libc::ELOOP) => {}
-            Err(err) => return Err(unresolvable(err)),
-        }
-        let loop_error = || unresolvable(std::io::Error::from_raw_os_error(libc::ELOOP));
-        if links.len() == MAX_LINK_HOPS {
-            return Err(loop_error());
-        }
-        // Substitute the first link on the way and start over.
-        let mut prefix = PathBuf::new();
-        let mut substituted = None;
-        for component in current.components() {
-            prefix.push(component);
-            let meta = std::fs::symlink_metadata(&prefix).map_err(unresolvable)?;
-            if !meta.file_type().is_symlink() {
-                continue;
-            }
-            let target = std::fs::read_link(&prefix).map_err(unresolvable)?;
-            if !system_link(&prefix, &meta) {
-                return Err(AnchorError::ThroughLink {
-                    what,
-                    path: path.to_path_buf(),
-                    link: prefix,
-                    target,
-                });
-            }
-            let rest = current.strip_prefix(&prefix).expect("a prefix of the path");
-            let parent = prefix.parent().unwrap_or(Path::new("/"));
-            substituted = Some(normalize(&parent.join(target).join(rest)));
-            links.push(prefix);
-            break;
-        }
-        // No link any more: it changed meanwhile.
-        current = substituted.ok_or_else(loop_error)?;
-    }
-}
-
-/// A symbolic link no sandbox can have planted: owned by root, directly in `/` or in a
-/// top-level directory (`/lib`, `/var/run`), and in a directory only root may change. Links
-/// deeper down (a workspace, `/tmp/...`) are refused: the daemon cannot know which of those
-/// an earlier intent made writable. A top-level directory an intent makes writable (`/srv`)
-/// is the residue; the links in this intent's own write grants are refused afterwards.
-fn system_link(link: &Path, meta: &std::fs::Metadata) -> bool {
-    use std::os::unix::fs::MetadataExt as _;
-    let depth = link
-        .components()
-        .filter(|c| matches!(c, Component::Normal(_)))
-        .count();
-    let parent_is_roots = || {
-        link.parent()
-            .and_then(|parent| std::fs::metadata(parent).ok())
-            .is_some_and(|parent| parent.uid() == 0 && parent.mode() & 0o022 == 0)
-    };
-    meta.uid() == 0 && depth <= 2 && parent_is_roots()
 }
 
 /// Whether `sandbox` grants writes anywhere: only write roots are searched for hard links to the
@@ -245,7 +164,7 @@ pub fn expands_globs(sandbox: &FileSystemSandboxContext) -> bool {
 pub fn resolve(
     sandbox: &FileSystemSandboxContext,
     request_cwd: &Path,
-) -> Result<Option<Policy>, RpcError> {
+) -> Result<Option<Policy>, PolicyError> {
     let (file_system, network) = match &sandbox.permissions {
         PermissionProfile::Disabled | PermissionProfile::External { .. } => return Ok(None),
         PermissionProfile::Managed {
@@ -341,7 +260,7 @@ struct Candidate {
 }
 
 impl Context {
-    fn new(sandbox: &FileSystemSandboxContext) -> Result<Self, RpcError> {
+    fn new(sandbox: &FileSystemSandboxContext) -> Result<Self, PolicyError> {
         // Only a bad URI matters here: roots are never defaulted to the cwd.
         if let Some(uri) = sandbox.policy_cwd() {
             host_path(uri, "sandbox cwd")?;
@@ -355,7 +274,7 @@ impl Context {
                     "workspace root",
                 )?)
             })
-            .collect::<Result<_, RpcError>>()?;
+            .collect::<Result<_, PolicyError>>()?;
         let workspace_roots = anchors
             .iter()
             .map(|anchored| anchored.canonical.clone())
@@ -380,7 +299,11 @@ impl Context {
         })
     }
 
-    fn materialize(&self, entry: &FileSystemEntry, depth: u32) -> Result<Vec<PathBuf>, RpcError> {
+    fn materialize(
+        &self,
+        entry: &FileSystemEntry,
+        depth: u32,
+    ) -> Result<Vec<PathBuf>, PolicyError> {
         let skip_missing = entry.missing_path_behavior == Some(MissingPathBehavior::Skip);
         let (candidates, optional) = match &entry.path {
             FsPath::Path { path } => (vec![plain(host_path(path, "sandbox path")?)], false),
@@ -412,10 +335,7 @@ impl Context {
                     ),
                     SpecialKind::Tmpdir => {
                         if self.temporary_directories.is_empty() && !skip_missing {
-                            return Err(RpcError::invalid_params(
-                                "sandbox entry `tmpdir` has no temporary directory (no \
-                                 temporaryDirectories and no TMPDIR)",
-                            ));
+                            return Err(PolicyError::NoTmpdir);
                         }
                         (
                             self.temporary_directories
@@ -426,12 +346,7 @@ impl Context {
                         )
                     }
                     SpecialKind::SlashTmp => (vec![plain(join(Path::new("/tmp")))], false),
-                    SpecialKind::Unknown => {
-                        return Err(RpcError::invalid_params(
-                            "sandbox entry has a special path kind this executor does not \
-                             support; refusing to run with a partial policy",
-                        ))
-                    }
+                    SpecialKind::Unknown => return Err(PolicyError::UnknownKind),
                 }
             }
         };
@@ -444,7 +359,7 @@ impl Context {
         Ok(paths)
     }
 
-    fn expand_glob(&self, pattern: &str, depth: u32) -> Result<Vec<PathBuf>, RpcError> {
+    fn expand_glob(&self, pattern: &str, depth: u32) -> Result<Vec<PathBuf>, PolicyError> {
         let bases: Vec<Option<&PathBuf>> = if Path::new(pattern).is_absolute() {
             vec![None]
         } else {
@@ -452,8 +367,7 @@ impl Context {
         };
         let mut paths = Vec::new();
         for base in bases {
-            let matches = glob::expand(pattern, base.map_or(Path::new("/"), |b| b), depth)
-                .map_err(|err| RpcError::invalid_params(format!("sandbox entry: {err}")))?;
+            let matches = glob::expand(pattern, base.map_or(Path::new("/"), |b| b), depth)?;
             for path in matches {
                 let candidate = Candidate {
                     path,
@@ -473,31 +387,27 @@ fn plain(path: PathBuf) -> Candidate {
     Candidate { path, anchor: None }
 }
 
-fn host_path(uri: &exec_server_protocol::PathUri, what: &str) -> Result<PathBuf, RpcError> {
-    let path = uri.to_path().map_err(|err| {
-        RpcError::invalid_params(format!(
-            "invalid sandbox permission path URI: {what}: {err}"
-        ))
-    })?;
+fn host_path(
+    uri: &exec_server_protocol::PathUri,
+    what: &'static str,
+) -> Result<PathBuf, PolicyError> {
+    let path = uri
+        .to_path()
+        .map_err(|source| PolicyError::Uri { what, source })?;
     if path.components().any(|c| c == Component::ParentDir) {
-        return Err(RpcError::invalid_params(format!(
-            "{what} `{}` must not contain `..`",
-            path.display()
-        )));
+        return Err(PolicyError::ParentDir { what, path });
     }
     Ok(path)
 }
 
-fn checked_subpath(subpath: &str) -> Result<PathBuf, RpcError> {
+fn checked_subpath(subpath: &str) -> Result<PathBuf, PolicyError> {
     let path = Path::new(subpath);
     if path.is_absolute()
         || path
             .components()
             .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
     {
-        return Err(RpcError::invalid_params(format!(
-            "sandbox subpath `{subpath}` must be relative and must not contain `..`"
-        )));
+        return Err(PolicyError::Subpath(subpath.to_owned()));
     }
     Ok(path.to_path_buf())
 }
@@ -506,33 +416,28 @@ fn checked_subpath(subpath: &str) -> Result<PathBuf, RpcError> {
 fn resolve_candidate(
     candidate: &Candidate,
     skip_missing: bool,
-) -> Result<Option<PathBuf>, RpcError> {
+) -> Result<Option<PathBuf>, PolicyError> {
     let raw = &candidate.path;
     let canonical = match std::fs::canonicalize(raw) {
         Ok(path) => path,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound && skip_missing => return Ok(None),
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-            return Err(RpcError::invalid_params(format!(
-                "sandbox path `{}` does not exist (set missing_path_behavior to `skip` to allow \
-                 that)",
-                raw.display()
-            )))
+            return Err(PolicyError::Missing { path: raw.clone() })
         }
-        Err(err) => {
-            return Err(RpcError::invalid_params(format!(
-                "sandbox path `{}` cannot be resolved: {err}",
-                raw.display()
-            )))
+        Err(source) => {
+            return Err(PolicyError::Unresolvable {
+                path: raw.clone(),
+                source,
+            })
         }
     };
     if let Some(anchor) = &candidate.anchor {
         if !canonical.starts_with(anchor) {
-            return Err(RpcError::invalid_params(format!(
-                "sandbox path `{}` resolves to `{}`, outside its workspace root `{}`",
-                raw.display(),
-                canonical.display(),
-                anchor.display()
-            )));
+            return Err(PolicyError::OutsideRoot {
+                path: raw.clone(),
+                resolved: canonical,
+                root: anchor.clone(),
+            });
         }
     }
     Ok(Some(canonical))
@@ -570,11 +475,11 @@ mod tests {
         assert_eq!(rules[0].path, b.path().canonicalize().unwrap().join("sub"));
         let err = resolve(&sandbox("link"), Path::new("/")).unwrap_err();
         assert!(
-            err.message.contains("outside its workspace root"),
+            err.to_string().contains("outside its workspace root"),
             "{err:?}"
         );
         let err = resolve(&sandbox("../x"), Path::new("/")).unwrap_err();
-        assert!(err.message.contains("must not contain `..`"), "{err:?}");
+        assert!(err.to_string().contains("must not contain `..`"), "{err:?}");
     }
 
     #[test]
@@ -621,7 +526,7 @@ mod tests {
                 {"path": {"type": "path", "path": "file:///definitely/not/here"}, "access": "read"}]}}}),
         );
         let err = resolve(&missing, Path::new("/")).unwrap_err();
-        assert!(err.message.contains("does not exist"), "{err:?}");
+        assert!(err.to_string().contains("does not exist"), "{err:?}");
         let unrestricted = context(
             json!({"permissions": {"type": "managed", "network": "enabled",
             "file_system": {"type": "unrestricted"}}}),

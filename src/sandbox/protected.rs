@@ -21,9 +21,9 @@
 //!   after), the empty placeholder is visible on the host (git skips an empty `.git` directory
 //!   and keeps searching upward).
 
+use super::open::open_nofollow;
 use super::policy::{effective, Rule};
 use crate::path::cstring;
-use crate::rpc::RpcError;
 use exec_server_protocol::sandbox::FsAccess;
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag};
@@ -110,7 +110,7 @@ pub struct Leases {
 }
 
 /// Adds read rules for the protected subpaths of every write rule.
-pub fn protect(rules: &mut Vec<Rule>) -> Result<Leases, RpcError> {
+pub fn protect(rules: &mut Vec<Rule>) -> Result<Leases, ProtectError> {
     let explicit: HashSet<PathBuf> = rules.iter().map(|rule| rule.path.clone()).collect();
     let roots: Vec<PathBuf> = rules
         .iter()
@@ -126,7 +126,7 @@ pub fn protect(rules: &mut Vec<Rule>) -> Result<Leases, RpcError> {
         // Inspected and changed through a descriptor opened without following links, so a
         // root replaced by a link meanwhile cannot make the daemon create a placeholder (or
         // inspect a name) somewhere else; the helper checks the root's identity again.
-        let dir = super::mounts::open_nofollow(root).map_err(|source| RootError {
+        let dir = open_nofollow(root).map_err(|source| ProtectError::OpenRoot {
             root: root.clone(),
             source,
         })?;
@@ -161,18 +161,44 @@ pub fn protect(rules: &mut Vec<Rule>) -> Result<Leases, RpcError> {
     Ok(leases)
 }
 
-/// A write root that could not be opened to protect the names in it.
+/// Why the protected names of a write root could not be made read-only.
 #[derive(Debug, thiserror::Error)]
-#[error("write root `{}` cannot be opened to protect its metadata: {source}", root.display())]
-struct RootError {
-    root: PathBuf,
-    source: std::io::Error,
-}
-
-impl From<RootError> for RpcError {
-    fn from(err: RootError) -> Self {
-        RpcError::invalid_params(err.to_string())
-    }
+pub(crate) enum ProtectError {
+    #[error("write root `{}` cannot be opened to protect its metadata: {source}", root.display())]
+    OpenRoot {
+        root: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "protected path `{}` is a symbolic link; the sandbox cannot keep it read-only",
+        path.display()
+    )]
+    Link { path: PathBuf },
+    #[error("protected path `{}` cannot be inspected: {source}", path.display())]
+    Inspect {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot create the placeholder protecting `{}`: {source}", path.display())]
+    Create {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot mark the placeholder protecting `{}`: {source}", path.display())]
+    Mark {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The name appeared or vanished at every one of the [`INSPECTIONS`]; `source`: the last
+    /// reason to look again.
+    #[error(
+        "protected path `{}` kept changing while the sandbox inspected it: {source}",
+        path.display()
+    )]
+    KeptChanging {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 fn kind(stat: &nix::sys::stat::FileStat) -> libc::mode_t {
@@ -215,25 +241,22 @@ const INSPECTIONS: usize = 3;
 
 /// Inspects the name `name` of the root `dir` (`path` for short), creating a placeholder where
 /// it is missing, with the registry's lock held.
-fn inspect(dir: &OwnedFd, name: &str, path: &Path) -> Result<Found, RpcError> {
+fn inspect(dir: &OwnedFd, name: &str, path: &Path) -> Result<Found, ProtectError> {
     let mut last = Errno::ENOENT;
     for _ in 0..INSPECTIONS {
         match fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
             Ok(stat) if kind(&stat) == libc::S_IFLNK => {
-                return Err(RpcError::invalid_params(format!(
-                    "protected path `{}` is a symbolic link; the sandbox cannot keep it \
-                     read-only",
-                    path.display()
-                )))
+                return Err(ProtectError::Link {
+                    path: path.to_path_buf(),
+                })
             }
             Ok(stat) => return Ok(Found::Existing(stat)),
             Err(Errno::ENOENT) => {}
             Err(err) => {
-                return Err(RpcError::invalid_params(format!(
-                    "protected path `{}` cannot be inspected: {}",
-                    path.display(),
-                    std::io::Error::from(err)
-                )))
+                return Err(ProtectError::Inspect {
+                    path: path.to_path_buf(),
+                    source: err.into(),
+                })
             }
         }
         match mkdirat(dir, name, Mode::from_bits_truncate(0o777)) {
@@ -245,31 +268,29 @@ fn inspect(dir: &OwnedFd, name: &str, path: &Path) -> Result<Found, RpcError> {
                 continue;
             }
             Err(err) => {
-                return Err(RpcError::invalid_params(format!(
-                    "cannot create the placeholder protecting `{}`: {}",
-                    path.display(),
-                    std::io::Error::from(err)
-                )))
+                return Err(ProtectError::Create {
+                    path: path.to_path_buf(),
+                    source: err.into(),
+                })
             }
         }
         match mark(dir, name) {
             Ok(()) => return Ok(Found::Created),
             // Removed or replaced on the host meanwhile: inspect it again.
             Err(err) if err.raw_os_error() == Some(libc::ENOENT) => last = Errno::ENOENT,
-            Err(err) => {
+            Err(source) => {
                 let _ = unlinkat(dir, name, UnlinkatFlags::RemoveDir);
-                return Err(RpcError::invalid_params(format!(
-                    "cannot mark the placeholder protecting `{}`: {err}",
-                    path.display()
-                )));
+                return Err(ProtectError::Mark {
+                    path: path.to_path_buf(),
+                    source,
+                });
             }
         }
     }
-    Err(RpcError::invalid_params(format!(
-        "protected path `{}` kept changing while the sandbox inspected it: {}",
-        path.display(),
-        std::io::Error::from(last)
-    )))
+    Err(ProtectError::KeptChanging {
+        path: path.to_path_buf(),
+        source: last.into(),
+    })
 }
 
 impl Drop for Leases {
@@ -419,7 +440,7 @@ fn empty_into_placeholder(path: &Path) -> std::io::Result<()> {
     else {
         return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
     };
-    mark(&super::mounts::open_nofollow(parent)?, name)
+    mark(&open_nofollow(parent)?, name)
 }
 
 /// Whether `path` is a placeholder the daemon keeps (for live sandboxes, or for the next

@@ -1,0 +1,174 @@
+//! The daemon's side of the file-system view: the mount operations ([`MountOp`]) that carve
+//! an intent's canonical rules out of the read-only view, in the order the helper applies them
+//! (`super::mounts` says what each does). A write root is bound writable, a read rule under a
+//! writable or masked area bound read-only, a deny rule under a readable or writable area
+//! masked (keeping mount points for the binds below it), and each directory between a writable
+//! area and a mask pinned ([`pins`]).
+
+use super::plan::MountOp;
+use super::policy::{effective, Rule};
+use exec_server_protocol::sandbox::FsAccess;
+use std::path::PathBuf;
+
+/// The mount operations that carve the rules out of a read-only view, in application order.
+pub fn plan(rules: &[Rule]) -> Vec<MountOp> {
+    let mut sorted: Vec<&Rule> = rules.iter().collect();
+    sorted.sort_by_key(|rule| (rule.path.components().count(), rule.path.clone()));
+    let mut ops = Vec::new();
+    for rule in sorted {
+        let parent = rule.path.parent().and_then(|parent| {
+            let ancestors: Vec<Rule> = rules
+                .iter()
+                .filter(|other| other.path != rule.path)
+                .cloned()
+                .collect();
+            effective(&ancestors, parent)
+        });
+        let op = match (rule.access, parent) {
+            (FsAccess::Write, Some(FsAccess::Write)) => None,
+            (FsAccess::Write, _) => Some(MountOp::Bind {
+                path: rule.path.clone(),
+                writable: true,
+            }),
+            (FsAccess::Read, Some(FsAccess::Write | FsAccess::Deny)) => Some(MountOp::Bind {
+                path: rule.path.clone(),
+                writable: false,
+            }),
+            (FsAccess::Deny, Some(FsAccess::Read | FsAccess::Write)) => Some(MountOp::Mask {
+                path: rule.path.clone(),
+                keep: Vec::new(),
+            }),
+            _ => None,
+        };
+        ops.extend(op);
+    }
+    ops.extend(pins(rules, &ops));
+    ops.sort_by(|a, b| {
+        (a.path().components().count(), a.path()).cmp(&(b.path().components().count(), b.path()))
+    });
+    // A bind under a mask needs a mount point in it: the nearest mask above, with no other
+    // mount operation in between, provides one.
+    let targets: Vec<(usize, PathBuf)> = ops
+        .iter()
+        .enumerate()
+        .filter_map(|(index, op)| match op {
+            MountOp::Bind { path, .. } => Some((index, path.clone())),
+            MountOp::Mask { .. } => None,
+        })
+        .collect();
+    for (bind_index, bind_path) in targets {
+        let nearest = ops[..bind_index]
+            .iter()
+            .enumerate()
+            .rev()
+            .find(|(_, op)| bind_path.starts_with(op.path()));
+        if let Some((index, _)) = nearest {
+            if let MountOp::Mask { keep, .. } = &mut ops[index] {
+                keep.push(bind_path);
+            }
+        }
+    }
+    ops
+}
+
+/// Binds of each directory between a writable area and a mask onto itself (keeping its
+/// access): a mount point cannot be renamed or removed (EBUSY), so a sandboxed process cannot
+/// move a denied path away from where the next launch of the same intent looks for it (which
+/// would then skip the missing rule, or mask an empty name). The masked path itself is already
+/// a mount point.
+fn pins(rules: &[Rule], ops: &[MountOp]) -> Vec<MountOp> {
+    let mut pins: Vec<MountOp> = Vec::new();
+    for op in ops {
+        let MountOp::Mask { path, .. } = op else {
+            continue;
+        };
+        for dir in path.ancestors().skip(1) {
+            let movable = dir
+                .parent()
+                .is_some_and(|parent| effective(rules, parent) == Some(FsAccess::Write));
+            let mounted = |op: &MountOp| op.path() == dir;
+            if movable && !ops.iter().any(mounted) && !pins.iter().any(mounted) {
+                pins.push(MountOp::Bind {
+                    path: dir.to_path_buf(),
+                    writable: effective(rules, dir) == Some(FsAccess::Write),
+                });
+            }
+        }
+    }
+    pins
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(path: &str, access: FsAccess) -> Rule {
+        Rule {
+            path: path.into(),
+            access,
+        }
+    }
+
+    #[test]
+    fn directories_between_a_write_root_and_a_mask_are_pinned() {
+        let rules = vec![
+            rule("/", FsAccess::Read),
+            rule("/w", FsAccess::Write),
+            rule("/w/a/.git", FsAccess::Read),
+            rule("/w/a/b/secret", FsAccess::Deny),
+            rule("/w/a/.git/hooks/x", FsAccess::Deny),
+        ];
+        let bind = |path: &str, writable| MountOp::Bind {
+            path: path.into(),
+            writable,
+        };
+        let mask = |path: &str| MountOp::Mask {
+            path: path.into(),
+            keep: vec![],
+        };
+        assert_eq!(
+            plan(&rules),
+            [
+                bind("/w", true),
+                bind("/w/a", true),
+                bind("/w/a/.git", false),
+                bind("/w/a/b", true),
+                mask("/w/a/b/secret"),
+                mask("/w/a/.git/hooks/x"),
+            ]
+        );
+    }
+
+    #[test]
+    fn plans_binds_and_masks_from_shallow_to_deep() {
+        let rules = vec![
+            rule("/", FsAccess::Read),
+            rule("/w", FsAccess::Write),
+            rule("/w/.git", FsAccess::Read),
+            rule("/w/sub", FsAccess::Write),
+            rule("/home", FsAccess::Deny),
+            rule("/home/u/p", FsAccess::Read),
+            rule("/other", FsAccess::Deny),
+        ];
+        let bind = |path: &str, writable| MountOp::Bind {
+            path: path.into(),
+            writable,
+        };
+        assert_eq!(
+            plan(&rules),
+            [
+                MountOp::Mask {
+                    path: "/home".into(),
+                    keep: vec!["/home/u/p".into()]
+                },
+                MountOp::Mask {
+                    path: "/other".into(),
+                    keep: vec![]
+                },
+                bind("/w", true),
+                bind("/w/.git", false),
+                bind("/home/u/p", false),
+            ]
+        );
+    }
+}
