@@ -1,9 +1,10 @@
 //! Why a `process/*` call failed, and the JSON-RPC error each reason becomes: params the
 //! method cannot take -32602, a request the table refuses -32600, the daemon's own failure to
-//! start or feed a process -32603.
+//! start or feed a process -32603. Also why a kept process cannot be adopted ([`AdoptError`]),
+//! which only the log hears of.
 
 use crate::rpc::RpcError;
-use crate::session::SessionError;
+use exec_server_protocol::process::OutputStream;
 use exec_server_protocol::rpc::code;
 
 #[derive(Debug, thiserror::Error)]
@@ -70,12 +71,22 @@ pub(crate) enum ProcessError {
     StdinFailed,
     #[error("failed to resize terminal: {0}")]
     Resize(std::io::Error),
-    /// A task of the daemon's own (the start, a blocking preparation) failed.
+    /// The start's own task failed (panicked).
+    #[error("the start failed: {0}")]
+    StartTask(tokio::task::JoinError),
+    /// The blocking thread preparing a sandbox failed (panicked).
     #[error("{0}")]
-    Internal(String),
+    PrepareTask(tokio::task::JoinError),
+    /// The launch could not be encoded for the supervisor.
+    #[error("{0}")]
+    EncodeLaunch(serde_json::Error),
+    /// No memory file could be made for an output (`memfd_create`).
+    #[error("cannot keep the process's output: {0}")]
+    OutputFile(std::io::Error),
+    /// A terminal's master could not be duplicated for its reader and its stdin.
+    #[error("cannot keep the process's output: {0}")]
+    TerminalClone(std::io::Error),
 
-    #[error(transparent)]
-    Session(#[from] SessionError),
     /// The sandbox's own errors, already JSON-RPC errors.
     #[error(transparent)]
     Sandbox(#[from] RpcError),
@@ -111,11 +122,34 @@ impl From<ProcessError> for RpcError {
                 .with_data(serde_json::json!({ "retryable": true })),
             TooManyProcesses { limit, max, .. } => RpcError::invalid_request(message)
                 .with_data(serde_json::json!({ "retryable": true, "limit": limit, "max": max })),
-            StartFailed { .. } | StdinFailed | Resize(_) | Internal(_) => {
-                RpcError::internal(message)
-            }
-            Session(err) => err.into(),
+            StartFailed { .. }
+            | StdinFailed
+            | Resize(_)
+            | StartTask(_)
+            | PrepareTask(_)
+            | EncodeLaunch(_)
+            | OutputFile(_)
+            | TerminalClone(_) => RpcError::internal(message),
             Sandbox(err) => err,
         }
     }
+}
+
+/// Why a process a predecessor kept cannot be adopted, by step, with the file it concerns
+/// (beneath the process's directory in `processes`).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum AdoptError {
+    #[error("cannot open its directory: {0}")]
+    Dir(std::io::Error),
+    #[error("cannot open its journal and output files: {0}")]
+    Store(std::io::Error),
+    #[error("its {0:?} output has no file")]
+    NoFile(OutputStream),
+    #[error("cannot read the size of its {stream:?} output file: {source}")]
+    FileSize {
+        stream: OutputStream,
+        source: std::io::Error,
+    },
+    #[error("cannot duplicate its terminal: {0}")]
+    TerminalClone(std::io::Error),
 }

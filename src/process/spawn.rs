@@ -80,7 +80,7 @@ pub async fn start(spec: &LaunchSpec) -> Result<Spawned, ProcessError> {
         cwd: spec.cwd.clone(),
         env: spec.env.clone(),
     };
-    let payload = serde_json::to_vec(&launch).map_err(|e| ProcessError::Internal(e.to_string()))?;
+    let payload = serde_json::to_vec(&launch).map_err(ProcessError::EncodeLaunch)?;
     let (tree, started, _) = tree::launch(Kind::Plain, spec, &stdio, &payload, None)
         .await
         .map_err(|err| start_error(&spec.program, err))?;
