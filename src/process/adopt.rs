@@ -28,7 +28,7 @@ impl TableInner {
     /// Adopts the process kept in `kept`, started as `meta` says.
     pub(super) async fn adopt(self: Arc<Self>, kept: Kept, meta: Meta) -> Result<(), AdoptError> {
         let dir = kept.dir().map_err(AdoptError::Dir)?;
-        let (store, entries) = Store::open(kept, &meta).map_err(AdoptError::Store)?;
+        let (store, entries) = Store::open(kept, &meta)?;
         let store = Arc::new(store);
         let id = meta.params.process_id.clone();
         let journal = Journal::replay(entries);

@@ -141,8 +141,15 @@ impl From<ProcessError> for RpcError {
 pub(crate) enum AdoptError {
     #[error("cannot open its directory: {0}")]
     Dir(std::io::Error),
-    #[error("cannot open its journal and output files: {0}")]
-    Store(std::io::Error),
+    #[error("cannot read its journal: {0}")]
+    ReadJournal(std::io::Error),
+    #[error("its journal is not text: {0}")]
+    JournalNotText(std::string::FromUtf8Error),
+    #[error("cannot open its {name}: {source}")]
+    Open {
+        name: String,
+        source: std::io::Error,
+    },
     #[error("its {0:?} output has no file")]
     NoFile(OutputStream),
     #[error("cannot read the size of its {stream:?} output file: {source}")]

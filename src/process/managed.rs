@@ -2,8 +2,8 @@
 //! wait) and what the `process/*` methods ask of it. Its background tasks are in
 //! `super::tasks`.
 //!
-//! Invariants: `state` is the one lock, never held across an await or while sending; every
-//! change a reader or the delivery may wait for bumps `changed`. A process is exited once its
+//! Invariants: `state` is never held across an await; every change a reader or the delivery
+//! may wait for bumps `changed`. A process is exited once its
 //! log has an exit, closed once its outputs ended too, and removable (its id freed after the
 //! retention) once closed with its tree gone; the tree is killed at most for the first reason
 //! given (`kill_reason`) and never again once it is gone.
@@ -140,7 +140,7 @@ pub(super) struct Writes {
 }
 
 impl ManagedProcess {
-    /// The process `parts` make, not yet exited, its tree not yet gone.
+    /// The process `parts` make; its caller puts it in the table and starts its tasks.
     pub(super) fn new(parts: Parts) -> Arc<Self> {
         let Parts {
             origin,

@@ -10,6 +10,7 @@
 //! orphaned supervisor saw its tree end, `exit.reports` (its last reports).
 
 use super::output::{Record, Span, Stored};
+use super::AdoptError;
 use crate::state_dir::Dir;
 use bytes::Bytes;
 use exec_server_protocol::base64_bytes::Base64Bytes;
@@ -142,17 +143,26 @@ impl Store {
     /// An existing process directory, as a predecessor left it (its `meta` read already): its
     /// journal's entries (a last line cut short by a crash is left out) and the store,
     /// appending.
-    pub fn open(kept: Kept, meta: &Meta) -> std::io::Result<(Self, Vec<Entry>)> {
-        let dir = kept.dir()?;
-        let text = String::from_utf8(dir.read(JOURNAL)?).map_err(std::io::Error::other)?;
+    pub fn open(kept: Kept, meta: &Meta) -> Result<(Self, Vec<Entry>), AdoptError> {
+        let dir = kept.dir().map_err(AdoptError::Dir)?;
+        let text = dir.read(JOURNAL).map_err(AdoptError::ReadJournal)?;
+        let text = String::from_utf8(text).map_err(AdoptError::JournalNotText)?;
         let entries = text
             .lines()
             .map_while(|line| serde_json::from_str(line).ok())
             .collect();
         let files = (0..streams(meta.params.tty).len())
-            .map(|index| open_stream(&dir, index))
+            .map(|index| {
+                open_stream(&dir, index).map_err(|source| AdoptError::Open {
+                    name: stream_name(index),
+                    source,
+                })
+            })
             .collect::<Result<_, _>>()?;
-        let journal = open_journal(&dir)?;
+        let journal = open_journal(&dir).map_err(|source| AdoptError::Open {
+            name: JOURNAL.to_owned(),
+            source,
+        })?;
         Ok((Self::new(files, Some(journal), Some(kept)), entries))
     }
 

@@ -2,9 +2,9 @@
 //! is done: a reader per output (with backpressure while the attached client lags), the
 //! supervision of its tree (exit, gone, usage), its timeout and its input-wait sampling.
 //!
-//! Invariants: the tasks hold the table weakly (a dropped session ends them, killing nothing
-//! itself) and the process strongly; the exit is recorded once, after the outputs drained (or
-//! [`EXIT_DRAIN_GRACE`]), and the tree counts as live until its supervisor is gone.
+//! Invariants: the tasks hold the table weakly (they never keep an ended session's table
+//! alive) and the process strongly; the exit is recorded once, after the outputs drained (or
+//! `EXIT_DRAIN_GRACE`), and the process counts as live until its supervisor is gone.
 
 use super::managed::{InputWait, ManagedProcess};
 use super::output::{Exit, Record, Span};
