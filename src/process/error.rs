@@ -135,12 +135,41 @@ impl From<ProcessError> for RpcError {
     }
 }
 
+/// Why a new process cannot be kept in the state directory's `processes` (it then runs on
+/// memory files and does not survive a restart of the daemon, which the log says), by step,
+/// with the path it concerns beneath `processes`.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum KeepError {
+    #[error("cannot make processes/{path}: {source}")]
+    MakeSpare {
+        path: String,
+        source: std::io::Error,
+    },
+    /// The blocking thread making a spare directory failed (panicked).
+    #[error("{0}")]
+    SpareTask(tokio::task::JoinError),
+    #[error("{0}")]
+    EncodeMeta(serde_json::Error),
+    #[error("cannot write processes/{dir}/meta.json: {source}")]
+    WriteMeta { dir: String, source: std::io::Error },
+    #[error("cannot rename processes/{from} to processes/{to}: {source}")]
+    Rename {
+        from: String,
+        to: String,
+        source: std::io::Error,
+    },
+}
+
 /// Why a process a predecessor kept cannot be adopted, by step, with the file it concerns
 /// (beneath the process's directory in `processes`).
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum AdoptError {
     #[error("cannot open its directory: {0}")]
     Dir(std::io::Error),
+    #[error("cannot read its meta.json: {0}")]
+    ReadMeta(std::io::Error),
+    #[error("its meta.json is not a process's: {0}")]
+    BadMeta(serde_json::Error),
     #[error("cannot read its journal: {0}")]
     ReadJournal(std::io::Error),
     #[error("its journal is not text: {0}")]

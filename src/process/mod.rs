@@ -33,7 +33,7 @@ mod tasks;
 pub(crate) mod tree;
 
 pub(crate) use delivery::Attachment;
-pub(crate) use error::{AdoptError, ProcessError};
+pub(crate) use error::{AdoptError, KeepError, ProcessError};
 pub(crate) use limits::{input_quiet, limits, Timing};
 pub(crate) use managed::{ManagedProcess, Origin};
 pub(crate) use table::{Lookup, ProcessTable};

@@ -9,7 +9,7 @@ use super::managed::{ManagedProcess, Origin, Parts, Writes};
 use super::spawn::{self, ChildIo, LaunchSpec, Spawned};
 use super::store::{Meta, Spare, Store};
 use super::table::{Reservation, TableInner};
-use super::{delivery, supervisor, tasks, tree, ProcessError, Timing};
+use super::{delivery, supervisor, tasks, tree, KeepError, ProcessError, Timing};
 use crate::sandbox::{Launch, Sandboxed};
 use exec_server_protocol::process::{ExitReason, OutputStream};
 use std::os::fd::{AsFd as _, OwnedFd};
@@ -108,7 +108,7 @@ impl TableInner {
     fn not_launched(
         &self,
         id: &str,
-        spare: Option<std::io::Result<Spare>>,
+        spare: Option<Result<Spare, KeepError>>,
         err: ProcessError,
     ) -> ProcessError {
         if let (Some(spares), Some(Ok(spare))) = (&self.spares, spare) {
@@ -154,7 +154,7 @@ impl TableInner {
         launch: &mut Option<Launch>,
     ) -> (
         Result<Spawned, ProcessError>,
-        Option<std::io::Result<Spare>>,
+        Option<Result<Spare, KeepError>>,
     ) {
         let spawning = async {
             match launch {
@@ -178,7 +178,7 @@ impl TableInner {
         &self,
         origin: &Origin,
         io: ChildIo,
-        spare: Option<std::io::Result<Spare>>,
+        spare: Option<Result<Spare, KeepError>>,
         launched: &Launched,
         orders: &tree::Orders,
     ) -> Result<(Ends, Arc<Store>), ProcessError> {
@@ -207,10 +207,10 @@ impl TableInner {
         &self,
         origin: &Origin,
         ends: &Ends,
-        spare: std::io::Result<Spare>,
+        spare: Result<Spare, KeepError>,
         launched: &Launched,
         orders: &tree::Orders,
-    ) -> std::io::Result<Store> {
+    ) -> Result<Store, KeepError> {
         let meta = Meta {
             session: self.session_id.clone(),
             params: origin.params.clone(),

@@ -10,7 +10,7 @@
 //! orphaned supervisor saw its tree end, `exit.reports` (its last reports).
 
 use super::output::{Record, Span, Stored};
-use super::AdoptError;
+use super::{AdoptError, KeepError};
 use crate::state_dir::Dir;
 use bytes::Bytes;
 use exec_server_protocol::base64_bytes::Base64Bytes;
@@ -37,8 +37,9 @@ pub fn stream_index(stream: OutputStream) -> usize {
 }
 
 /// What a kept process in `dir` was started as.
-pub fn read_meta(dir: &Dir) -> std::io::Result<Meta> {
-    serde_json::from_slice(&dir.read(META)?).map_err(std::io::Error::other)
+pub fn read_meta(dir: &Dir) -> Result<Meta, AdoptError> {
+    let text = dir.read(META).map_err(AdoptError::ReadMeta)?;
+    serde_json::from_slice(&text).map_err(AdoptError::BadMeta)
 }
 
 /// A process's directory in the state directory's `processes` (`parent`), held by
@@ -336,7 +337,7 @@ impl Spares {
     /// A spare (made now, on a blocking thread, if none is ready: file creation never runs on
     /// the async workers, where it held up every other connection's requests during a burst
     /// of starts); others are made in the background.
-    pub async fn take(self: &std::sync::Arc<Self>) -> std::io::Result<Spare> {
+    pub async fn take(self: &std::sync::Arc<Self>) -> Result<Spare, KeepError> {
         use std::sync::atomic::Ordering;
         let ready = self.ready.lock().unwrap().pop();
         if !self.refilling.swap(true, Ordering::AcqRel) {
@@ -357,7 +358,7 @@ impl Spares {
                 let spares = self.clone();
                 tokio::task::spawn_blocking(move || spares.make())
                     .await
-                    .map_err(std::io::Error::other)?
+                    .map_err(KeepError::SpareTask)?
             }
         }
     }
@@ -367,11 +368,15 @@ impl Spares {
         self.ready.lock().unwrap().push(spare);
     }
 
-    fn make(&self) -> std::io::Result<Spare> {
+    fn make(&self) -> Result<Spare, KeepError> {
         let name = format!("{SPARE_PREFIX}{}", uuid::Uuid::new_v4().simple());
-        let dir = self.dir.create_dir(&name)?;
+        let failed = |file: &str| {
+            let path = format!("{name}/{file}");
+            move |source| KeepError::MakeSpare { path, source }
+        };
+        let dir = self.dir.create_dir(&name).map_err(failed(""))?;
         let new = OFlag::O_CREAT | OFlag::O_EXCL;
-        let open = |name: &str, flags: OFlag| dir.open(name, flags | new);
+        let open = |file: &str, flags: OFlag| dir.open(file, flags | new).map_err(failed(file));
         Ok(Spare {
             files: vec![
                 open(&stream_name(0), OFlag::O_RDWR)?,
@@ -379,7 +384,8 @@ impl Spares {
             ],
             meta: open(META, OFlag::O_RDWR)?,
             journal: open(JOURNAL, APPEND)?,
-            listener: std::os::unix::net::UnixListener::bind(dir.through_fd(SOCKET))?,
+            listener: std::os::unix::net::UnixListener::bind(dir.through_fd(SOCKET))
+                .map_err(failed(SOCKET))?,
             parent: self.dir.clone(),
             name,
             dir,
@@ -394,10 +400,21 @@ impl Spare {
         self,
         name: &str,
         meta: &Meta,
-    ) -> std::io::Result<(Store, std::os::unix::net::UnixListener)> {
+    ) -> Result<(Store, std::os::unix::net::UnixListener), KeepError> {
+        let text = serde_json::to_vec(meta).map_err(KeepError::EncodeMeta)?;
         let renamed = (&self.meta)
-            .write_all(&serde_json::to_vec(meta).map_err(std::io::Error::other)?)
-            .and_then(|()| self.parent.rename(&self.name, name));
+            .write_all(&text)
+            .map_err(|source| KeepError::WriteMeta {
+                dir: self.name.clone(),
+                source,
+            })
+            .and_then(|()| {
+                (self.parent.rename(&self.name, name)).map_err(|source| KeepError::Rename {
+                    from: self.name.clone(),
+                    to: name.to_owned(),
+                    source,
+                })
+            });
         if let Err(err) = renamed {
             let _ = self.parent.remove_tree(&self.name);
             return Err(err);
