@@ -1,7 +1,8 @@
 //! Why a `process/*` call failed, and the JSON-RPC error each reason becomes: params the
 //! method cannot take -32602, a request the table refuses -32600, the daemon's own failure to
-//! start or feed a process -32603. Also why a kept process cannot be adopted ([`AdoptError`]),
-//! which only the log hears of.
+//! start or feed a process -32603. Also why a new process cannot be kept in the state
+//! directory ([`KeepError`]) and why a kept one cannot be adopted ([`AdoptError`]), which only
+//! the log hears of.
 
 use crate::rpc::RpcError;
 use exec_server_protocol::process::OutputStream;
@@ -71,10 +72,10 @@ pub(crate) enum ProcessError {
     StdinFailed,
     #[error("failed to resize terminal: {0}")]
     Resize(std::io::Error),
-    /// The start's own task failed (panicked).
+    /// The start's own task failed (panicked, or cancelled at shutdown).
     #[error("the start failed: {0}")]
     StartTask(tokio::task::JoinError),
-    /// The blocking thread preparing a sandbox failed (panicked).
+    /// The blocking thread preparing a sandbox failed (panicked, or cancelled at shutdown).
     #[error("{0}")]
     PrepareTask(tokio::task::JoinError),
     /// The launch could not be encoded for the supervisor.
@@ -145,7 +146,7 @@ pub(crate) enum KeepError {
         path: String,
         source: std::io::Error,
     },
-    /// The blocking thread making a spare directory failed (panicked).
+    /// The blocking thread making a spare directory failed (panicked, or cancelled at shutdown).
     #[error("{0}")]
     SpareTask(tokio::task::JoinError),
     #[error("{0}")]

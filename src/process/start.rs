@@ -2,7 +2,8 @@
 //! output goes decided (`keep`), the process made and its tasks started.
 //!
 //! Invariants: whatever happens after the launch, its tree is tracked in the table or killed at
-//! once, and the reservation is either filled or given back; a spare not used is put back.
+//! once, and the reservation is either filled or given back; the spare taken for a launch
+//! that failed is put back.
 
 use super::input_wait::StdinObject;
 use super::managed::{ManagedProcess, Origin, Parts, Writes};
@@ -27,6 +28,7 @@ struct Ends {
 }
 
 impl TableInner {
+    /// What [`super::ProcessTable::start`] runs, on a task of its own.
     pub(super) async fn start(
         self: Arc<Self>,
         origin: Origin,
