@@ -12,8 +12,11 @@ use exec_server_protocol::rpc::code;
 pub(crate) enum ProcessError {
     #[error("argv must not be empty")]
     EmptyArgv,
-    #[error("cwd URI `{uri}` is not valid on this exec-server host: {why}")]
-    BadCwd { uri: String, why: String },
+    #[error("cwd URI `{uri}` is not valid on this exec-server host: {source}")]
+    BadCwd {
+        uri: String,
+        source: exec_server_protocol::path_uri::PathUriError,
+    },
     #[error("inputWaitMs must be between 0 (off) and {max}, not {value}")]
     InputWaitOutOfRange { max: i64, value: i64 },
     #[error("limits.{name} must be between {min} and {max}, not {value}")]

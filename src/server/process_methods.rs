@@ -66,10 +66,13 @@ async fn launch(
     let Some((program, args)) = params.argv.split_first() else {
         return Err(ProcessError::EmptyArgv);
     };
-    let cwd = params.cwd.to_path().map_err(|err| ProcessError::BadCwd {
-        uri: params.cwd.to_string(),
-        why: err.to_string(),
-    })?;
+    let cwd = params
+        .cwd
+        .to_path()
+        .map_err(|source| ProcessError::BadCwd {
+            uri: params.cwd.to_string(),
+            source,
+        })?;
     // A resolution that walks directory trees runs off the async workers.
     let prepared = if params.sandbox.as_ref().is_some_and(sandbox::prepare_walks) {
         let (params, cwd) = (params.clone(), cwd.clone());
