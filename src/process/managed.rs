@@ -111,32 +111,32 @@ pub(super) enum InputWait {
 /// What a process is made of, however it came to this daemon: launched by it
 /// (`super::start`) or adopted from a predecessor (`super::adopt`).
 pub(super) struct Parts {
-    pub origin: Origin,
-    pub pid: i32,
-    pub supervisor_pid: i32,
-    pub orders: tree::Orders,
+    pub(super) origin: Origin,
+    pub(super) pid: i32,
+    pub(super) supervisor_pid: i32,
+    pub(super) orders: tree::Orders,
     /// When the program started (under a predecessor, for an adopted one).
-    pub started_at: SystemTime,
+    pub(super) started_at: SystemTime,
     /// Its output so far (none for a new process).
-    pub log: OutputLog,
+    pub(super) log: OutputLog,
     /// Its outputs being read.
-    pub open_streams: usize,
-    pub denial: Option<Scanner>,
+    pub(super) open_streams: usize,
+    pub(super) denial: Option<Scanner>,
     /// None: it has no stdin, or it was closed.
-    pub stdin: Option<OwnedFd>,
-    pub writes: Writes,
+    pub(super) stdin: Option<OwnedFd>,
+    pub(super) writes: Writes,
     /// A terminal's master, for resizing.
-    pub master: Option<OwnedFd>,
-    pub sandbox: Option<Sandboxed>,
-    pub store: Arc<Store>,
+    pub(super) master: Option<OwnedFd>,
+    pub(super) sandbox: Option<Sandboxed>,
+    pub(super) store: Arc<Store>,
 }
 
 /// The stdin writes a predecessor accepted (by id), and those of them it had not begun to
 /// write (written first); none for a new process.
 #[derive(Default)]
 pub(super) struct Writes {
-    pub accepted: Vec<String>,
-    pub pending: Vec<(String, Bytes)>,
+    pub(super) accepted: Vec<String>,
+    pub(super) pending: Vec<(String, Bytes)>,
 }
 
 impl ManagedProcess {
