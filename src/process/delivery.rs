@@ -1,10 +1,10 @@
 //! Pushes a process's events to whichever connection its session is attached to, in seq order.
 //! While detached nothing is sent; the client catches up with `process/read` after resuming.
+//! The session owns the attachment and changes it; processes only follow it.
 
 use super::output::{Chunk, Event};
 use super::ManagedProcess;
 use crate::rpc::outbound::{push_json_string, Message, Outbound};
-use crate::session::Attachment;
 use exec_server_protocol::process::{
     ClosedNotification, ExitedNotification, InputWaitNotification,
 };
@@ -16,7 +16,14 @@ use tokio::sync::watch;
 /// Events taken from the log per lock.
 const BATCH: usize = 64;
 
-pub async fn deliver(
+/// The connection a session's notifications currently go to.
+#[derive(Clone, Debug)]
+pub(crate) struct Attachment {
+    pub connection_id: u64,
+    pub outbound: Outbound,
+}
+
+pub(super) async fn deliver(
     process: Arc<ManagedProcess>,
     mut attachment: watch::Receiver<Option<Attachment>>,
 ) {

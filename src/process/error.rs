@@ -1,17 +1,22 @@
 //! Why a `process/*` call failed, and the JSON-RPC error each reason becomes: params the
 //! method cannot take -32602, a request the table refuses -32600, the daemon's own failure to
-//! start or feed a process -32603.
+//! start or feed a process -32603. Also why a new process cannot be kept in the state
+//! directory ([`KeepError`]) and why a kept one cannot be adopted ([`AdoptError`]), which only
+//! the log hears of.
 
 use crate::rpc::RpcError;
-use crate::session::SessionError;
+use exec_server_protocol::process::OutputStream;
 use exec_server_protocol::rpc::code;
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ProcessError {
     #[error("argv must not be empty")]
     EmptyArgv,
-    #[error("cwd URI `{uri}` is not valid on this exec-server host: {why}")]
-    BadCwd { uri: String, why: String },
+    #[error("cwd URI `{uri}` is not valid on this exec-server host: {source}")]
+    BadCwd {
+        uri: String,
+        source: exec_server_protocol::path_uri::PathUriError,
+    },
     #[error("inputWaitMs must be between 0 (off) and {max}, not {value}")]
     InputWaitOutOfRange { max: i64, value: i64 },
     #[error("limits.{name} must be between {min} and {max}, not {value}")]
@@ -74,12 +79,19 @@ pub(crate) enum ProcessError {
     StdinFailed,
     #[error("failed to resize terminal: {0}")]
     Resize(std::io::Error),
-    /// A task of the daemon's own (the start, a blocking preparation) failed.
+    /// The start's own task failed (panicked, or cancelled at shutdown).
+    #[error("the start failed: {0}")]
+    StartTask(tokio::task::JoinError),
+    /// The blocking thread preparing a sandbox failed (panicked, or cancelled at shutdown).
     #[error("{0}")]
-    Internal(String),
+    PrepareTask(tokio::task::JoinError),
+    /// No memory file could be made for an output (`memfd_create`).
+    #[error("cannot keep the process's output: {0}")]
+    OutputFile(std::io::Error),
+    /// A terminal's master could not be duplicated for its reader and its stdin.
+    #[error("cannot keep the process's output: {0}")]
+    TerminalClone(std::io::Error),
 
-    #[error(transparent)]
-    Session(#[from] SessionError),
     /// The sandbox's own errors, already JSON-RPC errors.
     #[error(transparent)]
     Sandbox(#[from] RpcError),
@@ -116,9 +128,64 @@ impl From<ProcessError> for RpcError {
             TooManyProcesses { limit, max, .. } => RpcError::invalid_request(message)
                 .with_data(serde_json::json!({ "retryable": true, "limit": limit, "max": max })),
             Launch { program, error } => error.into_rpc(&program),
-            StdinFailed | Resize(_) | Internal(_) => RpcError::internal(message),
-            Session(err) => err.into(),
+            StdinFailed | Resize(_) | StartTask(_) | PrepareTask(_) | OutputFile(_)
+            | TerminalClone(_) => RpcError::internal(message),
             Sandbox(err) => err,
         }
     }
+}
+
+/// Why a new process cannot be kept in the state directory's `processes` (it then runs on
+/// memory files and does not survive a restart of the daemon, which the log says), by step,
+/// with the path it concerns beneath `processes`.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum KeepError {
+    #[error("cannot make processes/{path}: {source}")]
+    MakeSpare {
+        path: String,
+        source: std::io::Error,
+    },
+    /// The blocking thread making a spare directory failed (panicked, or cancelled at shutdown).
+    #[error("{0}")]
+    SpareTask(tokio::task::JoinError),
+    #[error("{0}")]
+    EncodeMeta(serde_json::Error),
+    #[error("cannot write processes/{dir}/meta.json: {source}")]
+    WriteMeta { dir: String, source: std::io::Error },
+    #[error("cannot rename processes/{from} to processes/{to}: {source}")]
+    Rename {
+        from: String,
+        to: String,
+        source: std::io::Error,
+    },
+}
+
+/// Why a process a predecessor kept cannot be adopted, by step, with the file it concerns
+/// (beneath the process's directory in `processes`).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum AdoptError {
+    #[error("cannot open its directory: {0}")]
+    Dir(std::io::Error),
+    #[error("cannot read its meta.json: {0}")]
+    ReadMeta(std::io::Error),
+    #[error("its meta.json is not a process's: {0}")]
+    BadMeta(serde_json::Error),
+    #[error("cannot read its journal: {0}")]
+    ReadJournal(std::io::Error),
+    #[error("its journal is not text: {0}")]
+    JournalNotText(std::string::FromUtf8Error),
+    #[error("cannot open its {name}: {source}")]
+    Open {
+        name: String,
+        source: std::io::Error,
+    },
+    #[error("its {0:?} output has no file")]
+    NoFile(OutputStream),
+    #[error("cannot read the size of its {stream:?} output file: {source}")]
+    FileSize {
+        stream: OutputStream,
+        source: std::io::Error,
+    },
+    #[error("cannot duplicate its terminal: {0}")]
+    TerminalClone(std::io::Error),
 }

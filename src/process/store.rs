@@ -10,6 +10,8 @@
 //! orphaned supervisor saw its tree end, `exit.reports` (its last reports).
 
 use super::output::{Record, Span, Stored};
+use super::{AdoptError, KeepError};
+use crate::ipc::message::SUPERVISOR_SOCKET;
 use crate::state_dir::Dir;
 use bytes::Bytes;
 use exec_server_protocol::base64_bytes::Base64Bytes;
@@ -33,8 +35,9 @@ pub fn stream_index(stream: OutputStream) -> usize {
 }
 
 /// What a kept process in `dir` was started as.
-pub fn read_meta(dir: &Dir) -> std::io::Result<Meta> {
-    serde_json::from_slice(&dir.read(META)?).map_err(std::io::Error::other)
+pub fn read_meta(dir: &Dir) -> Result<Meta, AdoptError> {
+    let text = dir.read(META).map_err(AdoptError::ReadMeta)?;
+    serde_json::from_slice(&text).map_err(AdoptError::BadMeta)
 }
 
 /// A process's directory in the state directory's `processes` (`parent`), held by
@@ -139,17 +142,26 @@ impl Store {
     /// An existing process directory, as a predecessor left it (its `meta` read already): its
     /// journal's entries (a last line cut short by a crash is left out) and the store,
     /// appending.
-    pub fn open(kept: Kept, meta: &Meta) -> std::io::Result<(Self, Vec<Entry>)> {
-        let dir = kept.dir()?;
-        let text = String::from_utf8(dir.read(JOURNAL)?).map_err(std::io::Error::other)?;
+    pub fn open(kept: Kept, meta: &Meta) -> Result<(Self, Vec<Entry>), AdoptError> {
+        let dir = kept.dir().map_err(AdoptError::Dir)?;
+        let text = dir.read(JOURNAL).map_err(AdoptError::ReadJournal)?;
+        let text = String::from_utf8(text).map_err(AdoptError::JournalNotText)?;
         let entries = text
             .lines()
             .map_while(|line| serde_json::from_str(line).ok())
             .collect();
         let files = (0..streams(meta.params.tty).len())
-            .map(|index| open_stream(&dir, index))
+            .map(|index| {
+                open_stream(&dir, index).map_err(|source| AdoptError::Open {
+                    name: stream_name(index),
+                    source,
+                })
+            })
             .collect::<Result<_, _>>()?;
-        let journal = open_journal(&dir)?;
+        let journal = open_journal(&dir).map_err(|source| AdoptError::Open {
+            name: JOURNAL.to_owned(),
+            source,
+        })?;
         Ok((Self::new(files, Some(journal), Some(kept)), entries))
     }
 
@@ -323,7 +335,7 @@ impl Spares {
     /// A spare (made now, on a blocking thread, if none is ready: file creation never runs on
     /// the async workers, where it held up every other connection's requests during a burst
     /// of starts); others are made in the background.
-    pub async fn take(self: &std::sync::Arc<Self>) -> std::io::Result<Spare> {
+    pub async fn take(self: &std::sync::Arc<Self>) -> Result<Spare, KeepError> {
         use std::sync::atomic::Ordering;
         let ready = self.ready.lock().unwrap().pop();
         if !self.refilling.swap(true, Ordering::AcqRel) {
@@ -344,7 +356,7 @@ impl Spares {
                 let spares = self.clone();
                 tokio::task::spawn_blocking(move || spares.make())
                     .await
-                    .map_err(std::io::Error::other)?
+                    .map_err(KeepError::SpareTask)?
             }
         }
     }
@@ -354,11 +366,15 @@ impl Spares {
         self.ready.lock().unwrap().push(spare);
     }
 
-    fn make(&self) -> std::io::Result<Spare> {
+    fn make(&self) -> Result<Spare, KeepError> {
         let name = format!("{SPARE_PREFIX}{}", uuid::Uuid::new_v4().simple());
-        let dir = self.dir.create_dir(&name)?;
+        let failed = |file: &str| {
+            let path = format!("{name}/{file}");
+            move |source| KeepError::MakeSpare { path, source }
+        };
+        let dir = self.dir.create_dir(&name).map_err(failed(""))?;
         let new = OFlag::O_CREAT | OFlag::O_EXCL;
-        let open = |name: &str, flags: OFlag| dir.open(name, flags | new);
+        let open = |file: &str, flags: OFlag| dir.open(file, flags | new).map_err(failed(file));
         Ok(Spare {
             files: vec![
                 open(&stream_name(0), OFlag::O_RDWR)?,
@@ -366,9 +382,8 @@ impl Spares {
             ],
             meta: open(META, OFlag::O_RDWR)?,
             journal: open(JOURNAL, APPEND)?,
-            listener: std::os::unix::net::UnixListener::bind(
-                dir.through_fd(crate::ipc::message::SUPERVISOR_SOCKET),
-            )?,
+            listener: std::os::unix::net::UnixListener::bind(dir.through_fd(SUPERVISOR_SOCKET))
+                .map_err(failed(SUPERVISOR_SOCKET))?,
             parent: self.dir.clone(),
             name,
             dir,
@@ -383,10 +398,21 @@ impl Spare {
         self,
         name: &str,
         meta: &Meta,
-    ) -> std::io::Result<(Store, std::os::unix::net::UnixListener)> {
+    ) -> Result<(Store, std::os::unix::net::UnixListener), KeepError> {
+        let text = serde_json::to_vec(meta).map_err(KeepError::EncodeMeta)?;
         let renamed = (&self.meta)
-            .write_all(&serde_json::to_vec(meta).map_err(std::io::Error::other)?)
-            .and_then(|()| self.parent.rename(&self.name, name));
+            .write_all(&text)
+            .map_err(|source| KeepError::WriteMeta {
+                dir: self.name.clone(),
+                source,
+            })
+            .and_then(|()| {
+                (self.parent.rename(&self.name, name)).map_err(|source| KeepError::Rename {
+                    from: self.name.clone(),
+                    to: name.to_owned(),
+                    source,
+                })
+            });
         if let Err(err) = renamed {
             let _ = self.parent.remove_tree(&self.name);
             return Err(err);

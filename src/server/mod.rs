@@ -3,6 +3,7 @@
 
 mod connection;
 mod context;
+mod process_methods;
 mod router;
 mod routes;
 #[cfg(test)]

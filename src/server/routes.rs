@@ -1,6 +1,7 @@
 //! Every method the daemon serves, each registered once with its handler. `initialize` is not
 //! here: it is the connection's own business ([`super::connection`]).
 
+use super::process_methods;
 use super::router::{Ctx, Router};
 use crate::rpc::RpcError;
 use crate::{audit, environment, fs, http, process};
@@ -21,7 +22,7 @@ fn build() -> Router {
             let arrived = std::time::Instant::now();
             c.audit(m::ProcessStart::NAME, || audit::process_start(&p))
                 .await?;
-            let started = process::methods::start(&c.session, &c.call, p).await?;
+            let started = process_methods::start(&c.session, &c.call, p).await?;
             if !started.existing {
                 let sandboxed = started.sandbox_type != SandboxType::None;
                 crate::metrics::get().launched(sandboxed, arrived.elapsed());
@@ -31,34 +32,34 @@ fn build() -> Router {
         },
     );
     router.request::<m::ProcessRead>(|c: Ctx, p| async move {
-        process::methods::read(&c.session, c.connection.id, p).await
+        process_methods::read(&c.session, c.connection.id, p).await
     });
     router.request::<m::ProcessWrite>(
-        |c: Ctx, p| async move { process::methods::write(&c.session, p) },
+        |c: Ctx, p| async move { process_methods::write(&c.session, p) },
     );
     router.request::<m::ProcessSignal>(
         |c: Ctx, p: <m::ProcessSignal as Method>::Params| async move {
             let details = || json!({ "processId": p.process_id, "signal": p.signal });
             c.audit(m::ProcessSignal::NAME, details).await?;
-            Ok::<_, RpcError>(process::methods::signal(&c.session, p)?)
+            Ok::<_, RpcError>(process_methods::signal(&c.session, p)?)
         },
     );
     router.request::<m::ProcessTerminate>(
         |c: Ctx, p: <m::ProcessTerminate as Method>::Params| async move {
             let details = || json!({ "processId": p.process_id });
             c.audit(m::ProcessTerminate::NAME, details).await?;
-            Ok::<_, RpcError>(process::methods::terminate(&c.session, p)?)
+            Ok::<_, RpcError>(process_methods::terminate(&c.session, p)?)
         },
     );
     router.request::<m::ProcessResize>(|c: Ctx, p| async move {
-        process::methods::resize(&c.session, p)
+        process_methods::resize(&c.session, p)
     });
     router.request::<m::ProcessCloseStdin>(|c: Ctx, p| async move {
-        process::methods::close_stdin(&c.session, p)
+        process_methods::close_stdin(&c.session, p)
     });
 
     router.request::<m::ProcessList>(|c: Ctx, ()| async move {
-        Ok::<_, Infallible>(process::methods::list(&c.session))
+        Ok::<_, Infallible>(process_methods::list(&c.session))
     });
 
     fs::one_shots(&mut OneShots(&mut router));

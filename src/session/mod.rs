@@ -4,10 +4,11 @@
 mod registry;
 
 pub use registry::Registry;
+// Processes follow the attachment to deliver their events: it is theirs, the session sets it.
+pub(crate) use crate::process::Attachment;
 
 use crate::config::Config;
 use crate::process::ProcessTable;
-use crate::rpc::outbound::Outbound;
 use crate::rpc::RpcError;
 use exec_server_protocol::environment::EnvironmentInfo;
 use exec_server_protocol::rpc::code;
@@ -30,13 +31,6 @@ pub(crate) fn id_digest(id: &str) -> String {
         .iter()
         .map(|byte| format!("{byte:02x}"))
         .collect()
-}
-
-/// The connection a session's notifications currently go to.
-#[derive(Clone, Debug)]
-pub struct Attachment {
-    pub connection_id: u64,
-    pub outbound: Outbound,
 }
 
 /// Why a session cannot be created, resumed or used; an attached session's resume has the

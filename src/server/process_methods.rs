@@ -1,9 +1,11 @@
-//! The `process/*` methods.
+//! The `process/*` methods: a session's process table, asked for what each method does. The
+//! one place a session's errors and a process's meet: `process/read` fails with either, so it
+//! answers with the JSON-RPC error itself.
 
-use super::ProcessError;
-use super::{env, Lookup, ManagedProcess, Origin, Timing};
 use crate::launcher::sandboxed::Launch;
-use crate::launcher::spec::{LaunchSpec, Limits, DEFAULT_SIZE};
+use crate::launcher::spec::{LaunchSpec, DEFAULT_SIZE};
+use crate::process::{env, input_quiet, limits, Lookup, ManagedProcess, Origin};
+use crate::process::{ProcessError, Timing};
 use crate::rpc::{Call, RpcError};
 use crate::sandbox;
 use crate::session::Session;
@@ -65,16 +67,19 @@ async fn launch(
     let Some((program, args)) = params.argv.split_first() else {
         return Err(ProcessError::EmptyArgv);
     };
-    let cwd = params.cwd.to_path().map_err(|err| ProcessError::BadCwd {
-        uri: params.cwd.to_string(),
-        why: err.to_string(),
-    })?;
+    let cwd = params
+        .cwd
+        .to_path()
+        .map_err(|source| ProcessError::BadCwd {
+            uri: params.cwd.to_string(),
+            source,
+        })?;
     // A resolution that walks directory trees runs off the async workers.
     let prepared = if params.sandbox.as_ref().is_some_and(sandbox::prepare_walks) {
         let (params, cwd) = (params.clone(), cwd.clone());
         tokio::task::spawn_blocking(move || sandbox::prepare_start(&params, &cwd))
             .await
-            .map_err(|err| ProcessError::Internal(err.to_string()))?
+            .map_err(ProcessError::PrepareTask)?
             .map_err(RpcError::from)?
     } else {
         sandbox::prepare_start(params, &cwd).map_err(RpcError::from)?
@@ -137,85 +142,6 @@ pub(crate) fn list(session: &Session) -> ListResult {
     }
 }
 
-/// Accepted ranges: beyond them a limit is a mistake, not a limit.
-const MAX_TIMEOUT_MS: i64 = 30 * 24 * 3600 * 1000;
-const MAX_OPEN_FILES: i64 = 1 << 20;
-const MAX_CPU_SECONDS: i64 = 365 * 24 * 3600;
-const MIN_MEMORY_BYTES: i64 = 1 << 20;
-const MAX_MEMORY_BYTES: i64 = 1 << 50;
-/// The kernel's own ceiling on pids.
-const MAX_PROCESSES: i64 = 1 << 22;
-
-/// Validates `process/start.limits`: per process and per tree, and the timeout.
-fn limits(limits: Option<&ProcessLimits>) -> Result<(Limits, Option<Duration>), ProcessError> {
-    let Some(limits) = limits else {
-        return Ok((Limits::default(), None));
-    };
-    let check = |name, value: Option<i64>, (min, max): (i64, i64)| match value {
-        Some(value) if !(min..=max).contains(&value) => Err(ProcessError::LimitOutOfRange {
-            name,
-            min,
-            max,
-            value,
-        }),
-        value => Ok(value.map(|value| value as u64)),
-    };
-    let (memory, pids) = crate::launcher::cgroup::supported();
-    for (name, value, supported) in [
-        ("maxMemoryBytes", limits.max_memory_bytes, memory),
-        ("maxProcesses", limits.max_processes, pids),
-    ] {
-        if value.is_some() && !supported {
-            return Err(ProcessError::LimitUnsupported(name));
-        }
-    }
-    let timeout =
-        check("timeoutMs", limits.timeout_ms, (1, MAX_TIMEOUT_MS))?.map(Duration::from_millis);
-    let limits = Limits {
-        max_open_files: check("maxOpenFiles", limits.max_open_files, (1, MAX_OPEN_FILES))?,
-        max_cpu_seconds: check(
-            "maxCpuSeconds",
-            limits.max_cpu_seconds,
-            (1, MAX_CPU_SECONDS),
-        )?,
-        max_memory_bytes: check(
-            "maxMemoryBytes",
-            limits.max_memory_bytes,
-            (MIN_MEMORY_BYTES, MAX_MEMORY_BYTES),
-        )?,
-        max_processes: check("maxProcesses", limits.max_processes, (1, MAX_PROCESSES))?,
-    };
-    Ok((limits, timeout))
-}
-
-impl Timing {
-    /// The durations of a start whose params were checked when it was made (a predecessor's
-    /// process, adopted).
-    pub(crate) fn of(params: &StartParams) -> Self {
-        Self {
-            timeout: limits(params.limits.as_ref())
-                .ok()
-                .and_then(|(_, timeout)| timeout),
-            input_quiet: input_quiet(params.input_wait_ms).ok().flatten(),
-        }
-    }
-}
-
-/// The quiet period before an input wait is reported, unless `inputWaitMs` is 0.
-const DEFAULT_INPUT_WAIT_MS: i64 = 2000;
-const MAX_INPUT_WAIT_MS: i64 = 24 * 3600 * 1000;
-
-fn input_quiet(input_wait_ms: Option<i64>) -> Result<Option<Duration>, ProcessError> {
-    match input_wait_ms.unwrap_or(DEFAULT_INPUT_WAIT_MS) {
-        0 => Ok(None),
-        ms if (1..=MAX_INPUT_WAIT_MS).contains(&ms) => Ok(Some(Duration::from_millis(ms as u64))),
-        value => Err(ProcessError::InputWaitOutOfRange {
-            max: MAX_INPUT_WAIT_MS,
-            value,
-        }),
-    }
-}
-
 fn require(session: &Session, id: &str) -> Result<Arc<ManagedProcess>, ProcessError> {
     match session.processes.lookup(id) {
         Lookup::Ready(process) => Ok(process),
@@ -228,7 +154,7 @@ pub(crate) async fn read(
     session: &Session,
     connection_id: u64,
     params: ReadParams,
-) -> Result<ReadResult, ProcessError> {
+) -> Result<ReadResult, RpcError> {
     // A process still starting is read once its start ended (a start is bounded): a client
     // catching up after a reconnect may read a process whose start it is retrying.
     let id = &params.process_id;
