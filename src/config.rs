@@ -196,23 +196,6 @@ pub struct Args {
     pub log: String,
 }
 
-/// The whole command line: without a subcommand the daemon serves with [`Args`]; the
-/// subcommands are clients of a running daemon.
-#[derive(Debug, Parser)]
-#[command(
-    name = "exec-server",
-    version,
-    about = "Runs and controls processes and files for a remote orchestrator over JSON-RPC on a WebSocket",
-    after_help = "After binding, the WebSocket URL (ws://IP:PORT) is printed as one line on stdout; logs go to stderr.",
-    args_conflicts_with_subcommands = true
-)]
-pub struct Cli {
-    #[command(subcommand)]
-    pub command: Option<crate::cli::Command>,
-    #[command(flatten)]
-    pub serve: Args,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
     Human,

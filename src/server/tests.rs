@@ -2,7 +2,7 @@
 //! (one JSON value per line): what needs no real socket or binary.
 
 use super::routes::ROUTER;
-use crate::config::{Cli, Config};
+use crate::config::{Args, Config};
 use crate::session::Registry;
 use crate::transport::stdio::serve_lines;
 use clap::Parser as _;
@@ -21,7 +21,7 @@ struct Client {
 }
 
 fn config() -> Config {
-    let mut config = Cli::parse_from(["exec-server"]).serve.config().unwrap();
+    let mut config = Args::parse_from(["exec-server"]).config().unwrap();
     config.max_message_bytes = 1024;
     config
 }
