@@ -246,7 +246,7 @@ impl Connection {
             }
         };
         tracing::info!(
-            session = %crate::session::log_digest(&session.id),
+            session = %crate::audit::log_digest(&session.id),
             connection = self.shared.id,
             peer = %who.peer,
             client = %params.client_name,

@@ -287,7 +287,7 @@ impl Registry {
             }
             entry.session.set_attachment(None);
             tracing::info!(
-                session = %super::log_digest(&session.id),
+                session = %crate::audit::log_digest(&session.id),
                 connection = connection_id,
                 on_disconnect = ?session.policy.on_disconnect,
                 ttl = ?session.policy.ttl,
@@ -389,7 +389,7 @@ impl Registry {
         let audit = &self.audit;
         self.forget(&session.id);
         tracing::info!(
-            session = %super::log_digest(&session.id),
+            session = %crate::audit::log_digest(&session.id),
             ?reason,
             "session ended; killing its processes"
         );
@@ -432,7 +432,7 @@ async fn orphan_cleanup(kept: crate::process::store::Kept) {
 /// The name of a kept session's file: its id's SHA-256 in hex, since the id is a credential
 /// and names show up where contents do not (listings, logs, errors).
 fn kept_name(id: &str) -> String {
-    format!("{}.json", super::id_digest(id))
+    format!("{}.json", crate::audit::id_digest(id))
 }
 
 /// Waits (bounded) until the killed trees are gone; says so when some could not be confirmed.
