@@ -3,7 +3,6 @@
 //! up front, where the label set is fixed); what a walk of the sessions can tell (sessions and
 //! processes by state) is counted when scraped instead.
 
-use crate::session::Registry;
 use exec_server_protocol::process::ProcessState;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -155,9 +154,9 @@ impl Metrics {
         self.fs_calls.get_or_create(&[("method", method)]).inc();
     }
 
-    /// The text exposition, with the session and process gauges counted now.
-    pub(crate) fn render(&self, sessions: &Registry) -> String {
-        let counts = sessions.census();
+    /// The text exposition, with the session and process gauges set from `counts`, counted
+    /// by the caller for this scrape.
+    pub(crate) fn render(&self, counts: &Census) -> String {
         for (state, count) in [("attached", counts.attached), ("detached", counts.detached)] {
             self.sessions.get_or_create(&[("state", state)]).set(count);
         }

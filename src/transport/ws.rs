@@ -280,7 +280,7 @@ async fn guarded_metrics(State(registry): State<Arc<Registry>>, headers: HeaderM
 
 /// `GET /metrics`: the Prometheus text exposition.
 async fn metrics(State(registry): State<Arc<Registry>>) -> Response {
-    let text = crate::metrics::get().render(&registry);
+    let text = crate::metrics::get().render(&registry.census());
     ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response()
 }
 
