@@ -516,30 +516,9 @@ pub(super) async fn hand_over_and_exit(
     let closed = connections.close_for_restart(CLOSE_LIMIT).await;
     tracing::info!("closed {closed} connection(s) with 1012 (service restart)");
     registry.audit.flush(super::AUDIT_FLUSH_LIMIT).await;
-    notify(&[sd_notify::NotifyState::MainPid(pid as u32)]);
+    super::systemd::notify_handed_over(pid as u32);
     tracing::info!("handed over to pid {pid}; exiting");
     std::process::exit(0)
-}
-
-/// Tells systemd (Type=notify) that the daemon serves; a successor also names itself the
-/// unit's main process (its predecessor already did, but one that died before that could not).
-pub(super) fn notify_serving(took_over: bool) {
-    let own = std::process::id();
-    if took_over {
-        notify(&[
-            sd_notify::NotifyState::MainPid(own),
-            sd_notify::NotifyState::Ready,
-        ]);
-    } else {
-        notify(&[sd_notify::NotifyState::Ready]);
-    }
-}
-
-/// sd_notify(3): a no-op without NOTIFY_SOCKET.
-fn notify(states: &[sd_notify::NotifyState]) {
-    if let Err(err) = sd_notify::notify(states) {
-        tracing::warn!("cannot notify the service manager: {err}");
-    }
 }
 
 #[cfg(test)]

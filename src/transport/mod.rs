@@ -4,6 +4,7 @@
 mod admission;
 pub(crate) mod handover;
 pub(crate) mod stdio;
+mod systemd;
 mod tls;
 mod unix_socket;
 mod ws;

@@ -112,7 +112,7 @@ impl Http {
             Err(err) => return Err(err.into()),
         }
         tracing::info!("exec-server listening on {url}");
-        super::handover::notify_serving(start.took_over);
+        super::systemd::notify_serving(start.took_over);
         let config = registry.config.clone();
         let app = Router::new()
             .route("/readyz", get(|| async { StatusCode::OK }))
