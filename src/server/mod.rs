@@ -3,9 +3,11 @@
 
 mod connection;
 mod context;
+mod daemon;
 mod router;
 mod routes;
 #[cfg(test)]
 mod tests;
 
 pub(crate) use connection::{serve, AtEnd, Frame};
+pub(crate) use daemon::Daemon;

@@ -24,7 +24,10 @@ fn build() -> Router {
             let started = process::methods::start(&c.session, &c.call, p).await?;
             if !started.existing {
                 let sandboxed = started.sandbox_type != SandboxType::None;
-                crate::metrics::get().launched(sandboxed, arrived.elapsed());
+                c.connection
+                    .daemon
+                    .metrics
+                    .launched(sandboxed, arrived.elapsed());
                 audit_exit(&c, &started.process_id);
             }
             Ok::<_, RpcError>(started)
@@ -91,7 +94,7 @@ fn build() -> Router {
         .request::<m::FsUnwatch>(|c: Ctx, p| async move { fs::unwatch(&c.connection.fs, p).await });
 
     router.request::<m::EnvironmentInfo>(|c: Ctx, ()| async move {
-        Ok::<_, Infallible>(environment::info(&c.connection.registry.config))
+        Ok::<_, Infallible>(environment::info(&c.connection.daemon.config))
     });
     router.request::<m::EnvironmentStatus>(|_: Ctx, ()| async {
         Ok::<_, Infallible>(environment::status())
@@ -99,7 +102,7 @@ fn build() -> Router {
 
     router.request::<m::HttpRequest>(|c: Ctx, p: <m::HttpRequest as Method>::Params| async move {
         let connection = &c.connection;
-        let limit = connection.registry.config.max_http_body_bytes;
+        let limit = connection.daemon.config.max_http_body_bytes;
         c.audit(m::HttpRequest::NAME, || audit::http_request(&p))
             .await?;
         Ok::<_, RpcError>(http::request(&c.call, &connection.http, limit, p).await?)
@@ -110,7 +113,7 @@ fn build() -> Router {
 
 /// With an audit log, records the exit of the process `id` just started, once it exits.
 fn audit_exit(c: &Ctx, id: &str) {
-    let audit = &c.connection.registry.audit;
+    let audit = &c.connection.daemon.audit;
     if !audit.is_on() {
         return;
     }
@@ -145,7 +148,7 @@ impl fs::OneShotVisitor for OneShots<'_> {
     fn visit<M: fs::OneShot>(&mut self) {
         self.0.request_raw::<M>(|c: Ctx, p| async move {
             // Only changes are recorded: a read is not an action.
-            let touches = if c.connection.registry.audit.is_on() {
+            let touches = if c.connection.daemon.audit.is_on() {
                 M::touches(&p)
             } else {
                 Vec::new()
@@ -155,7 +158,7 @@ impl fs::OneShotVisitor for OneShots<'_> {
                 let details = json!({ "paths": paths });
                 c.audit(M::NAME, || details).await?;
             }
-            Ok::<_, RpcError>(fs::one_shot::<M>(&c.call, &c.connection.registry.config, p).await?)
+            Ok::<_, RpcError>(fs::one_shot::<M>(&c.call, &c.connection.daemon.config, p).await?)
         });
     }
 }

@@ -3,12 +3,10 @@
 
 use super::routes::ROUTER;
 use crate::config::{Args, Config};
-use crate::session::Registry;
 use crate::transport::stdio::serve_lines;
 use clap::Parser as _;
 use exec_server_protocol::methods;
 use serde_json::{json, Value};
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader, DuplexStream, Lines};
 use tokio::io::{ReadHalf, WriteHalf};
@@ -33,7 +31,7 @@ impl Client {
         tokio::spawn(serve_lines(
             input,
             output,
-            Registry::new(Arc::new(config()), Default::default(), None),
+            super::Daemon::new(config(), Default::default(), None),
         ));
         let (reader, writer) = tokio::io::split(ours);
         Self {

@@ -22,10 +22,8 @@ pub struct Registry {
     /// Set when the daemon hands over to a successor: a connection's end leaves its session
     /// as it is.
     handing_over: std::sync::atomic::AtomicBool,
-    pub config: Arc<Config>,
-    /// Directories watched by every connection's `fs/watch`es together.
-    pub watched_directories: crate::fs::WatchedDirectories,
-    pub(crate) audit: crate::audit::Audit,
+    config: Arc<Config>,
+    audit: crate::audit::Audit,
     /// Where sessions and processes are kept across a restart (`--state-dir`; None: they
     /// are not); locked while this lives.
     state: Option<crate::state_dir::StateDir>,
@@ -63,7 +61,6 @@ impl Registry {
             closing: Default::default(),
             handing_over: Default::default(),
             config,
-            watched_directories: Default::default(),
             audit,
             spares: state
                 .as_ref()

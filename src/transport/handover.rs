@@ -14,7 +14,7 @@
 //!    ([`hand_over_and_exit`]). A successor that fails before the byte leaves it serving.
 
 use crate::pidfd::Pidfd;
-use crate::session::Registry;
+use crate::server::Daemon;
 use std::ffi::OsString;
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -506,16 +506,16 @@ async fn start_successor(
 pub(super) async fn hand_over_and_exit(
     successor: Successor,
     connections: &super::ws::Connections,
-    registry: &Registry,
+    daemon: &Daemon,
 ) -> ! {
     let pid = successor.pid;
     // Dropped, it would be killed (see kill_on_drop above).
     std::mem::forget(successor.child);
     tracing::info!("the successor, pid {pid}, is ready; stopped accepting connections");
-    registry.hand_over();
+    daemon.sessions.hand_over();
     let closed = connections.close_for_restart(CLOSE_LIMIT).await;
     tracing::info!("closed {closed} connection(s) with 1012 (service restart)");
-    registry.audit.flush(super::AUDIT_FLUSH_LIMIT).await;
+    daemon.audit.flush(super::AUDIT_FLUSH_LIMIT).await;
     super::systemd::notify_handed_over(pid as u32);
     tracing::info!("handed over to pid {pid}; exiting");
     std::process::exit(0)

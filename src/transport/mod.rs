@@ -10,9 +10,8 @@ mod unix_socket;
 mod ws;
 
 use crate::config::Config;
-use crate::session::Registry;
+use crate::server::Daemon;
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 pub use handover::Handover;
 
@@ -162,16 +161,15 @@ pub async fn serve(
         ),
         None => None,
     };
-    let registry = Registry::new(Arc::new(config), audit, state);
-    registry.adopt().await?;
+    let daemon = Daemon::new(config, audit, state);
+    daemon.sessions.adopt().await?;
     log_hangups();
     if let Some(listener) = metrics {
         let local = listener.local_addr()?;
         // Before any process can start: no managed network may bridge to it.
         crate::sandbox::peers::note_listener(local);
         tracing::info!("metrics on http://{local}/metrics");
-        let registry = registry.clone();
-        tokio::spawn(ws::serve_metrics(listener, registry));
+        tokio::spawn(ws::serve_metrics(listener, daemon.clone()));
     }
     let connections = ws::Connections::default();
     let start = ws::Start {
@@ -181,11 +179,11 @@ pub async fn serve(
     let outcome = tokio::select! {
         outcome = async {
             match &listener {
-                Some(Listener::Unix(socket)) => ws::serve_unix(socket, registry.clone(), start).await,
+                Some(Listener::Unix(socket)) => ws::serve_unix(socket, daemon.clone(), start).await,
                 Some(Listener::Tcp(listener)) => {
-                    ws::serve_tcp(listener, tls, registry.clone(), start).await
+                    ws::serve_tcp(listener, tls, daemon.clone(), start).await
                 }
-                None => stdio::serve(registry.clone()).await,
+                None => stdio::serve(daemon.clone()).await,
             }
         } => outcome,
         signal = shutdown_signal() => {
@@ -197,12 +195,12 @@ pub async fn serve(
             upgrade_requests,
             listener.as_ref().map(Listener::fd),
         ) => {
-            handover::hand_over_and_exit(successor, &connections, &registry).await
+            handover::hand_over_and_exit(successor, &connections, &daemon).await
         }
     };
     drop(listener);
-    registry.shutdown().await;
-    registry.audit.flush(AUDIT_FLUSH_LIMIT).await;
+    daemon.sessions.shutdown().await;
+    daemon.audit.flush(AUDIT_FLUSH_LIMIT).await;
     outcome
 }
 
