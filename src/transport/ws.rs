@@ -14,7 +14,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use axum::Extension;
 use axum::Router;
-use futures::{SinkExt as _, StreamExt as _};
+use futures::stream::SplitSink;
+use futures::{SinkExt as _, Stream, StreamExt as _};
 use hyper::body::Incoming;
 use hyper::service::Service as _;
 use hyper_util::rt::TokioIo;
@@ -25,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use subtle::ConstantTimeEq as _;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 
 const PROTOCOL_ERROR: u16 = 1002;
@@ -349,69 +350,52 @@ fn bearer_matches(authorization: Option<&HeaderValue>, token: &str) -> bool {
 
 async fn run(socket: WebSocket, daemon: Arc<Daemon>, who: Identity, restart: CancellationToken) {
     let peer = who.peer.clone();
-    let (mut sink, mut stream) = socket.split();
-    let (outbound, mut queue) = Outbound::new(true, daemon.config.outbound_buffer_bytes);
-    let ping_interval = daemon.config.ping_interval;
+    let (sink, mut stream) = socket.split();
+    let (outbound, queue) = Outbound::new(true, daemon.config.outbound_buffer_bytes);
     // Set by the reading side when the peer broke the protocol; sent in our Close frame.
     let close_code = Arc::new(AtomicU16::new(0));
-    let writer_close_code = close_code.clone();
     // When the peer last sent anything: a pong answers every ping, so a live peer is heard
     // from at least once per interval.
     let heard = Arc::new(Mutex::new(Instant::now()));
-    let writer_heard = heard.clone();
-    let writer_peer = peer.clone();
-    let writer_restart = restart.clone();
     // Cancelled when the writer ends, which ends the reading side too.
     let writer_gone = CancellationToken::new();
-    let writer_guard = writer_gone.clone().drop_guard();
-    let writer = tokio::spawn(async move {
-        let _guard = writer_guard;
-        let write = async {
-            let mut ping = tokio::time::interval_at(Instant::now() + ping_interval, ping_interval);
-            loop {
-                let message = tokio::select! {
-                    message = queue.recv() => match message {
-                        Some(outbound::Message::Text(text)) => Message::Text(text.into()),
-                        Some(outbound::Message::Binary(bytes)) => Message::Binary(bytes.into()),
-                        None => break,
-                    },
-                    _ = ping.tick() => Message::Ping(Default::default()),
-                    () = writer_restart.cancelled() => break,
-                };
-                if sink.send(message).await.is_err() {
-                    return;
-                }
-            }
-            // A hand-over also ends the reading side, hence the queue, maybe first.
-            let code = match writer_close_code.load(Ordering::Relaxed) {
-                0 if writer_restart.is_cancelled() => SERVICE_RESTART,
-                code => code,
-            };
-            let frame = match code {
-                0 => None,
-                code => Some(CloseFrame {
-                    code,
-                    reason: "".into(),
-                }),
-            };
-            let _ = sink.send(Message::Close(frame)).await;
-        };
-        // Beside the writing, not inside it: a frozen peer also stops draining its socket, so
-        // a send may block for good. Dropping the sink and the queue then unblocks every
-        // sender of this connection.
-        tokio::select! {
-            () = write => {}
-            () = silence(&writer_heard, 2 * ping_interval) => {
-                tracing::info!(peer = %writer_peer, "no pong for two ping intervals; disconnecting");
-            }
-        }
-    });
-    let frames = stream
+    let writer = Writer {
+        sink,
+        queue,
+        ping_interval: daemon.config.ping_interval,
+        close_code: close_code.clone(),
+        restart: restart.clone(),
+    };
+    let writer = tokio::spawn(writer.run(
+        heard.clone(),
+        peer.clone(),
+        writer_gone.clone().drop_guard(),
+    ));
+    let messages = stream
         .by_ref()
         .inspect(move |_| *heard.lock().unwrap() = Instant::now())
         .take_until(writer_gone.cancelled_owned())
         // No request is read once the daemon hands over (a session made now would be lost).
-        .take_until(restart.cancelled())
+        .take_until(restart.cancelled());
+    let frames = frames(messages, close_code);
+    let context = format!("websocket JSON-RPC message from exec-server websocket {peer}");
+    server::serve(frames, outbound, daemon, who, context, AtEnd::Abort).await;
+    let _ = writer.await;
+    if restart.is_cancelled() {
+        // The close handshake's end: what the peer sent meanwhile is read (and dropped) up to
+        // its Close, so that it finds ours instead of a reset or a broken pipe.
+        let drained = async { while let Some(Ok(_)) = stream.next().await {} };
+        let _ = tokio::time::timeout(CLOSE_DRAIN, drained).await;
+    }
+}
+
+/// The peer's JSON-RPC messages, up to its Close or a broken message, whose close code (too
+/// big, or a protocol error) goes to `close_code` for our Close frame.
+fn frames(
+    messages: impl Stream<Item = Result<Message, axum::Error>>,
+    close_code: Arc<AtomicU16>,
+) -> impl Stream<Item = Frame> {
+    messages
         .take_while(move |message| {
             if let Err(err) = message {
                 // tungstenite reports an over-long message as a capacity error.
@@ -433,15 +417,65 @@ async fn run(socket: WebSocket, daemon: Arc<Daemon>, who: Identity, restart: Can
                 Ok(Message::Binary(bytes)) => Some(Frame::Message(bytes)),
                 _ => None,
             })
-        });
-    let context = format!("websocket JSON-RPC message from exec-server websocket {peer}");
-    server::serve(frames, outbound, daemon, who, context, AtEnd::Abort).await;
-    let _ = writer.await;
-    if restart.is_cancelled() {
-        // The close handshake's end: what the peer sent meanwhile is read (and dropped) up to
-        // its Close, so that it finds ours instead of a reset or a broken pipe.
-        let drained = async { while let Some(Ok(_)) = stream.next().await {} };
-        let _ = tokio::time::timeout(CLOSE_DRAIN, drained).await;
+        })
+}
+
+/// The writing side of a connection: its queued messages and the pings, then our Close.
+struct Writer {
+    sink: SplitSink<WebSocket, Message>,
+    queue: outbound::Queue,
+    ping_interval: Duration,
+    /// Set by the reading side when the peer broke the protocol (0: it did not).
+    close_code: Arc<AtomicU16>,
+    restart: CancellationToken,
+}
+
+impl Writer {
+    /// Writes until the queue ends or the daemon hands over, or until nothing was `heard` from
+    /// `peer` for two ping intervals; `_gone` tells the reading side that the writer ended.
+    async fn run(mut self, heard: Arc<Mutex<Instant>>, peer: Arc<str>, _gone: DropGuard) {
+        let limit = 2 * self.ping_interval;
+        // Beside the writing, not inside it: a frozen peer also stops draining its socket, so
+        // a send may block for good. Dropping the sink and the queue then unblocks every
+        // sender of this connection.
+        tokio::select! {
+            () = self.write() => {}
+            () = silence(&heard, limit) => {
+                tracing::info!(peer = %peer, "no pong for two ping intervals; disconnecting");
+            }
+        }
+    }
+
+    async fn write(&mut self) {
+        let interval = self.ping_interval;
+        let mut ping = tokio::time::interval_at(Instant::now() + interval, interval);
+        loop {
+            let message = tokio::select! {
+                message = self.queue.recv() => match message {
+                    Some(outbound::Message::Text(text)) => Message::Text(text.into()),
+                    Some(outbound::Message::Binary(bytes)) => Message::Binary(bytes.into()),
+                    None => break,
+                },
+                _ = ping.tick() => Message::Ping(Default::default()),
+                () = self.restart.cancelled() => break,
+            };
+            if self.sink.send(message).await.is_err() {
+                return;
+            }
+        }
+        // A hand-over also ends the reading side, hence the queue, maybe first.
+        let code = match self.close_code.load(Ordering::Relaxed) {
+            0 if self.restart.is_cancelled() => SERVICE_RESTART,
+            code => code,
+        };
+        let frame = match code {
+            0 => None,
+            code => Some(CloseFrame {
+                code,
+                reason: "".into(),
+            }),
+        };
+        let _ = self.sink.send(Message::Close(frame)).await;
     }
 }
 
