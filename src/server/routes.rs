@@ -64,7 +64,14 @@ fn build() -> Router {
         Ok::<_, Infallible>(process::methods::list(&c.session))
     });
 
-    fs::one_shots(&mut OneShots(&mut router));
+    fs_methods(&mut router);
+    environment_and_http_methods(&mut router);
+    router
+}
+
+/// The `fs/*` methods, on the connection's handles and watches or one-shot.
+fn fs_methods(router: &mut Router) {
+    fs::one_shots(&mut OneShots(router));
     router.request::<m::FsOpen>(|c: Ctx, p: <m::FsOpen as Method>::Params| async move {
         // A handle opened to write is the write.
         if p.mode.unwrap_or_default() != OpenMode::Read {
@@ -92,7 +99,10 @@ fn build() -> Router {
     });
     router
         .request::<m::FsUnwatch>(|c: Ctx, p| async move { fs::unwatch(&c.connection.fs, p).await });
+}
 
+/// `environment/*` and `http/request`.
+fn environment_and_http_methods(router: &mut Router) {
     router.request::<m::EnvironmentInfo>(|c: Ctx, ()| async move {
         Ok::<_, Infallible>(environment::info(&c.connection.daemon.config))
     });
@@ -107,8 +117,6 @@ fn build() -> Router {
             .await?;
         Ok::<_, RpcError>(http::request(&c.call, &connection.http, limit, p).await?)
     });
-
-    router
 }
 
 /// With an audit log, records the exit of the process `id` just started, once it exits.
