@@ -234,17 +234,17 @@ impl Connection {
         };
         let daemon = &self.shared.daemon;
         let policy = RequestedPolicy::from_params(&params, &daemon.config)?;
-        let (registry, audit, who) = (&daemon.sessions, &daemon.audit, &self.shared.who);
+        let (sessions, audit, who) = (&daemon.sessions, &daemon.audit, &self.shared.who);
         let details = || serde_json::json!({ "client": params.client_name });
         let session = match &params.resume_session_id {
             Some(id) => {
                 audit.before(who, id, "session/resume", details).await?;
-                registry.resume(id, attachment, &policy)?
+                sessions.resume(id, attachment, &policy)?
             }
             None => {
                 let id = Registry::new_id();
                 audit.before(who, &id, "session/create", details).await?;
-                registry.create(id, attachment, &policy)?
+                sessions.create(id, attachment, &policy)?
             }
         };
         tracing::info!(
