@@ -267,6 +267,22 @@ pub(crate) fn process_start(params: &StartParams) -> Value {
     })
 }
 
+/// How logs name a session. Its id lets any connection take the session over, so logs carry only
+/// the first 8 hex digits of the id's SHA-256 (`printf %s ID | sha256sum` finds its lines).
+pub(crate) fn log_digest(id: &str) -> String {
+    id_digest(id)[..8].to_owned()
+}
+
+/// The SHA-256 of a session id, in hex: what names it where the id itself must not appear.
+pub(crate) fn id_digest(id: &str) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, id.as_bytes());
+    digest
+        .as_ref()
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
 /// What an `http/request` record holds: the method and the host, never the path, query,
 /// headers or body.
 pub(crate) fn http_request(params: &HttpRequestParams) -> Value {
@@ -291,7 +307,7 @@ fn record(who: &Identity, session: &str, action: &str, details: Value) -> Vec<u8
     let record = Record {
         time: humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string(),
         action,
-        session: crate::session::log_digest(session),
+        session: log_digest(session),
         peer: &who.peer,
         principal: &who.principal,
         details: match details {
@@ -377,7 +393,7 @@ mod tests {
         let text = std::fs::read_to_string(&path).unwrap();
         let record: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
         assert_eq!(record["action"], "process/start");
-        assert_eq!(record["session"], crate::session::log_digest("s1"));
+        assert_eq!(record["session"], log_digest("s1"));
         assert_eq!(record["principal"], "token");
         assert_eq!(record["argv"][0], "true");
         assert!(record["time"].as_str().unwrap().ends_with('Z'));

@@ -196,23 +196,6 @@ pub struct Args {
     pub log: String,
 }
 
-/// The whole command line: without a subcommand the daemon serves with [`Args`]; the
-/// subcommands are clients of a running daemon.
-#[derive(Debug, Parser)]
-#[command(
-    name = "exec-server",
-    version,
-    about = "Runs and controls processes and files for a remote orchestrator over JSON-RPC on a WebSocket",
-    after_help = "After binding, the WebSocket URL (ws://IP:PORT) is printed as one line on stdout; logs go to stderr.",
-    args_conflicts_with_subcommands = true
-)]
-pub struct Cli {
-    #[command(subcommand)]
-    pub command: Option<crate::cli::Command>,
-    #[command(flatten)]
-    pub serve: Args,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
     Human,
@@ -252,20 +235,7 @@ pub struct Config {
 
 impl Args {
     pub fn config(&self) -> anyhow::Result<Config> {
-        let token = match &self.connection_token_file {
-            Some(path) => Some(read_token_file(path, "--connection-token-file")?),
-            None => self
-                .connection_token
-                .clone()
-                .or_else(|| std::env::var("CODEX_EXEC_SERVER_CONNECTION_TOKEN").ok()),
-        };
-        if let Some(token) = &token {
-            anyhow::ensure!(!token.is_empty(), "the connection token must not be empty");
-            anyhow::ensure!(
-                axum::http::HeaderValue::from_str(&format!("Bearer {token}")).is_ok(),
-                "the connection token must be a valid HTTP header value"
-            );
-        }
+        let token = self.connection_token()?;
         anyhow::ensure!(
             self.output_retention_bytes > 0,
             "--output-retention-bytes must be positive"
@@ -279,39 +249,7 @@ impl Args {
             !self.ping_interval.is_zero(),
             "--ping-interval must be positive"
         );
-        // Descriptors: half for processes, an eighth per listener for the HTTP phase, and the
-        // rest kept for established connections (a resume) and the daemon's own files.
-        let open_files = open_files_limit();
-        let max_pending_connections = self
-            .max_pending_connections
-            .unwrap_or((open_files / 8).clamp(1, 1024));
-        let max_pending_connections_per_peer = self
-            .max_pending_connections_per_peer
-            .unwrap_or((max_pending_connections / 4).clamp(1, 256));
-        let max_processes = self
-            .max_processes
-            .unwrap_or((open_files / 2 / DESCRIPTORS_PER_PROCESS).clamp(1, 4096));
-        let max_processes_per_session = self
-            .max_processes_per_session
-            .unwrap_or((max_processes / 4).max(1));
-        for (flag, value) in [
-            ("--max-requests-in-flight", self.max_requests_in_flight),
-            ("--outbound-buffer-bytes", self.outbound_buffer_bytes),
-            ("--max-pending-connections", max_pending_connections),
-            (
-                "--max-pending-connections-per-peer",
-                max_pending_connections_per_peer,
-            ),
-            ("--max-processes", max_processes),
-            ("--max-processes-per-session", max_processes_per_session),
-        ] {
-            anyhow::ensure!(value > 0, "{flag} must be positive");
-        }
-        // The budget is counted in semaphore permits.
-        anyhow::ensure!(
-            u32::try_from(self.outbound_buffer_bytes).is_ok(),
-            "--outbound-buffer-bytes must be below 4 GiB"
-        );
+        let limits = self.limits()?;
         let user_watches = max_user_watches();
         Ok(Config {
             connection_token: token,
@@ -331,10 +269,10 @@ impl Args {
                 .unwrap_or(user_watches / 8),
             ping_interval: self.ping_interval,
             upgrade_timeout: self.upgrade_timeout,
-            max_pending_connections,
-            max_pending_connections_per_peer,
-            max_processes,
-            max_processes_per_session,
+            max_pending_connections: limits.pending_connections,
+            max_pending_connections_per_peer: limits.pending_connections_per_peer,
+            max_processes: limits.processes,
+            max_processes_per_session: limits.processes_per_session,
             allow_uids: self.allow_uids.clone(),
             tls: self.tls_cert.clone().zip(self.tls_key.clone()),
             metrics_listen: self.metrics_listen,
@@ -347,6 +285,77 @@ impl Args {
             )?,
         })
     }
+
+    /// The bearer token: from its file, its flag or codex's variable, in that order.
+    fn connection_token(&self) -> anyhow::Result<Option<String>> {
+        let token = match &self.connection_token_file {
+            Some(path) => Some(read_token_file(path, "--connection-token-file")?),
+            None => self
+                .connection_token
+                .clone()
+                .or_else(|| std::env::var("CODEX_EXEC_SERVER_CONNECTION_TOKEN").ok()),
+        };
+        if let Some(token) = &token {
+            anyhow::ensure!(!token.is_empty(), "the connection token must not be empty");
+            anyhow::ensure!(
+                axum::http::HeaderValue::from_str(&format!("Bearer {token}")).is_ok(),
+                "the connection token must be a valid HTTP header value"
+            );
+        }
+        Ok(token)
+    }
+
+    /// The limits on connections and processes, given or shared out of the open-files limit,
+    /// checked with the other limits on requests and replies.
+    fn limits(&self) -> anyhow::Result<Limits> {
+        // Descriptors: half for processes, an eighth per listener for the HTTP phase, and the
+        // rest kept for established connections (a resume) and the daemon's own files.
+        let open_files = open_files_limit();
+        let pending_connections = self
+            .max_pending_connections
+            .unwrap_or((open_files / 8).clamp(1, 1024));
+        let pending_connections_per_peer = self
+            .max_pending_connections_per_peer
+            .unwrap_or((pending_connections / 4).clamp(1, 256));
+        let processes = self
+            .max_processes
+            .unwrap_or((open_files / 2 / DESCRIPTORS_PER_PROCESS).clamp(1, 4096));
+        let processes_per_session = self
+            .max_processes_per_session
+            .unwrap_or((processes / 4).max(1));
+        for (flag, value) in [
+            ("--max-requests-in-flight", self.max_requests_in_flight),
+            ("--outbound-buffer-bytes", self.outbound_buffer_bytes),
+            ("--max-pending-connections", pending_connections),
+            (
+                "--max-pending-connections-per-peer",
+                pending_connections_per_peer,
+            ),
+            ("--max-processes", processes),
+            ("--max-processes-per-session", processes_per_session),
+        ] {
+            anyhow::ensure!(value > 0, "{flag} must be positive");
+        }
+        // The budget is counted in semaphore permits.
+        anyhow::ensure!(
+            u32::try_from(self.outbound_buffer_bytes).is_ok(),
+            "--outbound-buffer-bytes must be below 4 GiB"
+        );
+        Ok(Limits {
+            pending_connections,
+            pending_connections_per_peer,
+            processes,
+            processes_per_session,
+        })
+    }
+}
+
+/// The limits of [`Args::limits`].
+struct Limits {
+    pending_connections: usize,
+    pending_connections_per_peer: usize,
+    processes: usize,
+    processes_per_session: usize,
 }
 
 /// The token from `path` (given as `flag`), which only its owner may access (as ssh does with

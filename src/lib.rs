@@ -31,7 +31,8 @@ mod transport;
 // What the binary needs; `rpc` is public for the fuzz targets.
 pub use child::main_if_supervisor;
 pub use cli::main as run_command;
-pub use config::{Args, Cli, LogFormat};
+pub use cli::Cli;
+pub use config::{Args, LogFormat};
 pub use memory::map_large_buffers;
 pub use sandbox::guard::init as record_own_binary;
 pub use transport::{serve, Handover, ListenUrl};

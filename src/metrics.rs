@@ -3,7 +3,6 @@
 //! up front, where the label set is fixed); what a walk of the sessions can tell (sessions and
 //! processes by state) is counted when scraped instead.
 
-use crate::session::Registry;
 use exec_server_protocol::process::ProcessState;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -15,6 +14,8 @@ use std::time::Duration;
 pub(crate) use prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
 type Labels = [(&'static str, &'static str); 1];
+/// A launch metric, labelled by whether the process was sandboxed.
+type LaunchFamily<M> = Family<[(&'static str, bool); 1], M>;
 
 pub(crate) struct Metrics {
     registry: prometheus_client::registry::Registry,
@@ -43,8 +44,8 @@ pub(crate) fn get() -> &'static Metrics {
 
 impl Metrics {
     fn new() -> Self {
-        let launches: Family<[(&'static str, bool); 1], Counter> = Family::default();
-        let launch_seconds: Family<[(&'static str, bool); 1], Histogram> =
+        let launches: LaunchFamily<Counter> = Family::default();
+        let launch_seconds: LaunchFamily<Histogram> =
             Family::new_with_constructor(|| Histogram::new(LAUNCH_BUCKETS));
         let mut metrics = Self {
             connections_open: Gauge::default(),
@@ -63,26 +64,37 @@ impl Metrics {
             http_calls: Counter::default(),
             registry: prometheus_client::registry::Registry::with_prefix("exec_server"),
         };
-        let r = &mut metrics.registry;
+        metrics.register(launches, launch_seconds);
+        metrics
+    }
+
+    /// Registers every metric, the launches' by their families (`self` keeps their children),
+    /// in the order of the exposition.
+    fn register(
+        &mut self,
+        launches: LaunchFamily<Counter>,
+        launch_seconds: LaunchFamily<Histogram>,
+    ) {
+        let r = &mut self.registry;
         r.register(
             "connections_open",
             "Client connections open now",
-            metrics.connections_open.clone(),
+            self.connections_open.clone(),
         );
         r.register(
             "connections",
             "Client connections accepted",
-            metrics.connections.clone(),
+            self.connections.clone(),
         );
         r.register(
             "sessions",
             "Sessions by state (attached to a connection, or detached and waiting for a resume)",
-            metrics.sessions.clone(),
+            self.sessions.clone(),
         );
         r.register(
             "processes",
             "Processes by state (running, exited, closed)",
-            metrics.processes.clone(),
+            self.processes.clone(),
         );
         r.register("process_launches", "Processes launched", launches);
         r.register(
@@ -93,35 +105,30 @@ impl Metrics {
         r.register(
             "output_bytes",
             "Bytes of process output read from processes",
-            metrics.output_bytes.clone(),
+            self.output_bytes.clone(),
         );
         r.register(
             "retained_output_bytes",
             "Bytes of process output retained for replay",
-            metrics.retained_output_bytes.clone(),
+            self.retained_output_bytes.clone(),
         );
         r.register(
             "output_evictions",
             "Output chunks evicted from retention before a client read them",
-            metrics.output_evictions.clone(),
+            self.output_evictions.clone(),
         );
         r.register(
             "rpc_errors",
             "JSON-RPC error replies by code",
-            metrics.errors.clone(),
+            self.errors.clone(),
         );
         r.register(
             "sandbox_denials",
             "Processes and fs calls the sandbox denied",
-            metrics.sandbox_denials.clone(),
+            self.sandbox_denials.clone(),
         );
-        r.register("fs_calls", "fs/* calls by method", metrics.fs_calls.clone());
-        r.register(
-            "http_calls",
-            "http/request calls",
-            metrics.http_calls.clone(),
-        );
-        metrics
+        r.register("fs_calls", "fs/* calls by method", self.fs_calls.clone());
+        r.register("http_calls", "http/request calls", self.http_calls.clone());
     }
 
     /// Counts a connection, open until the guard is dropped.
@@ -155,9 +162,9 @@ impl Metrics {
         self.fs_calls.get_or_create(&[("method", method)]).inc();
     }
 
-    /// The text exposition, with the session and process gauges counted now.
-    pub(crate) fn render(&self, sessions: &Registry) -> String {
-        let counts = sessions.census();
+    /// The text exposition, with the session and process gauges set from `counts`, counted
+    /// by the caller for this scrape.
+    pub(crate) fn render(&self, counts: &Census) -> String {
         for (state, count) in [("attached", counts.attached), ("detached", counts.detached)] {
             self.sessions.get_or_create(&[("state", state)]).set(count);
         }

@@ -9,6 +9,7 @@ mod run;
 mod terminal;
 mod upgrade;
 
+use crate::config::{read_token_file, Args};
 use exec_server_client::{Client, ClientOptions};
 use std::process::ExitCode;
 
@@ -28,6 +29,23 @@ pub enum Command {
     /// listener (no connection is refused). Exit 0 once done (the new pid on stdout), 1 if not
     /// (the daemon goes on serving when its successor failed).
     Upgrade(upgrade::UpgradeArgs),
+}
+
+/// The whole command line: without a subcommand the daemon serves with [`Args`]; the
+/// subcommands are clients of a running daemon.
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "exec-server",
+    version,
+    about = "Runs and controls processes and files for a remote orchestrator over JSON-RPC on a WebSocket",
+    after_help = "After binding, the WebSocket URL (ws://IP:PORT) is printed as one line on stdout; logs go to stderr.",
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub serve: Args,
 }
 
 /// Where the daemon is.
@@ -55,7 +73,7 @@ impl ConnectArgs {
 
     fn options(&self) -> anyhow::Result<ClientOptions> {
         let token = match &self.token_file {
-            Some(path) => Some(crate::config::read_token_file(path, "--token-file")?),
+            Some(path) => Some(read_token_file(path, "--token-file")?),
             None => self.token.clone(),
         };
         let mut options = ClientOptions::new(self.url.clone())

@@ -4,6 +4,8 @@ use super::FsError;
 use exec_server_protocol::fs::{WalkEntry, WalkEntryKind, WalkError, WalkOptions, WalkResult};
 use exec_server_protocol::PathUri;
 use std::collections::{HashSet, VecDeque};
+use std::fs::DirEntry;
+use std::ops::ControlFlow;
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
@@ -81,6 +83,74 @@ impl Walk {
         self.result.entries.push(WalkEntry { path, kind });
         true
     }
+
+    /// The entries of `directory`, sorted by name; None when it cannot be read (an error
+    /// reported), or a break once the budget for errors is spent.
+    fn children(&mut self, directory: &Path) -> ControlFlow<(), Option<Vec<DirEntry>>> {
+        let mut children: Vec<_> = match std::fs::read_dir(directory) {
+            Ok(read) => read
+                .filter_map(|entry| match entry {
+                    Ok(entry) => Some(entry),
+                    Err(err) => {
+                        self.error(directory, &err);
+                        None
+                    }
+                })
+                .collect(),
+            Err(err) => {
+                if !self.error(directory, &err) {
+                    return ControlFlow::Break(());
+                }
+                return ControlFlow::Continue(None);
+            }
+        };
+        children.sort_by(|a, b| a.file_name().as_bytes().cmp(b.file_name().as_bytes()));
+        ControlFlow::Continue(Some(children))
+    }
+
+    /// Reports `child`, found at `depth`, and queues it when it is a directory to read; a
+    /// break once a budget is spent.
+    fn visit(
+        &mut self,
+        child: DirEntry,
+        depth: usize,
+        queue: &mut VecDeque<(PathBuf, usize)>,
+    ) -> ControlFlow<()> {
+        let follow = self.options.follow_directory_symlinks;
+        let path = child.path();
+        let kind = match child.file_type() {
+            Ok(kind) => kind,
+            Err(err) => {
+                if !self.error(&path, &err) {
+                    return ControlFlow::Break(());
+                }
+                return ControlFlow::Continue(());
+            }
+        };
+        let directory_meta = if kind.is_dir() {
+            child.metadata().ok()
+        } else if kind.is_symlink() && follow {
+            std::fs::metadata(&path).ok().filter(|meta| meta.is_dir())
+        } else {
+            None
+        };
+        if let Some(meta) = directory_meta {
+            if follow && !self.seen.insert((meta.dev(), meta.ino())) {
+                return ControlFlow::Continue(());
+            }
+            if !self.entry(&path, WalkEntryKind::Directory) {
+                return ControlFlow::Break(());
+            }
+            let hidden = child.file_name().as_bytes().starts_with(b".");
+            let prune = hidden && self.options.prune_hidden_directories;
+            if depth + 1 < self.options.max_depth && !prune {
+                queue.push_back((path, depth + 1));
+            }
+        } else if kind.is_file() && !self.entry(&path, WalkEntryKind::File) {
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    }
 }
 
 /// A root that is not a directory (or is a symlink while not following) gives an empty
@@ -116,54 +186,13 @@ pub fn walk(root: &Path, options: WalkOptions) -> WalkResult {
             break;
         }
         directories_read += 1;
-        let mut children: Vec<_> = match std::fs::read_dir(&directory) {
-            Ok(read) => read
-                .filter_map(|entry| match entry {
-                    Ok(entry) => Some(entry),
-                    Err(err) => {
-                        walk.error(&directory, &err);
-                        None
-                    }
-                })
-                .collect(),
-            Err(err) => {
-                if !walk.error(&directory, &err) {
-                    break;
-                }
-                continue;
-            }
+        let children = match walk.children(&directory) {
+            ControlFlow::Continue(Some(children)) => children,
+            ControlFlow::Continue(None) => continue,
+            ControlFlow::Break(()) => break,
         };
-        children.sort_by(|a, b| a.file_name().as_bytes().cmp(b.file_name().as_bytes()));
         for child in children {
-            let path = child.path();
-            let kind = match child.file_type() {
-                Ok(kind) => kind,
-                Err(err) => {
-                    if !walk.error(&path, &err) {
-                        break 'walk;
-                    }
-                    continue;
-                }
-            };
-            let directory_meta = if kind.is_dir() {
-                child.metadata().ok()
-            } else if kind.is_symlink() && follow {
-                std::fs::metadata(&path).ok().filter(|meta| meta.is_dir())
-            } else {
-                None
-            };
-            if let Some(meta) = directory_meta {
-                if follow && !walk.seen.insert((meta.dev(), meta.ino())) {
-                    continue;
-                }
-                if !walk.entry(&path, WalkEntryKind::Directory) {
-                    break 'walk;
-                }
-                let hidden = child.file_name().as_bytes().starts_with(b".");
-                if depth + 1 < options.max_depth && !(hidden && options.prune_hidden_directories) {
-                    queue.push_back((path, depth + 1));
-                }
-            } else if kind.is_file() && !walk.entry(&path, WalkEntryKind::File) {
+            if walk.visit(child, depth, &mut queue).is_break() {
                 break 'walk;
             }
         }

@@ -3,6 +3,7 @@
 
 use super::context::{ConnectionShared, RequestCtx};
 use super::routes::ROUTER;
+use super::Daemon;
 use crate::rpc::envelope::{self, Incoming};
 use crate::rpc::in_flight::{Claim, InFlightIds};
 use crate::rpc::outbound::Outbound;
@@ -59,18 +60,18 @@ enum Flow {
 pub(crate) async fn serve(
     frames: impl Stream<Item = Frame>,
     outbound: Outbound,
-    registry: Arc<Registry>,
+    daemon: Arc<Daemon>,
     who: crate::audit::Identity,
     parse_context: String,
     at_end: AtEnd,
 ) {
-    let _open = crate::metrics::get().connection();
-    let max_message_bytes = registry.config.max_message_bytes;
-    let max_in_flight = registry.config.max_requests_in_flight;
+    let _open = daemon.metrics.connection();
+    let max_message_bytes = daemon.config.max_message_bytes;
+    let max_in_flight = daemon.config.max_requests_in_flight;
     let shared = Arc::new(ConnectionShared {
         id: NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed),
         outbound,
-        registry,
+        daemon,
         who,
         fs: Default::default(),
         http: Default::default(),
@@ -104,7 +105,8 @@ pub(crate) async fn serve(
     if let Some(session) = &connection.session {
         connection
             .shared
-            .registry
+            .daemon
+            .sessions
             .detach(session, connection.shared.id);
     }
     // What the connection buffered (requests, replies) is freed now, not at a session expiry.
@@ -166,7 +168,7 @@ impl Connection {
                 if method == method::INITIALIZE {
                     let outcome = self.initialize(params).await;
                     if let Err(error) = &outcome {
-                        crate::metrics::get().error(error.code);
+                        self.shared.daemon.metrics.error(error.code);
                     }
                     self.send(envelope::reply(id, outcome, strict)).await;
                     return Flow::Continue;
@@ -230,23 +232,23 @@ impl Connection {
             connection_id: self.shared.id,
             outbound: self.shared.outbound.clone(),
         };
-        let registry = &self.shared.registry;
-        let policy = RequestedPolicy::from_params(&params, &registry.config)?;
-        let (audit, who) = (&registry.audit, &self.shared.who);
+        let daemon = &self.shared.daemon;
+        let policy = RequestedPolicy::from_params(&params, &daemon.config)?;
+        let (sessions, audit, who) = (&daemon.sessions, &daemon.audit, &self.shared.who);
         let details = || serde_json::json!({ "client": params.client_name });
         let session = match &params.resume_session_id {
             Some(id) => {
                 audit.before(who, id, "session/resume", details).await?;
-                registry.resume(id, attachment, &policy)?
+                sessions.resume(id, attachment, &policy)?
             }
             None => {
                 let id = Registry::new_id();
                 audit.before(who, &id, "session/create", details).await?;
-                registry.create(id, attachment, &policy)?
+                sessions.create(id, attachment, &policy)?
             }
         };
         tracing::info!(
-            session = %crate::session::log_digest(&session.id),
+            session = %crate::audit::log_digest(&session.id),
             connection = self.shared.id,
             peer = %who.peer,
             client = %params.client_name,

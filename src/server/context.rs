@@ -1,14 +1,15 @@
 //! What every request handler is given: its connection and its session.
 
+use super::Daemon;
 use crate::rpc::Call;
-use crate::session::{Registry, Session};
+use crate::session::Session;
 use std::sync::Arc;
 
 /// The parts of a connection that outlive a single request.
 pub(crate) struct ConnectionShared {
     pub(crate) id: u64,
     pub(crate) outbound: crate::rpc::outbound::Outbound,
-    pub(crate) registry: Arc<Registry>,
+    pub(crate) daemon: Arc<Daemon>,
     /// Who is on the other end, for the audit log.
     pub(crate) who: crate::audit::Identity,
     /// Open `fs/open` handles and `fs/watch` watches of this connection.
@@ -42,7 +43,7 @@ impl RequestCtx {
         details: impl FnOnce() -> serde_json::Value,
     ) -> Result<(), crate::audit::AuditError> {
         let connection = &self.connection;
-        let audit = &connection.registry.audit;
+        let audit = &connection.daemon.audit;
         audit
             .before(&connection.who, &self.session.id, action, details)
             .await
@@ -52,9 +53,10 @@ impl RequestCtx {
 impl ConnectionShared {
     /// What this connection's `fs/watch`es may watch, beside the whole daemon's.
     pub(crate) fn watch_budget(&self) -> crate::fs::WatchBudget {
-        let config = &self.registry.config;
+        let daemon = &self.daemon;
+        let config = &daemon.config;
         crate::fs::WatchBudget {
-            daemon: self.registry.watched_directories.clone(),
+            daemon: daemon.watched_directories.clone(),
             daemon_limit: config.max_watched_directories,
             connection_limit: config.max_watched_directories_per_connection,
         }

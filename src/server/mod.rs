@@ -3,6 +3,7 @@
 
 mod connection;
 mod context;
+mod daemon;
 mod process_methods;
 mod router;
 mod routes;
@@ -10,3 +11,4 @@ mod routes;
 mod tests;
 
 pub(crate) use connection::{serve, AtEnd, Frame};
+pub(crate) use daemon::Daemon;

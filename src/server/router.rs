@@ -91,9 +91,10 @@ impl Router {
         method: &str,
         params: Option<Value>,
     ) -> Result<Success, RpcError> {
+        let metrics = ctx.connection.daemon.metrics;
         let outcome = self.route(ctx, method, params).await;
         if let Err(error) = &outcome {
-            crate::metrics::get().error(error.code);
+            metrics.error(error.code);
         }
         outcome
     }
@@ -109,10 +110,11 @@ impl Router {
             .handlers
             .get_key_value(method)
             .ok_or_else(|| RpcError::method_not_found(method))?;
+        let metrics = ctx.connection.daemon.metrics;
         if name.starts_with("fs/") {
-            crate::metrics::get().fs_call(name);
+            metrics.fs_call(name);
         } else if name == HttpRequest::NAME {
-            crate::metrics::get().http_calls.inc();
+            metrics.http_calls.inc();
         }
         handler(ctx, params).await
     }

@@ -25,7 +25,10 @@ fn build() -> Router {
             let started = process_methods::start(&c.session, &c.call, p).await?;
             if !started.existing {
                 let sandboxed = started.sandbox_type != SandboxType::None;
-                crate::metrics::get().launched(sandboxed, arrived.elapsed());
+                c.connection
+                    .daemon
+                    .metrics
+                    .launched(sandboxed, arrived.elapsed());
                 audit_exit(&c, &started.process_id);
             }
             Ok::<_, RpcError>(started)
@@ -62,7 +65,14 @@ fn build() -> Router {
         Ok::<_, Infallible>(process_methods::list(&c.session))
     });
 
-    fs::one_shots(&mut OneShots(&mut router));
+    fs_methods(&mut router);
+    environment_and_http_methods(&mut router);
+    router
+}
+
+/// The `fs/*` methods, on the connection's handles and watches or one-shot.
+fn fs_methods(router: &mut Router) {
+    fs::one_shots(&mut OneShots(router));
     router.request::<m::FsOpen>(|c: Ctx, p: <m::FsOpen as Method>::Params| async move {
         // A handle opened to write is the write.
         if p.mode.unwrap_or_default() != OpenMode::Read {
@@ -90,9 +100,12 @@ fn build() -> Router {
     });
     router
         .request::<m::FsUnwatch>(|c: Ctx, p| async move { fs::unwatch(&c.connection.fs, p).await });
+}
 
+/// `environment/*` and `http/request`.
+fn environment_and_http_methods(router: &mut Router) {
     router.request::<m::EnvironmentInfo>(|c: Ctx, ()| async move {
-        Ok::<_, Infallible>(environment::info(&c.connection.registry.config))
+        Ok::<_, Infallible>(environment::info(&c.connection.daemon.config))
     });
     router.request::<m::EnvironmentStatus>(|_: Ctx, ()| async {
         Ok::<_, Infallible>(environment::status())
@@ -100,18 +113,16 @@ fn build() -> Router {
 
     router.request::<m::HttpRequest>(|c: Ctx, p: <m::HttpRequest as Method>::Params| async move {
         let connection = &c.connection;
-        let limit = connection.registry.config.max_http_body_bytes;
+        let limit = connection.daemon.config.max_http_body_bytes;
         c.audit(m::HttpRequest::NAME, || audit::http_request(&p))
             .await?;
         Ok::<_, RpcError>(http::request(&c.call, &connection.http, limit, p).await?)
     });
-
-    router
 }
 
 /// With an audit log, records the exit of the process `id` just started, once it exits.
 fn audit_exit(c: &Ctx, id: &str) {
-    let audit = &c.connection.registry.audit;
+    let audit = &c.connection.daemon.audit;
     if !audit.is_on() {
         return;
     }
@@ -146,7 +157,7 @@ impl fs::OneShotVisitor for OneShots<'_> {
     fn visit<M: fs::OneShot>(&mut self) {
         self.0.request_raw::<M>(|c: Ctx, p| async move {
             // Only changes are recorded: a read is not an action.
-            let touches = if c.connection.registry.audit.is_on() {
+            let touches = if c.connection.daemon.audit.is_on() {
                 M::touches(&p)
             } else {
                 Vec::new()
@@ -156,7 +167,7 @@ impl fs::OneShotVisitor for OneShots<'_> {
                 let details = json!({ "paths": paths });
                 c.audit(M::NAME, || details).await?;
             }
-            Ok::<_, RpcError>(fs::one_shot::<M>(&c.call, &c.connection.registry.config, p).await?)
+            Ok::<_, RpcError>(fs::one_shot::<M>(&c.call, &c.connection.daemon.config, p).await?)
         });
     }
 }

@@ -2,13 +2,11 @@
 //! (one JSON value per line): what needs no real socket or binary.
 
 use super::routes::ROUTER;
-use crate::config::{Cli, Config};
-use crate::session::Registry;
+use crate::config::{Args, Config};
 use crate::transport::stdio::serve_lines;
 use clap::Parser as _;
 use exec_server_protocol::methods;
 use serde_json::{json, Value};
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader, DuplexStream, Lines};
 use tokio::io::{ReadHalf, WriteHalf};
@@ -21,7 +19,7 @@ struct Client {
 }
 
 fn config() -> Config {
-    let mut config = Cli::parse_from(["exec-server"]).serve.config().unwrap();
+    let mut config = Args::parse_from(["exec-server"]).config().unwrap();
     config.max_message_bytes = 1024;
     config
 }
@@ -33,7 +31,7 @@ impl Client {
         tokio::spawn(serve_lines(
             input,
             output,
-            Registry::new(Arc::new(config()), Default::default(), None),
+            super::Daemon::new(config(), Default::default(), None),
         ));
         let (reader, writer) = tokio::io::split(ours);
         Self {

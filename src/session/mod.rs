@@ -17,22 +17,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
-/// How logs name a session. Its id lets any connection take the session over, so logs carry only
-/// the first 8 hex digits of the id's SHA-256 (`printf %s ID | sha256sum` finds its lines).
-pub fn log_digest(id: &str) -> String {
-    id_digest(id)[..8].to_owned()
-}
-
-/// The SHA-256 of a session id, in hex: what names it where the id itself must not appear.
-pub(crate) fn id_digest(id: &str) -> String {
-    let digest = ring::digest::digest(&ring::digest::SHA256, id.as_bytes());
-    digest
-        .as_ref()
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
-}
-
 /// Why a session cannot be created, resumed or used; an attached session's resume has the
 /// code codex's client retries on.
 #[derive(Debug, thiserror::Error)]

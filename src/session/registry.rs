@@ -22,10 +22,8 @@ pub struct Registry {
     /// Set when the daemon hands over to a successor: a connection's end leaves its session
     /// as it is.
     handing_over: std::sync::atomic::AtomicBool,
-    pub config: Arc<Config>,
-    /// Directories watched by every connection's `fs/watch`es together.
-    pub watched_directories: crate::fs::WatchedDirectories,
-    pub(crate) audit: crate::audit::Audit,
+    config: Arc<Config>,
+    audit: crate::audit::Audit,
     /// Where sessions and processes are kept across a restart (`--state-dir`; None: they
     /// are not); locked while this lives.
     state: Option<crate::state_dir::StateDir>,
@@ -63,7 +61,6 @@ impl Registry {
             closing: Default::default(),
             handing_over: Default::default(),
             config,
-            watched_directories: Default::default(),
             audit,
             spares: state
                 .as_ref()
@@ -287,7 +284,7 @@ impl Registry {
             }
             entry.session.set_attachment(None);
             tracing::info!(
-                session = %super::log_digest(&session.id),
+                session = %crate::audit::log_digest(&session.id),
                 connection = connection_id,
                 on_disconnect = ?session.policy.on_disconnect,
                 ttl = ?session.policy.ttl,
@@ -389,7 +386,7 @@ impl Registry {
         let audit = &self.audit;
         self.forget(&session.id);
         tracing::info!(
-            session = %super::log_digest(&session.id),
+            session = %crate::audit::log_digest(&session.id),
             ?reason,
             "session ended; killing its processes"
         );
@@ -432,7 +429,7 @@ async fn orphan_cleanup(kept: crate::process::store::Kept) {
 /// The name of a kept session's file: its id's SHA-256 in hex, since the id is a credential
 /// and names show up where contents do not (listings, logs, errors).
 fn kept_name(id: &str) -> String {
-    format!("{}.json", super::id_digest(id))
+    format!("{}.json", crate::audit::id_digest(id))
 }
 
 /// Waits (bounded) until the killed trees are gone; says so when some could not be confirmed.

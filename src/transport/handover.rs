@@ -14,11 +14,11 @@
 //!    ([`hand_over_and_exit`]). A successor that fails before the byte leaves it serving.
 
 use crate::pidfd::Pidfd;
-use crate::session::Registry;
+use crate::server::Daemon;
 use std::ffi::OsString;
 use std::io::Write as _;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd as _, BorrowedFd, FromRawFd as _, OwnedFd, RawFd};
+use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, FromRawFd as _, OwnedFd, RawFd};
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -414,7 +414,6 @@ async fn start_successor(
     handover: &Handover,
     listener: BorrowedFd<'_>,
 ) -> Result<Successor, HandoverError> {
-    use std::os::unix::process::CommandExt as _;
     let binary = handover
         .own_binary
         .clone()
@@ -429,10 +428,35 @@ async fn start_successor(
             &checked
         }
     };
-    let program = PathBuf::from(format!("/proc/self/fd/{}", executable.as_raw_fd()));
     let (ready, ready_writer) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(std::io::Error::from)?;
-    let inherited = [listener.as_raw_fd(), ready_writer.as_raw_fd()];
+    let command = successor_command(handover, executable, listener, ready_writer.as_fd());
+    let mut command = tokio::process::Command::from(command);
+    // A start abandoned (SIGTERM while waiting) ends the successor too.
+    command.kill_on_drop(true);
+    // The fork waits for the exec: off the async workers.
+    let child = tokio::task::spawn_blocking(move || command.spawn())
+        .await
+        .map_err(std::io::Error::other)?
+        .map_err(|source| HandoverError::Spawn {
+            path: binary,
+            source,
+        })?;
+    drop(ready_writer);
+    wait_ready(child, ready).await
+}
+
+/// The command that runs `executable` as this daemon's successor, with its arguments and
+/// environment, `listener` and the `ready` pipe inherited and the variables naming them.
+fn successor_command(
+    handover: &Handover,
+    executable: &std::fs::File,
+    listener: BorrowedFd<'_>,
+    ready: BorrowedFd<'_>,
+) -> std::process::Command {
+    use std::os::unix::process::CommandExt as _;
+    let program = PathBuf::from(format!("/proc/self/fd/{}", executable.as_raw_fd()));
+    let inherited = [listener.as_raw_fd(), ready.as_raw_fd()];
     let mut args = std::env::args_os();
     let mut command = std::process::Command::new(program);
     if let Some(arg0) = args.next() {
@@ -458,18 +482,15 @@ async fn start_successor(
             Ok(())
         });
     }
-    let mut command = tokio::process::Command::from(command);
-    // A start abandoned (SIGTERM while waiting) ends the successor too.
-    command.kill_on_drop(true);
-    // The fork waits for the exec: off the async workers.
-    let mut child = tokio::task::spawn_blocking(move || command.spawn())
-        .await
-        .map_err(std::io::Error::other)?
-        .map_err(|source| HandoverError::Spawn {
-            path: binary,
-            source,
-        })?;
-    drop(ready_writer);
+    command
+}
+
+/// Waits (bounded) for the successor `child` to say on `ready` that it is ready; one that
+/// exits or stays silent instead is a failed upgrade.
+async fn wait_ready(
+    mut child: tokio::process::Child,
+    ready: OwnedFd,
+) -> Result<Successor, HandoverError> {
     let pid = child.id().map_or(-1, |pid| pid as i32);
     tracing::info!("started the successor, pid {pid}; waiting until it is ready");
     let mut ready = tokio::net::unix::pipe::Receiver::from_owned_fd(ready)?;
@@ -506,40 +527,19 @@ async fn start_successor(
 pub(super) async fn hand_over_and_exit(
     successor: Successor,
     connections: &super::ws::Connections,
-    registry: &Registry,
+    daemon: &Daemon,
 ) -> ! {
     let pid = successor.pid;
     // Dropped, it would be killed (see kill_on_drop above).
     std::mem::forget(successor.child);
     tracing::info!("the successor, pid {pid}, is ready; stopped accepting connections");
-    registry.hand_over();
+    daemon.sessions.hand_over();
     let closed = connections.close_for_restart(CLOSE_LIMIT).await;
     tracing::info!("closed {closed} connection(s) with 1012 (service restart)");
-    registry.audit.flush(super::AUDIT_FLUSH_LIMIT).await;
-    notify(&[sd_notify::NotifyState::MainPid(pid as u32)]);
+    daemon.audit.flush(super::AUDIT_FLUSH_LIMIT).await;
+    super::systemd::notify_handed_over(pid as u32);
     tracing::info!("handed over to pid {pid}; exiting");
     std::process::exit(0)
-}
-
-/// Tells systemd (Type=notify) that the daemon serves; a successor also names itself the
-/// unit's main process (its predecessor already did, but one that died before that could not).
-pub(super) fn notify_serving(took_over: bool) {
-    let own = std::process::id();
-    if took_over {
-        notify(&[
-            sd_notify::NotifyState::MainPid(own),
-            sd_notify::NotifyState::Ready,
-        ]);
-    } else {
-        notify(&[sd_notify::NotifyState::Ready]);
-    }
-}
-
-/// sd_notify(3): a no-op without NOTIFY_SOCKET.
-fn notify(states: &[sd_notify::NotifyState]) {
-    if let Err(err) = sd_notify::notify(states) {
-        tracing::warn!("cannot notify the service manager: {err}");
-    }
 }
 
 #[cfg(test)]

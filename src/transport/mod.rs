@@ -4,12 +4,13 @@
 mod admission;
 pub(crate) mod handover;
 pub(crate) mod stdio;
+mod systemd;
 mod tls;
 mod unix_socket;
 mod ws;
 
 use crate::config::Config;
-use crate::session::Registry;
+use crate::server::Daemon;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -127,14 +128,7 @@ pub async fn serve(
         Some(path) => crate::audit::Audit::open(path, config.audit_required)?,
         None => Default::default(),
     };
-    let tls = match (&listen, &config.tls) {
-        (ListenUrl::SecureWebSocket(_), Some((cert, key))) => Some(tls::Tls::new(cert, key)?),
-        (ListenUrl::SecureWebSocket(_), None) => {
-            anyhow::bail!("a wss:// listener needs --tls-cert and --tls-key")
-        }
-        (_, Some(_)) => anyhow::bail!("--tls-cert and --tls-key are for a wss:// listener"),
-        (_, None) => None,
-    };
+    let tls = tls_of(&listen, &config)?;
     let (inherited, predecessor) = match inherited {
         Some(inherited) => (Some(inherited.listener), Some(inherited.predecessor)),
         None => (None, None),
@@ -153,38 +147,85 @@ pub async fn serve(
     };
     // Bound before the banner, so a harness that read it can scrape at once (a successor's
     // only now: its predecessor held the port).
-    let metrics = match config.metrics_listen {
-        Some(addr) => Some(
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|err| anyhow::anyhow!("cannot listen for metrics on {addr}: {err}"))?,
-        ),
-        None => None,
-    };
-    let registry = Registry::new(Arc::new(config), audit, state);
-    registry.adopt().await?;
+    let metrics = bind_metrics(&config).await?;
+    let daemon = Daemon::new(config, audit, state);
+    daemon.sessions.adopt().await?;
     log_hangups();
     if let Some(listener) = metrics {
-        let local = listener.local_addr()?;
-        // Before any process can start: no managed network may bridge to it.
-        crate::sandbox::peers::note_listener(local);
-        tracing::info!("metrics on http://{local}/metrics");
-        let registry = registry.clone();
-        tokio::spawn(ws::serve_metrics(listener, registry));
+        spawn_metrics(listener, &daemon)?;
     }
+    let outcome = serve_clients(
+        listener.as_ref(),
+        tls,
+        &daemon,
+        took_over,
+        &handover,
+        upgrade_requests,
+    )
+    .await;
+    drop(listener);
+    daemon.sessions.shutdown().await;
+    daemon.audit.flush(AUDIT_FLUSH_LIMIT).await;
+    outcome
+}
+
+/// A `wss://` listener's certificate and key, which only it takes.
+fn tls_of(listen: &ListenUrl, config: &Config) -> anyhow::Result<Option<tls::Tls>> {
+    Ok(match (listen, &config.tls) {
+        (ListenUrl::SecureWebSocket(_), Some((cert, key))) => Some(tls::Tls::new(cert, key)?),
+        (ListenUrl::SecureWebSocket(_), None) => {
+            anyhow::bail!("a wss:// listener needs --tls-cert and --tls-key")
+        }
+        (_, Some(_)) => anyhow::bail!("--tls-cert and --tls-key are for a wss:// listener"),
+        (_, None) => None,
+    })
+}
+
+/// The `--metrics-listen` listener, if one is set.
+async fn bind_metrics(config: &Config) -> anyhow::Result<Option<tokio::net::TcpListener>> {
+    let Some(addr) = config.metrics_listen else {
+        return Ok(None);
+    };
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|err| anyhow::anyhow!("cannot listen for metrics on {addr}: {err}"))?;
+    Ok(Some(listener))
+}
+
+/// Serves `/metrics` on the `--metrics-listen` `listener`, in a task of its own.
+fn spawn_metrics(listener: tokio::net::TcpListener, daemon: &Arc<Daemon>) -> anyhow::Result<()> {
+    let local = listener.local_addr()?;
+    // Before any process can start: no managed network may bridge to it.
+    crate::sandbox::peers::note_listener(local);
+    tracing::info!("metrics on http://{local}/metrics");
+    tokio::spawn(ws::serve_metrics(listener, daemon.clone()));
+    Ok(())
+}
+
+/// Serves the clients on `listener` (None: stdio) until stdio's input ends or a signal to stop
+/// (SIGTERM, SIGINT) arrives; after one of `upgrade_requests` and a successor ready, hands
+/// over to it and exits instead. `took_over`: a predecessor handed the listener over.
+async fn serve_clients(
+    listener: Option<&Listener>,
+    tls: Option<tls::Tls>,
+    daemon: &Arc<Daemon>,
+    took_over: bool,
+    handover: &Handover,
+    upgrade_requests: tokio::signal::unix::Signal,
+) -> anyhow::Result<()> {
     let connections = ws::Connections::default();
     let start = ws::Start {
         connections: connections.clone(),
         took_over,
     };
-    let outcome = tokio::select! {
+    tokio::select! {
         outcome = async {
-            match &listener {
-                Some(Listener::Unix(socket)) => ws::serve_unix(socket, registry.clone(), start).await,
+            match listener {
+                Some(Listener::Unix(socket)) => ws::serve_unix(socket, daemon.clone(), start).await,
                 Some(Listener::Tcp(listener)) => {
-                    ws::serve_tcp(listener, tls, registry.clone(), start).await
+                    ws::serve_tcp(listener, tls, daemon.clone(), start).await
                 }
-                None => stdio::serve(registry.clone()).await,
+                None => stdio::serve(daemon.clone()).await,
             }
         } => outcome,
         signal = shutdown_signal() => {
@@ -192,17 +233,13 @@ pub async fn serve(
             Ok(())
         }
         successor = handover::successor_on_signal(
-            &handover,
+            handover,
             upgrade_requests,
-            listener.as_ref().map(Listener::fd),
+            listener.map(Listener::fd),
         ) => {
-            handover::hand_over_and_exit(successor, &connections, &registry).await
+            handover::hand_over_and_exit(successor, &connections, daemon).await
         }
-    };
-    drop(listener);
-    registry.shutdown().await;
-    registry.audit.flush(AUDIT_FLUSH_LIMIT).await;
-    outcome
+    }
 }
 
 /// The state directory of `config`, hidden from every sandbox and out of reach of every write

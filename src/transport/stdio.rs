@@ -1,16 +1,15 @@
 //! One connection on stdin/stdout: one JSON value per line. Stdout carries only the protocol.
 
 use crate::rpc::outbound::{Message as OutboundMessage, Outbound};
-use crate::server::{self, AtEnd, Frame};
-use crate::session::Registry;
+use crate::server::{self, AtEnd, Daemon, Frame};
 use futures::StreamExt as _;
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt as _};
 use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, FramedRead};
 
-pub async fn serve(registry: Arc<Registry>) -> anyhow::Result<()> {
+pub async fn serve(daemon: Arc<Daemon>) -> anyhow::Result<()> {
     tracing::info!("exec-server listening on stdio");
-    serve_lines(tokio::io::stdin(), tokio::io::stdout(), registry).await;
+    serve_lines(tokio::io::stdin(), tokio::io::stdout(), daemon).await;
     Ok(())
 }
 
@@ -18,10 +17,10 @@ pub async fn serve(registry: Arc<Registry>) -> anyhow::Result<()> {
 pub(crate) async fn serve_lines(
     input: impl AsyncRead,
     mut output: impl AsyncWrite + Unpin + Send + 'static,
-    registry: Arc<Registry>,
+    daemon: Arc<Daemon>,
 ) {
     // One message per line: no room for binary payloads.
-    let (outbound, mut queue) = Outbound::new(false, registry.config.outbound_buffer_bytes);
+    let (outbound, mut queue) = Outbound::new(false, daemon.config.outbound_buffer_bytes);
     let writer = tokio::spawn(async move {
         while let Some(message) = queue.recv().await {
             let OutboundMessage::Text(text) = message else {
@@ -40,7 +39,7 @@ pub(crate) async fn serve_lines(
     let codec = Lines(AnyDelimiterCodec::new_with_max_length(
         b"\n".to_vec(),
         b"\n".to_vec(),
-        registry.config.max_message_bytes,
+        daemon.config.max_message_bytes,
     ));
     // A read error ends the connection.
     let lines = FramedRead::new(input, codec)
@@ -56,7 +55,7 @@ pub(crate) async fn serve_lines(
     server::serve(
         lines,
         outbound,
-        registry,
+        daemon,
         who,
         "JSON-RPC message from stdio".into(),
         AtEnd::Answer,

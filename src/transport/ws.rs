@@ -6,8 +6,7 @@ use super::admission::{Admission, Peer};
 use crate::audit::Identity;
 use crate::config::Config;
 use crate::rpc::outbound::{self, Outbound};
-use crate::server::{self, AtEnd, Frame};
-use crate::session::Registry;
+use crate::server::{self, AtEnd, Daemon, Frame};
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, Request, StatusCode};
@@ -15,7 +14,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use axum::Extension;
 use axum::Router;
-use futures::{SinkExt as _, StreamExt as _};
+use futures::stream::SplitSink;
+use futures::{SinkExt as _, Stream, StreamExt as _};
 use hyper::body::Incoming;
 use hyper::service::Service as _;
 use hyper_util::rt::TokioIo;
@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use subtle::ConstantTimeEq as _;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 
 const PROTOCOL_ERROR: u16 = 1002;
@@ -100,7 +100,7 @@ impl Http {
 
     /// Announces `url` (the one line on stdout: clients and harnesses read the bound address
     /// from it) and builds the routes.
-    fn announce(url: &str, registry: Arc<Registry>, start: Start) -> anyhow::Result<Self> {
+    fn announce(url: &str, daemon: Arc<Daemon>, start: Start) -> anyhow::Result<Self> {
         let printed = writeln!(std::io::stdout().lock(), "{url}");
         match printed {
             Ok(()) => {}
@@ -112,13 +112,13 @@ impl Http {
             Err(err) => return Err(err.into()),
         }
         tracing::info!("exec-server listening on {url}");
-        super::handover::notify_serving(start.took_over);
-        let config = registry.config.clone();
+        super::systemd::notify_serving(start.took_over);
+        let config = daemon.config.clone();
         let app = Router::new()
             .route("/readyz", get(|| async { StatusCode::OK }))
             .route("/metrics", get(guarded_metrics))
             .route("/", any(upgrade))
-            .with_state(registry);
+            .with_state(daemon);
         Ok(Self::new(app, &config, start.connections))
     }
 
@@ -174,20 +174,20 @@ impl Http {
 pub async fn serve_tcp(
     listener: &tokio::net::TcpListener,
     tls: Option<super::tls::Tls>,
-    registry: Arc<Registry>,
+    daemon: Arc<Daemon>,
     start: Start,
 ) -> anyhow::Result<()> {
     let local = listener.local_addr()?;
     crate::sandbox::peers::note_listener(local);
     let scheme = if tls.is_some() { "wss" } else { "ws" };
-    if tls.is_none() && !local.ip().is_loopback() && registry.config.connection_token.is_none() {
+    if tls.is_none() && !local.ip().is_loopback() && daemon.config.connection_token.is_none() {
         tracing::warn!(
             "LISTENING ON {local} WITHOUT A TOKEN OR TLS: anyone who can reach this address \
              runs commands as this user; set --connection-token-file (and use wss://, or a \
              TLS proxy, beyond a trusted network)"
         );
     }
-    let http = Http::announce(&format!("{scheme}://{local}"), registry, start)?;
+    let http = Http::announce(&format!("{scheme}://{local}"), daemon, start)?;
     loop {
         let (stream, peer) = accept_tcp(listener).await;
         // Until the upgrade checks a token.
@@ -231,10 +231,10 @@ async fn accept_tcp(
 
 pub async fn serve_unix(
     socket: &super::unix_socket::UnixSocket,
-    registry: Arc<Registry>,
+    daemon: Arc<Daemon>,
     start: Start,
 ) -> anyhow::Result<()> {
-    let http = Http::announce(&socket.url(), registry, start)?;
+    let http = Http::announce(&socket.url(), daemon, start)?;
     loop {
         let stream = match socket.listener.accept().await {
             Ok((stream, _)) => stream,
@@ -258,12 +258,12 @@ async fn retry_accept(err: std::io::Error) {
 }
 
 /// Why a request to an authenticated route (the upgrade, `/metrics`) is refused, if it is.
-fn refusal(registry: &Registry, headers: &HeaderMap) -> Option<Response> {
+fn refusal(daemon: &Daemon, headers: &HeaderMap) -> Option<Response> {
     // A browser page must never drive this daemon (cross-site WebSocket hijacking).
     if headers.contains_key(header::ORIGIN) {
         return Some((StatusCode::FORBIDDEN, "browser origins may not connect").into_response());
     }
-    match &registry.config.connection_token {
+    match &daemon.config.connection_token {
         Some(token) if !bearer_matches(headers.get(header::AUTHORIZATION), token) => {
             Some((StatusCode::UNAUTHORIZED, "missing or wrong bearer token").into_response())
         }
@@ -271,26 +271,26 @@ fn refusal(registry: &Registry, headers: &HeaderMap) -> Option<Response> {
     }
 }
 
-async fn guarded_metrics(State(registry): State<Arc<Registry>>, headers: HeaderMap) -> Response {
-    match refusal(&registry, &headers) {
+async fn guarded_metrics(State(daemon): State<Arc<Daemon>>, headers: HeaderMap) -> Response {
+    match refusal(&daemon, &headers) {
         Some(refused) => refused,
-        None => metrics(State(registry)).await,
+        None => metrics(State(daemon)).await,
     }
 }
 
 /// `GET /metrics`: the Prometheus text exposition.
-async fn metrics(State(registry): State<Arc<Registry>>) -> Response {
-    let text = crate::metrics::get().render(&registry);
+async fn metrics(State(daemon): State<Arc<Daemon>>) -> Response {
+    let text = daemon.metrics_text();
     ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response()
 }
 
 /// Serves `GET /metrics` alone, without the token, on `listener` (--metrics-listen): with the
 /// main port's places and deadline, and closed to sandboxes as it is.
-pub async fn serve_metrics(listener: tokio::net::TcpListener, registry: Arc<Registry>) {
-    let config = registry.config.clone();
+pub async fn serve_metrics(listener: tokio::net::TcpListener, daemon: Arc<Daemon>) {
+    let config = daemon.config.clone();
     let app = Router::new()
         .route("/metrics", get(metrics))
-        .with_state(registry);
+        .with_state(daemon);
     // Its connections are not handed over in an upgrade: each serves one scrape.
     let http = Http::new(app, &config, Connections::default());
     loop {
@@ -301,16 +301,16 @@ pub async fn serve_metrics(listener: tokio::net::TcpListener, registry: Arc<Regi
 }
 
 async fn upgrade(
-    State(registry): State<Arc<Registry>>,
+    State(daemon): State<Arc<Daemon>>,
     Extension(mut who): Extension<Identity>,
     Extension(connections): Extension<Connections>,
     headers: HeaderMap,
     ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> Response {
-    if let Some(refused) = refusal(&registry, &headers) {
+    if let Some(refused) = refusal(&daemon, &headers) {
         return refused;
     }
-    if registry.config.connection_token.is_some() {
+    if daemon.config.connection_token.is_some() {
         who = who.with_token();
     }
     let ws = match ws {
@@ -319,7 +319,7 @@ async fn upgrade(
     };
     // Messages up to twice the JSON-RPC limit arrive and get a JSON-RPC error naming the
     // limit; beyond that the WebSocket layer closes with 1009 (message too big).
-    let hard_limit = registry.config.max_message_bytes.saturating_mul(2);
+    let hard_limit = daemon.config.max_message_bytes.saturating_mul(2);
     // Counted from here, inside the HTTP phase's own count, so that a hand-over never misses
     // the connection between the two.
     let open = connections.tracker.token();
@@ -330,7 +330,7 @@ async fn upgrade(
         .max_message_size(hard_limit)
         .max_frame_size(hard_limit)
         .on_upgrade(move |socket| async move {
-            run(socket, registry, who, restart).await;
+            run(socket, daemon, who, restart).await;
             drop(open);
         })
 }
@@ -348,76 +348,54 @@ fn bearer_matches(authorization: Option<&HeaderValue>, token: &str) -> bool {
     scheme.eq_ignore_ascii_case("bearer") && bool::from(given.ct_eq(token.as_bytes()))
 }
 
-async fn run(
-    socket: WebSocket,
-    registry: Arc<Registry>,
-    who: Identity,
-    restart: CancellationToken,
-) {
+async fn run(socket: WebSocket, daemon: Arc<Daemon>, who: Identity, restart: CancellationToken) {
     let peer = who.peer.clone();
-    let (mut sink, mut stream) = socket.split();
-    let (outbound, mut queue) = Outbound::new(true, registry.config.outbound_buffer_bytes);
-    let ping_interval = registry.config.ping_interval;
+    let (sink, mut stream) = socket.split();
+    let (outbound, queue) = Outbound::new(true, daemon.config.outbound_buffer_bytes);
     // Set by the reading side when the peer broke the protocol; sent in our Close frame.
     let close_code = Arc::new(AtomicU16::new(0));
-    let writer_close_code = close_code.clone();
     // When the peer last sent anything: a pong answers every ping, so a live peer is heard
     // from at least once per interval.
     let heard = Arc::new(Mutex::new(Instant::now()));
-    let writer_heard = heard.clone();
-    let writer_peer = peer.clone();
-    let writer_restart = restart.clone();
     // Cancelled when the writer ends, which ends the reading side too.
     let writer_gone = CancellationToken::new();
-    let writer_guard = writer_gone.clone().drop_guard();
-    let writer = tokio::spawn(async move {
-        let _guard = writer_guard;
-        let write = async {
-            let mut ping = tokio::time::interval_at(Instant::now() + ping_interval, ping_interval);
-            loop {
-                let message = tokio::select! {
-                    message = queue.recv() => match message {
-                        Some(outbound::Message::Text(text)) => Message::Text(text.into()),
-                        Some(outbound::Message::Binary(bytes)) => Message::Binary(bytes.into()),
-                        None => break,
-                    },
-                    _ = ping.tick() => Message::Ping(Default::default()),
-                    () = writer_restart.cancelled() => break,
-                };
-                if sink.send(message).await.is_err() {
-                    return;
-                }
-            }
-            // A hand-over also ends the reading side, hence the queue, maybe first.
-            let code = match writer_close_code.load(Ordering::Relaxed) {
-                0 if writer_restart.is_cancelled() => SERVICE_RESTART,
-                code => code,
-            };
-            let frame = match code {
-                0 => None,
-                code => Some(CloseFrame {
-                    code,
-                    reason: "".into(),
-                }),
-            };
-            let _ = sink.send(Message::Close(frame)).await;
-        };
-        // Beside the writing, not inside it: a frozen peer also stops draining its socket, so
-        // a send may block for good. Dropping the sink and the queue then unblocks every
-        // sender of this connection.
-        tokio::select! {
-            () = write => {}
-            () = silence(&writer_heard, 2 * ping_interval) => {
-                tracing::info!(peer = %writer_peer, "no pong for two ping intervals; disconnecting");
-            }
-        }
-    });
-    let frames = stream
+    let writer = Writer {
+        sink,
+        queue,
+        ping_interval: daemon.config.ping_interval,
+        close_code: close_code.clone(),
+        restart: restart.clone(),
+    };
+    let writer = tokio::spawn(writer.run(
+        heard.clone(),
+        peer.clone(),
+        writer_gone.clone().drop_guard(),
+    ));
+    let messages = stream
         .by_ref()
         .inspect(move |_| *heard.lock().unwrap() = Instant::now())
         .take_until(writer_gone.cancelled_owned())
         // No request is read once the daemon hands over (a session made now would be lost).
-        .take_until(restart.cancelled())
+        .take_until(restart.cancelled());
+    let frames = frames(messages, close_code);
+    let context = format!("websocket JSON-RPC message from exec-server websocket {peer}");
+    server::serve(frames, outbound, daemon, who, context, AtEnd::Abort).await;
+    let _ = writer.await;
+    if restart.is_cancelled() {
+        // The close handshake's end: what the peer sent meanwhile is read (and dropped) up to
+        // its Close, so that it finds ours instead of a reset or a broken pipe.
+        let drained = async { while let Some(Ok(_)) = stream.next().await {} };
+        let _ = tokio::time::timeout(CLOSE_DRAIN, drained).await;
+    }
+}
+
+/// The peer's JSON-RPC messages, up to its Close or a broken message, whose close code (too
+/// big, or a protocol error) goes to `close_code` for our Close frame.
+fn frames(
+    messages: impl Stream<Item = Result<Message, axum::Error>>,
+    close_code: Arc<AtomicU16>,
+) -> impl Stream<Item = Frame> {
+    messages
         .take_while(move |message| {
             if let Err(err) = message {
                 // tungstenite reports an over-long message as a capacity error.
@@ -439,15 +417,65 @@ async fn run(
                 Ok(Message::Binary(bytes)) => Some(Frame::Message(bytes)),
                 _ => None,
             })
-        });
-    let context = format!("websocket JSON-RPC message from exec-server websocket {peer}");
-    server::serve(frames, outbound, registry, who, context, AtEnd::Abort).await;
-    let _ = writer.await;
-    if restart.is_cancelled() {
-        // The close handshake's end: what the peer sent meanwhile is read (and dropped) up to
-        // its Close, so that it finds ours instead of a reset or a broken pipe.
-        let drained = async { while let Some(Ok(_)) = stream.next().await {} };
-        let _ = tokio::time::timeout(CLOSE_DRAIN, drained).await;
+        })
+}
+
+/// The writing side of a connection: its queued messages and the pings, then our Close.
+struct Writer {
+    sink: SplitSink<WebSocket, Message>,
+    queue: outbound::Queue,
+    ping_interval: Duration,
+    /// Set by the reading side when the peer broke the protocol (0: it did not).
+    close_code: Arc<AtomicU16>,
+    restart: CancellationToken,
+}
+
+impl Writer {
+    /// Writes until the queue ends or the daemon hands over, or until nothing was `heard` from
+    /// `peer` for two ping intervals; `_gone` tells the reading side that the writer ended.
+    async fn run(mut self, heard: Arc<Mutex<Instant>>, peer: Arc<str>, _gone: DropGuard) {
+        let limit = 2 * self.ping_interval;
+        // Beside the writing, not inside it: a frozen peer also stops draining its socket, so
+        // a send may block for good. Dropping the sink and the queue then unblocks every
+        // sender of this connection.
+        tokio::select! {
+            () = self.write() => {}
+            () = silence(&heard, limit) => {
+                tracing::info!(peer = %peer, "no pong for two ping intervals; disconnecting");
+            }
+        }
+    }
+
+    async fn write(&mut self) {
+        let interval = self.ping_interval;
+        let mut ping = tokio::time::interval_at(Instant::now() + interval, interval);
+        loop {
+            let message = tokio::select! {
+                message = self.queue.recv() => match message {
+                    Some(outbound::Message::Text(text)) => Message::Text(text.into()),
+                    Some(outbound::Message::Binary(bytes)) => Message::Binary(bytes.into()),
+                    None => break,
+                },
+                _ = ping.tick() => Message::Ping(Default::default()),
+                () = self.restart.cancelled() => break,
+            };
+            if self.sink.send(message).await.is_err() {
+                return;
+            }
+        }
+        // A hand-over also ends the reading side, hence the queue, maybe first.
+        let code = match self.close_code.load(Ordering::Relaxed) {
+            0 if self.restart.is_cancelled() => SERVICE_RESTART,
+            code => code,
+        };
+        let frame = match code {
+            0 => None,
+            code => Some(CloseFrame {
+                code,
+                reason: "".into(),
+            }),
+        };
+        let _ = self.sink.send(Message::Close(frame)).await;
     }
 }
 
