@@ -15,7 +15,7 @@ pub(crate) fn status() -> EnvironmentStatus {
 
 /// The optional features this daemon really implements. Listed in full, without
 /// `..Default::default()`, so adding a bit to the protocol forces a decision here.
-pub fn capabilities() -> EnvironmentCapabilities {
+pub(crate) fn capabilities() -> EnvironmentCapabilities {
     let sandbox = crate::sandbox::enforceable();
     EnvironmentCapabilities {
         network_proxy_launch: false,
@@ -44,7 +44,7 @@ pub fn capabilities() -> EnvironmentCapabilities {
 }
 
 /// Computed on each call: it is cheap, and reflects the daemon's environment as it is.
-pub fn info(config: &crate::config::Config) -> EnvironmentInfo {
+pub(crate) fn info(config: &crate::config::Config) -> EnvironmentInfo {
     let cwd = std::env::current_dir().ok();
     let uri = |path: PathBuf| PathUri::from_path(&path).ok();
     EnvironmentInfo {

@@ -6,6 +6,11 @@
 //! (permission intent enforced on launches and fs calls) → `rpc` (envelope, errors, outbound
 //! queue), which imports none of them.
 
+// Crate-private by default, so the compiler finds dead code; every `unsafe` says why it is
+// sound.
+#![warn(unreachable_pub)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 mod audit;
 mod child;
 mod cli;

@@ -9,7 +9,7 @@ use tokio::sync::Notify;
 const COALESCE: Duration = Duration::from_millis(500);
 
 /// Asks for a trim soon; cheap to call often. Must be called inside the tokio runtime.
-pub fn release_soon() {
+pub(crate) fn release_soon() {
     static WAKE: OnceLock<&'static Notify> = OnceLock::new();
     let wake = WAKE.get_or_init(|| {
         let wake: &'static Notify = Box::leak(Box::new(Notify::new()));
@@ -32,7 +32,7 @@ pub fn release_soon() {
 /// have run: a client that left kept tens of MiB. Call once, before any thread starts.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub fn map_large_buffers() {
-    // SAFETY: plain allocator tuning call, before other threads exist.
+    // SAFETY: mallopt takes integers only, and runs before other threads exist.
     unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 4 << 20) };
 }
 

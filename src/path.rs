@@ -6,7 +6,7 @@ use std::path::{Component, Path, PathBuf};
 
 /// `path` without `.` components, and `..` applied lexically (without looking at the file
 /// system; `..` at the root stays there).
-pub fn normalize(path: &Path) -> PathBuf {
+pub(crate) fn normalize(path: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for component in path.components() {
         match component {
@@ -22,7 +22,7 @@ pub fn normalize(path: &Path) -> PathBuf {
 
 /// `path` for a system call; a NUL inside it is EINVAL, as the kernel would say of a path it
 /// cannot take.
-pub fn cstring(path: &Path) -> std::io::Result<CString> {
+pub(crate) fn cstring(path: &Path) -> std::io::Result<CString> {
     CString::new(path.as_os_str().as_bytes())
         .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))
 }

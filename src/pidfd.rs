@@ -6,7 +6,8 @@ use tokio::io::unix::AsyncFd;
 
 /// A new pidfd of `pid`, for a process that is not on a runtime (it sends it on).
 pub(crate) fn open_owned(pid: i32) -> io::Result<OwnedFd> {
-    // SAFETY: plain syscall.
+    // SAFETY: pidfd_open takes integers only; the descriptor it returns is checked and owned
+    // below.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
@@ -20,11 +21,11 @@ pub(crate) struct Pidfd(AsyncFd<OwnedFd>);
 impl Pidfd {
     /// `pid`'s process, which must be one whose pid cannot have been reused yet (a child not
     /// waited for, a parent, or one just checked).
-    pub fn open(pid: i32) -> io::Result<Self> {
+    pub(crate) fn open(pid: i32) -> io::Result<Self> {
         Self::from_fd(open_owned(pid)?)
     }
 
-    pub fn from_fd(fd: OwnedFd) -> io::Result<Self> {
+    pub(crate) fn from_fd(fd: OwnedFd) -> io::Result<Self> {
         let interest = tokio::io::Interest::READABLE;
         // SAFETY: the AsyncFd owns the pidfd for its whole life.
         Ok(Self(unsafe {
@@ -33,7 +34,7 @@ impl Pidfd {
     }
 
     /// Whether it has not exited yet.
-    pub fn is_running(&self) -> bool {
+    pub(crate) fn is_running(&self) -> bool {
         let mut poll = libc::pollfd {
             fd: self.0.get_ref().as_raw_fd(),
             events: libc::POLLIN,
@@ -43,8 +44,8 @@ impl Pidfd {
         unsafe { libc::poll(&mut poll, 1, 0) == 0 }
     }
 
-    pub fn signal(&self, signal: i32) -> io::Result<()> {
-        // SAFETY: plain syscall on our pidfd.
+    pub(crate) fn signal(&self, signal: i32) -> io::Result<()> {
+        // SAFETY: pidfd_send_signal with a pidfd we own, a null siginfo (allowed) and no flags.
         let sent = unsafe {
             libc::syscall(
                 libc::SYS_pidfd_send_signal,
@@ -61,7 +62,7 @@ impl Pidfd {
     }
 
     /// Resolves once it has exited.
-    pub async fn exited(&self) {
+    pub(crate) async fn exited(&self) {
         let _ = self.0.readable().await;
     }
 }

@@ -173,19 +173,20 @@ struct FsOp;
 
 /// Everything that does not depend on the plan; returns the seccomp filter still to attach.
 fn start(network: NetworkMode) -> Result<seccomp::BpfProgram, Failure> {
-    // SAFETY: plain syscalls without pointers.
+    // SAFETY: getsid, getpid and setsid take integers only and change at most this
+    // process's session.
     if unsafe { libc::getsid(0) != libc::getpid() } && unsafe { libc::setsid() } < 0 {
         return Err(Stage::Session.os(std::io::Error::last_os_error()));
     }
     let filters = seccomp::filters(network).map_err(|err| Stage::Seccomp.setup(err))?;
-    // SAFETY: plain syscall; the process is single-threaded.
+    // SAFETY: unshare takes flags only; the process is single-threaded, so it all moves.
     if network != NetworkMode::Enabled && unsafe { libc::unshare(libc::CLONE_NEWNET) } < 0 {
         return Err(Stage::Namespaces.os(std::io::Error::last_os_error()));
     }
     // Every launch gets its own mount namespace, if only for its own /proc. Made here, off
     // the launch path, as a follower of the host's mounts, so the view a launch builds from it
     // is still the host's as it is at the launch.
-    // SAFETY: plain syscall; the process is single-threaded.
+    // SAFETY: unshare takes flags only; the process is single-threaded, so it all moves.
     if unsafe { libc::unshare(libc::CLONE_NEWNS) } < 0 {
         return Err(Stage::Namespaces.os(std::io::Error::last_os_error()));
     }
@@ -246,11 +247,11 @@ fn run(
     )
     .map_err(|err| Stage::Landlock.setup(err))?;
     clear_capabilities().map_err(|err| Stage::Capabilities.os(err))?;
-    // SAFETY: plain prctl.
+    // SAFETY: PR_SET_NO_NEW_PRIVS takes integer arguments only.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
         return Err(Stage::NoNewPrivs.os(std::io::Error::last_os_error()));
     }
-    // SAFETY: plain syscall; only marks fds close-on-exec (the control socket stays open to
+    // SAFETY: close_range takes integers only; it only marks fds close-on-exec (the control socket stays open to
     // exec).
     if unsafe { libc::close_range(3, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC as i32) } != 0 {
         return Err(Stage::Fds.os(std::io::Error::last_os_error()));

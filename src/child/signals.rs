@@ -62,7 +62,8 @@ pub(super) fn internal_signals(disposition: libc::sighandler_t) {
 /// SIGCHLD blocked and readable as a signalfd (the child unblocks it before its exec).
 pub(super) fn block_sigchld() -> OwnedFd {
     let set = sigchld_mask(libc::SIG_BLOCK);
-    // SAFETY: plain call with a valid signal set.
+    // SAFETY: the signal set is a live, initialized one; the descriptor signalfd returns is
+    // checked before it is owned.
     unsafe {
         let fd = libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
         if fd < 0 {
@@ -74,7 +75,8 @@ pub(super) fn block_sigchld() -> OwnedFd {
 
 /// Blocks or unblocks (`how`) SIGCHLD; returns the set of it.
 pub(super) fn sigchld_mask(how: libc::c_int) -> libc::sigset_t {
-    // SAFETY: plain calls with a valid signal set.
+    // SAFETY: an all-zero sigset_t is a valid value, emptied before use; the pointers are to
+    // that live local.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
@@ -101,6 +103,6 @@ pub(super) fn drain(signals: &OwnedFd) {
 }
 
 pub(super) fn own_pid() -> i32 {
-    // SAFETY: plain syscall.
+    // SAFETY: getpid takes no arguments and cannot fail.
     unsafe { libc::getpid() }
 }

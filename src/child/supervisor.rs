@@ -325,8 +325,9 @@ impl Supervisor {
     fn reap(&mut self) -> bool {
         loop {
             let mut status = 0;
-            // SAFETY: plain call with valid out-pointers.
+            // SAFETY: rusage is plain integers, for which all zeroes is a valid value.
             let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+            // SAFETY: both out-pointers are to live locals of the right types.
             let pid = unsafe { libc::wait4(-1, &mut status, libc::WNOHANG, &mut usage) };
             match pid {
                 0 => return true,
@@ -347,11 +348,12 @@ impl Supervisor {
     /// A killed process's children are re-parented here, so each round reaches further; the
     /// process groups of the children reach members that have not been re-parented yet.
     fn kill_tree(&mut self, deadline: Option<Instant>) -> bool {
-        // SAFETY: plain syscall.
+        // SAFETY: getpgrp takes no arguments and cannot fail.
         let own_group = unsafe { libc::getpgrp() };
         loop {
             for child in children(own_pid()) {
-                // SAFETY: plain syscalls on our own unreaped children and their groups.
+                // SAFETY: getpgid and kill take integers only; the pids are our own unreaped
+                // children, so none can have been reused.
                 unsafe {
                     let group = libc::getpgid(child);
                     if group > 0 && group != own_group {
@@ -393,7 +395,7 @@ fn accept_successor(listener: &std::os::unix::net::UnixListener) -> Option<UnixS
     let (socket, _) = listener.accept().ok()?;
     let peer =
         nix::sys::socket::getsockopt(&socket, nix::sys::socket::sockopt::PeerCredentials).ok()?;
-    // SAFETY: plain syscall.
+    // SAFETY: geteuid takes no arguments and cannot fail.
     let own = unsafe { libc::geteuid() };
     if peer.uid() != own || crate::sandbox::peers::runs_in_sandbox(peer.pid()) {
         return None;

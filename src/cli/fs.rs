@@ -32,7 +32,7 @@ pub enum FsCommand {
     },
 }
 
-pub async fn run(command: FsCommand) -> anyhow::Result<()> {
+pub(super) async fn run(command: FsCommand) -> anyhow::Result<()> {
     match command {
         FsCommand::Get {
             connect,

@@ -17,7 +17,7 @@ pub struct PsArgs {
     session: Option<String>,
 }
 
-pub async fn run(args: PsArgs) -> anyhow::Result<()> {
+pub(super) async fn run(args: PsArgs) -> anyhow::Result<()> {
     let mut options = args.connect.options()?;
     match args.session {
         Some(session) => options.resume_session_id = Some(session),

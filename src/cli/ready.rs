@@ -20,7 +20,7 @@ pub struct ReadyArgs {
 }
 
 /// The exit code: 0 ready, 1 not (with the reason on stderr), as health checks expect.
-pub async fn run(args: ReadyArgs) -> u8 {
+pub(super) async fn run(args: ReadyArgs) -> u8 {
     match tokio::time::timeout(args.timeout, readyz(&args.url, args.ca_file.as_deref())).await {
         Ok(Ok(())) => 0,
         Ok(Err(err)) => {

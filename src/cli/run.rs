@@ -36,7 +36,7 @@ fn parse_env(text: &str) -> Result<(String, String), String> {
 }
 
 /// Runs the command; returns the exit code to exit with.
-pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
+pub(super) async fn run(args: RunArgs) -> anyhow::Result<u8> {
     let client = args.connect.connect().await?;
     let cwd = match &args.cwd {
         Some(cwd) => cwd.clone(),

@@ -6,13 +6,13 @@ use std::io::IsTerminal as _;
 use std::os::fd::AsFd as _;
 
 /// Puts stdin in raw mode until dropped.
-pub struct RawMode {
+pub(super) struct RawMode {
     saved: Termios,
 }
 
 impl RawMode {
     /// None when stdin is not a terminal.
-    pub fn enable() -> anyhow::Result<Option<Self>> {
+    pub(super) fn enable() -> anyhow::Result<Option<Self>> {
         let stdin = std::io::stdin();
         if !stdin.is_terminal() {
             return Ok(None);
@@ -32,7 +32,7 @@ impl Drop for RawMode {
 }
 
 /// The size of the terminal on stdin or stdout, if either is one.
-pub fn size() -> Option<TerminalSize> {
+pub(super) fn size() -> Option<TerminalSize> {
     [libc::STDIN_FILENO, libc::STDOUT_FILENO]
         .into_iter()
         .find_map(|fd| {

@@ -30,7 +30,7 @@ pub struct UpgradeArgs {
 /// How often the daemon and its children are looked at.
 const POLL: Duration = Duration::from_millis(20);
 
-pub async fn run(args: UpgradeArgs) -> anyhow::Result<u8> {
+pub(super) async fn run(args: UpgradeArgs) -> anyhow::Result<u8> {
     let pid = args.pid;
     let deadline = Instant::now() + args.timeout;
     let daemon = Pidfd::open(pid).with_context(|| format!("no process {pid} to upgrade"))?;

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 const SPECIAL: &str = "fs/copy only supports regular files, directories, and symlinks";
 
-pub fn copy(source: &Path, destination: &Path, recursive: bool) -> Result<(), FsError> {
+pub(super) fn copy(source: &Path, destination: &Path, recursive: bool) -> Result<(), FsError> {
     let kind = with_path(std::fs::symlink_metadata(source), source)?.file_type();
     if kind.is_dir() {
         if !recursive {

@@ -21,7 +21,7 @@ fn too_large(limit: u64) -> FsError {
 /// daemon never holds the raw bytes and their encoding at the same time. The size from
 /// metadata sizes the string and fails fast; reading still goes on to the real end, because
 /// files like those under /proc report size 0.
-pub fn read_base64(path: &Path, follow: bool, limit: u64) -> Result<String, FsError> {
+pub(super) fn read_base64(path: &Path, follow: bool, limit: u64) -> Result<String, FsError> {
     let (mut file, meta) = open_regular(path, follow)?;
     if meta.len() > limit {
         return Err(too_large(limit));
@@ -55,7 +55,7 @@ pub fn read_base64(path: &Path, follow: bool, limit: u64) -> Result<String, FsEr
 
 /// Creates or truncates `path` in place (an existing hard link is written through), or with
 /// `atomic` stages the bytes beside it and renames them into place.
-pub fn write(path: &Path, data: &[u8], follow: bool, atomic: bool) -> Result<(), FsError> {
+pub(super) fn write(path: &Path, data: &[u8], follow: bool, atomic: bool) -> Result<(), FsError> {
     if atomic {
         let staged = StagedFile::create(path, follow)?;
         with_path(staged.file().write_all(data), path)?;

@@ -14,9 +14,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 /// Open handles per connection, of all modes together.
-pub const MAX_OPEN_HANDLES: usize = 128;
+pub(super) const MAX_OPEN_HANDLES: usize = 128;
 
-pub enum Handle {
+pub(super) enum Handle {
     Read(File),
     /// Writes hold the lock for their duration; `None` once closed while a write was queued.
     Write(Mutex<Option<WriteHandle>>),
@@ -25,7 +25,7 @@ pub enum Handle {
 impl Handle {
     /// Opens `path` for a stream in `mode`: the same code in the daemon and, for a sandboxed
     /// open, in the helper.
-    pub fn open(path: &Path, mode: OpenMode, follow: bool) -> Result<Self, FsError> {
+    pub(super) fn open(path: &Path, mode: OpenMode, follow: bool) -> Result<Self, FsError> {
         Ok(match mode {
             OpenMode::Read => Handle::Read(open_regular(path, follow)?.0),
             mode => Handle::Write(Mutex::new(Some(WriteHandle::open(path, mode, follow)?))),
@@ -34,7 +34,7 @@ impl Handle {
 
     /// The open file and how to rebuild the handle around it; None for a handle already
     /// closed (a fresh one never is).
-    pub fn into_transfer(self) -> Option<(File, Transfer)> {
+    pub(super) fn into_transfer(self) -> Option<(File, Transfer)> {
         match self {
             Handle::Read(file) => Some((file, Transfer::Read)),
             Handle::Write(writer) => writer
@@ -48,7 +48,7 @@ impl Handle {
     }
 
     /// Rebuilds a handle from the file a helper opened `confined` and passed back.
-    pub fn from_transfer(
+    pub(super) fn from_transfer(
         file: File,
         transfer: Transfer,
         confined: Confined,
@@ -63,7 +63,7 @@ impl Handle {
 }
 
 #[derive(Default)]
-pub struct Handles {
+pub(super) struct Handles {
     table: Mutex<Table>,
 }
 
@@ -76,7 +76,7 @@ struct Table {
 }
 
 /// A slot held by an `fs/open` in flight; released on drop unless filled.
-pub struct Reservation<'a> {
+pub(super) struct Reservation<'a> {
     handles: &'a Handles,
     /// None once filled.
     id: Option<String>,
@@ -91,7 +91,7 @@ impl Handles {
     }
 
     /// Holds a slot for `id` before anything is opened, so a full table costs nothing.
-    pub fn reserve(&self, id: String) -> Result<Reservation<'_>, FsError> {
+    pub(super) fn reserve(&self, id: String) -> Result<Reservation<'_>, FsError> {
         let mut table = self.table();
         if table.open.contains_key(&id) || table.opening.contains(&id) {
             return Err(FsError::refused(format!(
@@ -110,17 +110,17 @@ impl Handles {
         })
     }
 
-    pub fn get(&self, id: &str) -> Option<Arc<Handle>> {
+    pub(super) fn get(&self, id: &str) -> Option<Arc<Handle>> {
         self.table().open.get(id).cloned()
     }
 
-    pub fn remove(&self, id: &str) -> Option<Arc<Handle>> {
+    pub(super) fn remove(&self, id: &str) -> Option<Arc<Handle>> {
         self.table().open.remove(id)
     }
 }
 
 impl Reservation<'_> {
-    pub fn fill(mut self, handle: Handle) {
+    pub(super) fn fill(mut self, handle: Handle) {
         let id = self.id.take().expect("a reservation is filled once");
         let mut table = self.handles.table();
         table.opening.remove(&id);

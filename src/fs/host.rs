@@ -10,22 +10,22 @@ use std::path::{Path, PathBuf};
 
 /// The host path of a wire path; a URI of another OS is refused (`'<uri>' is invalid on
 /// 'linux'`).
-pub fn host_path(uri: &PathUri) -> Result<PathBuf, FsError> {
+pub(super) fn host_path(uri: &PathUri) -> Result<PathBuf, FsError> {
     uri.to_path()
         .map_err(|err| FsError::refused(err.to_string()))
 }
 
-pub fn with_path<T>(result: io::Result<T>, path: &Path) -> Result<T, FsError> {
+pub(super) fn with_path<T>(result: io::Result<T>, path: &Path) -> Result<T, FsError> {
     result.map_err(|err| FsError::io(err, path))
 }
 
 /// `followSymlinks: false` met a symlink as the final component.
-pub fn symlink_refused(path: &Path) -> FsError {
+pub(super) fn symlink_refused(path: &Path) -> FsError {
     FsError::SymlinkRefused(path.to_owned())
 }
 
 /// Fails when `path` itself is a symlink (used where the OS call would follow it).
-pub fn refuse_symlink(path: &Path) -> Result<(), FsError> {
+pub(super) fn refuse_symlink(path: &Path) -> Result<(), FsError> {
     match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_symlink() => Err(symlink_refused(path)),
         _ => Ok(()),
@@ -35,7 +35,7 @@ pub fn refuse_symlink(path: &Path) -> Result<(), FsError> {
 /// Opens `path` with `options`, never blocking: O_NONBLOCK makes a FIFO open return at once
 /// (callers then check the type with fstat). `follow: false` adds O_NOFOLLOW, so a symlink as
 /// the final component is refused by the kernel itself, with no check-then-open race.
-pub fn open(path: &Path, options: &mut OpenOptions, follow: bool) -> Result<File, FsError> {
+pub(super) fn open(path: &Path, options: &mut OpenOptions, follow: bool) -> Result<File, FsError> {
     let mut flags = libc::O_NONBLOCK;
     if !follow {
         flags |= libc::O_NOFOLLOW;
@@ -49,7 +49,7 @@ pub fn open(path: &Path, options: &mut OpenOptions, follow: bool) -> Result<File
 }
 
 /// Opens a regular file for reading ([`regular`]).
-pub fn open_regular(path: &Path, follow: bool) -> Result<(File, Metadata), FsError> {
+pub(super) fn open_regular(path: &Path, follow: bool) -> Result<(File, Metadata), FsError> {
     let file = open(path, OpenOptions::new().read(true), follow)?;
     let meta = with_path(file.metadata(), path)?;
     regular(&meta, path)?;
@@ -58,7 +58,7 @@ pub fn open_regular(path: &Path, follow: bool) -> Result<(File, Metadata), FsErr
 
 /// Err unless `meta` is a regular file's. A directory gets the OS's own EISDIR error (what a
 /// plain read reports in the reference); FIFOs, sockets and devices are not files.
-pub fn regular(meta: &Metadata, path: &Path) -> Result<(), FsError> {
+pub(super) fn regular(meta: &Metadata, path: &Path) -> Result<(), FsError> {
     if meta.is_dir() {
         return Err(FsError::io(
             io::Error::from_raw_os_error(libc::EISDIR),
@@ -72,7 +72,7 @@ pub fn regular(meta: &Metadata, path: &Path) -> Result<(), FsError> {
 }
 
 /// Runs blocking filesystem work off the async runtime.
-pub async fn blocking<T: Send + 'static>(
+pub(super) async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, FsError> + Send + 'static,
 ) -> Result<T, FsError> {
     tokio::task::spawn_blocking(work)
@@ -81,7 +81,7 @@ pub async fn blocking<T: Send + 'static>(
 }
 
 /// Ids a client may omit (`fs/open`, `fs/watch`) get a fresh one; given ones are bounded.
-pub fn id_or_new(id: Option<String>, what: &str) -> Result<String, FsError> {
+pub(super) fn id_or_new(id: Option<String>, what: &str) -> Result<String, FsError> {
     let id = id.unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
     if id.len() > exec_server_protocol::fs::MAX_HANDLE_ID_BYTES {
         return Err(FsError::refused(format!(

@@ -30,12 +30,12 @@ mod write_stream;
 pub(crate) use error::FsError;
 pub(crate) use methods::{close, one_shot, open, read_block, unwatch, watch, write_block};
 pub(crate) use oneshot::{one_shots, OneShot, OneShotVisitor};
-pub use watch::{WatchBudget, WatchedDirectories};
+pub(crate) use watch::{WatchBudget, WatchedDirectories};
 
 /// Per-connection filesystem state: open handles and watches. Dropped with the connection,
 /// which closes every file, discards staged writes and stops every watch.
 #[derive(Default)]
-pub struct ConnectionFs {
+pub(crate) struct ConnectionFs {
     handles: handles::Handles,
     watches: watch::Watches,
 }

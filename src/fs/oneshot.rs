@@ -278,7 +278,7 @@ fn encode<T: Serialize>(result: Result<T, FsError>) -> Result<Value, FsError> {
     result.map(|value| serde_json::to_value(value).expect("wire types always serialize"))
 }
 
-pub fn follow(value: Option<bool>) -> bool {
+pub(super) fn follow(value: Option<bool>) -> bool {
     value.unwrap_or(true)
 }
 

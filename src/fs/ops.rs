@@ -11,7 +11,7 @@ use std::io;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-pub fn create_directory(path: &Path, recursive: bool, follow: bool) -> Result<(), FsError> {
+pub(super) fn create_directory(path: &Path, recursive: bool, follow: bool) -> Result<(), FsError> {
     // mkdir never follows a final symlink, but create_dir_all accepts one to a directory.
     if !follow {
         refuse_symlink(path)?;
@@ -26,7 +26,7 @@ pub fn create_directory(path: &Path, recursive: bool, follow: bool) -> Result<()
 
 /// isDirectory/isFile/size describe the target when following, the link itself when not;
 /// isSymlink always comes from lstat.
-pub fn metadata(path: &Path, follow: bool) -> Result<Metadata, FsError> {
+pub(super) fn metadata(path: &Path, follow: bool) -> Result<Metadata, FsError> {
     let link = with_path(std::fs::symlink_metadata(path), path)?;
     let is_symlink = link.file_type().is_symlink();
     let meta = if follow && is_symlink {
@@ -53,7 +53,7 @@ fn unix_ms(time: SystemTime) -> i64 {
 
 /// Entries in directory order. Those whose (followed) metadata fails go to `errors` instead of
 /// vanishing; the limit counts both.
-pub fn read_directory(path: &Path) -> Result<ReadDirectoryResult, FsError> {
+pub(super) fn read_directory(path: &Path) -> Result<ReadDirectoryResult, FsError> {
     let mut result = ReadDirectoryResult {
         entries: Vec::new(),
         errors: Vec::new(),
@@ -89,7 +89,7 @@ pub fn read_directory(path: &Path) -> Result<ReadDirectoryResult, FsError> {
 
 /// lstat decides: a directory is removed (recursively or not), anything else, a symlink
 /// included, is unlinked, so a link's target is never touched.
-pub fn remove(path: &Path, recursive: bool, force: bool) -> Result<(), FsError> {
+pub(super) fn remove(path: &Path, recursive: bool, force: bool) -> Result<(), FsError> {
     let meta = match std::fs::symlink_metadata(path) {
         Ok(meta) => meta,
         Err(err) if force && err.kind() == io::ErrorKind::NotFound => return Ok(()),
@@ -109,7 +109,7 @@ pub fn remove(path: &Path, recursive: bool, force: bool) -> Result<(), FsError> 
     }
 }
 
-pub fn canonicalize(path: &Path) -> Result<PathUri, FsError> {
+pub(super) fn canonicalize(path: &Path) -> Result<PathUri, FsError> {
     let real = with_path(std::fs::canonicalize(path), path)?;
     PathUri::from_path(&real).map_err(|err| FsError::internal(err.to_string()))
 }
@@ -117,7 +117,7 @@ pub fn canonicalize(path: &Path) -> Result<PathUri, FsError> {
 /// Renames the path itself (a symlink is renamed, not followed). Without `overwrite` the kernel
 /// refuses an existing destination atomically (RENAME_NOREPLACE); on file systems without it
 /// an lstat check stands in, which a concurrent creator can race.
-pub fn rename(source: &Path, destination: &Path, overwrite: bool) -> Result<(), FsError> {
+pub(super) fn rename(source: &Path, destination: &Path, overwrite: bool) -> Result<(), FsError> {
     if overwrite {
         return with_path(std::fs::rename(source, destination), source);
     }

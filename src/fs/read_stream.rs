@@ -6,7 +6,7 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt as _;
 
-pub fn check_block(offset: u64, len: usize) -> Result<(), FsError> {
+pub(super) fn check_block(offset: u64, len: usize) -> Result<(), FsError> {
     if len == 0 || len > FILE_CHUNK_SIZE {
         return Err(FsError::refused(format!(
             "file read block length must be between 1 and {FILE_CHUNK_SIZE}"
@@ -21,7 +21,7 @@ pub fn check_block(offset: u64, len: usize) -> Result<(), FsError> {
 
 /// Reads up to `len` bytes at `offset` with pread, looping over short reads; `eof` when fewer
 /// than `len` came back.
-pub fn read_block(file: &File, offset: u64, len: usize) -> io::Result<(Vec<u8>, bool)> {
+pub(super) fn read_block(file: &File, offset: u64, len: usize) -> io::Result<(Vec<u8>, bool)> {
     let mut buffer = vec![0; len];
     let mut filled = 0;
     while filled < len {

@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// How a call runs.
-pub enum Route {
+pub(crate) enum Route {
     /// In the daemon: no sandbox, or one whose file-system policy restricts nothing.
     Direct,
     Confined(Confined),
@@ -37,7 +37,7 @@ pub enum Route {
 /// A restricting intent, bound to the directory its helper runs in; shared by the handles
 /// opened under it.
 #[derive(Clone, Debug)]
-pub struct Confined(Arc<Intent>);
+pub(crate) struct Confined(Arc<Intent>);
 
 #[derive(Debug)]
 struct Intent {
@@ -49,7 +49,7 @@ struct Intent {
 /// restricts nothing (disabled, external, unrestricted or plain full-disk write). As in the
 /// reference's `should_run_in_sandbox` for fs calls, the network setting does not decide: a
 /// file operation opens no sockets (a restricted network still applies to the helper).
-pub fn route(sandbox: Option<FileSystemSandboxContext>) -> Result<Route, FsError> {
+pub(crate) fn route(sandbox: Option<FileSystemSandboxContext>) -> Result<Route, FsError> {
     let Some(sandbox) = sandbox else {
         return Ok(Route::Direct);
     };
@@ -100,7 +100,7 @@ fn needs_cwd(sandbox: &FileSystemSandboxContext) -> bool {
 
 /// Refuses what cannot be confined: a watch keeps reporting changes long after any check, and
 /// the kernel has no sandbox rule for inotify.
-pub fn refuse(route: Route, what: &str) -> Result<(), FsError> {
+pub(crate) fn refuse(route: Route, what: &str) -> Result<(), FsError> {
     match route {
         Route::Direct => Ok(()),
         Route::Confined(_) => Err(FsError::bad_params(format!(
@@ -121,7 +121,7 @@ impl Confined {
 
     /// Opens a stream in the sandbox; the helper passes the open file back, with what is left
     /// to do at its close.
-    pub async fn open(&self, mut params: OpenParams) -> Result<(File, Transfer), FsError> {
+    pub(crate) async fn open(&self, mut params: OpenParams) -> Result<(File, Transfer), FsError> {
         params.sandbox = None;
         params.handle_id = None;
         let touches: Vec<(PathBuf, bool)> = params
@@ -146,7 +146,7 @@ impl Confined {
     }
 
     /// Renames a sealed staged file into place in the sandbox that staged it.
-    pub async fn install(&self, name: StagedName) -> Result<(), FsError> {
+    pub(crate) async fn install(&self, name: StagedName) -> Result<(), FsError> {
         let (temp, target) = name.disarm();
         let touches = [(temp.clone(), true), (target.clone(), true)];
         let params = serde_json::json!({"temp": temp, "target": target});

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 const STAGING_PREFIX: &str = ".exec-server-";
 const STAGING_SUFFIX: &str = ".tmp";
 
-pub struct StagedFile {
+pub(super) struct StagedFile {
     file: File,
     /// The replaced file's mode, kept on the new one.
     permissions: Option<Permissions>,
@@ -21,7 +21,7 @@ pub struct StagedFile {
 
 /// Where a staged file lies and what it replaces. Dropping it removes the staged file, unless
 /// it was installed or handed over.
-pub struct StagedName {
+pub(crate) struct StagedName {
     temp: PathBuf,
     target: PathBuf,
     armed: bool,
@@ -31,7 +31,7 @@ impl StagedFile {
     /// Stages a replacement for `path`. With `follow`, a symlink at `path` is resolved and its
     /// target replaced (the link stays); without, a symlink is refused. An existing directory or
     /// special file is refused like a plain write would refuse it.
-    pub fn create(path: &Path, follow: bool) -> Result<Self, FsError> {
+    pub(super) fn create(path: &Path, follow: bool) -> Result<Self, FsError> {
         let (target, permissions) = resolve_target(path, follow)?;
         let parent = target.parent().unwrap_or(Path::new("/"));
         let temp = parent.join(format!(
@@ -54,7 +54,7 @@ impl StagedFile {
     /// A staged file the sandbox helper created: its open `file` came over the socket. The
     /// daemon removes `temp` unconfined when the upload is dropped, so it must be a staging name
     /// and that very file, not a path the helper merely claims.
-    pub fn from_parts(
+    pub(super) fn from_parts(
         file: File,
         temp: PathBuf,
         target: PathBuf,
@@ -87,25 +87,25 @@ impl StagedFile {
 
     /// The parts [`from_parts`](Self::from_parts) takes; the staged file is no longer removed
     /// here, its new owner does that.
-    pub fn into_parts(self) -> (File, PathBuf, PathBuf, Option<u32>) {
+    pub(super) fn into_parts(self) -> (File, PathBuf, PathBuf, Option<u32>) {
         let (temp, target) = self.name.disarm();
         let mode = self.permissions.map(|p| p.mode());
         (self.file, temp, target, mode)
     }
 
-    pub fn file(&self) -> &File {
+    pub(super) fn file(&self) -> &File {
         &self.file
     }
 
     /// Makes the staged bytes durable, then atomically replaces the target and makes the
     /// rename durable too.
-    pub fn commit(self) -> Result<(), FsError> {
+    pub(super) fn commit(self) -> Result<(), FsError> {
         self.seal()?.install()
     }
 
     /// Makes the staged bytes durable and gives them the replaced file's mode (both through
     /// the open file); what remains is the rename.
-    pub fn seal(self) -> Result<StagedName, FsError> {
+    pub(super) fn seal(self) -> Result<StagedName, FsError> {
         let target = &self.name.target;
         with_path(self.file.sync_all(), target)?;
         if let Some(permissions) = self.permissions {
@@ -116,7 +116,7 @@ impl StagedFile {
 }
 
 impl StagedName {
-    pub fn new(temp: PathBuf, target: PathBuf) -> Self {
+    pub(crate) fn new(temp: PathBuf, target: PathBuf) -> Self {
         Self {
             temp,
             target,
@@ -125,7 +125,7 @@ impl StagedName {
     }
 
     /// Renames the staged file over the target and makes the rename durable.
-    pub fn install(mut self) -> Result<(), FsError> {
+    pub(crate) fn install(mut self) -> Result<(), FsError> {
         with_path(std::fs::rename(&self.temp, &self.target), &self.target)?;
         self.armed = false;
         let parent = self.target.parent().unwrap_or(Path::new("/"));
@@ -136,7 +136,7 @@ impl StagedName {
     }
 
     /// The staged file and its target, no longer removed on drop.
-    pub fn disarm(mut self) -> (PathBuf, PathBuf) {
+    pub(crate) fn disarm(mut self) -> (PathBuf, PathBuf) {
         self.armed = false;
         (
             std::mem::take(&mut self.temp),

@@ -10,14 +10,14 @@ use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
-pub const MAX_DEPTH: usize = 64;
-pub const MAX_DIRECTORIES: usize = 10_000;
-pub const MAX_ENTRIES: usize = 50_000;
+pub(super) const MAX_DEPTH: usize = 64;
+pub(super) const MAX_DIRECTORIES: usize = 10_000;
+pub(super) const MAX_ENTRIES: usize = 50_000;
 /// Budget for the response: each item costs its strings plus this overhead.
-pub const MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
+pub(super) const MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
 const ITEM_OVERHEAD: usize = 64;
 
-pub fn validate(options: &WalkOptions) -> Result<(), FsError> {
+pub(super) fn validate(options: &WalkOptions) -> Result<(), FsError> {
     let WalkOptions {
         max_depth,
         max_directories,
@@ -156,7 +156,7 @@ impl Walk {
 /// A root that is not a directory (or is a symlink while not following) gives an empty
 /// outcome. Each directory's entries are sorted by name; only directories and files are
 /// reported; symlinks count only when following and pointing at a directory.
-pub fn walk(root: &Path, options: WalkOptions) -> WalkResult {
+pub(super) fn walk(root: &Path, options: WalkOptions) -> WalkResult {
     let follow = options.follow_directory_symlinks;
     let mut walk = Walk {
         options,

@@ -21,11 +21,11 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 /// Watches per connection; each holds an inotify instance, a system-wide scarce resource.
-pub const MAX_WATCHES: usize = 32;
+pub(super) const MAX_WATCHES: usize = 32;
 /// Events queued between the watcher thread and the forwarding task.
 const QUEUE: usize = 4096;
 /// Changes in one notification; more within the window are dropped and flagged.
-pub const MAX_CHANGES: usize = 1024;
+pub(super) const MAX_CHANGES: usize = 1024;
 /// How long changes are gathered into one notification after the first arrives.
 const COALESCE: Duration = Duration::from_millis(50);
 
@@ -33,7 +33,7 @@ const COALESCE: Duration = Duration::from_millis(50);
 /// /proc/sys/fs/inotify/max_user_watches shared with every other process), daemon-wide or by
 /// one connection.
 #[derive(Clone, Default)]
-pub struct WatchedDirectories(Arc<AtomicUsize>);
+pub(crate) struct WatchedDirectories(Arc<AtomicUsize>);
 
 /// Directories a watch counts in a [`WatchedDirectories`], given back when it is dropped.
 struct Counted {
@@ -91,7 +91,7 @@ fn directories_under(path: &std::path::Path, recursive: bool, limit: usize) -> u
 }
 
 /// The limits a watch is counted against.
-pub struct WatchBudget {
+pub(crate) struct WatchBudget {
     pub daemon: WatchedDirectories,
     pub daemon_limit: usize,
     pub connection_limit: usize,
@@ -114,7 +114,7 @@ impl Drop for Watch {
 }
 
 #[derive(Default)]
-pub struct Watches {
+pub(super) struct Watches {
     table: Mutex<HashMap<String, Watch>>,
     directories: WatchedDirectories,
 }
@@ -126,7 +126,7 @@ impl Watches {
             .unwrap_or_else(|poison| poison.into_inner())
     }
 
-    pub async fn watch(
+    pub(super) async fn watch(
         &self,
         id: String,
         path: PathBuf,
@@ -185,7 +185,7 @@ impl Watches {
     }
 
     /// Idempotent, like `fs/close`.
-    pub async fn unwatch(&self, id: &str) {
+    pub(super) async fn unwatch(&self, id: &str) {
         let Some(watch) = self.table().remove(id) else {
             return;
         };

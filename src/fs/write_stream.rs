@@ -12,7 +12,7 @@ use std::io::{Seek as _, Write as _};
 use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 
-pub struct WriteHandle {
+pub(super) struct WriteHandle {
     sink: Sink,
     path: PathBuf,
     /// Where a block without `offset` goes: just past the previous block.
@@ -33,12 +33,12 @@ enum Sink {
 }
 
 /// What is left of a closed handle: the rename of a staged file, to run in its sandbox.
-pub type PendingInstall = (StagedName, Confined);
+pub(super) type PendingInstall = (StagedName, Confined);
 
 impl WriteHandle {
     /// `write` (and `read`, which callers never pass) creates or truncates in place, `append`
     /// creates if missing, `replace` stages beside the target.
-    pub fn open(path: &Path, mode: OpenMode, follow: bool) -> Result<Self, FsError> {
+    pub(super) fn open(path: &Path, mode: OpenMode, follow: bool) -> Result<Self, FsError> {
         let sink = if mode == OpenMode::Replace {
             Sink::Staged {
                 staged: StagedFile::create(path, follow)?,
@@ -67,7 +67,7 @@ impl WriteHandle {
     }
 
     /// Writes one block; returns the offset just past it.
-    pub fn write_block(&mut self, offset: Option<u64>, data: &[u8]) -> Result<u64, FsError> {
+    pub(super) fn write_block(&mut self, offset: Option<u64>, data: &[u8]) -> Result<u64, FsError> {
         if data.len() > FILE_CHUNK_SIZE {
             return Err(FsError::refused(format!(
                 "file write block must be at most {FILE_CHUNK_SIZE} bytes"
@@ -100,7 +100,7 @@ impl WriteHandle {
 
     /// Commits a `replace` handle unless `discard`; in-place handles are already written. A
     /// handle a sandbox helper staged is sealed here and its rename returned, for that sandbox.
-    pub fn finish(self, discard: bool) -> Result<Option<PendingInstall>, FsError> {
+    pub(super) fn finish(self, discard: bool) -> Result<Option<PendingInstall>, FsError> {
         match self.sink {
             Sink::Staged { staged, install_in } if !discard => match install_in {
                 None => staged.commit().map(|()| None),
@@ -112,7 +112,7 @@ impl WriteHandle {
 
     /// The open file and how to rebuild the handle around it (in the sandbox helper, which
     /// passes the file to the daemon).
-    pub fn into_transfer(self) -> (File, WriteTransfer) {
+    pub(super) fn into_transfer(self) -> (File, WriteTransfer) {
         let path = self.path;
         match self.sink {
             Sink::InPlace { file, append } => (file, WriteTransfer::InPlace { path, append }),
@@ -130,7 +130,7 @@ impl WriteHandle {
     }
 
     /// Rebuilds a handle the sandbox helper opened `confined`.
-    pub fn from_transfer(
+    pub(super) fn from_transfer(
         file: File,
         transfer: WriteTransfer,
         confined: Confined,
@@ -158,7 +158,7 @@ impl WriteHandle {
     }
 
     /// The open file (the one a sandbox helper passes on).
-    pub fn file(&self) -> &File {
+    pub(super) fn file(&self) -> &File {
         match &self.sink {
             Sink::InPlace { file, .. } => file,
             Sink::Staged { staged, .. } => staged.file(),

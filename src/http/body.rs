@@ -9,11 +9,11 @@ use exec_server_protocol::rpc::method;
 use tokio_util::sync::CancellationToken;
 
 /// Largest decoded payload of one delta; a bigger network chunk is split.
-pub const MAX_DELTA_BYTES: usize = 1024 * 1024;
+pub(super) const MAX_DELTA_BYTES: usize = 1024 * 1024;
 
 /// Sends the body as deltas (seq from 1) and a terminal `done` frame, unless `stop` fires
 /// first: then the connection is gone and there is nobody to tell.
-pub async fn stream(
+pub(super) async fn stream(
     response: reqwest::Response,
     reservation: Reservation,
     outbound: Outbound,

@@ -15,7 +15,7 @@ static CLIENTS: [[OnceLock<Result<reqwest::Client, String>>; 2]; 2] =
     [const { [const { OnceLock::new() }; 2] }; 2];
 
 /// Sends `request`; a failure to connect, send or meet the deadline is -32603.
-pub async fn send(
+pub(super) async fn send(
     request: reqwest::Request,
     policy: RedirectPolicy,
 ) -> Result<reqwest::Response, HttpError> {

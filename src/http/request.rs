@@ -9,7 +9,7 @@ use std::time::Duration;
 
 /// Builds the request (taking the body without a copy); `env` reads the daemon's environment
 /// for `valueEnvVar` headers.
-pub fn build(
+pub(super) fn build(
     params: HttpRequestParams,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<reqwest::Request, HttpError> {

@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 /// Lives in `ConnectionShared`; dropping it (the connection ended) stops every stream.
 #[derive(Default)]
-pub struct HttpStreams {
+pub(crate) struct HttpStreams {
     active: Arc<Mutex<HashSet<String>>>,
     stop: CancellationToken,
 }
@@ -29,7 +29,7 @@ impl HttpStreams {
 
     /// Cancelled when the connection ends. A stream holds this, never the connection itself,
     /// so a running stream does not keep the connection state alive.
-    pub fn stop_token(&self) -> CancellationToken {
+    pub(crate) fn stop_token(&self) -> CancellationToken {
         self.stop.clone()
     }
 }
@@ -41,13 +41,13 @@ impl Drop for HttpStreams {
 }
 
 /// A reserved request id, released on drop.
-pub struct Reservation {
+pub(crate) struct Reservation {
     active: Arc<Mutex<HashSet<String>>>,
     request_id: String,
 }
 
 impl Reservation {
-    pub fn request_id(&self) -> &str {
+    pub(crate) fn request_id(&self) -> &str {
         &self.request_id
     }
 }

@@ -32,7 +32,9 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 /// In the daemon: the first message on a managed helper's control socket. With the listeners
 /// (after the marker): them and the bytes that followed. A helper that failed before it could
 /// send them writes its failure report instead: no listeners, and the report's first bytes.
-pub async fn receive(control: &tokio::net::UnixStream) -> io::Result<(Vec<OwnedFd>, Vec<u8>)> {
+pub(crate) async fn receive(
+    control: &tokio::net::UnixStream,
+) -> io::Result<(Vec<OwnedFd>, Vec<u8>)> {
     let mut data = [0u8; 512];
     let channel::Received { fds, bytes, .. } =
         channel::recv_fds_async(control, &mut data, MAX_PORTS).await?;
@@ -44,13 +46,13 @@ pub async fn receive(control: &tokio::net::UnixStream) -> io::Result<(Vec<OwnedF
 
 /// The relays of one launch. Dropping it closes the listeners and every relayed connection.
 #[derive(Debug)]
-pub struct Bridge {
+pub(crate) struct Bridge {
     _tasks: tokio::task::JoinSet<()>,
 }
 
 impl Bridge {
     /// Serves `listeners`, which must be TCP listeners on 127.0.0.1 at exactly `ports`.
-    pub fn start(listeners: Vec<OwnedFd>, ports: &[u16]) -> io::Result<Self> {
+    pub(crate) fn start(listeners: Vec<OwnedFd>, ports: &[u16]) -> io::Result<Self> {
         let mut tasks = tokio::task::JoinSet::new();
         let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
         let mut seen = Vec::new();

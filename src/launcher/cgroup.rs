@@ -34,7 +34,7 @@ fn parents() -> &'static Parents {
 }
 
 /// Whether `maxMemoryBytes` and `maxProcesses` can be enforced.
-pub fn supported() -> (bool, bool) {
+pub(crate) fn supported() -> (bool, bool) {
     let parents = parents();
     (parents.memory.is_some(), parents.pids.is_some())
 }
@@ -91,7 +91,7 @@ fn remove_stale(parent: &Path) {
 
 /// One tree's groups; removed when dropped (after the tree is gone).
 #[derive(Debug)]
-pub struct Group {
+pub(crate) struct Group {
     dirs: Vec<PathBuf>,
     memory: Option<PathBuf>,
     /// `cgroup.procs` of each group, for the child to join.
@@ -100,7 +100,7 @@ pub struct Group {
 
 impl Group {
     /// Groups for these limits; None when there are none. Err: a limit that cannot be set.
-    pub fn create(
+    pub(crate) fn create(
         max_memory_bytes: Option<u64>,
         max_processes: Option<u64>,
     ) -> std::io::Result<Option<Self>> {
@@ -146,7 +146,7 @@ impl Group {
     }
 
     /// The tree's peak memory together, in KiB, when a memory group measured it.
-    pub fn peak_kib(&self) -> Option<u64> {
+    pub(crate) fn peak_kib(&self) -> Option<u64> {
         let text = std::fs::read_to_string(self.memory.as_ref()?.join("memory.max_usage_in_bytes"));
         text.ok()?
             .trim()
@@ -156,7 +156,7 @@ impl Group {
     }
 
     /// Whether the kernel killed something of the tree for its memory limit.
-    pub fn oom_killed(&self) -> bool {
+    pub(crate) fn oom_killed(&self) -> bool {
         let Some(dir) = &self.memory else {
             return false;
         };

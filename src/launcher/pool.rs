@@ -34,7 +34,7 @@ const PLAIN_LOW: usize = 2;
 const PLAIN_KEPT: usize = 8;
 
 /// A started sandbox helper that has not received a plan yet.
-pub struct Helper {
+pub(crate) struct Helper {
     pub process: HelperProcess,
     control: UnixStream,
     /// Its program's process, forked ahead and waiting for its launch on its own socket
@@ -46,7 +46,7 @@ pub struct Helper {
 
 /// A sandbox helper's process: the fork server's child, known to the daemon by the pidfd it
 /// sent ([`Answer::Hello`]), so that a pid reused since is never signalled.
-pub struct HelperProcess {
+pub(crate) struct HelperProcess {
     pid: i32,
     pidfd: crate::pidfd::Pidfd,
 }
@@ -76,7 +76,7 @@ struct Pool {
 
 /// What a launch runs under.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// A plain supervisor, reused from launch to launch.
     Plain,
     /// A sandbox helper for this network mode, one per launch.
@@ -101,7 +101,7 @@ fn pool(guard: &mut Option<Pool>) -> &mut Pool {
 /// The control socket of a plain supervisor waiting for its launch: a waiting one, or a new
 /// one. Supervisors are forked by the fork server, not executed: a plain launch costs neither
 /// an exec of the daemon's binary nor, when one is waiting, a fork on its path.
-pub async fn take_plain() -> Result<UnixStream, LaunchError> {
+pub(crate) async fn take_plain() -> Result<UnixStream, LaunchError> {
     let waiting = pool(&mut POOL.lock().unwrap()).plain.pop();
     match waiting {
         Some(control) => Ok(control),
@@ -112,7 +112,7 @@ pub async fn take_plain() -> Result<UnixStream, LaunchError> {
 /// Forks replacements for the plain supervisors taken, in the background, when few are left
 /// waiting. Called once a launch has its verdict: on two cores, a fork (and the new
 /// supervisor's setup) beside the launch delayed the launch itself.
-pub fn refill_plain() {
+pub(crate) fn refill_plain() {
     let runtime = tokio::runtime::Handle::current().id();
     let missing = {
         let mut guard = POOL.lock().unwrap();
@@ -144,7 +144,7 @@ pub fn refill_plain() {
 
 /// Takes back a plain supervisor that is ready for another launch; beyond what is kept, it is
 /// let go (it exits at the EOF).
-pub fn return_plain(control: UnixStream) {
+pub(crate) fn return_plain(control: UnixStream) {
     let mut guard = POOL.lock().unwrap();
     let pool = pool(&mut guard);
     if pool.plain.len() < PLAIN_KEPT {
@@ -217,7 +217,7 @@ fn nonblocking(socket: OwnedFd) -> io::Result<UnixStream> {
 static FORK_SERVER_START: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A ready sandbox helper for this network mode: a waiting one, or a new one.
-pub async fn take(network: NetworkMode) -> Result<Helper, LaunchError> {
+pub(crate) async fn take(network: NetworkMode) -> Result<Helper, LaunchError> {
     let index = network.index();
     let runtime = tokio::runtime::Handle::current().id();
     let waiting = {
@@ -421,27 +421,27 @@ async fn receive_hello(control: &UnixStream) -> io::Result<HelperProcess> {
 }
 
 impl HelperProcess {
-    pub fn id(&self) -> i32 {
+    pub(crate) fn id(&self) -> i32 {
         self.pid
     }
 
     /// Whether it has not exited yet.
-    pub fn is_running(&self) -> bool {
+    pub(crate) fn is_running(&self) -> bool {
         self.pidfd.is_running()
     }
 
-    pub fn kill(&self) {
+    pub(crate) fn kill(&self) {
         let _ = self.pidfd.signal(libc::SIGKILL);
     }
 
     /// Resolves once it has exited (its namespaces are gone with it).
-    pub async fn exited(&self) {
+    pub(crate) async fn exited(&self) {
         self.pidfd.exited().await
     }
 }
 
 /// A sandbox helper that has its launch.
-pub struct HandedOver {
+pub(crate) struct HandedOver {
     pub helper: HelperProcess,
     /// On which the helper reports (`crate::process::supervisor::Report`).
     pub control: UnixStream,
@@ -458,7 +458,7 @@ impl Helper {
     /// Hands a sandbox helper its launch: for a managed network, first the ports, for which it
     /// sends the listeners; then, to the program's process, its stdio (and cgroups) and the
     /// launch frames ([`crate::process::supervisor::frames`]).
-    pub async fn hand_over(
+    pub(crate) async fn hand_over(
         mut self,
         fds: &[BorrowedFd<'_>],
         frames: &[u8],
@@ -498,7 +498,7 @@ impl Helper {
 
 /// Sends a supervisor, on its fresh control socket, the program's stdio (and cgroups) and the
 /// launch frames ([`crate::process::supervisor::frames`]).
-pub async fn send(
+pub(crate) async fn send(
     control: &mut UnixStream,
     fds: &[BorrowedFd<'_>],
     frames: &[u8],

@@ -12,7 +12,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 /// The daemon's ends of a child's stdio.
-pub enum ChildIo {
+pub(crate) enum ChildIo {
     Pipes {
         stdin: Option<OwnedFd>,
         stdout: OwnedFd,
@@ -25,7 +25,7 @@ pub enum ChildIo {
     },
 }
 
-pub struct Spawned {
+pub(crate) struct Spawned {
     /// The program's supervisor, which holds its tree.
     pub tree: Tree,
     pub io: ChildIo,
@@ -82,7 +82,7 @@ fn resolve_program(program: &str, env: &BTreeMap<String, String>, cwd: &Path) ->
 
 /// The stdio of a child that its supervisor starts: our side, and the child's stdin, stdout and
 /// stderr (which the supervisor receives), all close-on-exec.
-pub fn detached_stdio(spec: &LaunchSpec) -> std::io::Result<(ChildIo, [OwnedFd; 3])> {
+pub(crate) fn detached_stdio(spec: &LaunchSpec) -> std::io::Result<(ChildIo, [OwnedFd; 3])> {
     if spec.tty {
         let (pty, pts) = pty_process::open().map_err(pty_error)?;
         pty.resize(pty_process::Size::new(spec.size.rows, spec.size.cols))

@@ -15,7 +15,7 @@ use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
 /// A supervisor that has its launch.
-pub struct Tree {
+pub(crate) struct Tree {
     /// A sandbox helper's process, which the daemon waits for (its mount namespace goes with
     /// it); both kinds of supervisor are the fork server's children, which it reaps.
     pub supervisor: Option<pool::HelperProcess>,
@@ -31,7 +31,7 @@ pub struct Tree {
 }
 
 /// The read half of the control socket, after what was read before it (see [`launch`]).
-pub struct Reports(
+pub(crate) struct Reports(
     tokio::io::Lines<
         tokio::io::BufReader<tokio::io::Chain<std::io::Cursor<Vec<u8>>, OwnedReadHalf>>,
     >,
@@ -39,10 +39,10 @@ pub struct Reports(
 
 /// The write half of the control socket; taken back when a plain supervisor is reused
 /// ([`reuse`]), after which orders go nowhere: never to the supervisor's next tree.
-pub struct Orders(std::sync::Mutex<Option<OwnedWriteHalf>>);
+pub(crate) struct Orders(std::sync::Mutex<Option<OwnedWriteHalf>>);
 
 /// What the supervisor says about the exec.
-pub enum Started {
+pub(crate) enum Started {
     Executed,
     /// The program's process could not execute the program and exits in its place.
     Failed {
@@ -192,7 +192,7 @@ async fn hand_to_helper(
 
 /// The reports and orders of a supervisor's control socket, after `unread` (bytes of it read
 /// already).
-pub fn connect(control: tokio::net::UnixStream, unread: Vec<u8>) -> (Reports, Orders) {
+pub(crate) fn connect(control: tokio::net::UnixStream, unread: Vec<u8>) -> (Reports, Orders) {
     let (read_half, write) = control.into_split();
     (
         Reports(tokio::io::BufReader::new(std::io::Cursor::new(unread).chain(read_half)).lines()),
@@ -202,7 +202,7 @@ pub fn connect(control: tokio::net::UnixStream, unread: Vec<u8>) -> (Reports, Or
 
 impl Reports {
     /// The next report; None once the supervisor is gone (or says something unreadable).
-    pub async fn next(&mut self) -> Option<Report> {
+    pub(crate) async fn next(&mut self) -> Option<Report> {
         let line = self.0.next_line().await.ok()??;
         Report::parse(&line)
     }
@@ -210,17 +210,17 @@ impl Reports {
 
 impl Orders {
     /// Kill the whole tree; the supervisor answers with `exited` (if not yet) and `gone`.
-    pub fn kill(&self) {
+    pub(crate) fn kill(&self) {
         self.send(&Order::Kill.encode());
     }
 
     /// `signal` to the program's process group, while it has not exited.
-    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+    pub(crate) fn signal(&self, signal: nix::sys::signal::Signal) {
         self.send(&Order::Signal(signal as u8).encode());
     }
 
     /// `signal` to every process of the tree.
-    pub fn signal_tree(&self, signal: nix::sys::signal::Signal) {
+    pub(crate) fn signal_tree(&self, signal: nix::sys::signal::Signal) {
         self.send(&Order::SignalTree(signal as u8).encode());
     }
 
@@ -243,7 +243,7 @@ impl Orders {
     }
 
     /// Close the supervisor's copy of the stdin.
-    pub fn close_stdin(&self) {
+    pub(crate) fn close_stdin(&self) {
         self.send(&Order::CloseStdin.encode());
     }
 
@@ -259,7 +259,7 @@ impl Orders {
 
 /// Hands a plain supervisor whose tree is confirmed gone, and which reported it, back to the
 /// pool for the next launch.
-pub fn reuse(reports: Reports, orders: &Orders) {
+pub(crate) fn reuse(reports: Reports, orders: &Orders) {
     let Some(write) = orders.0.lock().unwrap().take() else {
         return;
     };
@@ -278,7 +278,7 @@ pub fn reuse(reports: Reports, orders: &Orders) {
 }
 
 /// A predecessor's supervisor, as a successor finds it.
-pub struct Adoption {
+pub(crate) struct Adoption {
     pub reports: Reports,
     pub orders: Orders,
     /// Which of the stdio it still held (none when it is gone).
@@ -290,7 +290,7 @@ pub struct Adoption {
 /// and takes over its tree. One that is gone left its last reports in [`EXIT_RECORD`] (which the
 /// reports then are); with neither, the reports end at once (the supervisor ended before the
 /// process could be seen to).
-pub async fn adopt(dir: &crate::state_dir::Dir) -> Adoption {
+pub(crate) async fn adopt(dir: &crate::state_dir::Dir) -> Adoption {
     match take_over(&dir.through_fd(SUPERVISOR_SOCKET)).await {
         Ok(adoption) => adoption,
         Err(err) => {

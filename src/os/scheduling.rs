@@ -33,8 +33,9 @@ impl Scheduling {
 
     pub(crate) fn current() -> io::Result<Self> {
         let mut param = libc::sched_param { sched_priority: 0 };
-        // SAFETY: plain calls about the calling thread, with a valid out-pointer.
+        // SAFETY: sched_getscheduler takes only a tid (0: the calling thread).
         let policy = unsafe { libc::sched_getscheduler(0) };
+        // SAFETY: the out-pointer is to a live sched_param.
         if policy < 0 || unsafe { libc::sched_getparam(0, &mut param) } < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -49,7 +50,7 @@ impl Scheduling {
         let param = libc::sched_param {
             sched_priority: self.priority,
         };
-        // SAFETY: plain call with a valid parameter struct.
+        // SAFETY: the parameter pointer is to a live sched_param.
         if unsafe { libc::sched_setscheduler(tid, self.policy, &param) } < 0 {
             return Err(io::Error::last_os_error());
         }

@@ -14,7 +14,7 @@ const DEFAULT_EXCLUDES: &[&str] = &["*KEY*", "*SECRET*", "*TOKEN*"];
 /// The daemon's own configuration must not leak into children.
 const NEVER_INHERITED: &[&str] = &["EXEC_SERVER_*", "CODEX_EXEC_SERVER_*"];
 
-pub fn child_env(
+pub(crate) fn child_env(
     policy: Option<&EnvPolicy>,
     overlay: &BTreeMap<String, String>,
     own: impl Iterator<Item = (String, String)>,
@@ -44,7 +44,7 @@ pub fn child_env(
 
 /// Whether `name` is one of the daemon's own settings (its connection token among them), which
 /// neither children nor `http/request` headers may read.
-pub fn is_daemon_setting(name: &str) -> bool {
+pub(crate) fn is_daemon_setting(name: &str) -> bool {
     matches_any(name, NEVER_INHERITED)
 }
 

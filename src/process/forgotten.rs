@@ -34,7 +34,7 @@ pub(super) enum Found {
 
 impl Forgotten {
     /// The idempotent start of `id`, with `identity`, was forgotten.
-    pub fn remember(&mut self, id: &str, identity: &StartParams, sandbox_type: SandboxType) {
+    pub(super) fn remember(&mut self, id: &str, identity: &StartParams, sandbox_type: SandboxType) {
         let key = digest(id.as_bytes());
         let tombstone = Tombstone {
             params: params_digest(identity),
@@ -51,14 +51,14 @@ impl Forgotten {
     }
 
     /// A new start took `id`: what it does is what a later repeat must find.
-    pub fn forget(&mut self, id: &str) {
+    pub(super) fn forget(&mut self, id: &str) {
         let key = digest(id.as_bytes());
         if self.by_id.remove(&key).is_some() {
             self.order.retain(|kept| *kept != key);
         }
     }
 
-    pub fn find(&self, id: &str, identity: &StartParams) -> Option<Found> {
+    pub(super) fn find(&self, id: &str, identity: &StartParams) -> Option<Found> {
         let tombstone = self.by_id.get(&digest(id.as_bytes()))?;
         Some(if tombstone.params == params_digest(identity) {
             Found::Same(tombstone.sandbox_type)

@@ -27,7 +27,7 @@ const CONTROLLING_TTY: u64 = 5 << 8;
 
 impl StdinObject {
     /// The object `fd` refers to, when it is a pipe or a terminal.
-    pub fn of(fd: &impl AsFd) -> Option<Self> {
+    pub(crate) fn of(fd: &impl AsFd) -> Option<Self> {
         let stat = nix::sys::stat::fstat(fd.as_fd()).ok()?;
         match stat.st_mode & libc::S_IFMT {
             libc::S_IFIFO => Some(Self::Pipe {

@@ -33,7 +33,7 @@ fn register(fd: OwnedFd, interest: tokio::io::Interest) -> std::io::Result<Async
 }
 
 /// One output stream of a child: a pipe or a terminal's master.
-pub struct OutputReader {
+pub(super) struct OutputReader {
     fd: AsyncFd<OwnedFd>,
     pipe: bool,
     /// Where the stream's file ends.
@@ -43,7 +43,7 @@ pub struct OutputReader {
 }
 
 impl OutputReader {
-    pub fn new(fd: OwnedFd, pipe: bool, end: u64) -> std::io::Result<Self> {
+    pub(super) fn new(fd: OwnedFd, pipe: bool, end: u64) -> std::io::Result<Self> {
         Ok(Self {
             fd: register(fd, tokio::io::Interest::READABLE)?,
             pipe,
@@ -56,7 +56,7 @@ impl OutputReader {
     /// reports EIO once its last writer closed) or when the file cannot take them. A pipe's
     /// bytes are spliced: they are in the file the moment they leave the pipe, so a daemon
     /// killed at any point loses none.
-    pub async fn next(&mut self, file: &File) -> Option<Span> {
+    pub(super) async fn next(&mut self, file: &File) -> Option<Span> {
         loop {
             let mut guard = self.fd.readable().await.ok()?;
             let moved = move_into(
@@ -89,11 +89,11 @@ impl OutputReader {
 
 /// What the stdin writer is handed: a write (with its id, journaled before it is written) or
 /// a terminal's end-of-file character.
-pub type Input = (Option<String>, Bytes);
+pub(super) type Input = (Option<String>, Bytes);
 
 /// Writes what `input` queues to the child's stdin `fd` until the queue or the stdin closes;
 /// `queued` counts what is still to write, `failed` says the stdin broke.
-pub fn spawn_writer(
+pub(super) fn spawn_writer(
     fd: OwnedFd,
     mut input: mpsc::UnboundedReceiver<Input>,
     store: Arc<Store>,

@@ -19,7 +19,7 @@ pub(super) struct Live {
 impl Live {
     /// Counts a new process, unless that would exceed a cap. Counted first and given back when
     /// over (by the drop), so concurrent starts can be refused together but never exceed.
-    pub fn start(session: &Arc<AtomicUsize>, config: &Config) -> Result<Self, ProcessError> {
+    pub(super) fn start(session: &Arc<AtomicUsize>, config: &Config) -> Result<Self, ProcessError> {
         let (live, in_session, in_daemon) = Self::count(session);
         let caps = [
             (
@@ -51,7 +51,7 @@ impl Live {
     }
 
     /// Counts a process adopted after a restart: it runs already, whatever the caps.
-    pub fn adopted(session: &Arc<AtomicUsize>) -> Self {
+    pub(super) fn adopted(session: &Arc<AtomicUsize>) -> Self {
         Self::count(session).0
     }
 

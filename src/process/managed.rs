@@ -182,13 +182,13 @@ impl ManagedProcess {
         })
     }
 
-    pub fn subscribe(&self) -> watch::Receiver<()> {
+    pub(crate) fn subscribe(&self) -> watch::Receiver<()> {
         self.changed.subscribe()
     }
 
     /// Chunks are loaded outside the lock, so a long read never holds up the output; one
     /// evicted meanwhile (its space freed) is left out and the read says so.
-    pub fn read(&self, after_seq: u64, max_bytes: Option<usize>) -> ReadSnapshot {
+    pub(crate) fn read(&self, after_seq: u64, max_bytes: Option<usize>) -> ReadSnapshot {
         let snapshot = (self.state.lock().unwrap().log).read(after_seq, max_bytes, READ_MAX_BYTES);
         let loaded: Vec<_> = snapshot
             .chunks
@@ -220,14 +220,14 @@ impl ManagedProcess {
         self.drained.send_replace(());
     }
 
-    pub fn is_exited(&self) -> bool {
+    pub(crate) fn is_exited(&self) -> bool {
         self.state.lock().unwrap().log.exit_code().is_some()
     }
 
     /// Kills the whole tree (however it detached), even after the process itself exited or
     /// closed, until the supervisor reported it gone. Returns whether the process itself had
     /// not exited yet.
-    pub fn kill(&self, reason: ExitReason) -> bool {
+    pub(crate) fn kill(&self, reason: ExitReason) -> bool {
         let running = !self.is_exited();
         if !self.state.lock().unwrap().tree_gone {
             let _ = self.kill_reason.set(reason);
@@ -236,7 +236,7 @@ impl ManagedProcess {
         running
     }
 
-    pub fn signal(self: &Arc<Self>, signal: ProcessSignal) -> Result<(), ProcessError> {
+    pub(crate) fn signal(self: &Arc<Self>, signal: ProcessSignal) -> Result<(), ProcessError> {
         let signal = match signal {
             ProcessSignal::Interrupt => Signal::SIGINT,
             ProcessSignal::Terminate => {
@@ -274,7 +274,7 @@ impl ManagedProcess {
         });
     }
 
-    pub fn write(&self, write_id: &str, data: Bytes) -> Result<WriteStatus, ProcessError> {
+    pub(crate) fn write(&self, write_id: &str, data: Bytes) -> Result<WriteStatus, ProcessError> {
         let status = self.stdin.write(write_id, data)?;
         if status == WriteStatus::Accepted {
             self.state.lock().unwrap().activity();
@@ -283,7 +283,7 @@ impl ManagedProcess {
     }
 
     /// The process is found waiting for input (and has not exited).
-    pub fn waiting_for_input(&self) -> bool {
+    pub(crate) fn waiting_for_input(&self) -> bool {
         let state = self.state.lock().unwrap();
         state.input_wait != InputWait::No && state.log.exit_code().is_none()
     }
@@ -314,7 +314,7 @@ impl ManagedProcess {
         }
     }
 
-    pub fn close_stdin(&self) -> Result<(), ProcessError> {
+    pub(crate) fn close_stdin(&self) -> Result<(), ProcessError> {
         if self.stdin.close(self.origin.params.tty) {
             self.store.journal(&Entry::StdinClosed);
             if !self.origin.params.tty {
@@ -324,7 +324,7 @@ impl ManagedProcess {
         Ok(())
     }
 
-    pub fn resize(&self, size: TerminalSize) -> Result<(), ProcessError> {
+    pub(crate) fn resize(&self, size: TerminalSize) -> Result<(), ProcessError> {
         match &self.pty_size {
             Some(resizer) => resizer.resize(size),
             None => Err(ProcessError::NoTerminal(self.id.clone())),
@@ -333,7 +333,7 @@ impl ManagedProcess {
 
     /// Processes of the tree still running besides the process itself; None once the tree is
     /// gone. Counted from the supervisor down, through every thread's children.
-    pub fn live_descendants(&self) -> Option<u32> {
+    pub(crate) fn live_descendants(&self) -> Option<u32> {
         if self.state.lock().unwrap().tree_gone {
             return None;
         }
@@ -402,12 +402,12 @@ impl ManagedProcess {
     }
 
     /// The process exited, its output closed, and its tree is gone.
-    pub fn is_finished(&self) -> bool {
+    pub(crate) fn is_finished(&self) -> bool {
         self.state.lock().unwrap().removable()
     }
 
     /// Resolves once the process has exited, its output closed, and its tree is gone.
-    pub async fn wait_finished(&self) {
+    pub(crate) async fn wait_finished(&self) {
         let mut changes = self.subscribe();
         while !self.state.lock().unwrap().removable() {
             if changes.changed().await.is_err() {

@@ -13,7 +13,7 @@
 
 mod adopt;
 mod delivery;
-pub mod env;
+pub(crate) mod env;
 mod error;
 mod forgotten;
 pub(crate) mod input_wait;
@@ -21,7 +21,7 @@ mod io;
 mod limits;
 mod live;
 mod managed;
-pub mod output;
+pub(crate) mod output;
 mod start;
 mod stdin;
 pub(crate) mod store;
@@ -35,6 +35,6 @@ pub(crate) use managed::{ManagedProcess, Origin};
 pub(crate) use table::{Lookup, ProcessTable};
 
 /// Whether `maxMemoryBytes` and `maxProcesses` can both be enforced here.
-pub fn tree_limits_supported() -> bool {
+pub(crate) fn tree_limits_supported() -> bool {
     crate::launcher::cgroup::supported() == (true, true)
 }

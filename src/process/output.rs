@@ -17,7 +17,7 @@ use std::collections::VecDeque;
 
 /// A chunk as read or delivered: its bytes loaded.
 #[derive(Clone, Debug)]
-pub struct Chunk {
+pub(crate) struct Chunk {
     pub seq: u64,
     pub stream: OutputStream,
     pub data: Bytes,
@@ -25,27 +25,27 @@ pub struct Chunk {
 
 /// Where a chunk's bytes are in its stream's file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Span {
+pub(crate) struct Span {
     pub offset: u64,
     pub len: u64,
 }
 
 impl Span {
-    pub fn end(&self) -> u64 {
+    pub(crate) fn end(&self) -> u64 {
         self.offset + self.len
     }
 }
 
 /// A retained chunk: its bytes stay in the stream's file.
 #[derive(Clone, Copy, Debug)]
-pub struct Stored {
+pub(crate) struct Stored {
     pub seq: u64,
     pub stream: OutputStream,
     pub span: Span,
 }
 
 impl Stored {
-    pub fn loaded(&self, data: Bytes) -> Chunk {
+    pub(crate) fn loaded(&self, data: Bytes) -> Chunk {
         Chunk {
             seq: self.seq,
             stream: self.stream,
@@ -56,14 +56,14 @@ impl Stored {
 
 /// An event, its output chunk as stored (`Event<Stored>`) or loaded.
 #[derive(Clone, Debug)]
-pub enum Event<C = Chunk> {
+pub(crate) enum Event<C = Chunk> {
     Output(C),
     Exited { seq: u64, exit: Exit },
     Closed { seq: u64 },
 }
 
 /// What has a seq.
-pub trait Sequenced {
+pub(crate) trait Sequenced {
     fn seq(&self) -> u64;
 }
 
@@ -80,7 +80,7 @@ impl Sequenced for Stored {
 }
 
 impl<C: Sequenced> Event<C> {
-    pub fn seq(&self) -> u64 {
+    pub(crate) fn seq(&self) -> u64 {
         match self {
             Event::Output(chunk) => chunk.seq(),
             Event::Exited { seq, .. } | Event::Closed { seq } => *seq,
@@ -89,7 +89,7 @@ impl<C: Sequenced> Event<C> {
 }
 
 impl Event<Stored> {
-    pub fn load(self, load: impl FnOnce(&Stored) -> Bytes) -> Event {
+    pub(crate) fn load(self, load: impl FnOnce(&Stored) -> Bytes) -> Event {
         match self {
             Event::Output(chunk) => Event::Output(chunk.loaded(load(&chunk))),
             Event::Exited { seq, exit } => Event::Exited { seq, exit },
@@ -101,7 +101,7 @@ impl Event<Stored> {
 /// How the process itself ended.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Exit {
+pub(crate) struct Exit {
     pub code: i32,
     pub sandbox_denied: bool,
     pub details: ExitDetails,
@@ -110,7 +110,7 @@ pub struct Exit {
 /// A change of the log, as journaled: replaying them in order rebuilds it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub enum Record {
+pub(crate) enum Record {
     Output {
         seq: u64,
         stream: OutputStream,
@@ -132,7 +132,7 @@ pub enum Record {
 }
 
 #[derive(Debug)]
-pub struct OutputLog {
+pub(crate) struct OutputLog {
     chunks: VecDeque<Stored>,
     retained_bytes: usize,
     max_bytes: usize,
@@ -148,7 +148,7 @@ pub struct OutputLog {
 
 /// What `process/read` returns, before encoding (its chunks as stored, then loaded).
 #[derive(Debug)]
-pub struct ReadSnapshot<C = Chunk> {
+pub(crate) struct ReadSnapshot<C = Chunk> {
     pub chunks: Vec<C>,
     pub next_seq: u64,
     pub exit_code: Option<i32>,
@@ -170,7 +170,7 @@ impl Drop for OutputLog {
 }
 
 impl OutputLog {
-    pub fn new(max_bytes: usize, max_chunks: usize) -> Self {
+    pub(crate) fn new(max_bytes: usize, max_chunks: usize) -> Self {
         Self {
             chunks: VecDeque::new(),
             retained_bytes: 0,
@@ -190,7 +190,7 @@ impl OutputLog {
         seq
     }
 
-    pub fn push(&mut self, stream: OutputStream, span: Span) -> Record {
+    pub(crate) fn push(&mut self, stream: OutputStream, span: Span) -> Record {
         let seq = self.take_seq();
         self.retain(Stored { seq, stream, span });
         Record::Output { seq, stream, span }
@@ -206,7 +206,7 @@ impl OutputLog {
 
     /// Evicts what may be evicted, into `evicted`; returns true while the log is still over
     /// its limits, i.e. the reader must wait for delivery before reading more.
-    pub fn evict(&mut self, attached: bool, evicted: &mut Vec<Stored>) -> bool {
+    pub(crate) fn evict(&mut self, attached: bool, evicted: &mut Vec<Stored>) -> bool {
         while self.over_limit() {
             let front = self.chunks.front().expect("over the limit means non-empty");
             if attached && front.seq > self.delivered_seq {
@@ -231,7 +231,7 @@ impl OutputLog {
 
     /// Rebuilds a log from its records, in journal order; everything in it counts as
     /// delivered (a successor's client catches up with `process/read`).
-    pub fn restore(&mut self, records: impl IntoIterator<Item = Record>) {
+    pub(crate) fn restore(&mut self, records: impl IntoIterator<Item = Record>) {
         for record in records {
             match record {
                 Record::Output { seq, stream, span } => {
@@ -267,7 +267,7 @@ impl OutputLog {
             && (self.retained_bytes > self.max_bytes || self.chunks.len() > self.max_chunks)
     }
 
-    pub fn record_exit(&mut self, exit: Exit) -> Option<Record> {
+    pub(crate) fn record_exit(&mut self, exit: Exit) -> Option<Record> {
         if self.exit.is_some() {
             return None;
         }
@@ -277,11 +277,11 @@ impl OutputLog {
     }
 
     /// The exit's details change after it (the tree's final usage, an unconfirmed cleanup).
-    pub fn exit_details_mut(&mut self) -> Option<&mut ExitDetails> {
+    pub(crate) fn exit_details_mut(&mut self) -> Option<&mut ExitDetails> {
         self.exit.as_mut().map(|(_, exit)| &mut exit.details)
     }
 
-    pub fn record_closed(&mut self) -> Option<Record> {
+    pub(crate) fn record_closed(&mut self) -> Option<Record> {
         if self.closed_seq.is_some() {
             return None;
         }
@@ -290,23 +290,23 @@ impl OutputLog {
         Some(Record::Closed { seq })
     }
 
-    pub fn retains_output(&self) -> bool {
+    pub(crate) fn retains_output(&self) -> bool {
         !self.chunks.is_empty()
     }
 
-    pub fn exit_code(&self) -> Option<i32> {
+    pub(crate) fn exit_code(&self) -> Option<i32> {
         self.exit.as_ref().map(|(_, exit)| exit.code)
     }
 
-    pub fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         self.closed_seq.is_some()
     }
 
-    pub fn next_seq(&self) -> u64 {
+    pub(crate) fn next_seq(&self) -> u64 {
         self.next_seq
     }
 
-    pub fn first_retained_seq(&self) -> u64 {
+    pub(crate) fn first_retained_seq(&self) -> u64 {
         self.chunks.front().map_or(self.next_seq, |chunk| chunk.seq)
     }
 
@@ -316,7 +316,7 @@ impl OutputLog {
     }
 
     /// Chunks after `after_seq`, up to `max_bytes` (the client's), else up to `default_max`.
-    pub fn read(
+    pub(crate) fn read(
         &self,
         after_seq: u64,
         max_bytes: Option<usize>,
@@ -364,7 +364,7 @@ impl OutputLog {
     }
 
     /// Events not yet handed to a connection, in seq order, at most `limit`.
-    pub fn undelivered(&self, limit: usize) -> Vec<Event<Stored>> {
+    pub(crate) fn undelivered(&self, limit: usize) -> Vec<Event<Stored>> {
         let after = self.delivered_seq;
         let mut events: Vec<Event<Stored>> = self
             .chunks_after(after)
@@ -385,7 +385,7 @@ impl OutputLog {
         events
     }
 
-    pub fn mark_delivered(&mut self, seq: u64) {
+    pub(crate) fn mark_delivered(&mut self, seq: u64) {
         self.delivered_seq = self.delivered_seq.max(seq);
     }
 }
@@ -393,7 +393,7 @@ impl OutputLog {
 impl ReadSnapshot<Stored> {
     /// The snapshot with its chunks loaded; those for which `load` has nothing (evicted since
     /// the snapshot was taken) are left out, and the read says it is truncated.
-    pub fn load(self, mut load: impl FnMut(&Stored) -> Option<Bytes>) -> ReadSnapshot {
+    pub(crate) fn load(self, mut load: impl FnMut(&Stored) -> Option<Bytes>) -> ReadSnapshot {
         let mut truncated = self.truncated;
         let chunks = self
             .chunks

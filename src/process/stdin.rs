@@ -23,7 +23,7 @@ const MAX_QUEUED_BYTES: usize = 16 * 1024 * 1024;
 /// End of transmission: what "close stdin" means on a terminal.
 const TERMINAL_EOF: u8 = 0x04;
 
-pub struct Stdin {
+pub(super) struct Stdin {
     state: Mutex<StdinState>,
     queued: Arc<AtomicUsize>,
     failed: Arc<AtomicBool>,
@@ -41,7 +41,7 @@ impl Stdin {
     /// The stdin `fd` (None: the child has none, or it was closed), its writes journaled in
     /// `store`. From a predecessor daemon: `accepted`, the ids of the writes it accepted, and
     /// `pending`, those of them it had not begun to write (written first).
-    pub fn new(
+    pub(super) fn new(
         fd: Option<OwnedFd>,
         store: Arc<Store>,
         accepted: Vec<String>,
@@ -75,7 +75,7 @@ impl Stdin {
         this
     }
 
-    pub fn write(&self, write_id: &str, data: Bytes) -> Result<WriteStatus, ProcessError> {
+    pub(super) fn write(&self, write_id: &str, data: Bytes) -> Result<WriteStatus, ProcessError> {
         let mut state = self.state.lock().unwrap();
         if state.accepted.contains(write_id) {
             return Ok(WriteStatus::Accepted);
@@ -107,13 +107,13 @@ impl Stdin {
     }
 
     /// The child may still get input: stdin was neither closed nor broken.
-    pub fn is_open(&self) -> bool {
+    pub(super) fn is_open(&self) -> bool {
         self.state.lock().unwrap().sender.is_some() && !self.failed.load(Ordering::Relaxed)
     }
 
     /// Pipes: EOF after the queued bytes. Terminals: an EOF character, as a typed Ctrl-D.
     /// Returns whether it was open.
-    pub fn close(&self, tty: bool) -> bool {
+    pub(super) fn close(&self, tty: bool) -> bool {
         let mut state = self.state.lock().unwrap();
         let Some(sender) = state.sender.take() else {
             return false;
@@ -137,16 +137,16 @@ impl StdinState {
 }
 
 /// Resizes a PTY through its own duplicate of the master, so it never races the writer.
-pub struct PtyResizer {
+pub(super) struct PtyResizer {
     master: OwnedFd,
 }
 
 impl PtyResizer {
-    pub fn new(master: OwnedFd) -> Self {
+    pub(super) fn new(master: OwnedFd) -> Self {
         Self { master }
     }
 
-    pub fn resize(&self, size: TerminalSize) -> Result<(), ProcessError> {
+    pub(super) fn resize(&self, size: TerminalSize) -> Result<(), ProcessError> {
         if size.rows == 0 || size.cols == 0 {
             return Err(ProcessError::EmptySize);
         }

@@ -23,11 +23,11 @@ use std::io::Write as _;
 use std::os::fd::AsRawFd as _;
 use std::sync::Arc;
 
-pub const META: &str = "meta.json";
-pub const JOURNAL: &str = "journal";
+pub(crate) const META: &str = "meta.json";
+pub(crate) const JOURNAL: &str = "journal";
 
 /// The file of a stream: a terminal's output is in the first.
-pub fn stream_index(stream: OutputStream) -> usize {
+pub(crate) fn stream_index(stream: OutputStream) -> usize {
     match stream {
         OutputStream::Stdout | OutputStream::Pty => 0,
         OutputStream::Stderr => 1,
@@ -35,7 +35,7 @@ pub fn stream_index(stream: OutputStream) -> usize {
 }
 
 /// What a kept process in `dir` was started as.
-pub fn read_meta(dir: &Dir) -> Result<Meta, AdoptError> {
+pub(crate) fn read_meta(dir: &Dir) -> Result<Meta, AdoptError> {
     let text = dir.read(META).map_err(AdoptError::ReadMeta)?;
     serde_json::from_slice(&text).map_err(AdoptError::BadMeta)
 }
@@ -43,14 +43,14 @@ pub fn read_meta(dir: &Dir) -> Result<Meta, AdoptError> {
 /// A process's directory in the state directory's `processes` (`parent`), held by
 /// descriptor while the process runs; once it closed, opened again beneath `parent` for each
 /// rare use, so that retained exited processes hold no descriptor.
-pub struct Kept {
+pub(crate) struct Kept {
     pub parent: Dir,
     pub name: String,
     held: std::sync::Mutex<Option<Dir>>,
 }
 
 impl Kept {
-    pub fn new(parent: Dir, name: String, dir: Dir) -> Self {
+    pub(crate) fn new(parent: Dir, name: String, dir: Dir) -> Self {
         Self {
             parent,
             name,
@@ -58,7 +58,7 @@ impl Kept {
         }
     }
 
-    pub fn dir(&self) -> std::io::Result<Dir> {
+    pub(crate) fn dir(&self) -> std::io::Result<Dir> {
         match &*self.held.lock().unwrap() {
             Some(dir) => Ok(dir.clone()),
             None => self.parent.open_dir(&self.name),
@@ -67,7 +67,7 @@ impl Kept {
 }
 
 /// The output streams of a process, in the order of their files.
-pub fn streams(tty: bool) -> &'static [OutputStream] {
+pub(crate) fn streams(tty: bool) -> &'static [OutputStream] {
     if tty {
         &[OutputStream::Pty]
     } else {
@@ -78,7 +78,7 @@ pub fn streams(tty: bool) -> &'static [OutputStream] {
 /// What a process was started as, for its successor.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Meta {
+pub(crate) struct Meta {
     pub session: String,
     pub params: StartParams,
     pub sandbox_type: SandboxType,
@@ -92,7 +92,7 @@ pub struct Meta {
 /// A journal line.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub enum Entry {
+pub(crate) enum Entry {
     Log(Record),
     /// A `process/write` accepted (journaled before its reply), with its bytes.
     Accepted {
@@ -105,7 +105,7 @@ pub enum Entry {
     StdinClosed,
 }
 
-pub struct Store {
+pub(crate) struct Store {
     /// By [`stream_index`]; None once the process closed and nothing needs them open (see
     /// [`Store::closed`]).
     files: std::sync::RwLock<Option<Vec<Arc<File>>>>,
@@ -125,7 +125,7 @@ impl Store {
     }
 
     /// Memory files for `streams` streams, nothing journaled.
-    pub fn in_memory(streams: usize) -> std::io::Result<Self> {
+    pub(crate) fn in_memory(streams: usize) -> std::io::Result<Self> {
         let files = (0..streams)
             .map(|_| {
                 nix::sys::memfd::memfd_create(
@@ -142,7 +142,7 @@ impl Store {
     /// An existing process directory, as a predecessor left it (its `meta` read already): its
     /// journal's entries (a last line cut short by a crash is left out) and the store,
     /// appending.
-    pub fn open(kept: Kept, meta: &Meta) -> Result<(Self, Vec<Entry>), AdoptError> {
+    pub(crate) fn open(kept: Kept, meta: &Meta) -> Result<(Self, Vec<Entry>), AdoptError> {
         let dir = kept.dir().map_err(AdoptError::Dir)?;
         let text = dir.read(JOURNAL).map_err(AdoptError::ReadJournal)?;
         let text = String::from_utf8(text).map_err(AdoptError::JournalNotText)?;
@@ -166,24 +166,24 @@ impl Store {
     }
 
     /// The process's directory, when it is kept.
-    pub fn dir(&self) -> Option<Dir> {
+    pub(crate) fn dir(&self) -> Option<Dir> {
         self.dir.as_ref().and_then(|kept| kept.dir().ok())
     }
 
     /// The file of stream `index`, for its reader (while the process runs, it is open).
-    pub fn file(&self, index: usize) -> Option<Arc<File>> {
+    pub(crate) fn file(&self, index: usize) -> Option<Arc<File>> {
         let files = self.files.read().unwrap();
         files.as_ref().and_then(|files| files.get(index).cloned())
     }
 
     /// Whether it is kept for a successor (journaled).
-    pub fn keeps(&self) -> bool {
+    pub(crate) fn keeps(&self) -> bool {
         self.dir.is_some()
     }
 
     /// Appends an entry, one `write` per line (the journal is O_APPEND), so that a crash
     /// leaves at most the last line cut short. Without a state directory, nothing.
-    pub fn journal(&self, entry: &Entry) {
+    pub(crate) fn journal(&self, entry: &Entry) {
         let Some(kept) = &self.dir else {
             return;
         };
@@ -215,7 +215,7 @@ impl Store {
 
     /// A chunk's bytes (empty if they cannot be read: never a panic), read into memory that
     /// is not zeroed first.
-    pub fn load(&self, stream: OutputStream, span: Span) -> Bytes {
+    pub(crate) fn load(&self, stream: OutputStream, span: Span) -> Bytes {
         self.with_file(stream, |file| read_span(file, span))
             .unwrap_or_else(|| {
                 tracing::warn!("cannot read retained output back: its file is gone");
@@ -224,7 +224,7 @@ impl Store {
     }
 
     /// Frees the space of evicted chunks (their offsets stay valid: holes read as zeros).
-    pub fn release(&self, evicted: &[Stored]) {
+    pub(crate) fn release(&self, evicted: &[Stored]) {
         for chunk in evicted {
             self.with_file(chunk.stream, |file| {
                 // SAFETY: fallocate on a file we own; a failure only keeps the space.
@@ -244,7 +244,7 @@ impl Store {
     /// daemon retaining many exited processes holds none for them. Files in the state
     /// directory are opened again for a read; memory files cannot be, so they stay open while
     /// they hold `retained` output.
-    pub fn closed(&self, retained: bool) {
+    pub(crate) fn closed(&self, retained: bool) {
         if self.dir.is_some() || !retained {
             *self.files.write().unwrap() = None;
         }
@@ -299,7 +299,7 @@ fn read_span(file: &File, span: Span) -> Bytes {
 /// Process directories made ahead of the starts that take them (files, journal, socket), so
 /// that a start only renames one and writes its meta: a few system calls instead of a dozen on
 /// every launch's path. Made in `.spare-*` directories, which an adoption removes.
-pub struct Spares {
+pub(crate) struct Spares {
     dir: Dir,
     ready: std::sync::Mutex<Vec<Spare>>,
     /// A background task is making spares (one at a time: a burst of starts would otherwise
@@ -310,9 +310,9 @@ pub struct Spares {
 /// Spares kept ready.
 const SPARES: usize = 2;
 
-pub const SPARE_PREFIX: &str = ".spare-";
+pub(crate) const SPARE_PREFIX: &str = ".spare-";
 
-pub struct Spare {
+pub(crate) struct Spare {
     parent: Dir,
     name: String,
     dir: Dir,
@@ -324,7 +324,7 @@ pub struct Spare {
 
 impl Spares {
     /// Spares in `dir` (the state directory's `processes`).
-    pub fn new(dir: Dir) -> std::sync::Arc<Self> {
+    pub(crate) fn new(dir: Dir) -> std::sync::Arc<Self> {
         std::sync::Arc::new(Self {
             dir,
             ready: Default::default(),
@@ -335,7 +335,7 @@ impl Spares {
     /// A spare (made now, on a blocking thread, if none is ready: file creation never runs on
     /// the async workers, where it held up every other connection's requests during a burst
     /// of starts); others are made in the background.
-    pub async fn take(self: &std::sync::Arc<Self>) -> Result<Spare, KeepError> {
+    pub(crate) async fn take(self: &std::sync::Arc<Self>) -> Result<Spare, KeepError> {
         use std::sync::atomic::Ordering;
         let ready = self.ready.lock().unwrap().pop();
         if !self.refilling.swap(true, Ordering::AcqRel) {
@@ -362,7 +362,7 @@ impl Spares {
     }
 
     /// Keeps an unused spare for the next start.
-    pub fn put_back(&self, spare: Spare) {
+    pub(crate) fn put_back(&self, spare: Spare) {
         self.ready.lock().unwrap().push(spare);
     }
 
@@ -394,7 +394,7 @@ impl Spares {
 impl Spare {
     /// The store of a process described by `meta`, in its final directory `name` next to the
     /// spare's, and the socket its supervisor listens on there.
-    pub fn into_store(
+    pub(crate) fn into_store(
         self,
         name: &str,
         meta: &Meta,

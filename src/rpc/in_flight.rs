@@ -7,17 +7,17 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 #[derive(Default)]
-pub struct InFlightIds(Arc<Mutex<HashSet<String>>>);
+pub(crate) struct InFlightIds(Arc<Mutex<HashSet<String>>>);
 
 /// An id in flight; dropping it (just before the reply is queued) frees the id for reuse.
-pub struct Claim {
+pub(crate) struct Claim {
     ids: Arc<Mutex<HashSet<String>>>,
     /// The id as JSON text, so `1` and `"1"` stay distinct.
     key: String,
 }
 
 impl InFlightIds {
-    pub fn claim(&self, id: &Value) -> Result<Claim, RpcError> {
+    pub(crate) fn claim(&self, id: &Value) -> Result<Claim, RpcError> {
         let key = id.to_string();
         if !self.0.lock().unwrap().insert(key.clone()) {
             return Err(RpcError::invalid_request(format!(

@@ -12,7 +12,7 @@ const MESSAGE_OVERHEAD: usize = 64;
 
 /// One message for the transport to send as it is.
 #[derive(Debug)]
-pub enum Message {
+pub(crate) enum Message {
     Text(String),
     /// A binary-payload message (header, NUL, raw chunk); only on transports that can.
     Binary(Vec<u8>),
@@ -30,7 +30,7 @@ impl Message {
 /// Bytes of a connection's outbound budget held by a message until the transport wrote it, or
 /// by a request for the reply it is building.
 #[derive(Debug, Default)]
-pub struct Budget(Option<OwnedSemaphorePermit>);
+pub(crate) struct Budget(Option<OwnedSemaphorePermit>);
 
 impl Budget {
     fn bytes(&self) -> usize {
@@ -39,7 +39,7 @@ impl Budget {
 }
 
 /// The receiving half, read by the transport's writer.
-pub struct Queue {
+pub(crate) struct Queue {
     rx: mpsc::UnboundedReceiver<(Message, Budget)>,
     /// The budget of the message handed out last: the writer asks for the next message only
     /// after writing that one, so its bytes count until they left the daemon.
@@ -47,7 +47,7 @@ pub struct Queue {
 }
 
 impl Queue {
-    pub async fn recv(&mut self) -> Option<Message> {
+    pub(crate) async fn recv(&mut self) -> Option<Message> {
         self.sending = Budget::default();
         let (message, budget) = self.rx.recv().await?;
         self.sending = budget;
@@ -56,7 +56,7 @@ impl Queue {
 }
 
 #[derive(Clone, Debug)]
-pub struct Outbound {
+pub(crate) struct Outbound {
     /// Unbounded in count: `budget` bounds the bytes, which is what costs memory.
     tx: mpsc::UnboundedSender<(Message, Budget)>,
     budget: Arc<Semaphore>,
@@ -70,12 +70,12 @@ pub struct Outbound {
 }
 
 #[derive(Debug)]
-pub struct Closed;
+pub(crate) struct Closed;
 
 impl Outbound {
     /// A connection's queue, whose messages may hold `budget_bytes` at most (a larger message
     /// waits until the queue is empty).
-    pub fn new(binary_capable: bool, budget_bytes: usize) -> (Self, Queue) {
+    pub(crate) fn new(binary_capable: bool, budget_bytes: usize) -> (Self, Queue) {
         let (tx, rx) = mpsc::unbounded_channel();
         (
             Self {
@@ -94,12 +94,12 @@ impl Outbound {
     }
 
     /// Nothing is queued or being written: the transport took every message and wrote it.
-    pub fn is_flushed(&self) -> bool {
+    pub(crate) fn is_flushed(&self) -> bool {
         self.budget.available_permits() == self.budget_bytes
     }
 
     /// Waits until `bytes` of the budget are free and holds them (all of it for more).
-    pub async fn reserve(&self, bytes: usize) -> Budget {
+    pub(crate) async fn reserve(&self, bytes: usize) -> Budget {
         let bytes = bytes.clamp(1, self.budget_bytes);
         let permit = self
             .budget
@@ -110,26 +110,30 @@ impl Outbound {
         Budget(Some(permit))
     }
 
-    pub fn set_strict(&self) {
+    pub(crate) fn set_strict(&self) {
         self.strict.store(true, Ordering::Relaxed);
     }
 
     /// Switches to binary payloads where the transport allows; returns whether it did.
-    pub fn enable_binary(&self) -> bool {
+    pub(crate) fn enable_binary(&self) -> bool {
         self.binary.store(self.binary_capable, Ordering::Relaxed);
         self.binary_capable
     }
 
-    pub async fn send(&self, text: String) -> Result<(), Closed> {
+    pub(crate) async fn send(&self, text: String) -> Result<(), Closed> {
         self.send_message(Message::Text(text)).await
     }
 
-    pub async fn send_message(&self, message: Message) -> Result<(), Closed> {
+    pub(crate) async fn send_message(&self, message: Message) -> Result<(), Closed> {
         self.send_within(message, Budget::default()).await
     }
 
     /// Queues `message` within the budget `reserved` for it, or waits for its cost.
-    pub async fn send_within(&self, message: Message, mut reserved: Budget) -> Result<(), Closed> {
+    pub(crate) async fn send_within(
+        &self,
+        message: Message,
+        mut reserved: Budget,
+    ) -> Result<(), Closed> {
         let cost = (message.len() + MESSAGE_OVERHEAD).min(self.budget_bytes);
         if reserved.bytes() < cost {
             if self.tx.is_closed() {
@@ -142,17 +146,21 @@ impl Outbound {
         self.tx.send((message, reserved)).map_err(|_| Closed)
     }
 
-    pub async fn send_value(&self, value: &serde_json::Value) -> Result<(), Closed> {
+    pub(crate) async fn send_value(&self, value: &serde_json::Value) -> Result<(), Closed> {
         self.send(value.to_string()).await
     }
 
-    pub async fn notify<P: Serialize>(&self, method: &str, params: &P) -> Result<(), Closed> {
+    pub(crate) async fn notify<P: Serialize>(
+        &self,
+        method: &str,
+        params: &P,
+    ) -> Result<(), Closed> {
         self.send(self.notification_text(method, params)).await
     }
 
     /// A notification whose params JSON `write_params` appends to the text, for hot paths that
     /// encode params by hand; `capacity` should cover the whole message.
-    pub fn notification_text_with(
+    pub(crate) fn notification_text_with(
         &self,
         method: &str,
         capacity: usize,
@@ -171,7 +179,7 @@ impl Outbound {
         text
     }
 
-    pub fn notification_text<P: Serialize>(&self, method: &str, params: &P) -> String {
+    pub(crate) fn notification_text<P: Serialize>(&self, method: &str, params: &P) -> String {
         self.notification_text_with(method, 64, |text| {
             text.push_str(&serde_json::to_string(params).expect("wire types always serialize"))
         })
@@ -180,7 +188,7 @@ impl Outbound {
     /// `message` is a JSON-RPC message whose last member is the object (params or result)
     /// that `chunk` belongs in. A binary connection gets it as header, NUL, raw chunk; a text
     /// one gets the chunk added to that object in base64, encoded straight into the text.
-    pub fn with_chunk(&self, message: String, chunk: &[u8]) -> Message {
+    pub(crate) fn with_chunk(&self, message: String, chunk: &[u8]) -> Message {
         if self.binary.load(Ordering::Relaxed) {
             return Message::Binary(binary::join(message, chunk));
         }
@@ -200,7 +208,7 @@ impl Outbound {
 }
 
 /// Appends `value` as a JSON string.
-pub fn push_json_string(text: &mut String, value: &str) {
+pub(crate) fn push_json_string(text: &mut String, value: &str) {
     text.push_str(&serde_json::to_string(value).expect("strings serialize"));
 }
 

@@ -7,7 +7,7 @@ use exec_server_protocol::base64_bytes::Base64Bytes;
 use exec_server_protocol::binary::CHUNK_MEMBER;
 use serde_json::{Map, Value};
 
-pub enum Success {
+pub(crate) enum Success {
     Json(Value),
     /// A result and the bytes of its `chunk` member, kept apart so that the reply is written
     /// without a `serde_json::Value` ever holding them (see [`Outbound::with_chunk`]).
@@ -19,7 +19,7 @@ pub enum Success {
 
 impl Success {
     /// The whole result as JSON, the chunk in base64 (a batch replies with one array).
-    pub fn into_value(self) -> Value {
+    pub(crate) fn into_value(self) -> Value {
         match self {
             Self::Json(value) => value,
             Self::WithChunk { mut result, chunk } => {
@@ -31,7 +31,7 @@ impl Success {
 }
 
 /// The reply to request `id`, in the dialect of the request and the framing of the connection.
-pub fn message(
+pub(crate) fn message(
     outbound: &Outbound,
     id: Value,
     outcome: Result<Success, RpcError>,

@@ -35,7 +35,7 @@ pub(crate) fn bound_capabilities() -> std::io::Result<()> {
         | libc::SECBIT_KEEP_CAPS_LOCKED
         | libc::SECBIT_NO_CAP_AMBIENT_RAISE
         | libc::SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
-    // SAFETY: plain prctl calls.
+    // SAFETY: these prctls take integer arguments only and change this thread's credentials.
     unsafe {
         if libc::prctl(libc::PR_SET_SECUREBITS, bits as libc::c_ulong, 0, 0, 0) != 0 {
             return last_os();

@@ -65,7 +65,7 @@ const MANAGED_NETWORK_DENIALS: &[&str] = &["connection refused"];
 
 /// What the classifier knows about one sandboxed launch.
 #[derive(Debug)]
-pub struct DenialContext {
+pub(crate) struct DenialContext {
     /// None: the file system is not restricted.
     pub rules: Option<Vec<Rule>>,
     pub network_restricted: bool,
@@ -75,7 +75,7 @@ pub struct DenialContext {
 }
 
 #[derive(Debug)]
-pub struct Scanner {
+pub(crate) struct Scanner {
     context: std::sync::Arc<DenialContext>,
     /// Unterminated line per stream (stdout, stderr, pty).
     partial: [Vec<u8>; 3],
@@ -84,7 +84,7 @@ pub struct Scanner {
 
 impl Scanner {
     /// `denied`: the sandbox is already known to have stopped the process (it refused the exec).
-    pub fn new(context: std::sync::Arc<DenialContext>, denied: bool) -> Self {
+    pub(crate) fn new(context: std::sync::Arc<DenialContext>, denied: bool) -> Self {
         Self {
             context,
             partial: Default::default(),
@@ -92,7 +92,7 @@ impl Scanner {
         }
     }
 
-    pub fn feed(&mut self, stream: OutputStream, data: &[u8]) {
+    pub(crate) fn feed(&mut self, stream: OutputStream, data: &[u8]) {
         let index = match stream {
             OutputStream::Stdout => 0,
             OutputStream::Stderr => 1,
@@ -120,7 +120,7 @@ impl Scanner {
     }
 
     /// The verdict at exit. `signal`: the signal that killed the process, if one did.
-    pub fn verdict(&mut self, code: i32, signal: Option<i32>) -> bool {
+    pub(crate) fn verdict(&mut self, code: i32, signal: Option<i32>) -> bool {
         for index in 0..self.partial.len() {
             let line = std::mem::take(&mut self.partial[index]);
             self.line(&line);
@@ -137,7 +137,7 @@ impl Scanner {
 
 impl DenialContext {
     /// Whether one output line reports a denial this policy explains.
-    pub fn explains(&self, line: &str) -> bool {
+    pub(crate) fn explains(&self, line: &str) -> bool {
         let lower = line.to_lowercase();
         if self.network_restricted && NETWORK_DENIALS.iter().any(|p| lower.contains(p)) {
             return true;
@@ -183,7 +183,7 @@ impl DenialContext {
     /// [`FS_DENIALS`] messages) on a path the policy does not grant that access, or
     /// EEXIST/EISDIR on a protected name (see [`PLACEHOLDER_MESSAGES`]). Used for sandboxed
     /// `fs/*` operations, which report errnos instead of messages.
-    pub fn explains_errno(&self, errno: i32, path: &Path, write: bool) -> bool {
+    pub(crate) fn explains_errno(&self, errno: i32, path: &Path, write: bool) -> bool {
         match errno {
             libc::EACCES | libc::EPERM | libc::EROFS | libc::EXDEV | libc::EBUSY => {
                 if write {

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 /// A step of building the sandbox that failed.
 #[derive(Debug, thiserror::Error)]
-pub enum SetupError {
+pub(crate) enum SetupError {
     #[error("making mounts private: {0}")]
     MakePrivate(#[source] io::Error),
     #[error("making mounts slaves: {0}")]
@@ -52,7 +52,7 @@ pub enum SetupError {
 
 impl SetupError {
     /// The OS error behind the failure, if the kernel reported one.
-    pub fn errno(&self) -> Option<i32> {
+    pub(crate) fn errno(&self) -> Option<i32> {
         if let Self::Open(err) = self {
             return err.errno();
         }
@@ -74,7 +74,7 @@ impl SetupError {
 // primitive, does not import them.
 impl Stage {
     /// A sandbox primitive's failure at this stage, with its errno.
-    pub fn setup(self, err: impl Into<SetupError>) -> Failure {
+    pub(crate) fn setup(self, err: impl Into<SetupError>) -> Failure {
         let err = err.into();
         Failure {
             errno: err.errno(),
@@ -87,14 +87,14 @@ impl Stage {
 /// `linuxSandbox: false`).
 #[derive(Debug, thiserror::Error)]
 #[error("sandbox intent cannot be enforced on this executor: {why}")]
-pub struct Unsupported {
+pub(crate) struct Unsupported {
     #[from]
     why: Missing,
 }
 
 /// What the kernel or the daemon's privileges lack.
 #[derive(Debug, thiserror::Error)]
-pub enum Missing {
+pub(crate) enum Missing {
     #[error(
         "Landlock ABI {required} or newer is required, the kernel offers {}",
         if *offered > 0 { offered.to_string() } else { "none".into() }

@@ -10,19 +10,19 @@
 use std::path::{Component, Path, PathBuf};
 
 /// Directory entries a single pattern may visit before the request fails closed.
-pub const MAX_VISITED: usize = 100_000;
+pub(super) const MAX_VISITED: usize = 100_000;
 
 /// Depth used when the profile gives no `glob_scan_max_depth`.
-pub const DEFAULT_MAX_DEPTH: u32 = 8;
+pub(super) const DEFAULT_MAX_DEPTH: u32 = 8;
 
 /// Whether `pattern` has any glob syntax (otherwise it names one path).
-pub fn is_pattern(pattern: &str) -> bool {
+pub(super) fn is_pattern(pattern: &str) -> bool {
     pattern.contains(['*', '?', '[', '\\'])
 }
 
 /// Why a pattern cannot be expanded (a bound hit fails rather than grant a partial set).
 #[derive(Debug, thiserror::Error)]
-pub enum GlobError {
+pub(crate) enum GlobError {
     #[error("glob pattern `{0}` must not contain `..`")]
     Parent(String),
     #[error("glob pattern `{0}` is not UTF-8")]
@@ -44,7 +44,11 @@ pub enum GlobError {
 
 /// Existing paths under `base` matching the relative or absolute `pattern` (an absolute one
 /// ignores `base`).
-pub fn expand(pattern: &str, base: &Path, max_depth: u32) -> Result<Vec<PathBuf>, GlobError> {
+pub(super) fn expand(
+    pattern: &str,
+    base: &Path,
+    max_depth: u32,
+) -> Result<Vec<PathBuf>, GlobError> {
     let path = Path::new(pattern);
     let mut start = if path.is_absolute() {
         PathBuf::from("/")
@@ -160,7 +164,7 @@ fn has_subdirectories(dir: &Path) -> bool {
 
 /// Matches one path component against one pattern component, in O(pattern × name) time
 /// (the classic last-star backtracking; `*` is the only token that matches a run).
-pub fn component_matches(pattern: &str, name: &str) -> bool {
+pub(super) fn component_matches(pattern: &str, name: &str) -> bool {
     let tokens = tokenize(pattern);
     let name: Vec<char> = name.chars().collect();
     let (mut t, mut n) = (0, 0);

@@ -40,11 +40,11 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 /// Directory entries the hard-link search may visit per write root.
-pub const MAX_LINK_SCAN: usize = 200_000;
+pub(crate) const MAX_LINK_SCAN: usize = 200_000;
 
 /// What the dynamic loader reads before it maps anything: a write grant on one of these
 /// (`/etc` included) would let a sandbox preload a library into the next helper.
-pub const LOADER_CONFIG: &[&str] = &[
+pub(crate) const LOADER_CONFIG: &[&str] = &[
     "/etc/ld.so.preload",
     "/etc/ld.so.cache",
     "/etc/ld.so.conf",
@@ -78,7 +78,7 @@ static GUARD: OnceLock<Guard> = OnceLock::new();
 static STATE_DIR: OnceLock<Protected> = OnceLock::new();
 
 /// Protects the state directory `path` from write grants, from now on.
-pub fn protect_state_dir(path: &Path) {
+pub(crate) fn protect_state_dir(path: &Path) {
     if let Some(state) = protected("the daemon's state directory", path) {
         let _ = STATE_DIR.set(state);
     }
@@ -368,7 +368,7 @@ impl Mounts {
 }
 
 /// Undoes mountinfo's octal escapes (`\040` for a space...).
-pub fn unescape(field: &str) -> String {
+pub(crate) fn unescape(field: &str) -> String {
     let bytes = field.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut index = 0;

@@ -19,10 +19,10 @@ use landlock::{
 
 /// Scopes (ABI 6) keep a sandboxed root process from signalling the daemon; truncation (3) and
 /// device ioctls (5) come with it.
-pub const MIN_ABI: i32 = 6;
+pub(crate) const MIN_ABI: i32 = 6;
 
 /// Device files always usable as in any Unix process (written: /dev/null and friends).
-pub const DEVICES: &[(&str, bool)] = &[
+pub(crate) const DEVICES: &[(&str, bool)] = &[
     ("/dev/null", true),
     ("/dev/zero", true),
     ("/dev/full", true),
@@ -32,7 +32,7 @@ pub const DEVICES: &[(&str, bool)] = &[
 ];
 
 /// The kernel's Landlock ABI version (0 or negative: unavailable).
-pub fn kernel_abi() -> i32 {
+pub(crate) fn kernel_abi() -> i32 {
     // SAFETY: the documented version query: NULL attributes, size 0.
     let version = unsafe {
         libc::syscall(
@@ -46,7 +46,7 @@ pub fn kernel_abi() -> i32 {
 }
 
 /// Why the kernel cannot enforce the intent, if it cannot.
-pub fn unsupported() -> Option<Unsupported> {
+pub(crate) fn unsupported() -> Option<Unsupported> {
     let offered = kernel_abi();
     (offered < MIN_ABI).then(|| {
         Missing::LandlockAbi {
@@ -69,7 +69,7 @@ fn crate_abi(version: i32) -> ABI {
 
 /// Restricts the calling (single) thread. `grants`: None when the file system is unrestricted.
 /// `no_tcp_bind`: binding TCP sockets is refused (a managed network without local binding).
-pub fn restrict(
+pub(crate) fn restrict(
     grants: Option<(&[Grant], &Identities)>,
     no_tcp_bind: bool,
 ) -> Result<(), SetupError> {

@@ -12,15 +12,15 @@
 
 mod anchor;
 pub(crate) mod capabilities;
-pub mod denial;
+pub(crate) mod denial;
 mod error;
 mod glob;
-pub mod guard;
+pub(crate) mod guard;
 pub(crate) mod landlock;
 pub(crate) mod mounts;
 pub(crate) mod open;
-pub mod peers;
-pub mod plan;
+pub(crate) mod peers;
+pub(crate) mod plan;
 mod policy;
 pub(crate) mod prepare;
 pub(crate) mod protected;
@@ -40,10 +40,10 @@ pub(crate) use prepare::{enforceable, prepare_fs_op, prepare_start, prepare_walk
 static HIDDEN: std::sync::OnceLock<Vec<mounts::Hidden>> = std::sync::OnceLock::new();
 
 /// Records the daemon's private paths, for every later sandbox.
-pub fn hide_from_sandboxes(paths: Vec<mounts::Hidden>) {
+pub(crate) fn hide_from_sandboxes(paths: Vec<mounts::Hidden>) {
     let _ = HIDDEN.set(paths);
 }
 
-pub fn hidden() -> &'static [mounts::Hidden] {
+pub(crate) fn hidden() -> &'static [mounts::Hidden] {
     HIDDEN.get().map_or(&[], Vec::as_slice)
 }

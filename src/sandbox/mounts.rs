@@ -30,7 +30,7 @@ use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
 /// Builds the view; the caller has unshared the mount namespace.
-pub fn apply(ops: &[MountOp], ids: &Identities) -> Result<(), SetupError> {
+pub(crate) fn apply(ops: &[MountOp], ids: &Identities) -> Result<(), SetupError> {
     // Nothing done here may reach the host's mount table.
     propagation(libc::MS_PRIVATE).map_err(SetupError::MakePrivate)?;
     let host_read_only: Vec<bool> = ops
@@ -111,7 +111,7 @@ pub fn apply(ops: &[MountOp], ids: &Identities) -> Result<(), SetupError> {
 /// For a helper's new mount namespace (the caller has unshared it): host mounts keep
 /// propagating in until a launch's view makes them private, and nothing done here propagates
 /// out.
-pub fn follow_host() -> Result<(), SetupError> {
+pub(crate) fn follow_host() -> Result<(), SetupError> {
     propagation(libc::MS_SLAVE).map_err(SetupError::FollowHost)
 }
 
@@ -122,7 +122,7 @@ pub fn follow_host() -> Result<(), SetupError> {
 /// `net/tcp`), not another launch. Procfs options are per instance (Linux 5.8), so the host's
 /// `/proc` is unchanged. The exempt group (`gid=`, root's by default) is one the process is
 /// not in, and cannot join without CAP_SETGID.
-pub fn own_proc() -> Result<(), SetupError> {
+pub(crate) fn own_proc() -> Result<(), SetupError> {
     let groups = nix::unistd::getgroups().unwrap_or_default();
     let own = [nix::unistd::getgid(), nix::unistd::getegid()];
     let exempt = (1..u32::MAX)
@@ -140,7 +140,7 @@ pub fn own_proc() -> Result<(), SetupError> {
 }
 
 /// Covers the directory `path` with an empty mask (see [`mask`]) in this mount namespace.
-pub fn hide(path: &Path) -> Result<(), SetupError> {
+pub(crate) fn hide(path: &Path) -> Result<(), SetupError> {
     mask(path, &[], &Default::default()).map_err(|source| SetupError::Mask {
         path: path.to_owned(),
         source,
@@ -150,7 +150,7 @@ pub fn hide(path: &Path) -> Result<(), SetupError> {
 /// A directory of the daemon's own that no sandbox may see: its canonical path, masked when a
 /// helper starts, and what finds it under any other mount point.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Hidden {
+pub(crate) struct Hidden {
     pub path: PathBuf,
     dev: u64,
     ino: u64,
@@ -160,7 +160,7 @@ pub struct Hidden {
 
 impl Hidden {
     /// The canonical directory `path`, as it is now.
-    pub fn of(path: PathBuf) -> std::io::Result<Self> {
+    pub(crate) fn of(path: PathBuf) -> std::io::Result<Self> {
         use std::os::unix::fs::MetadataExt as _;
         let meta = std::fs::metadata(&path)?;
         let in_fs = super::guard::Mounts::read()
@@ -179,7 +179,7 @@ impl Hidden {
 /// part of them: each mount whose root contains one (a bind mount of it or of an ancestor) at
 /// the path below it, when that is the very directory (device and inode); and each mount of
 /// the same device whose root lies inside one (a bind mount of a subdirectory), whole.
-pub fn hide_aliases(hidden: &[Hidden]) -> Result<(), SetupError> {
+pub(crate) fn hide_aliases(hidden: &[Hidden]) -> Result<(), SetupError> {
     use std::os::unix::fs::MetadataExt as _;
     if hidden.is_empty() {
         return Ok(());
@@ -212,7 +212,7 @@ pub fn hide_aliases(hidden: &[Hidden]) -> Result<(), SetupError> {
 /// already, or whose path now passes through a link (a network-enabled sandbox may bind and
 /// then replace sockets in its own write roots, which are another launch's outside) is not
 /// there to cover, and does not fail the launch.
-pub fn hide_sockets(sockets: &[PathBuf]) -> Result<(), SetupError> {
+pub(crate) fn hide_sockets(sockets: &[PathBuf]) -> Result<(), SetupError> {
     let Some(first) = sockets.first() else {
         return Ok(());
     };
@@ -316,6 +316,7 @@ fn set_attr(
     clear: u64,
 ) -> std::io::Result<()> {
     let path = cstring(path)?;
+    // SAFETY: mount_attr is plain integers, for which all zeroes is a valid value.
     let mut attr: libc::mount_attr = unsafe { std::mem::zeroed() };
     attr.attr_set = set;
     attr.attr_clr = clear;

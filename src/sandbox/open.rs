@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 /// Why the helper could not open a path of the plan as the daemon resolved it.
 #[derive(Debug, thiserror::Error)]
-pub enum OpenError {
+pub(crate) enum OpenError {
     #[error("`{}` has no identity in the plan", path.display())]
     Unresolved { path: PathBuf },
     #[error("opening `{}`: {source}", path.display())]
@@ -35,7 +35,7 @@ pub enum OpenError {
 }
 
 impl OpenError {
-    pub fn errno(&self) -> Option<i32> {
+    pub(crate) fn errno(&self) -> Option<i32> {
         match self {
             Self::Open { source, .. } | Self::Inspect { source, .. } => source.raw_os_error(),
             Self::Unresolved { .. } => Some(libc::EINVAL),
@@ -47,7 +47,7 @@ impl OpenError {
 /// Opens `path` without following symbolic links ([`open_nofollow`]) and checks that it is the
 /// file the daemon resolved, so neither a link nor a directory renamed into place since then
 /// receives what the daemon granted to the original.
-pub fn open_verified(
+pub(crate) fn open_verified(
     path: &Path,
     ids: &Identities,
 ) -> Result<(OwnedFd, nix::sys::stat::FileStat), OpenError> {
@@ -73,14 +73,14 @@ pub fn open_verified(
     Ok((fd, stat))
 }
 
-pub fn is_dir(stat: &nix::sys::stat::FileStat) -> bool {
+pub(crate) fn is_dir(stat: &nix::sys::stat::FileStat) -> bool {
     stat.st_mode & libc::S_IFMT == libc::S_IFDIR
 }
 
 /// An O_PATH fd for `path`, refusing symbolic links in every component: the daemon checked
 /// canonical paths, and a process that swapped one for a link since then (a background process
 /// of an earlier sandbox can write there) must not redirect a mount or a grant.
-pub fn open_nofollow(path: &Path) -> std::io::Result<OwnedFd> {
+pub(crate) fn open_nofollow(path: &Path) -> std::io::Result<OwnedFd> {
     openat2_nofollow(path).map_err(|err| match err.raw_os_error() {
         Some(libc::ELOOP) => std::io::Error::other(format!(
             "`{}` now contains a symbolic link; refusing to follow it",
@@ -91,8 +91,9 @@ pub fn open_nofollow(path: &Path) -> std::io::Result<OwnedFd> {
 }
 
 /// [`open_nofollow`] with the kernel's own error (ELOOP for a symbolic link on the way).
-pub fn openat2_nofollow(path: &Path) -> std::io::Result<OwnedFd> {
+pub(crate) fn openat2_nofollow(path: &Path) -> std::io::Result<OwnedFd> {
     let c_path = cstring(path)?;
+    // SAFETY: open_how is plain integers, for which all zeroes is a valid value.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
     how.resolve = libc::RESOLVE_NO_SYMLINKS;

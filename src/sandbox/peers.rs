@@ -24,7 +24,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 /// The cgroup every network-enabled sandbox runs in.
-pub struct SandboxCgroup {
+pub(crate) struct SandboxCgroup {
     procs: PathBuf,
     /// The cgroup's id, as sock_diag reports it: its inode number in cgroupfs.
     id: u64,
@@ -32,7 +32,7 @@ pub struct SandboxCgroup {
 
 impl SandboxCgroup {
     /// Moves process `pid` (and what it starts later) into the cgroup.
-    pub fn admit(&self, pid: u32) -> io::Result<()> {
+    pub(crate) fn admit(&self, pid: u32) -> io::Result<()> {
         std::fs::write(&self.procs, pid.to_string())
     }
 }
@@ -43,13 +43,13 @@ impl SandboxCgroup {
     "a sandbox with network enabled must run in a cgroup of its own, so that the daemon can \
      refuse its connections, and none could be made: {source}"
 )]
-pub struct CgroupError {
+pub(crate) struct CgroupError {
     pub source: io::Error,
 }
 
 /// The sandbox cgroup, made on first use; Err says why there is none (then no sandbox with
 /// network enabled may run).
-pub fn cgroup() -> &'static Result<SandboxCgroup, CgroupError> {
+pub(crate) fn cgroup() -> &'static Result<SandboxCgroup, CgroupError> {
     static CGROUP: OnceLock<Result<SandboxCgroup, CgroupError>> = OnceLock::new();
     CGROUP.get_or_init(|| create().map_err(|source| CgroupError { source }))
 }
@@ -94,20 +94,20 @@ static OWN_PORTS: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new())
 
 /// Records a listener of the daemon. A managed network must not be bridged to it: the
 /// bridge's connections are the daemon's own, which [`refuse`] lets through.
-pub fn note_listener(local: SocketAddr) {
+pub(crate) fn note_listener(local: SocketAddr) {
     if local.ip().is_loopback() || local.ip().is_unspecified() {
         OWN_PORTS.lock().unwrap().push(local.port());
     }
 }
 
 /// Whether 127.0.0.1:`port` is one of the daemon's own listeners.
-pub fn is_own_port(port: u16) -> bool {
+pub(crate) fn is_own_port(port: u16) -> bool {
     OWN_PORTS.lock().unwrap().contains(&port)
 }
 
 /// Whether a connection the daemon accepted on `local` from `peer` must be dropped: its peer
 /// socket was made in the sandbox cgroup, or it is local and its socket is gone.
-pub fn refuse(local: SocketAddr, peer: SocketAddr) -> bool {
+pub(crate) fn refuse(local: SocketAddr, peer: SocketAddr) -> bool {
     let Ok(cgroup) = cgroup() else {
         // No cgroup: no sandbox with network enabled runs, and the others have no route here.
         return false;
@@ -136,7 +136,7 @@ const ATTRIBUTES_AT: usize = 16 + 72;
 /// The cgroup id recorded on the connecting socket of the TCP connection `peer` → `local`,
 /// None when there is no such live connected socket in this network namespace.
 fn peer_socket_cgroup(local: SocketAddr, peer: SocketAddr) -> io::Result<Option<u64>> {
-    // SAFETY: plain socket call.
+    // SAFETY: socket takes integers only; the descriptor it returns is checked and owned below.
     let fd = unsafe {
         libc::socket(
             libc::AF_NETLINK,
@@ -245,7 +245,7 @@ fn cgroup_of(reply: &[u8]) -> Option<u64> {
 /// its command name (`super::plan::HELPER_NAME`): a process can change only its own, and a
 /// helper sets it before its program exists. A process that is gone counts as sandboxed:
 /// nothing is known of it.
-pub fn runs_in_sandbox(pid: i32) -> bool {
+pub(crate) fn runs_in_sandbox(pid: i32) -> bool {
     let mut current = pid;
     // Bounded, in case a chain changes under the walk.
     for _ in 0..4096 {

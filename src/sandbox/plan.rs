@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Plan {
+pub(crate) struct Plan {
     /// Looked up on the child's PATH, as an unsandboxed spawn would.
     pub program: String,
     /// Instead of executing `program`, the helper runs the one `fs/*` operation on its stdin
@@ -35,7 +35,7 @@ pub struct Plan {
 
 impl Plan {
     /// The helper mode this plan needs.
-    pub fn network_mode(&self) -> NetworkMode {
+    pub(crate) fn network_mode(&self) -> NetworkMode {
         match (&self.managed_network, self.network_restricted) {
             (Some(_), _) => NetworkMode::Managed,
             (None, true) => NetworkMode::Restricted,
@@ -48,16 +48,16 @@ impl Plan {
 /// (`Enabled`), an empty network namespace (`Restricted`), or an empty one whose programs may
 /// also make TCP sockets, to reach the bridged ports (`Managed`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NetworkMode {
+pub(crate) enum NetworkMode {
     Enabled,
     Restricted,
     Managed,
 }
 
 impl NetworkMode {
-    pub const ALL: [Self; 3] = [Self::Enabled, Self::Restricted, Self::Managed];
+    pub(crate) const ALL: [Self; 3] = [Self::Enabled, Self::Restricted, Self::Managed];
 
-    pub fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         self as usize
     }
 }
@@ -66,7 +66,7 @@ impl NetworkMode {
 /// namespace, which the daemon bridges to the host's same ports.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ManagedPlan {
+pub(crate) struct ManagedPlan {
     pub ports: Vec<u16>,
     /// False: binding TCP sockets is refused (Landlock).
     pub allow_local_binding: bool,
@@ -74,7 +74,7 @@ pub struct ManagedPlan {
 
 /// A Landlock grant: `path` and what is beneath it, read or written (`super::landlock`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Grant {
+pub(crate) struct Grant {
     pub path: PathBuf,
     pub write: bool,
 }
@@ -82,7 +82,7 @@ pub struct Grant {
 /// A step of the file-system view (`super::mounts` applies it, `super::view` plans it).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "camelCase")]
-pub enum MountOp {
+pub(crate) enum MountOp {
     Bind {
         path: PathBuf,
         writable: bool,
@@ -103,11 +103,11 @@ impl MountOp {
 }
 
 /// The identity the daemon resolved for every path of a plan.
-pub type Identities = BTreeMap<PathBuf, Identity>;
+pub(crate) type Identities = BTreeMap<PathBuf, Identity>;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct FsPlan {
+pub(crate) struct FsPlan {
     pub mounts: Vec<MountOp>,
     pub grants: Vec<Grant>,
     /// The identity of every path above (mount paths, grants, masks) and of `Plan::cwd`, as
@@ -123,13 +123,13 @@ pub struct FsPlan {
 /// again without following symbolic links and compares: a directory swapped in between the
 /// daemon's check and the helper's open fails the launch instead of receiving the grant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Identity {
+pub(crate) struct Identity {
     pub dev: u64,
     pub ino: u64,
 }
 
 impl Identity {
-    pub fn of(meta: &std::fs::Metadata) -> Self {
+    pub(crate) fn of(meta: &std::fs::Metadata) -> Self {
         use std::os::unix::fs::MetadataExt as _;
         Self {
             dev: meta.dev(),
@@ -137,7 +137,7 @@ impl Identity {
         }
     }
 
-    pub fn of_stat(stat: &nix::sys::stat::FileStat) -> Self {
+    pub(crate) fn of_stat(stat: &nix::sys::stat::FileStat) -> Self {
         Self {
             dev: stat.st_dev,
             ino: stat.st_ino,
@@ -146,7 +146,7 @@ impl Identity {
 
     /// The identity of what `path` names now (following symbolic links: the helper's own open
     /// refuses them, so a link seen here only makes the launch fail).
-    pub fn stat(path: &Path) -> std::io::Result<Self> {
+    pub(crate) fn stat(path: &Path) -> std::io::Result<Self> {
         std::fs::metadata(path).map(|meta| Self::of(&meta))
     }
 }
@@ -162,7 +162,7 @@ impl std::fmt::Display for Identity {
 pub(crate) const HELPER_NAME: &str = "exec-sandbox";
 
 /// The largest plan the daemon sends a helper.
-pub const MAX_PLAN_BYTES: usize = 1 << 20;
+pub(crate) const MAX_PLAN_BYTES: usize = 1 << 20;
 
 /// Most loopback ports one managed-network launch may ask for (a client's proxy has one or two).
 pub(crate) const MAX_PORTS: usize = 16;
@@ -170,7 +170,7 @@ pub(crate) const MAX_PORTS: usize = 16;
 /// A setup failure, as the helper reports it on the control socket (one JSON object, then EOF).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Failure {
+pub(crate) struct Failure {
     pub stage: Stage,
     pub message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -184,7 +184,7 @@ pub struct Failure {
 /// message), and `Exec` (the program itself could not be executed) reported as a start error.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Stage {
+pub(crate) enum Stage {
     /// The helper's or supervisor's own socket to the daemon.
     Control,
     /// Receiving or reading the launch, the plan.
@@ -210,7 +210,7 @@ pub enum Stage {
 
 impl Stage {
     /// A failure at this stage without an OS error behind it.
-    pub fn fail(self, message: impl std::fmt::Display) -> Failure {
+    pub(crate) fn fail(self, message: impl std::fmt::Display) -> Failure {
         Failure {
             stage: self,
             message: message.to_string(),
@@ -220,7 +220,7 @@ impl Stage {
     }
 
     /// A failure at this stage that the kernel reported (an `std::io::Error` or an errno).
-    pub fn os(self, err: impl Into<std::io::Error>) -> Failure {
+    pub(crate) fn os(self, err: impl Into<std::io::Error>) -> Failure {
         let err = err.into();
         Failure {
             errno: err.raw_os_error(),

@@ -34,7 +34,7 @@ use std::path::{Component, Path, PathBuf};
 
 /// The platform read set of `minimal`: what dynamically linked programs, shells and common
 /// interpreters need to start, and nothing user-specific.
-pub const MINIMAL: &[&str] = &[
+pub(super) const MINIMAL: &[&str] = &[
     "/usr",
     "/bin",
     "/sbin",
@@ -68,14 +68,14 @@ pub const MINIMAL: &[&str] = &[
 ];
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Rule {
+pub(crate) struct Rule {
     pub path: PathBuf,
     pub access: FsAccess,
 }
 
 /// The intent bound to this host.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Policy {
+pub(super) struct Policy {
     /// Canonical rules; None when the file system is not restricted.
     pub rules: Option<Vec<Rule>>,
     pub network: NetworkAccess,
@@ -136,7 +136,7 @@ pub(crate) enum PolicyError {
 
 /// Whether `sandbox` grants writes anywhere: only write roots are searched for hard links to the
 /// daemon's own files (`super::guard`).
-pub fn grants_writes(sandbox: &FileSystemSandboxContext) -> bool {
+pub(super) fn grants_writes(sandbox: &FileSystemSandboxContext) -> bool {
     matches!(
         &sandbox.permissions,
         PermissionProfile::Managed {
@@ -147,7 +147,7 @@ pub fn grants_writes(sandbox: &FileSystemSandboxContext) -> bool {
 }
 
 /// Whether resolving `sandbox` expands glob patterns.
-pub fn expands_globs(sandbox: &FileSystemSandboxContext) -> bool {
+pub(super) fn expands_globs(sandbox: &FileSystemSandboxContext) -> bool {
     matches!(
         &sandbox.permissions,
         PermissionProfile::Managed {
@@ -161,7 +161,7 @@ pub fn expands_globs(sandbox: &FileSystemSandboxContext) -> bool {
 
 /// None when the intent needs no enforcement (disabled, external, or unrestricted with network
 /// on); the process then runs unsandboxed.
-pub fn resolve(
+pub(super) fn resolve(
     sandbox: &FileSystemSandboxContext,
     request_cwd: &Path,
 ) -> Result<Option<Policy>, PolicyError> {
@@ -239,7 +239,7 @@ fn strongest(a: FsAccess, b: FsAccess) -> FsAccess {
 }
 
 /// The access the deepest rule covering `path` gives (None: no rule covers it).
-pub fn effective(rules: &[Rule], path: &Path) -> Option<FsAccess> {
+pub(super) fn effective(rules: &[Rule], path: &Path) -> Option<FsAccess> {
     rules
         .iter()
         .filter(|rule| path.starts_with(&rule.path))

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// A resolved intent, ready to wrap a launch.
-pub struct Prepared {
+pub(crate) struct Prepared {
     pub(crate) plan: Plan,
     pub(crate) context: Arc<DenialContext>,
     pub(crate) leases: protected::Leases,
@@ -79,7 +79,7 @@ impl From<PrepareError> for RpcError {
 
 /// Whether this daemon can enforce sandbox intent at all (otherwise every restricting intent
 /// is refused), for `environment/info`.
-pub fn enforceable() -> bool {
+pub(crate) fn enforceable() -> bool {
     unsupported().is_none()
 }
 
@@ -103,7 +103,7 @@ fn namespaces_unavailable() -> &'static Option<Unsupported> {
     static PROBE: std::sync::OnceLock<Option<Unsupported>> = std::sync::OnceLock::new();
     PROBE.get_or_init(|| {
         let probe = std::thread::spawn(|| {
-            // SAFETY: plain syscall; it changes only this thread's namespaces (and file-system
+            // SAFETY: unshare takes flags only; it changes only this thread's namespaces (and file-system
             // attributes, which CLONE_NEWNS unshares), and the thread ends right after.
             if unsafe { libc::unshare(libc::CLONE_NEWNS | libc::CLONE_NEWNET) } < 0 {
                 return Some(Missing::Namespaces(std::io::Error::last_os_error()));
@@ -124,7 +124,7 @@ fn namespaces_unavailable() -> &'static Option<Unsupported> {
 /// roots for hard links to a library the daemon maps, when one has links), and so belongs off
 /// the async workers. Anything else is a few stats and canonicalizations, cheaper than the hop
 /// to a blocking thread (measured here: 80–140 µs of a sandboxed launch).
-pub fn prepare_walks(sandbox: &FileSystemSandboxContext) -> bool {
+pub(crate) fn prepare_walks(sandbox: &FileSystemSandboxContext) -> bool {
     policy::expands_globs(sandbox)
         || (policy::grants_writes(sandbox) && guard::init().searches_for_links())
 }

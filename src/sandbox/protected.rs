@@ -37,10 +37,10 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Names protected under every writable root.
-pub const NAMES: &[&str] = &[".git", ".codex", ".agents", ".vscode"];
+pub(crate) const NAMES: &[&str] = &[".git", ".codex", ".agents", ".vscode"];
 
 /// Extended attribute marking a placeholder the daemon created.
-pub const MARK: &str = "trusted.exec-server.placeholder";
+pub(crate) const MARK: &str = "trusted.exec-server.placeholder";
 
 /// How long a placeholder no sandbox holds stays for the next launch that needs it: creating,
 /// mounting and removing placeholders for every launch doubled a launch's cost in a
@@ -105,12 +105,12 @@ impl Registry {
 /// Protected paths held by one sandboxed launch; let go on drop (cheap: the reaper removes
 /// placeholders later).
 #[derive(Debug, Default)]
-pub struct Leases {
+pub(crate) struct Leases {
     paths: Vec<PathBuf>,
 }
 
 /// Adds read rules for the protected subpaths of every write rule.
-pub fn protect(rules: &mut Vec<Rule>) -> Result<Leases, ProtectError> {
+pub(crate) fn protect(rules: &mut Vec<Rule>) -> Result<Leases, ProtectError> {
     let explicit: HashSet<PathBuf> = rules.iter().map(|rule| rule.path.clone()).collect();
     let roots: Vec<PathBuf> = rules
         .iter()
@@ -360,7 +360,7 @@ fn reap() {
 
 /// For the daemon's own `fs/*` calls that create `path`: a placeholder there becomes the
 /// client's directory, kept when the sandboxes that protect it end.
-pub fn claim(path: &Path) {
+pub(crate) fn claim(path: &Path) {
     let Some(path) = protected_name(path) else {
         return;
     };
@@ -381,7 +381,7 @@ pub fn claim(path: &Path) {
 /// contents go and the directory itself stays as a placeholder, removed when the last of them
 /// ends (`held` maps the error of that). Any other protected name is removed under the lock, so
 /// that no launch inspects it meanwhile.
-pub fn remove_with<E>(
+pub(crate) fn remove_with<E>(
     path: &Path,
     remove: impl FnOnce() -> Result<(), E>,
     held: impl FnOnce(std::io::Error) -> E,
@@ -399,7 +399,7 @@ pub fn remove_with<E>(
 /// The daemon's own `fs/rename` of `source` to `destination`, which `rename` carries out,
 /// under the lock when either is a protected name; Err(the held path) when live sandboxes
 /// mount either (a rename of it or over it would lift that).
-pub fn rename_with<T>(
+pub(crate) fn rename_with<T>(
     source: &Path,
     destination: &Path,
     rename: impl FnOnce() -> T,
@@ -445,7 +445,7 @@ fn empty_into_placeholder(path: &Path) -> std::io::Result<()> {
 
 /// Whether `path` is a placeholder the daemon keeps (for live sandboxes, or for the next
 /// launch a moment longer): an artifact, which its listings leave out.
-pub fn is_placeholder(path: &Path) -> bool {
+pub(crate) fn is_placeholder(path: &Path) -> bool {
     protected_name(path)
         .is_some_and(|canonical| registry().held.contains_key(&canonical) && is_marked(&canonical))
 }

@@ -21,7 +21,7 @@
 
 use super::error::SetupError;
 use super::plan::NetworkMode;
-pub use seccompiler::BpfProgram;
+pub(crate) use seccompiler::BpfProgram;
 use seccompiler::{
     sock_filter, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
     SeccompRule,
@@ -143,12 +143,12 @@ fn tcp_only() -> Result<Vec<SeccompRule>, SetupError> {
 /// since nothing the helper does until the exec needs what they deny; this is most of the
 /// rules, and attaching a filter costs time in proportion to its length. `late`: attached
 /// last, after the view is built: the mount API, `unshare`, `setns`, and `openat2`.
-pub struct Filters {
+pub(crate) struct Filters {
     pub early: Vec<BpfProgram>,
     pub late: BpfProgram,
 }
 
-pub fn filters(network: NetworkMode) -> Result<Filters, SetupError> {
+pub(crate) fn filters(network: NetworkMode) -> Result<Filters, SetupError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
         ALWAYS_DENIED.iter().map(|&nr| (nr, Vec::new())).collect();
     let (op, family) = match network {
@@ -254,7 +254,7 @@ fn x32_filter() -> Option<BpfProgram> {
     None
 }
 
-pub fn apply(programs: &[BpfProgram]) -> Result<(), SetupError> {
+pub(crate) fn apply(programs: &[BpfProgram]) -> Result<(), SetupError> {
     for program in programs {
         seccompiler::apply_filter(program)?;
     }

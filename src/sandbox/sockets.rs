@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 /// The sockets bound in the daemon's network namespace, at their canonical paths, that `rules`
 /// do not make writable, but those in what every sandbox's view hides already (the state
 /// directory, where each kept process has a socket).
-pub fn outside_write_roots(rules: &[Rule]) -> Vec<PathBuf> {
+pub(super) fn outside_write_roots(rules: &[Rule]) -> Vec<PathBuf> {
     let table = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
     // A listener's accepted connections carry its path too: each path is looked at once.
     let bound: std::collections::BTreeSet<&str> = bound_paths(&table).collect();

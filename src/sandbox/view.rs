@@ -11,7 +11,7 @@ use exec_server_protocol::sandbox::FsAccess;
 use std::path::PathBuf;
 
 /// The mount operations that carve the rules out of a read-only view, in application order.
-pub fn plan(rules: &[Rule]) -> Vec<MountOp> {
+pub(super) fn plan(rules: &[Rule]) -> Vec<MountOp> {
     let mut sorted: Vec<&Rule> = rules.iter().collect();
     sorted.sort_by_key(|rule| (rule.path.components().count(), rule.path.clone()));
     let mut ops = Vec::new();

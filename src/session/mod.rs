@@ -3,7 +3,7 @@
 
 mod registry;
 
-pub use registry::Registry;
+pub(crate) use registry::Registry;
 // Processes follow the attachment to deliver their events: it is theirs, the session sets it.
 pub(crate) use crate::process::Attachment;
 
@@ -59,7 +59,7 @@ impl From<SessionError> for RpcError {
 
 /// What becomes of a session when its connection drops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Policy {
+pub(crate) struct Policy {
     pub on_disconnect: DisconnectPolicy,
     /// How long a detached session waits for a resume (with `keep`).
     pub ttl: Duration,
@@ -112,7 +112,7 @@ impl RequestedPolicy {
     }
 }
 
-pub struct Session {
+pub(crate) struct Session {
     pub id: String,
     pub processes: ProcessTable,
     /// What `initialize` reported when the session was created; a resume reports it again so
@@ -140,11 +140,11 @@ impl Session {
         }
     }
 
-    pub fn attachment(&self) -> watch::Receiver<Option<Attachment>> {
+    pub(crate) fn attachment(&self) -> watch::Receiver<Option<Attachment>> {
         self.attachment.subscribe()
     }
 
-    pub fn attached_connection(&self) -> Option<u64> {
+    pub(crate) fn attached_connection(&self) -> Option<u64> {
         self.attachment.borrow().as_ref().map(|a| a.connection_id)
     }
 

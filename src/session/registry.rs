@@ -15,7 +15,7 @@ const REAP_GRACE: Duration = Duration::from_secs(3);
 /// How long shutdown then waits for the last events to reach the clients still attached.
 const FLUSH_GRACE: Duration = Duration::from_secs(1);
 
-pub struct Registry {
+pub(crate) struct Registry {
     sessions: Mutex<HashMap<String, Entry>>,
     /// Set by shutdown: no session is created or resumed after it.
     closing: std::sync::atomic::AtomicBool,
@@ -270,7 +270,7 @@ impl Registry {
 
     /// Called when a connection ends. Only its own attachment is cleared: after a takeover the
     /// session belongs to the new connection. A session with `onDisconnect: "kill"` ends here.
-    pub fn detach(self: &Arc<Self>, session: &Session, connection_id: u64) {
+    pub(crate) fn detach(self: &Arc<Self>, session: &Session, connection_id: u64) {
         if self.handing_over.load(std::sync::atomic::Ordering::SeqCst) {
             return;
         }
@@ -339,7 +339,7 @@ impl Registry {
 
     /// Refuses new sessions, kills every tree of every session (their tables refuse new
     /// starts from then on) and waits (bounded) until the trees are confirmed gone.
-    pub async fn shutdown(&self) {
+    pub(crate) async fn shutdown(&self) {
         let sessions: Vec<_> = {
             let mut sessions = self.sessions.lock().unwrap();
             self.closing

@@ -18,7 +18,7 @@ pub(super) enum Peer {
 }
 
 impl Peer {
-    pub fn of_ip(ip: IpAddr) -> Self {
+    pub(super) fn of_ip(ip: IpAddr) -> Self {
         match ip.to_canonical() {
             IpAddr::V6(v6) => {
                 let prefix = u128::from(v6) & !((1u128 << 64) - 1);
@@ -57,7 +57,7 @@ pub(super) enum Full {
 }
 
 impl Admission {
-    pub fn new(config: &Config) -> Self {
+    pub(super) fn new(config: &Config) -> Self {
         Self {
             places: Arc::new(Semaphore::new(config.max_pending_connections)),
             per_peer: Default::default(),
@@ -68,7 +68,7 @@ impl Admission {
     }
 
     /// A place for a new connection from `peer`, if there is one.
-    pub fn admit(&self, peer: Peer) -> Result<Place, Full> {
+    pub(super) fn admit(&self, peer: Peer) -> Result<Place, Full> {
         let place = self
             .places
             .clone()

@@ -25,11 +25,11 @@ use std::time::Duration;
 use tokio::io::AsyncReadExt as _;
 
 /// In a successor: the inherited listening socket's descriptor.
-pub const LISTEN_FD_VAR: &str = "EXEC_SERVER_LISTEN_FD";
+pub(crate) const LISTEN_FD_VAR: &str = "EXEC_SERVER_LISTEN_FD";
 /// In a successor: the pipe on which it says it is ready.
-pub const READY_FD_VAR: &str = "EXEC_SERVER_UPGRADE_READY_FD";
+pub(crate) const READY_FD_VAR: &str = "EXEC_SERVER_UPGRADE_READY_FD";
 /// In a successor: its predecessor's pid.
-pub const FROM_VAR: &str = "EXEC_SERVER_UPGRADE_FROM";
+pub(crate) const FROM_VAR: &str = "EXEC_SERVER_UPGRADE_FROM";
 
 /// How long the predecessor waits for its successor's readiness before it gives up (and kills
 /// it).
@@ -42,7 +42,7 @@ const EXIT_LIMIT: Duration = Duration::from_secs(30);
 const KILL_LIMIT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
-pub enum HandoverError {
+pub(crate) enum HandoverError {
     #[error(
         "{LISTEN_FD_VAR}, {READY_FD_VAR} and {FROM_VAR} are set by an upgrading daemon, all three"
     )]
@@ -279,7 +279,7 @@ fn inherited() -> Result<Option<Inherited>, HandoverError> {
 /// Takes the inherited descriptor `fd`, closed on exec from now on: the processes this daemon
 /// starts must not hold its listener.
 fn own_fd(var: &'static str, fd: RawFd) -> Result<OwnedFd, HandoverError> {
-    // SAFETY: plain fcntl on a number; it fails on a descriptor that is not open.
+    // SAFETY: fcntl(F_SETFD) takes integers only; it fails on a descriptor that is not open.
     if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } < 0 {
         let source = std::io::Error::last_os_error();
         return Err(HandoverError::NotOpen { var, fd, source });
@@ -348,7 +348,7 @@ impl Predecessor {
     /// Says this successor is ready (its configuration and listener checked), then waits
     /// until the predecessor has exited; only then may this daemon touch sessions, processes
     /// and the state they keep.
-    pub async fn take_over(self) -> Result<(), HandoverError> {
+    pub(super) async fn take_over(self) -> Result<(), HandoverError> {
         let pid = self.pid;
         std::fs::File::from(self.ready)
             .write_all(b"R")

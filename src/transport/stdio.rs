@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt as _};
 use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, FramedRead};
 
-pub async fn serve(daemon: Arc<Daemon>) -> anyhow::Result<()> {
+pub(crate) async fn serve(daemon: Arc<Daemon>) -> anyhow::Result<()> {
     tracing::info!("exec-server listening on stdio");
     serve_lines(tokio::io::stdin(), tokio::io::stdout(), daemon).await;
     Ok(())

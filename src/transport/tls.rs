@@ -60,7 +60,7 @@ impl Reloadable {
 impl Tls {
     /// Loads the pair (failing at startup is better than at the first handshake) and starts
     /// reloading it on SIGHUP.
-    pub fn new(cert: &Path, key: &Path) -> anyhow::Result<Self> {
+    pub(super) fn new(cert: &Path, key: &Path) -> anyhow::Result<Self> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let pair = Reloadable::load(cert, key, &provider)?;
         let resolver = Arc::new(Reloadable {

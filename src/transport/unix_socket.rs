@@ -24,7 +24,7 @@ pub(super) struct UnixSocket {
 }
 
 impl UnixSocket {
-    pub fn bind(path: &Path, config: &Config) -> anyhow::Result<Self> {
+    pub(super) fn bind(path: &Path, config: &Config) -> anyhow::Result<Self> {
         let shown = path.display();
         let dir = path
             .parent()
@@ -61,7 +61,7 @@ impl UnixSocket {
 
     /// The listener a predecessor handed over, bound at `path` (checked by the caller), whose
     /// file must still be there.
-    pub fn adopt(
+    pub(super) fn adopt(
         listener: std::os::unix::net::UnixListener,
         path: &Path,
         config: &Config,
@@ -103,18 +103,18 @@ impl UnixSocket {
         })
     }
 
-    pub fn url(&self) -> String {
+    pub(super) fn url(&self) -> String {
         format!("unix://{}", self.path.display())
     }
 
     /// Who the peer of `stream` is, and its uid, or why it may not connect.
-    pub fn admit(
+    pub(super) fn admit(
         &self,
         stream: &tokio::net::UnixStream,
     ) -> Result<(crate::audit::Identity, u32), Refused> {
         let credentials = stream.peer_cred().map_err(Refused::Credentials)?;
         let uid = credentials.uid();
-        // SAFETY: plain syscall.
+        // SAFETY: geteuid takes no arguments and cannot fail.
         let own = unsafe { libc::geteuid() };
         if uid != own && !self.allowed_uids.contains(&uid) {
             return Err(Refused::Uid { uid, own });
@@ -133,7 +133,7 @@ impl UnixSocket {
 
 /// Why a peer may not connect.
 #[derive(Debug, thiserror::Error)]
-pub enum Refused {
+pub(super) enum Refused {
     #[error("its credentials cannot be read: {0}")]
     Credentials(std::io::Error),
     #[error("uid {uid} is neither the daemon's ({own}) nor an --allow-uid")]

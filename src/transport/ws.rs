@@ -56,7 +56,7 @@ impl Connections {
     /// upgrade among them), a WebSocket one with 1012 (service restart), so that clients
     /// reconnect and resume. Waits until they are closed, at most `limit`; returns how many
     /// there were.
-    pub async fn close_for_restart(&self, limit: Duration) -> usize {
+    pub(super) async fn close_for_restart(&self, limit: Duration) -> usize {
         let open = self.tracker.len();
         self.restart.cancel();
         self.tracker.close();
@@ -171,7 +171,7 @@ impl Http {
     }
 }
 
-pub async fn serve_tcp(
+pub(super) async fn serve_tcp(
     listener: &tokio::net::TcpListener,
     tls: Option<super::tls::Tls>,
     daemon: Arc<Daemon>,
@@ -229,7 +229,7 @@ async fn accept_tcp(
     }
 }
 
-pub async fn serve_unix(
+pub(super) async fn serve_unix(
     socket: &super::unix_socket::UnixSocket,
     daemon: Arc<Daemon>,
     start: Start,
@@ -286,7 +286,7 @@ async fn metrics(State(daemon): State<Arc<Daemon>>) -> Response {
 
 /// Serves `GET /metrics` alone, without the token, on `listener` (--metrics-listen): with the
 /// main port's places and deadline, and closed to sandboxes as it is.
-pub async fn serve_metrics(listener: tokio::net::TcpListener, daemon: Arc<Daemon>) {
+pub(super) async fn serve_metrics(listener: tokio::net::TcpListener, daemon: Arc<Daemon>) {
     let config = daemon.config.clone();
     let app = Router::new()
         .route("/metrics", get(metrics))
