@@ -50,9 +50,22 @@ pub(crate) struct Bridge {
     _tasks: tokio::task::JoinSet<()>,
 }
 
+/// Why the listeners a helper sent cannot be served.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BridgeError {
+    #[error("{0}")]
+    Listener(#[from] io::Error),
+    #[error("the sandbox helper sent a listener on {0}")]
+    NotLoopback(SocketAddr),
+    #[error("the sandbox helper sent a listener on port {0}, which was not asked for")]
+    UnaskedPort(u16),
+    #[error("the sandbox helper did not send a listener for every port")]
+    MissingPort,
+}
+
 impl Bridge {
     /// Serves `listeners`, which must be TCP listeners on 127.0.0.1 at exactly `ports`.
-    pub(crate) fn start(listeners: Vec<OwnedFd>, ports: &[u16]) -> io::Result<Self> {
+    pub(crate) fn start(listeners: Vec<OwnedFd>, ports: &[u16]) -> Result<Self, BridgeError> {
         let mut tasks = tokio::task::JoinSet::new();
         let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
         let mut seen = Vec::new();
@@ -60,16 +73,10 @@ impl Bridge {
             let listener = std::net::TcpListener::from(fd);
             let port = match listener.local_addr()? {
                 SocketAddr::V4(addr) if *addr.ip() == Ipv4Addr::LOCALHOST => addr.port(),
-                other => {
-                    return Err(io::Error::other(format!(
-                        "the sandbox helper sent a listener on {other}"
-                    )))
-                }
+                other => return Err(BridgeError::NotLoopback(other)),
             };
             if !ports.contains(&port) || seen.contains(&port) {
-                return Err(io::Error::other(format!(
-                    "the sandbox helper sent a listener on port {port}, which was not asked for"
-                )));
+                return Err(BridgeError::UnaskedPort(port));
             }
             seen.push(port);
             listener.set_nonblocking(true)?;
@@ -77,9 +84,7 @@ impl Bridge {
             tasks.spawn(serve(listener, port, permits.clone()));
         }
         if seen.len() != ports.len() {
-            return Err(io::Error::other(
-                "the sandbox helper did not send a listener for every port",
-            ));
+            return Err(BridgeError::MissingPort);
         }
         Ok(Self { _tasks: tasks })
     }

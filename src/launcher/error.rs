@@ -69,7 +69,7 @@ pub(crate) enum LaunchError {
     Child(String),
     /// The managed network's relays could not be set up.
     #[error("cannot bridge the managed network: {0}")]
-    Bridge(io::Error),
+    Bridge(super::bridge::BridgeError),
 }
 
 impl LaunchError {

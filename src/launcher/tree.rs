@@ -321,7 +321,20 @@ pub(crate) async fn adopt(dir: &crate::state_dir::Dir) -> Adoption {
 /// machine may delay: given up on, its tree would be left to no daemon.
 const ADOPT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
-async fn take_over(socket: &std::path::Path) -> std::io::Result<Adoption> {
+/// Why a predecessor's supervisor could not be taken over.
+#[derive(Debug, thiserror::Error)]
+enum TakeOverError {
+    #[error("{0}")]
+    Socket(#[from] std::io::Error),
+    #[error("the supervisor did not answer")]
+    Silent,
+    #[error("the supervisor did not hand its tree over")]
+    NotHandedOver,
+    #[error("the supervisor's answer is too large")]
+    TooLarge,
+}
+
+async fn take_over(socket: &std::path::Path) -> Result<Adoption, TakeOverError> {
     let mut control = tokio::net::UnixStream::connect(socket).await?;
     let mut first = [0u8; 1];
     let received = tokio::time::timeout(
@@ -329,22 +342,17 @@ async fn take_over(socket: &std::path::Path) -> std::io::Result<Adoption> {
         channel::recv_fds_async(&control, &mut first, 4),
     )
     .await
-    .map_err(|_| std::io::Error::other("the supervisor did not answer"))??;
+    .map_err(|_| TakeOverError::Silent)??;
     if received.bytes == 0 || !Answer::is_adopted(first[0]) {
-        return Err(std::io::Error::other(
-            "the supervisor did not hand its tree over",
-        ));
+        return Err(TakeOverError::NotHandedOver);
     }
     let len = control.read_u32_le().await? as usize;
     if len > 4096 {
-        return Err(std::io::Error::other(
-            "the supervisor's answer is too large",
-        ));
+        return Err(TakeOverError::TooLarge);
     }
     let mut frame = vec![0u8; len];
     control.read_exact(&mut frame).await?;
-    let adopted = Answer::adopted(first[0], &frame)
-        .ok_or_else(|| std::io::Error::other("the supervisor did not hand its tree over"))?;
+    let adopted = Answer::adopted(first[0], &frame).ok_or(TakeOverError::NotHandedOver)?;
     let (reports, orders) = connect(control, Vec::new());
     Ok(Adoption {
         reports,
