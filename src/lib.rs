@@ -1,10 +1,10 @@
 //! exec-server: runs and controls processes and files for a remote orchestrator over JSON-RPC.
 //!
-//! Layers, top down (docs/architecture.md): `transport` (WebSocket, stdio) → `server`
-//! (connection loop, router) → the features `fs`, `http`, `environment` and the `process`
-//! handlers → `session` (registry, attachment) → `process` (managed children) and `sandbox`
-//! (permission intent enforced on launches and fs calls) → `rpc` (envelope, errors, outbound
-//! queue), which imports none of them.
+//! Layers, top down (the map: docs/architecture.md): `transport` (listeners) → `server` (the
+//! `Daemon` context, connection loop, router) → the features `fs`, `http`, `environment` and
+//! the process handlers → `session` → `process` (managed children) → `launcher` (the daemon's
+//! side of a launch) → `sandbox` (intent to plan) and `ipc` (messages to and from `child`, what
+//! runs after fork) → the leaves (`rpc`, `os`, `config`, ...), which import none of them.
 
 // Crate-private by default, so the compiler finds dead code; every `unsafe` says why it is
 // sound.

@@ -23,7 +23,12 @@ impl Daemon {
     pub(crate) fn new(config: Config, audit: Audit, state: Option<StateDir>) -> Arc<Self> {
         let config = Arc::new(config);
         Arc::new(Self {
-            sessions: Registry::new(config.clone(), audit.clone(), state),
+            sessions: Registry::new(
+                config.clone(),
+                audit.clone(),
+                state,
+                crate::environment::info,
+            ),
             config,
             audit,
             metrics: crate::metrics::get(),

@@ -126,13 +126,14 @@ impl Session {
     fn new(
         id: String,
         config: Arc<Config>,
+        environment_info: EnvironmentInfo,
         attachment: Option<Attachment>,
         policy: Policy,
         spares: Option<Arc<crate::process::store::Spares>>,
     ) -> Self {
         let (sender, receiver) = watch::channel(attachment);
         Self {
-            environment_info: crate::environment::info(&config),
+            environment_info,
             processes: ProcessTable::new(config, receiver, id.clone(), spares),
             id,
             policy,

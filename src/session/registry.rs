@@ -3,6 +3,7 @@
 use super::{Attachment, Policy, RequestedPolicy, Session, SessionError};
 use crate::config::Config;
 use crate::state_dir::Dir;
+use exec_server_protocol::environment::EnvironmentInfo;
 use exec_server_protocol::process::ExitReason;
 use exec_server_protocol::session::DisconnectPolicy;
 use std::collections::HashMap;
@@ -29,6 +30,9 @@ pub(crate) struct Registry {
     state: Option<crate::state_dir::StateDir>,
     /// Process directories made ahead, in the state directory.
     spares: Option<Arc<crate::process::store::Spares>>,
+    /// What a new session reports as its executor (`environment/info`, a feature above this
+    /// layer, given by the daemon).
+    describe: fn(&Config) -> EnvironmentInfo,
 }
 
 /// A kept session, `sessions/DIGEST.json` in the state directory (see [`kept_name`]).
@@ -55,6 +59,7 @@ impl Registry {
         config: Arc<Config>,
         audit: crate::audit::Audit,
         state: Option<crate::state_dir::StateDir>,
+        describe: fn(&Config) -> EnvironmentInfo,
     ) -> Arc<Self> {
         Arc::new(Self {
             sessions: Mutex::new(HashMap::new()),
@@ -66,6 +71,7 @@ impl Registry {
                 .as_ref()
                 .map(|state| crate::process::store::Spares::new(state.processes().clone())),
             state,
+            describe,
         })
     }
 
@@ -77,6 +83,7 @@ impl Registry {
         Session::new(
             id,
             self.config.clone(),
+            (self.describe)(&self.config),
             attachment,
             policy,
             self.spares.clone(),
