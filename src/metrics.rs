@@ -23,7 +23,7 @@ pub(crate) struct Metrics {
     connections: Counter,
     sessions: Family<Labels, Gauge>,
     processes: Family<Labels, Gauge>,
-    /// Launches and their latency, unsandboxed [0] and sandboxed [1].
+    /// Launches and their latency, unsandboxed (index 0) and sandboxed (index 1).
     launches: [Counter; 2],
     launch_seconds: [Histogram; 2],
     pub(crate) output_bytes: Counter,

@@ -15,7 +15,7 @@ mod signals;
 mod supervisor;
 
 /// Runs the fork server of plain supervisors and sandbox helpers, and never returns, when this
-/// process was started as one (`exec-server` with [`crate::ipc::message::FORK_SERVER_ARG`]).
+/// process was started as one (`exec-server __supervise`, `ipc::message::FORK_SERVER_ARG`).
 pub fn main_if_supervisor() {
     let mut args = std::env::args_os().skip(1);
     if args.next().as_deref() != Some(std::ffi::OsStr::new(crate::ipc::message::FORK_SERVER_ARG)) {

@@ -31,7 +31,7 @@
 //!
 //! A plan for an `fs/*` operation ([`Plan::fs_op`]) stops before the environment: the child
 //! closes every descriptor above 2 (its socket's EOF tells the daemon the sandbox is in place,
-//! as an exec would) and runs the operation itself ([`crate::fs::helper`]) with nothing
+//! as an exec would) and runs the operation itself (`crate::child::fs_op`) with nothing
 //! loaded or looked up after the sandbox is in place, so the intent need not grant the daemon's
 //! binary or its libraries.
 

@@ -2,26 +2,26 @@
 //! tree until every process of it is gone.
 //!
 //! For a plain or PTY launch it is forked by the fork server, the daemon's own binary
-//! re-executed once as `exec-server __supervise` (`crate::sandbox::pool::fork_supervisor`;
-//! `main` dispatches to [`main_if_supervisor`] before any runtime exists, so it is a
-//! single-threaded process); it serves one launch after another, each once the previous tree
+//! re-executed once as `exec-server __supervise` (`crate::launcher::pool`; `main` dispatches
+//! to [`super::main_if_supervisor`] before any runtime exists, so it is a single-threaded
+//! process); it serves one launch after another, each once the previous tree
 //! is confirmed gone, so a launch costs neither a fork nor an exit of a supervisor. For a
 //! sandboxed launch it is the sandbox helper itself, pre-started, which forks the program's
-//! process ahead of the launch ([`fork_ahead`]); the daemon then talks to that process directly
+//! process ahead of the launch ([`super::launch::fork_ahead`]); the daemon then talks to that process directly
 //! for the launch and its verdict.
 //! It is the child subreaper of its tree (`PR_SET_CHILD_SUBREAPER`): whatever in the tree
 //! detaches (a new session, a double fork, `nohup`) is re-parented to it, never to init, so it
 //! can find, kill and reap every member, and the rusage of everything it reaps is the tree's.
 //!
-//! A launch ([`frames`]; to a plain supervisor on its control socket, to a sandboxed program's
+//! A launch ([`crate::ipc::message::launch`]; to a plain supervisor on its control socket, to a sandboxed program's
 //! process on its own socket): a marker byte with the program's stdio (SCM_RIGHTS, then the
-//! `cgroup.procs` of each group the program joins, see `super::cgroup`), then two
-//! length-prefixed frames: the [`ChildSetup`] and the payload (a [`PlainLaunch`], or the
+//! `cgroup.procs` of each group the program joins, see `crate::launcher::cgroup`), then two
+//! length-prefixed frames: the `ChildSetup` and the payload (a `PlainLaunch`, or the
 //! sandbox plan). On the control socket (the daemon's end is the only other one) a supervisor
 //! answers with [`Report`]s, one JSON object per line: `started` or `failed` (plain only),
-//! `exited` when the program itself exits, `gone` when the whole tree is. Orders are [`KILL`]
-//! (kill the tree, confirm) or [`SIGNAL`] and a signal number (for the program's process
-//! group). EOF means the daemon is gone: [`on_daemon_gone`].
+//! `exited` when the program itself exits, `gone` when the whole tree is. Orders ([`Order`]) are a kill
+//! (kill the tree, confirm), a signal for the program's process group or the whole tree, and
+//! the stdio to hold. EOF means the daemon is gone: [`Supervisor::on_daemon_gone`].
 
 use super::signals::{drain, own_pid, readable};
 use crate::ipc::channel::{self, FrameError};

@@ -2,8 +2,8 @@
 //!
 //! Setting a sandbox up (a helper, its mount view, Landlock, seccomp) costs far more than a
 //! small file operation, so a helper that has confined itself for an fs call stays and serves
-//! the next calls whose plan is the same (`crate::fs::helper::serve`). Every call still
-//! resolves its intent afresh ([`super::prepare`]: canonical paths, globs, protected names and
+//! the next calls whose plan is the same (`crate::child::fs_op::serve`). Every call still
+//! resolves its intent afresh (`crate::sandbox::prepare_fs_op`: canonical paths, globs, protected names and
 //! the identity of each path) and is served only by a helper set up with exactly that plan, so
 //! reuse never widens what a call gets: a root replaced meanwhile, a new glob match or a new
 //! protected name changes the plan and gets a helper of its own. An idle helper is retired

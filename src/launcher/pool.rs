@@ -443,7 +443,7 @@ impl HelperProcess {
 /// A sandbox helper that has its launch.
 pub(crate) struct HandedOver {
     pub helper: HelperProcess,
-    /// On which the helper reports (`crate::process::supervisor::Report`).
+    /// On which the helper reports ([`Report`](crate::ipc::message::Report)).
     pub control: UnixStream,
     /// The program's process, and its socket, on which its verdict comes (EOF: executed).
     pub program: i32,
@@ -457,7 +457,7 @@ pub(crate) struct HandedOver {
 impl Helper {
     /// Hands a sandbox helper its launch: for a managed network, first the ports, for which it
     /// sends the listeners; then, to the program's process, its stdio (and cgroups) and the
-    /// launch frames ([`crate::process::supervisor::frames`]).
+    /// launch frames ([`crate::ipc::message::launch`]).
     pub(crate) async fn hand_over(
         mut self,
         fds: &[BorrowedFd<'_>],
@@ -497,7 +497,7 @@ impl Helper {
 }
 
 /// Sends a supervisor, on its fresh control socket, the program's stdio (and cgroups) and the
-/// launch frames ([`crate::process::supervisor::frames`]).
+/// launch frames ([`crate::ipc::message::launch`]).
 pub(crate) async fn send(
     control: &mut UnixStream,
     fds: &[BorrowedFd<'_>],

@@ -1,7 +1,7 @@
 //! The typed errors of the sandbox primitives (mounts, Landlock, seccomp) and of the daemon's
 //! probe of what the kernel offers: a variant per failing step, with the path and the OS error
 //! where there is one, so that neither errno nor path is lost on the way to the helper's
-//! [`Failure`](super::plan::Failure). Their messages are the sandbox's wire text
+//! [`super::plan::Failure`]. Their messages are the sandbox's wire text
 //! (`sandbox intent cannot be enforced on this executor: <stage>: <message>`).
 
 use super::open::OpenError;

@@ -13,11 +13,11 @@ pub(crate) struct Plan {
     /// Looked up on the child's PATH, as an unsandboxed spawn would.
     pub program: String,
     /// Instead of executing `program`, the helper runs the one `fs/*` operation on its stdin
-    /// itself ([`crate::fs::helper`]): it is the daemon's binary already, so nothing is executed
+    /// itself (`crate::child::fs_op`): it is the daemon's binary already, so nothing is executed
     /// or looked up, and the sandbox need not grant anything to load it. `program` and `argv`
     /// then only name it in messages, and `env` is empty.
     pub fs_op: bool,
-    /// The full argv, argv[0] being the `arg0` override when there is one.
+    /// The full argv, `argv[0]` being the `arg0` override when there is one.
     pub argv: Vec<String>,
     pub cwd: PathBuf,
     /// The program's environment. The helper itself starts with an empty one, so nothing the

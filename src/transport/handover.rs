@@ -138,7 +138,7 @@ impl Handover {
     }
 }
 
-/// The path the binary was started from (argv[0] made absolute, or found on PATH), if it is
+/// The path the binary was started from (`argv[0]` made absolute, or found on PATH), if it is
 /// the running binary; else the running binary's own path. Not canonicalized: a symlink that
 /// an upgrade repoints is followed then.
 fn own_binary(cwd: Option<&Path>) -> Option<PathBuf> {
