@@ -310,11 +310,22 @@ struct Route {
     log: SeqLog,
     events: mpsc::UnboundedSender<ProcessEvent>,
     catching_up: bool,
+    /// The recovery generation when its start was sent; None once the start was answered.
+    /// A recovery passes over a start still in flight: the daemon it resumes on may not have
+    /// it yet, and the start, repeated on the new connection, is what makes it known there.
+    starting: Option<u64>,
+}
+
+#[derive(Default)]
+struct Routes {
+    map: HashMap<String, Route>,
+    /// Counts recoveries that listed the unfinished processes.
+    recoveries: u64,
 }
 
 /// All processes of a client, keyed by process id.
 pub struct Router {
-    routes: Mutex<HashMap<String, Route>>,
+    routes: Mutex<Routes>,
     /// Process ids whose events wait behind a hole; a worker reads them to fill it.
     holes: mpsc::UnboundedSender<String>,
 }
@@ -322,7 +333,7 @@ pub struct Router {
 impl Router {
     pub fn new(holes: mpsc::UnboundedSender<String>) -> Self {
         Self {
-            routes: Mutex::new(HashMap::new()),
+            routes: Mutex::new(Routes::default()),
             holes,
         }
     }
@@ -331,23 +342,39 @@ impl Router {
     /// Returns None if the id is in use.
     pub fn register(&self, id: &str) -> Option<mpsc::UnboundedReceiver<ProcessEvent>> {
         let mut routes = self.routes.lock().unwrap();
-        if routes.contains_key(id) {
+        if routes.map.contains_key(id) {
             return None;
         }
         let (events, receiver) = mpsc::unbounded_channel();
-        routes.insert(
+        let starting = Some(routes.recoveries);
+        routes.map.insert(
             id.to_owned(),
             Route {
                 log: SeqLog::default(),
                 events,
                 catching_up: false,
+                starting,
             },
         );
         Some(receiver)
     }
 
     pub fn unregister(&self, id: &str) {
-        self.routes.lock().unwrap().remove(id);
+        self.routes.lock().unwrap().map.remove(id);
+    }
+
+    /// The start of `id` was answered. Returns true when a recovery passed over it meanwhile:
+    /// then the caller catches it up, since what the old connection carried may be lost.
+    pub fn started(&self, id: &str) -> bool {
+        let mut routes = self.routes.lock().unwrap();
+        let recoveries = routes.recoveries;
+        let Some(route) = routes.map.get_mut(id) else {
+            return false;
+        };
+        route
+            .starting
+            .take()
+            .is_some_and(|since| since != recoveries)
     }
 
     pub fn notification(&self, notification: Notification) {
@@ -380,7 +407,7 @@ impl Router {
     /// stale by the time the hole is filled (`waitingForInput` on a read tells the truth).
     fn input_wait(&self, id: &str, after_seq: u64) {
         let routes = self.routes.lock().unwrap();
-        if let Some(route) = routes.get(id) {
+        if let Some(route) = routes.map.get(id) {
             if route.log.last_seq() == after_seq && !route.log.has_hole() {
                 let _ = route.events.send(ProcessEvent::InputWait { after_seq });
             }
@@ -394,14 +421,14 @@ impl Router {
 
     fn update(&self, id: &str, change: impl FnOnce(&mut SeqLog) -> Vec<ProcessEvent>) -> bool {
         let mut routes = self.routes.lock().unwrap();
-        let Some(route) = routes.get_mut(id) else {
+        let Some(route) = routes.map.get_mut(id) else {
             return false;
         };
         for event in change(&mut route.log) {
             let _ = route.events.send(event);
         }
         if route.log.is_finished() {
-            routes.remove(id);
+            routes.map.remove(id);
         } else if route.log.has_hole() && !route.catching_up {
             route.catching_up = true;
             let _ = self.holes.send(id.to_owned());
@@ -412,7 +439,7 @@ impl Router {
     /// Starts a catch-up of `id` unless one is running; returns its `afterSeq`.
     pub fn begin_catch_up(&self, id: &str) -> Option<u64> {
         let mut routes = self.routes.lock().unwrap();
-        let route = routes.get_mut(id)?;
+        let route = routes.map.get_mut(id)?;
         route.catching_up = true;
         Some(route.log.last_seq())
     }
@@ -420,22 +447,29 @@ impl Router {
     /// Ends a catch-up; returns true if events still wait behind a hole (read again).
     pub fn end_catch_up(&self, id: &str) -> bool {
         let mut routes = self.routes.lock().unwrap();
-        let Some(route) = routes.get_mut(id) else {
+        let Some(route) = routes.map.get_mut(id) else {
             return false;
         };
         route.catching_up = route.log.has_hole();
         route.catching_up
     }
 
-    /// Ids of processes whose last event has not been delivered.
+    /// Ids of processes whose last event has not been delivered, for a recovery to catch up:
+    /// those whose start was answered (see [`Route::starting`]).
     pub fn unfinished(&self) -> Vec<String> {
-        self.routes.lock().unwrap().keys().cloned().collect()
+        let mut routes = self.routes.lock().unwrap();
+        routes.recoveries += 1;
+        let started = routes
+            .map
+            .iter()
+            .filter(|(_, route)| route.starting.is_none());
+        started.map(|(id, _)| id.clone()).collect()
     }
 
     /// Fails every unfinished process (the session is gone).
     pub fn fail_all(&self, message: &str) {
         let mut routes = self.routes.lock().unwrap();
-        for (_, route) in routes.drain() {
+        for (_, route) in routes.map.drain() {
             let _ = route.events.send(ProcessEvent::Failed {
                 message: message.to_owned(),
             });
@@ -444,7 +478,7 @@ impl Router {
 
     /// Fails one process whose catch-up is impossible.
     pub fn fail(&self, id: &str, message: &str) {
-        if let Some(route) = self.routes.lock().unwrap().remove(id) {
+        if let Some(route) = self.routes.lock().unwrap().map.remove(id) {
             let _ = route.events.send(ProcessEvent::Failed {
                 message: message.to_owned(),
             });
@@ -592,6 +626,25 @@ mod tests {
         assert_eq!(infer_exit_seq(&mut holes, 0), Some(4));
         assert_eq!(holes, [(2, 3)]);
         assert_eq!(infer_exit_seq(&mut Vec::new(), 5), None);
+    }
+
+    #[test]
+    fn a_recovery_passes_over_a_start_in_flight_and_its_answer_asks_for_a_catch_up() {
+        let (holes, _hole_ids) = mpsc::unbounded_channel();
+        let router = Router::new(holes);
+        let _a = router.register("a").unwrap();
+        assert!(!router.started("a"), "no recovery since its start was sent");
+        let _b = router.register("b").unwrap();
+        // A reconnect while b's start is in flight: the new daemon may not know b yet.
+        assert_eq!(router.unfinished(), ["a"]);
+        assert!(
+            router.started("b"),
+            "its answer came after the recovery listed the others"
+        );
+        assert!(!router.started("b"), "once");
+        let mut listed = router.unfinished();
+        listed.sort();
+        assert_eq!(listed, ["a", "b"]);
     }
 
     #[test]

@@ -495,7 +495,7 @@ async fn supervise(inner: Weak<Inner>, mut connection: Arc<Connection>) {
 }
 
 /// Reads what `id` missed, until no events wait behind a hole.
-async fn catch_up(client: &Client, id: &str) {
+pub(crate) async fn catch_up(client: &Client, id: &str) {
     loop {
         let Some(after_seq) = client.router().begin_catch_up(id) else {
             return;

@@ -134,11 +134,18 @@ pub(crate) async fn start(client: Client, command: Command) -> Result<Process, E
         .request::<_, StartResult>(methods::ProcessStart::NAME, &command.params, retry)
         .await;
     match result {
-        Ok(result) => Ok(Process {
-            handle: ProcessHandle { client, id },
-            events,
-            sandbox_type: result.sandbox_type,
-        }),
+        Ok(result) => {
+            if client.router().started(&id) {
+                let client = client.clone();
+                let id = id.clone();
+                tokio::spawn(async move { crate::catch_up(&client, &id).await });
+            }
+            Ok(Process {
+                handle: ProcessHandle { client, id },
+                events,
+                sandbox_type: result.sandbox_type,
+            })
+        }
         Err(err) => {
             client.router().unregister(&id);
             Err(err)
