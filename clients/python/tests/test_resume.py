@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import AsyncIterator
+from pathlib import Path
+from typing import AsyncIterator, Iterator
 
 import pytest
 from daemon import Daemon, python_argv
 
-from exec_server import Client, SessionLostError
+from exec_server import Client, OutputLostError, SessionLostError
 
 LINES = 200_000
 #: Prints LINES numbered lines in bursts, so that output is still coming when the test drops
@@ -148,5 +149,71 @@ def test_without_reconnecting_a_drop_loses_the_session(daemon: Daemon) -> None:
                 await process.wait()
             with pytest.raises(SessionLostError):
                 await client.call("environment/status")
+
+    asyncio.run(main())
+
+
+@pytest.fixture(scope="module")
+def forgetful_daemon(workdir: Path) -> Iterator[Daemon]:
+    """A daemon that retains only 1 MiB of each process's output."""
+    running = Daemon(
+        ["--listen", "ws://127.0.0.1:0", "--output-retention-bytes", "1048576"],
+        workdir / "forgetful",
+    )
+    yield running
+    running.stop()
+
+
+def test_output_evicted_during_an_outage_is_an_explicit_gap(forgetful_daemon: Daemon) -> None:
+    """While detached the process writes 4 MiB and the daemon keeps 1 MiB: the client reports
+    what was lost (OutputLostError, with its seqs), then delivers the rest, and run() refuses to
+    return output with a hole in it."""
+
+    async def main() -> None:
+        async with proxy_to(forgetful_daemon) as proxy:
+            port = proxy.server.sockets[0].getsockname()[1]
+            async with await Client.connect(f"ws://127.0.0.1:{port}") as client:
+                writer = await client.start(
+                    python_argv(
+                        "import sys, time\nsys.stdin.read()\ntime.sleep(0.3)\n"
+                        "for i in range(64): sys.stdout.write(chr(65 + i % 26) * 65536); "
+                        "sys.stdout.flush()\n"
+                        "time.sleep(0.5)\nprint('end')\n"
+                    ),
+                    stdin=True,
+                )
+                await writer.close_stdin()
+                proxy.cut()
+                await asyncio.sleep(1.5)
+                proxy.open.set()
+                received = bytearray()
+                lost: list[OutputLostError] = []
+                while True:
+                    try:
+                        async for chunk in writer.output():
+                            received += chunk.data
+                        break
+                    except OutputLostError as error:
+                        lost.append(error)
+                assert len(lost) == 1 and lost[0].from_seq == 1
+                assert received.endswith(b"end\n")
+                # What the daemon still held: the newest output, at most its 1 MiB.
+                assert 0 < len(received) - 4 <= 1048576
+                assert (await writer.wait()).exit_code == 0
+
+                with pytest.raises(OutputLostError):
+                    task = asyncio.ensure_future(
+                        client.run(
+                            python_argv(
+                                "import time\ntime.sleep(0.3)\n"
+                                "print('x' * 4194304, flush=True)\ntime.sleep(0.5)"
+                            )
+                        )
+                    )
+                    await asyncio.sleep(0.1)
+                    proxy.cut()
+                    await asyncio.sleep(1.5)
+                    proxy.open.set()
+                    await task
 
     asyncio.run(main())
