@@ -32,10 +32,11 @@ class Daemon:
         self.workdir = workdir
         state = workdir / "state"
         state.mkdir(parents=True, mode=0o700)
+        self.log = open(workdir / "daemon.log", "wb")
         self.process = subprocess.Popen(
             [str(daemon_binary()), "--state-dir", str(state), *args],
             stdout=subprocess.PIPE,
-            stderr=open(workdir / "daemon.log", "wb"),
+            stderr=self.log,
             stdin=subprocess.DEVNULL,
         )
         assert self.process.stdout is not None
@@ -53,6 +54,9 @@ class Daemon:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        assert self.process.stdout is not None
+        self.process.stdout.close()
+        self.log.close()
 
 
 def python_argv(code: str) -> list[str]:

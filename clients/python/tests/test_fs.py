@@ -140,6 +140,7 @@ def http_server() -> Iterator[str]:
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
+    server.server_close()
 
 
 def test_http_request(daemon: Daemon, http_server: str) -> None:

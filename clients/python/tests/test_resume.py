@@ -140,7 +140,7 @@ def test_an_outage_longer_than_the_output_catches_up_past_the_read_budget(daemon
     asyncio.run(main())
 
 
-def test_without_reconnecting_a_drop_loses_the_session(daemon: Daemon) -> None:
+def test_without_reconnecting_a_drop_loses_the_session_as_a_close_does(daemon: Daemon) -> None:
     async def main() -> None:
         async with await Client.connect(daemon.url, reconnect_deadline=None) as client:
             process = await client.start(["sleep", "30"])
@@ -149,6 +149,12 @@ def test_without_reconnecting_a_drop_loses_the_session(daemon: Daemon) -> None:
                 await process.wait()
             with pytest.raises(SessionLostError):
                 await client.call("environment/status")
+
+        client = await Client.connect(daemon.url)
+        process = await client.start(["sleep", "30"])
+        await client.close()
+        with pytest.raises(SessionLostError, match="closed"):
+            await process.wait()
 
     asyncio.run(main())
 

@@ -297,7 +297,8 @@ class Client:
         """Closes the connection cleanly. The session stays on the daemon until its TTL
         expires."""
         connection = self._conn
-        self._fail("the client was closed")
+        # Whoever still waits on a process or a watch learns that nothing more will come.
+        self._lose("the client was closed")
         if connection is not None:
             await connection.close()
         for task in list(self._tasks):
@@ -410,7 +411,7 @@ class Client:
         started = [process_id for process_id, route in self._routes.items() if route.started]
         await asyncio.gather(
             *(self._catch_up(process_id) for process_id in started),
-            *(watch.rewatch() for watch in list(self._watches.values())),
+            *(watch.resume() for watch in list(self._watches.values())),
         )
         self._recoveries += 1
         self._signal()

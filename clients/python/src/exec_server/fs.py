@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, AsyncIterator, Union
 
 from . import wire
-from .errors import DisconnectedError, NotFound, SessionLostError
+from .errors import DisconnectedError, NotFound, RpcError, SessionLostError
 from .paths import to_uri
 from .sandbox import Sandbox
 
@@ -316,6 +316,17 @@ class Watch:
         if self._lost:
             self._lost = False
             self._queue.put_nowait(Changes([], True))
+
+    async def resume(self) -> None:
+        """Watches again after a reconnect. A watch the daemon now refuses (its path is gone)
+        ends with that error; one whose call dropped again waits for the next recovery."""
+        try:
+            await self.rewatch()
+        except RpcError as error:
+            self._client._watches.pop(self.id, None)
+            self._queue.put_nowait(error)
+        except (DisconnectedError, SessionLostError):
+            pass
 
     def connection_lost(self) -> None:
         self._lost = True
