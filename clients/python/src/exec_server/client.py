@@ -18,7 +18,7 @@ import os
 import stat
 import uuid
 from base64 import b64decode
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 from . import wire
 from ._connection import Answer, Connection, Dropped, open_socket
@@ -101,7 +101,7 @@ class Client:
         resume_session_id: str | None = None,
         reconnect_deadline: float | None = DEFAULT_RECONNECT_DEADLINE,
         binary_payloads: bool = True,
-        on_disconnect: str | None = None,
+        on_disconnect: Literal["keep", "kill"] | None = None,
         session_ttl: float | None = None,
         open_timeout: float = 10.0,
     ) -> Client:
@@ -188,13 +188,13 @@ class Client:
         *,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
-        inherit_env: str = "all",
+        inherit_env: Literal["all", "core", "none"] = "all",
         tty: bool = False,
         size: tuple[int, int] | None = None,
         stdin: bool = False,
         sandbox: Sandbox | wire.FileSystemSandboxContext | None = None,
         limits: wire.ProcessLimits | None = None,
-        on_retention_full: str | None = None,
+        on_retention_full: Literal["evict", "pause"] | None = None,
         input_wait_ms: int | None = None,
         process_id: str | None = None,
         extra: Mapping[str, Any] | None = None,
@@ -513,13 +513,13 @@ def start_params(
     *,
     cwd: str,
     env: Mapping[str, str] | None = None,
-    inherit_env: str = "all",
+    inherit_env: Literal["all", "core", "none"] = "all",
     tty: bool = False,
     size: tuple[int, int] | None = None,
     stdin: bool = False,
     sandbox: Sandbox | wire.FileSystemSandboxContext | None = None,
     limits: wire.ProcessLimits | None = None,
-    on_retention_full: str | None = None,
+    on_retention_full: Literal["evict", "pause"] | None = None,
     input_wait_ms: int | None = None,
     process_id: str | None = None,
     extra: Mapping[str, Any] | None = None,
@@ -544,7 +544,7 @@ def start_params(
     }
     if inherit_env != "none":
         params["envPolicy"] = {
-            "inherit": inherit_env,  # type: ignore[typeddict-item]
+            "inherit": inherit_env,
             "ignoreDefaultExcludes": False,
             "exclude": [],
             "set": {},
@@ -557,7 +557,7 @@ def start_params(
     if limits:
         params["limits"] = limits
     if on_retention_full is not None:
-        params["onRetentionFull"] = on_retention_full  # type: ignore[typeddict-item]
+        params["onRetentionFull"] = on_retention_full
     if input_wait_ms is not None:
         params["inputWaitMs"] = input_wait_ms
     if extra:

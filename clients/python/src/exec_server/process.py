@@ -8,7 +8,7 @@ import uuid
 from base64 import b64encode
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, AsyncIterator, Sequence
+from typing import TYPE_CHECKING, Any, AsyncIterator, Literal, Sequence
 
 from .errors import OutputLostError, ProcessFailed, ProcessTimeout, RpcError, SessionLostError
 from .events import Closed, Event, Exited, ExitStatus, Failed, Gap, Output, is_final
@@ -114,7 +114,9 @@ class Process:
         """EOF on stdin (an EOF character on a terminal)."""
         await self.client.call("process/closeStdin", {"processId": self.id})
 
-    async def signal(self, signal: str) -> None:
+    async def signal(
+        self, signal: Literal["interrupt", "terminate", "kill", "hangup", "quit"]
+    ) -> None:
         """``interrupt``, ``terminate`` (the whole tree, killed 2 s later), ``kill``, ``hangup``
         or ``quit``."""
         await self.client.call("process/signal", {"processId": self.id, "signal": signal})

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import IO, Any, AsyncIterator, Awaitable, Iterator, Sequence, TypeVar
+from typing import IO, Any, AsyncIterator, Awaitable, Iterator, Literal, Sequence, TypeVar
 
 from . import client as aio
 from . import fs as aio_fs
@@ -154,7 +154,7 @@ class Process:
     def close_stdin(self) -> None:
         self._loop.run(self.aio.close_stdin())
 
-    def signal(self, signal: str) -> None:
+    def signal(self, signal: Literal["interrupt", "terminate", "kill", "hangup", "quit"]) -> None:
         self._loop.run(self.aio.signal(signal))
 
     def terminate(self) -> bool:
