@@ -53,6 +53,9 @@ pub struct SeqLog {
     ahead: BTreeMap<u64, ProcessEvent>,
     exited: bool,
     finished: bool,
+    /// The last read may have been cut at the daemon's budget: read again before anything is
+    /// inferred past it.
+    read_again: bool,
 }
 
 impl SeqLog {
@@ -64,12 +67,15 @@ impl SeqLog {
         self.finished
     }
 
-    /// Whether events wait behind a hole that only a `process/read` can fill.
+    /// Whether events wait behind a hole that only a `process/read` can fill, or the last read
+    /// may have stopped short of the end.
     pub fn has_hole(&self) -> bool {
-        self.ahead
-            .keys()
-            .next()
-            .is_some_and(|&seq| seq > self.last_seq + 1)
+        self.read_again
+            || self
+                .ahead
+                .keys()
+                .next()
+                .is_some_and(|&seq| seq > self.last_seq + 1)
     }
 
     /// A pushed event. Returns what can now be delivered, in order.
@@ -84,13 +90,23 @@ impl SeqLog {
     }
 
     /// A catch-up read with `afterSeq` ≤ [`Self::last_seq`] and no `maxBytes`, so `nextSeq - 1`
-    /// is the newest event of the process. Everything up to it is delivered now: from the read,
-    /// from events that arrived meanwhile, inferred terminal events, or as a gap.
+    /// is the newest event of the process, unless the daemon cut the read at its default
+    /// budget: then `nextSeq` follows the read's last chunk, and `closed`/`exited` speak of
+    /// events past it. Everything up to `nextSeq - 1` is delivered now: from the read, from
+    /// events that arrived meanwhile, inferred terminal events, or as a gap; after a read that
+    /// may have been cut, only what is certain, and [`Self::has_hole`] asks for another.
     pub fn apply_read(&mut self, read: ReadResult) -> Vec<ProcessEvent> {
         let mut out = Vec::new();
         if self.finished {
             return out;
         }
+        let target = read.next_seq.saturating_sub(1);
+        // Ending on a chunk while it says the process exited or closed, the read was cut (or the
+        // chunk is simply the newest event, output after the exit, and the next read returns
+        // nothing new). A read of a running process infers nothing past itself anyway.
+        let cut = (read.exited || read.closed)
+            && read.chunks.last().is_some_and(|chunk| chunk.seq == target);
+        self.read_again = cut;
         for chunk in read.chunks {
             if chunk.seq > self.last_seq {
                 self.ahead.entry(chunk.seq).or_insert(ProcessEvent::Output {
@@ -100,11 +116,11 @@ impl SeqLog {
                 });
             }
         }
-        let target = read.next_seq.saturating_sub(1);
         let known = |ahead: &BTreeMap<u64, ProcessEvent>, pred: fn(&ProcessEvent) -> bool| {
             ahead.values().any(pred)
         };
         if read.closed
+            && !cut
             && target > self.last_seq
             && !known(&self.ahead, |e| matches!(e, ProcessEvent::Closed { .. }))
         {
@@ -116,7 +132,7 @@ impl SeqLog {
             && !self.exited
             && !known(&self.ahead, |e| matches!(e, ProcessEvent::Exited { .. }))
         {
-            let exit_seq = infer_exit_seq(&mut holes, read.first_retained_seq);
+            let exit_seq = infer_exit_seq(&mut holes, read.first_retained_seq, cut);
             let event = ProcessEvent::Exited {
                 seq: exit_seq.unwrap_or(self.last_seq),
                 exit_code: read.exit_code.unwrap_or(-1),
@@ -126,6 +142,8 @@ impl SeqLog {
                 Some(seq) => {
                     self.ahead.insert(seq, event);
                 }
+                // Past a read that may have been cut: the next read finds it.
+                None if cut => {}
                 // Its seq was lost in an earlier gap; it still must not be lost itself.
                 None => {
                     self.exited = true;
@@ -197,8 +215,19 @@ impl SeqLog {
 
 /// Picks the exited event's seq among the holes and removes it from them. Seqs at or after
 /// `first_retained` cannot be evicted output, so a hole there is a terminal event; otherwise a
-/// single one-seq hole is the only unambiguous choice.
-fn infer_exit_seq(holes: &mut Vec<(u64, u64)>, first_retained: u64) -> Option<u64> {
+/// single one-seq hole is the only unambiguous choice, unless `certain_only`.
+fn infer_exit_seq(
+    holes: &mut Vec<(u64, u64)>,
+    first_retained: u64,
+    certain_only: bool,
+) -> Option<u64> {
+    if certain_only
+        && !holes
+            .iter()
+            .any(|&(_, to)| first_retained > 0 && to >= first_retained)
+    {
+        return None;
+    }
     let total: u64 = holes.iter().map(|(from, to)| to - from + 1).sum();
     let index = if first_retained > 0 {
         holes
@@ -620,12 +649,29 @@ mod tests {
     #[test]
     fn exit_seq_inference_splits_holes() {
         let mut holes = vec![(2, 4), (9, 12)];
-        assert_eq!(infer_exit_seq(&mut holes, 10), Some(10));
+        assert_eq!(infer_exit_seq(&mut holes, 10, false), Some(10));
         assert_eq!(holes, [(2, 4), (9, 9), (11, 12)]);
         let mut holes = vec![(2, 4)];
-        assert_eq!(infer_exit_seq(&mut holes, 0), Some(4));
+        assert_eq!(infer_exit_seq(&mut holes, 0, false), Some(4));
         assert_eq!(holes, [(2, 3)]);
-        assert_eq!(infer_exit_seq(&mut Vec::new(), 5), None);
+        assert_eq!(infer_exit_seq(&mut Vec::new(), 5, false), None);
+    }
+
+    #[test]
+    fn a_read_cut_at_the_daemons_budget_ends_nothing_and_asks_for_the_rest() {
+        // Chunks 1..=3, the exit at 4, chunks 5..=6, closed at 7; the first read is cut after 2.
+        let mut log = SeqLog::default();
+        let mut first = read(&[1, 2], 3);
+        (first.exited, first.closed, first.exit_code) = (true, true, Some(3));
+        let got = log.apply_read(first);
+        assert_eq!(seqs(&got), ["o1", "o2"]);
+        assert!(!log.is_finished() && log.has_hole(), "read again");
+        let mut rest = read(&[3, 5, 6], 8);
+        (rest.exited, rest.closed, rest.exit_code) = (true, true, Some(3));
+        rest.first_retained_seq = 1;
+        let got = log.apply_read(rest);
+        assert_eq!(seqs(&got), ["o3", "x4:3", "o5", "o6", "c7"]);
+        assert!(log.is_finished());
     }
 
     #[test]

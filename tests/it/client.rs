@@ -144,6 +144,43 @@ async fn reconnect_catches_up_missed_output_and_retries_writes_once() {
     assert!(rest.gaps.is_empty() && rest.failure.is_none(), "{rest:?}");
 }
 
+/// A process that wrote more than one read's budget (4 MiB) and ended while the client's
+/// connection was lost: the catch-up reads, cut at the budget, deliver every byte, then the
+/// exit and the end, never the end first.
+#[tokio::test]
+async fn a_catch_up_longer_than_one_read_delivers_every_byte_before_the_end() {
+    const BYTES: usize = 6_000_000;
+    let daemon = Daemon::start();
+    let proxy = Proxy::start(&daemon.url).await;
+    let client = connect(&proxy.url).await;
+    let mut recoveries = client.recoveries();
+    let script = format!("read go; head -c {BYTES} /dev/zero | tr '\\0' a; exit 3");
+    let mut process = client
+        .start(command(&["sh", "-c", &script]).stdin())
+        .await
+        .unwrap();
+    proxy.pause();
+    let writer = process.handle();
+    let go = tokio::spawn(async move { writer.write(b"go\n").await });
+    common::eventually("the whole output and the end to reach the proxy", || {
+        proxy.held_contains(b"process/closed")
+    })
+    .await;
+    proxy.cut();
+    go.await.unwrap().unwrap();
+    recoveries.wait_for(|n| *n >= 1).await.unwrap();
+    let collected = process.collect().await;
+    assert!(
+        collected.gaps.is_empty() && collected.failure.is_none(),
+        "{:?} {:?}",
+        collected.gaps,
+        collected.failure
+    );
+    assert_eq!(collected.output.len(), BYTES, "every byte, before the end");
+    assert!(collected.output.iter().all(|&b| b == b'a'));
+    assert_eq!(collected.exit_code, Some(3));
+}
+
 /// While the daemon still sees the old connection, resuming gets -32010; the client retries
 /// until the old connection is gone.
 #[tokio::test]
