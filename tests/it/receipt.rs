@@ -69,6 +69,7 @@ fn peak_rss_kib(daemon: &Daemon) -> u64 {
 
 fn assert_rss_bounded(daemon: &Daemon) {
     let peak = peak_rss_kib(daemon);
+    eprintln!("the daemon's peak RSS: {peak} KiB");
     assert!(peak < 128 * 1024, "the daemon's peak RSS was {peak} KiB");
 }
 
@@ -398,8 +399,9 @@ async fn a_paused_process_of_an_expired_session_ends() {
     send(&mut ws, json!({"method": "initialized"})).await;
     let mut consumer = Consumer::new();
     start(&mut ws, &mut consumer, "flood", pausing("flood", &["yes"])).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
     let held = listed(&mut ws, &mut consumer, "flood").await;
+    assert_eq!(held["paused"], true, "{held}");
     let pid = held["pid"].as_i64().unwrap() as i32;
     drop(ws);
     tokio::time::sleep(Duration::from_millis(1000)).await;
