@@ -99,7 +99,8 @@ pub struct Args {
     pub max_watched_directories_per_connection: Option<usize>,
 
     /// Interval of WebSocket pings; a peer that sends nothing (not even a pong) for two
-    /// intervals is disconnected and its session detached.
+    /// intervals is disconnected and its session detached. Pings that ask for proof of receipt
+    /// of output are also sent as retention fills.
     #[arg(long, env = "EXEC_SERVER_PING_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
     pub ping_interval: Duration,
 

@@ -28,6 +28,7 @@ pub(crate) fn capabilities() -> EnvironmentCapabilities {
         process_close_stdin: true,
         process_signals: true,
         output_retention_indicator: true,
+        retention_pause: true,
         file_write_streaming: true,
         fs_atomic_write: true,
         fs_rename: true,

@@ -7,6 +7,7 @@
 
 mod packages;
 mod ssh;
+mod streams;
 
 use anyhow::{bail, Context as _};
 use base64::{engine::general_purpose::STANDARD as BASE64, Engine as _};
@@ -562,11 +563,24 @@ async fn run(size: &Size, launch_only: bool, binary: &Path) -> anyhow::Result<Ma
     let head = format!("head -c {} /dev/zero", size.stream_bytes);
     let mut rates = Medians::default();
     for _ in 0..size.stream_runs {
-        rates.add("stream_mb_s", stream_once(&client, &head, size).await?);
+        // A new command (a new process id) each time.
+        let plain = || command(&["sh", "-c", &head]);
+        rates.add("stream_mb_s", stream_once(&client, plain(), size).await?);
         rates.add(
             "stream_text_mb_s",
-            stream_once(&text_client, &head, size).await?,
+            stream_once(&text_client, plain(), size).await?,
         );
+        // Lossless: the child is held back rather than output evicted.
+        let pausing = plain().pause_when_retention_full();
+        rates.add(
+            "stream_block_mb_s",
+            stream_once(&client, pausing, size).await?,
+        );
+        // Beside a session whose client reads nothing.
+        let stalled = streams::Stalled::start(&daemon.url).await?;
+        let beside = stream_once(&client, plain(), size).await;
+        stalled.stop().await?;
+        rates.add("stream_slow_neighbour_mb_s", beside?);
         let mut local = std::process::Command::new("sh");
         local.args(["-c", &head]);
         rates.add("pipe_mb_s", pipe_rate(local, size.stream_bytes)?);
@@ -578,6 +592,12 @@ async fn run(size: &Size, launch_only: bool, binary: &Path) -> anyhow::Result<Ma
     rates.record(&mut r);
     r.ratio("stream_vs_pipe", "stream_mb_s", "pipe_mb_s");
     r.ratio("stream_vs_ssh", "stream_mb_s", "ssh_stream_mb_s");
+    r.ratio("stream_block_vs_pipe", "stream_block_mb_s", "pipe_mb_s");
+    r.ratio(
+        "stream_slow_neighbour_vs_alone",
+        "stream_slow_neighbour_mb_s",
+        "stream_mb_s",
+    );
 
     eprintln!("bench: file streaming");
     let dir = tempfile::tempdir()?;
@@ -1121,9 +1141,9 @@ async fn attacks(binary: &Path, r: &mut Results) -> anyhow::Result<()> {
 }
 
 /// MB/s of `script`'s output delivered as `process/output` notifications.
-async fn stream_once(client: &Client, script: &str, size: &Size) -> anyhow::Result<f64> {
+async fn stream_once(client: &Client, command: Command, size: &Size) -> anyhow::Result<f64> {
     let started = Instant::now();
-    let mut process = client.start(command(&["sh", "-c", script])).await?;
+    let mut process = client.start(command).await?;
     let bytes = finish(&mut process).await?;
     anyhow::ensure!(bytes == size.stream_bytes, "streamed {bytes} bytes");
     Ok(mb_per_s(bytes, started.elapsed()))
@@ -1440,6 +1460,20 @@ const ROWS: &[Row] = &[
         baselines: &[("local pipe", "pipe_mb_s"), ("ssh", "ssh_stream_mb_s")],
         target: "≥ 0.8× pipe, ≥ 2× ssh",
         met: |r| Some(r.get("stream_vs_pipe")? >= 0.8 && r.get("stream_vs_ssh")? >= 2.0),
+    },
+    Row {
+        what: "output streaming, `onRetentionFull: \"pause\"`, MB/s",
+        ours: "stream_block_mb_s",
+        baselines: &[("local pipe", "pipe_mb_s")],
+        target: "≥ 0.7× pipe",
+        met: |r| Some(r.get("stream_block_vs_pipe")? >= 0.7),
+    },
+    Row {
+        what: "output streaming beside a session that reads nothing, MB/s",
+        ours: "stream_slow_neighbour_mb_s",
+        baselines: &[("alone", "stream_mb_s")],
+        target: "≥ 0.9× alone",
+        met: |r| Some(r.get("stream_slow_neighbour_vs_alone")? >= 0.9),
     },
     Row {
         what: "file streaming (fs/readBlock), MB/s",

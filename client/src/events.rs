@@ -550,6 +550,7 @@ mod tests {
             details: Default::default(),
             live_descendants: None,
             waiting_for_input: false,
+            retention: Default::default(),
         }
     }
 

@@ -5,8 +5,9 @@ use crate::{Client, Error, ProcessEvent};
 use exec_server_protocol::base64_bytes::Base64Bytes;
 use exec_server_protocol::methods::{self, Method as _, Retry};
 use exec_server_protocol::process::{
-    EnvPolicy, ProcessIdParams, ProcessSignal, ReadParams, ReadResult, ResizeParams, SandboxType,
-    SignalParams, StartParams, StartResult, TerminalSize, WriteParams, WriteStatus,
+    EnvPolicy, OnRetentionFull, ProcessIdParams, ProcessSignal, ReadParams, ReadResult,
+    ResizeParams, SandboxType, SignalParams, StartParams, StartResult, TerminalSize, WriteParams,
+    WriteStatus,
 };
 use exec_server_protocol::PathUri;
 use serde_json::Value;
@@ -41,6 +42,7 @@ impl Command {
                 // Makes a start safe to repeat after a reconnect (see [`start`]).
                 idempotent: true,
                 input_wait_ms: None,
+                on_retention_full: None,
             },
         }
     }
@@ -83,6 +85,14 @@ impl Command {
     /// The quiet period before [`ProcessEvent::InputWait`] (default 2 s; zero: never).
     pub fn input_wait(mut self, quiet: Duration) -> Self {
         self.params.input_wait_ms = Some(quiet.as_millis().min(i64::MAX as u128) as i64);
+        self
+    }
+
+    /// Hold the program back (it blocks on write) rather than evict output nobody received
+    /// yet, even while disconnected: `onRetentionFull: "pause"` (daemons advertising
+    /// `retentionPause`; others ignore it).
+    pub fn pause_when_retention_full(mut self) -> Self {
+        self.params.on_retention_full = Some(OnRetentionFull::Pause);
         self
     }
 

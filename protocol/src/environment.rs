@@ -43,6 +43,10 @@ pub struct EnvironmentCapabilities {
     pub process_signals: bool,
     /// `process/read` reports `firstRetainedSeq` and `truncated` (this daemon's addition).
     pub output_retention_indicator: bool,
+    /// `process/start.onRetentionFull` (`"pause"` holds the child back rather than drop
+    /// output), `retainedBytes`, `unreceivedBytes` and `paused` on `process/list` and
+    /// `process/read` (this daemon's addition).
+    pub retention_pause: bool,
     /// `fs/open` modes `write`, `append` and `replace`, `fs/writeBlock`, and the commit on
     /// `fs/close` (`discard` to abort) (this daemon's addition).
     pub file_write_streaming: bool,
@@ -182,6 +186,7 @@ mod tests {
                 "processCloseStdin": true,
                 "processSignals": true,
                 "outputRetentionIndicator": true,
+                "retentionPause": true,
                 "fileWriteStreaming": true,
                 "fsAtomicWrite": true,
                 "fsRename": true,

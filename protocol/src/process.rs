@@ -81,6 +81,37 @@ pub struct StartParams {
     /// (this daemon's addition, `processInputWait`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_wait_ms: Option<i64>,
+    /// What happens when the output not yet received reaches the retention budget
+    /// (`--output-retention-bytes`/`-chunks`): `evict` (default) drops the oldest output while
+    /// no client is attached; `pause` stops reading the child's output until the client reads
+    /// or proves receipt, attached or not (this daemon's addition, `retentionPause`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_retention_full: Option<OnRetentionFull>,
+}
+
+/// `process/start.onRetentionFull`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum OnRetentionFull {
+    /// While detached, the oldest output is evicted (`firstRetainedSeq`, `truncated` say what).
+    #[default]
+    Evict,
+    /// The child is held back (blocks on write) until its output is received: none is lost.
+    Pause,
+}
+
+/// What a process's output retention holds (this daemon's addition, `retentionPause`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RetentionStatus {
+    /// Output bytes retained for `process/read`.
+    pub retained_bytes: u64,
+    /// Of them, bytes the client has not proved it received (a `process/read` after them, or
+    /// the pong to a ping sent after their notifications).
+    pub unreceived_bytes: u64,
+    /// The daemon stopped reading the process's output until the client receives what is
+    /// retained (`onRetentionFull: "pause"`, or an attached client behind).
+    pub paused: bool,
 }
 
 /// `process/start.limits`. Signed so that a negative value gets a clear error rather than a
@@ -211,6 +242,8 @@ pub struct ProcessInfo {
     /// As on `process/read`; absent once the tree is gone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub live_descendants: Option<u32>,
+    #[serde(flatten)]
+    pub retention: RetentionStatus,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -255,7 +288,8 @@ pub struct ReadResult {
     /// lower seq was evicted; it is never dropped silently.
     #[serde(default)]
     pub first_retained_seq: u64,
-    /// True when output chunks after `afterSeq` were evicted before this read.
+    /// True when output chunks after `afterSeq` were evicted before this read, before the
+    /// client received them (see `unreceivedBytes`).
     #[serde(default)]
     pub truncated: bool,
     #[serde(flatten)]
@@ -268,6 +302,9 @@ pub struct ReadResult {
     /// input): it waits for input (this daemon's addition, `processInputWait`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub waiting_for_input: bool,
+    /// Retention after this read (which counts as receipt of everything up to `afterSeq`).
+    #[serde(flatten)]
+    pub retention: RetentionStatus,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]

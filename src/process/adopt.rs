@@ -34,7 +34,7 @@ impl TableInner {
         let id = meta.params.process_id.clone();
         let journal = Journal::replay(entries);
         let (records, mut ends) = trusted(&id, &store, journal.records);
-        let mut log = self.output_log();
+        let mut log = self.output_log(&meta.params);
         log.restore(records);
         // The supervisor stops moving output into the files before it answers.
         let supervisor = tree::adopt(&dir).await;

@@ -1,4 +1,5 @@
-//! Pushes a process's events to whichever connection its session is attached to, in seq order.
+//! Pushes a process's events to whichever connection its session is attached to, in seq order,
+//! and marks them received as that connection acknowledges their messages (`rpc::outbound`).
 //! While detached nothing is sent; the client catches up with `process/read` after resuming.
 //! The session owns the attachment and changes it; processes only follow it.
 
@@ -9,6 +10,7 @@ use exec_server_protocol::process::{
     ClosedNotification, ExitedNotification, InputWaitNotification,
 };
 use exec_server_protocol::rpc::method;
+use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -28,18 +30,100 @@ pub(super) async fn deliver(
     mut attachment: watch::Receiver<Option<Attachment>>,
 ) {
     let mut changes = process.subscribe();
+    let mut sent: Option<Sent> = None;
     loop {
         changes.borrow_and_update();
         let current = attachment.borrow_and_update().clone();
-        if let Some(current) = current {
-            if send_pending(&process, &current, &attachment).await {
+        sent = current
+            .as_ref()
+            .map(|current| Sent::following(current, sent.take()));
+        if let (Some(current), Some(sent)) = (&current, &mut sent) {
+            sent.apply(&process);
+            if send_pending(&process, current, &attachment, sent).await {
+                // Nothing more will come; what went out may still be acknowledged.
+                while !sent.pending.is_empty() && sent.acknowledged_changed(&attachment).await {
+                    sent.apply(&process);
+                }
                 return;
             }
-            send_input_wait(&process, &current).await;
+            send_input_wait(&process, current).await;
         }
+        let acknowledged = async {
+            match &mut sent {
+                Some(sent) => sent.changed().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             result = changes.changed() => if result.is_err() { return },
             result = attachment.changed() => if result.is_err() { return },
+            () = acknowledged => {}
+        }
+    }
+}
+
+/// The events sent on one connection that await its proof of receipt.
+struct Sent {
+    connection_id: u64,
+    acknowledged: watch::Receiver<u64>,
+    /// (message index, seq) of each event sent and not yet acknowledged, in order.
+    pending: VecDeque<(u64, u64)>,
+    /// The seq of the first event sent to this connection.
+    from: Option<u64>,
+}
+
+impl Sent {
+    /// `previous` while the attachment is to the same connection; a new connection proves
+    /// nothing of what went to the last one.
+    fn following(current: &Attachment, previous: Option<Sent>) -> Sent {
+        match previous {
+            Some(sent) if sent.connection_id == current.connection_id => sent,
+            _ => Sent {
+                connection_id: current.connection_id,
+                acknowledged: current.outbound.acknowledged(),
+                pending: VecDeque::new(),
+                from: None,
+            },
+        }
+    }
+
+    /// Marks acknowledged the events whose messages the connection acknowledged.
+    fn apply(&mut self, process: &ManagedProcess) {
+        let acknowledged = *self.acknowledged.borrow_and_update();
+        let mut received = None;
+        while let Some(&(index, seq)) = self.pending.front() {
+            if index > acknowledged {
+                break;
+            }
+            received = Some(seq);
+            self.pending.pop_front();
+        }
+        if let (Some(from), Some(through)) = (self.from, received) {
+            process.mark_acknowledged(from, through);
+        }
+    }
+
+    fn push(&mut self, index: u64, seq: u64) {
+        self.from.get_or_insert(seq);
+        self.pending.push_back((index, seq));
+    }
+
+    /// Resolves when the connection acknowledges more; never once it is gone.
+    async fn changed(&mut self) {
+        if self.acknowledged.changed().await.is_err() {
+            std::future::pending().await
+        }
+    }
+
+    /// Waits for more acknowledged, or for the attachment to change (false).
+    async fn acknowledged_changed(
+        &mut self,
+        attachment: &watch::Receiver<Option<Attachment>>,
+    ) -> bool {
+        let mut attachment = attachment.clone();
+        tokio::select! {
+            () = self.changed() => true,
+            _ = attachment.changed() => false,
         }
     }
 }
@@ -49,6 +133,7 @@ async fn send_pending(
     process: &ManagedProcess,
     current: &Attachment,
     attachment: &watch::Receiver<Option<Attachment>>,
+    sent: &mut Sent,
 ) -> bool {
     loop {
         let events = process.undelivered(BATCH);
@@ -61,13 +146,20 @@ async fn send_pending(
                 return false;
             }
             let message = notification(process, current, &event);
-            if current.outbound.send_message(message).await.is_err() {
+            let Ok(index) = current.outbound.send_message(message).await else {
                 return false;
-            }
+            };
+            sent.push(index, event.seq());
             process.mark_delivered(event.seq());
             if matches!(event, Event::Closed { .. }) {
                 return true;
             }
+        }
+        // Receipts are taken in between batches: a stream that never pauses still frees
+        // its retention, and asks for proof before the reader has to wait for it.
+        sent.apply(process);
+        if process.wants_receipt() {
+            current.outbound.want_receipt();
         }
     }
 }

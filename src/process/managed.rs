@@ -8,7 +8,7 @@
 //! retention) once closed with its tree gone; the tree is killed at most for the first reason
 //! given (`kill_reason`) and never again once it is gone.
 
-use super::output::{Event, OutputLog, ReadSnapshot, Record};
+use super::output::{Event, OutputLog, ReadSnapshot, Record, Retention};
 use super::store::{Entry, Store};
 use super::{stdin, ProcessError};
 use crate::launcher::sandboxed::Sandboxed;
@@ -17,8 +17,8 @@ use crate::os::proc_tree::descendants;
 use crate::sandbox::denial::Scanner;
 use bytes::Bytes;
 use exec_server_protocol::process::{
-    ExitReason, ProcessInfo, ProcessSignal, ProcessUsage, SandboxType, StartParams, StartResult,
-    TerminalSize, WriteStatus,
+    ExitReason, OnRetentionFull, ProcessInfo, ProcessSignal, ProcessUsage, RetentionStatus,
+    SandboxType, StartParams, StartResult, TerminalSize, WriteStatus,
 };
 use nix::sys::signal::Signal;
 use std::os::fd::OwnedFd;
@@ -46,11 +46,15 @@ pub(crate) struct Origin {
 }
 
 impl Origin {
-    /// `params` without `trace` (a retry may carry another span) and `idempotent`.
+    /// `params` without `trace` (a retry may carry another span) and `idempotent`, and
+    /// `onRetentionFull` only when it is not the default (which is the same start).
     pub(crate) fn identity(params: &StartParams) -> StartParams {
         StartParams {
             trace: None,
             idempotent: false,
+            on_retention_full: params
+                .on_retention_full
+                .filter(|mode| *mode != OnRetentionFull::Evict),
             ..params.clone()
         }
     }
@@ -74,7 +78,7 @@ pub(crate) struct ManagedProcess {
     pub(super) state: Mutex<ProcessState>,
     /// Bumped on every new event, so long-polls and delivery wake up.
     pub(super) changed: watch::Sender<()>,
-    /// Bumped when notifications were handed to a connection, so a backpressured reader resumes.
+    /// Bumped when the client proved receipt of output, so a reader waiting for it resumes.
     pub(super) drained: watch::Sender<()>,
     pub(super) stdin: stdin::Stdin,
     pty_size: Option<stdin::PtyResizer>,
@@ -98,6 +102,8 @@ pub(super) struct ProcessState {
     /// When output or input last came.
     pub(super) last_activity: Instant,
     pub(super) input_wait: InputWait,
+    /// Output readers waiting for the client to receive what is retained.
+    pub(super) paused_readers: u8,
 }
 
 /// Where the process stands on waiting for input.
@@ -187,7 +193,8 @@ impl ManagedProcess {
     }
 
     /// Chunks are loaded outside the lock, so a long read never holds up the output; one
-    /// evicted meanwhile (its space freed) is left out and the read says so.
+    /// evicted meanwhile (its space freed) is left out, and the read says it is truncated
+    /// unless the client had received it.
     pub(crate) fn read(&self, after_seq: u64, max_bytes: Option<usize>) -> ReadSnapshot {
         let snapshot = (self.state.lock().unwrap().log).read(after_seq, max_bytes, READ_MAX_BYTES);
         let loaded: Vec<_> = snapshot
@@ -195,9 +202,15 @@ impl ManagedProcess {
             .iter()
             .map(|chunk| self.store.load(chunk.stream, chunk.span))
             .collect();
-        let first_retained = self.state.lock().unwrap().log.first_retained_seq();
+        let (first_retained, lost) = {
+            let log = &self.state.lock().unwrap().log;
+            (log.first_retained_seq(), log.lost_after(after_seq))
+        };
         let mut loaded = loaded.into_iter();
-        snapshot.load(|chunk| loaded.next().filter(|_| chunk.seq >= first_retained))
+        snapshot.load(
+            |chunk| loaded.next().filter(|_| chunk.seq >= first_retained),
+            lost,
+        )
     }
 
     /// Every event so far was handed to a connection.
@@ -217,7 +230,36 @@ impl ManagedProcess {
 
     pub(super) fn mark_delivered(&self, seq: u64) {
         self.state.lock().unwrap().log.mark_delivered(seq);
+    }
+
+    /// The client proved it has every event up to `seq`: their output may be evicted.
+    pub(crate) fn mark_received(&self, seq: u64) {
+        self.state.lock().unwrap().log.mark_received(seq);
         self.drained.send_replace(());
+    }
+
+    /// The attached connection acknowledged the events sent to it, `from` `through` a seq.
+    pub(super) fn mark_acknowledged(&self, from: u64, through: u64) {
+        self.state
+            .lock()
+            .unwrap()
+            .log
+            .mark_acknowledged(from, through);
+        self.drained.send_replace(());
+    }
+
+    /// Delivered output awaits proof of receipt: the connection should ask for it.
+    pub(super) fn wants_receipt(&self) -> bool {
+        self.state.lock().unwrap().log.wants_receipt()
+    }
+
+    /// `retention` (the log's, as of a read) with whether the output's reader waits.
+    pub(crate) fn retention_status(&self, retention: Retention) -> RetentionStatus {
+        RetentionStatus {
+            retained_bytes: retention.retained_bytes,
+            unreceived_bytes: retention.unreceived_bytes,
+            paused: self.state.lock().unwrap().paused_readers > 0,
+        }
     }
 
     pub(crate) fn is_exited(&self) -> bool {
@@ -377,11 +419,17 @@ impl ManagedProcess {
 
     pub(super) fn info(&self) -> ProcessInfo {
         let rfc3339 = |time| humantime::format_rfc3339_millis(time).to_string();
-        let (next_seq, first_retained_seq, exit_code, state) = {
+        let (next_seq, first_retained_seq, exit_code, state, retention) = {
             let state = self.state.lock().unwrap();
             let log = &state.log;
             let (next, first) = (log.next_seq(), log.first_retained_seq());
-            (next, first, log.exit_code(), state.lifecycle())
+            (
+                next,
+                first,
+                log.exit_code(),
+                state.lifecycle(),
+                log.retention(),
+            )
         };
         let params = &self.origin.params;
         ProcessInfo {
@@ -398,6 +446,7 @@ impl ManagedProcess {
             next_seq,
             first_retained_seq,
             live_descendants: self.live_descendants(),
+            retention: self.retention_status(retention),
         }
     }
 
@@ -428,6 +477,7 @@ impl ProcessState {
             denial,
             last_activity: Instant::now(),
             input_wait: InputWait::No,
+            paused_readers: 0,
         }
     }
 

@@ -1,9 +1,12 @@
 //! The per-process event log: output chunks, the exit and the close, on one seq counter.
 //!
-//! Retention is bounded by bytes and chunks. While a connection is attached, a chunk is evicted
-//! only after its notification was handed to that connection; otherwise the reader waits, which
-//! backpressures the child instead of dropping output. While detached, the oldest chunks are
-//! evicted, and reads say so (`firstRetainedSeq`, `truncated`): never a silent gap.
+//! Retention is bounded by bytes and chunks. A chunk is *received* once the client proved it
+//! has it (a `process/read` after it, or the pong to a ping sent after its notification:
+//! `super::delivery`). While a connection is attached, or always for a process started with
+//! `onRetentionFull: "pause"`, only received chunks are evicted; otherwise the reader waits,
+//! which backpressures the child instead of dropping output. While detached (`"evict"`), the
+//! oldest chunks are evicted, and reads say so (`firstRetainedSeq`, `truncated`): never a
+//! silent gap.
 //!
 //! The log holds where each chunk's bytes are ([`Span`]s of its stream's file,
 //! `super::store`), not the bytes: reads and deliveries return [`Stored`] chunks, which the
@@ -140,8 +143,19 @@ pub(crate) struct OutputLog {
     next_seq: u64,
     /// Highest seq handed to an attached connection as a notification.
     delivered_seq: u64,
+    /// Highest seq the client proved it received, with everything before it.
+    received_seq: u64,
+    /// What the attached connection acknowledged: the events it was sent, from the first seq
+    /// through the last. They count once everything before them is received too: events sent
+    /// to a connection that died before the client decoded them leave a gap, which the client
+    /// fills with `process/read`.
+    acknowledged: Option<(u64, u64)>,
+    /// Full retention waits for receipt even while detached (`onRetentionFull: "pause"`).
+    pause: bool,
     /// Highest seq of an evicted chunk (0: nothing evicted).
     evicted_through: u64,
+    /// Highest seq of a chunk evicted before the client received it: lost to it.
+    lost_through: u64,
     exit: Option<(u64, Exit)>,
     closed_seq: Option<u64>,
 }
@@ -157,8 +171,16 @@ pub(crate) struct ReadSnapshot<C = Chunk> {
     pub closed: bool,
     pub first_retained_seq: u64,
     pub truncated: bool,
+    pub retention: Retention,
     /// A terminal event the caller has not seen yet, or output, is available.
     pub ready: bool,
+}
+
+/// What the log holds: bytes retained, and how many of them the client has not received.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Retention {
+    pub retained_bytes: u64,
+    pub unreceived_bytes: u64,
 }
 
 impl Drop for OutputLog {
@@ -170,7 +192,7 @@ impl Drop for OutputLog {
 }
 
 impl OutputLog {
-    pub(crate) fn new(max_bytes: usize, max_chunks: usize) -> Self {
+    pub(crate) fn new(max_bytes: usize, max_chunks: usize, pause: bool) -> Self {
         Self {
             chunks: VecDeque::new(),
             retained_bytes: 0,
@@ -178,7 +200,11 @@ impl OutputLog {
             max_chunks,
             next_seq: 1,
             delivered_seq: 0,
+            received_seq: 0,
+            acknowledged: None,
+            pause,
             evicted_through: 0,
+            lost_through: 0,
             exit: None,
             closed_seq: None,
         }
@@ -205,11 +231,11 @@ impl OutputLog {
     }
 
     /// Evicts what may be evicted, into `evicted`; returns true while the log is still over
-    /// its limits, i.e. the reader must wait for delivery before reading more.
+    /// its limits, i.e. the reader must wait for receipt before reading more.
     pub(crate) fn evict(&mut self, attached: bool, evicted: &mut Vec<Stored>) -> bool {
         while self.over_limit() {
             let front = self.chunks.front().expect("over the limit means non-empty");
-            if attached && front.seq > self.delivered_seq {
+            if (attached || self.pause) && front.seq > self.received_seq {
                 return true;
             }
             let chunk = self.drop_front();
@@ -226,6 +252,9 @@ impl OutputLog {
             .retained_output_bytes
             .dec_by(chunk.span.len as i64);
         self.evicted_through = chunk.seq;
+        if chunk.seq > self.received_seq {
+            self.lost_through = chunk.seq;
+        }
         chunk
     }
 
@@ -259,6 +288,65 @@ impl OutputLog {
             }
         }
         self.delivered_seq = self.next_seq - 1;
+    }
+
+    /// The client proved it received everything up to `seq`.
+    pub(crate) fn mark_received(&mut self, seq: u64) {
+        self.received_seq = self.received_seq.max(seq.min(self.next_seq - 1));
+        self.settle();
+    }
+
+    /// The attached connection acknowledged the events sent to it, `from` (the first sent to
+    /// it) `through` a seq.
+    pub(crate) fn mark_acknowledged(&mut self, from: u64, through: u64) {
+        self.acknowledged = Some((from, through));
+        self.settle();
+    }
+
+    /// Acknowledged events count as received once nothing before them is missing (evicted
+    /// output cannot be received any more: it is no gap).
+    fn settle(&mut self) {
+        if let Some((from, through)) = self.acknowledged {
+            if self.received_seq.max(self.evicted_through) + 1 >= from {
+                self.received_seq = self.received_seq.max(through.min(self.next_seq - 1));
+            }
+        }
+    }
+
+    /// Output after `after_seq` was evicted before the client received it.
+    pub(crate) fn lost_after(&self, after_seq: u64) -> bool {
+        self.lost_through > after_seq
+    }
+
+    pub(crate) fn retention(&self) -> Retention {
+        let received = self
+            .chunks
+            .partition_point(|chunk| chunk.seq <= self.received_seq);
+        let unreceived: u64 = self.chunks.range(received..).map(|c| c.span.len).sum();
+        Retention {
+            retained_bytes: self.retained_bytes as u64,
+            unreceived_bytes: unreceived,
+        }
+    }
+
+    /// Delivered output the client has not yet proved it received is a quarter of what may be
+    /// retained: time to ask for proof, before the reader has to wait for it.
+    pub(crate) fn wants_receipt(&self) -> bool {
+        let start = self
+            .chunks
+            .partition_point(|chunk| chunk.seq <= self.received_seq);
+        let (mut bytes, mut count) = (0u64, 0usize);
+        // Stops at the threshold: at most a quarter of the chunk limit is visited.
+        for chunk in self.chunks.range(start..) {
+            if chunk.seq > self.delivered_seq {
+                return false;
+            }
+            (bytes, count) = (bytes + chunk.span.len, count + 1);
+            if 4 * bytes >= self.max_bytes as u64 || 4 * count >= self.max_chunks {
+                return true;
+            }
+        }
+        false
     }
 
     fn over_limit(&self) -> bool {
@@ -359,7 +447,8 @@ impl OutputLog {
                 .unwrap_or_default(),
             closed: self.closed_seq.is_some(),
             first_retained_seq: self.first_retained_seq(),
-            truncated: self.evicted_through > after_seq,
+            truncated: self.lost_after(after_seq),
+            retention: self.retention(),
         }
     }
 
@@ -392,18 +481,19 @@ impl OutputLog {
 
 impl ReadSnapshot<Stored> {
     /// The snapshot with its chunks loaded; those for which `load` has nothing (evicted since
-    /// the snapshot was taken) are left out, and the read says it is truncated.
-    pub(crate) fn load(self, mut load: impl FnMut(&Stored) -> Option<Bytes>) -> ReadSnapshot {
-        let mut truncated = self.truncated;
+    /// the snapshot was taken) are left out, and `lost` says whether any of them was lost
+    /// (evicted before the client received it).
+    pub(crate) fn load(
+        self,
+        mut load: impl FnMut(&Stored) -> Option<Bytes>,
+        lost: bool,
+    ) -> ReadSnapshot {
         let chunks = self
             .chunks
             .iter()
-            .filter_map(|chunk| {
-                let data = load(chunk);
-                truncated |= data.is_none();
-                Some(chunk.loaded(data?))
-            })
+            .filter_map(|chunk| Some(chunk.loaded(load(chunk)?)))
             .collect();
+        let truncated = self.truncated || lost;
         ReadSnapshot {
             chunks,
             next_seq: self.next_seq,
@@ -413,124 +503,11 @@ impl ReadSnapshot<Stored> {
             closed: self.closed,
             first_retained_seq: self.first_retained_seq,
             truncated,
+            retention: self.retention,
             ready: self.ready,
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Spans of `n` bytes, one after the other, and a loader of them.
-    fn data(n: usize) -> Span {
-        thread_local!(static END: std::cell::Cell<u64> = const { std::cell::Cell::new(0) });
-        let offset = END.with(|end| end.replace(end.get() + n as u64));
-        Span {
-            offset,
-            len: n as u64,
-        }
-    }
-
-    fn load(chunk: &Stored) -> Option<Bytes> {
-        Some(Bytes::from(vec![b'x'; chunk.span.len as usize]))
-    }
-
-    #[test]
-    fn seq_is_shared_by_output_exit_and_close() {
-        let mut log = OutputLog::new(1024, 10);
-        log.push(OutputStream::Stdout, data(1));
-        log.push(OutputStream::Stderr, data(1));
-        log.record_exit(Exit {
-            code: 7,
-            ..Exit::default()
-        });
-        log.record_closed();
-        let snapshot = log.read(0, None, usize::MAX);
-        assert_eq!(
-            snapshot.chunks.iter().map(|c| c.seq).collect::<Vec<_>>(),
-            [1, 2]
-        );
-        assert_eq!(snapshot.next_seq, 5);
-        let seqs: Vec<u64> = log.undelivered(10).iter().map(Event::seq).collect();
-        assert_eq!(seqs, [1, 2, 3, 4]);
-    }
-
-    #[test]
-    fn attached_logs_wait_for_delivery_and_detached_logs_evict_visibly() {
-        let mut log = OutputLog::new(10, 100);
-        log.push(OutputStream::Stdout, data(8));
-        log.push(OutputStream::Stdout, data(8));
-        assert!(
-            log.evict(true, &mut Vec::new()),
-            "undelivered output must not be dropped while attached"
-        );
-        log.mark_delivered(1);
-        assert!(!log.evict(true, &mut Vec::new()));
-        assert_eq!(log.read(0, None, usize::MAX).first_retained_seq, 2);
-        log.push(OutputStream::Stdout, data(8));
-        assert!(!log.evict(false, &mut Vec::new()));
-        let snapshot = log.read(0, None, usize::MAX);
-        assert!(snapshot.truncated);
-        assert_eq!(snapshot.first_retained_seq, 3);
-        assert!(!log.read(2, None, usize::MAX).truncated);
-    }
-
-    #[test]
-    fn max_bytes_always_returns_the_first_chunk() {
-        let mut log = OutputLog::new(1024, 10);
-        log.push(OutputStream::Stdout, data(5));
-        log.push(OutputStream::Stdout, data(5));
-        let snapshot = log.read(0, Some(3), usize::MAX);
-        assert_eq!(snapshot.chunks.len(), 1);
-        assert_eq!(snapshot.next_seq, 2);
-        assert_eq!(log.read(0, Some(10), usize::MAX).chunks.len(), 2);
-    }
-
-    #[test]
-    fn a_log_restored_from_its_records_reads_as_the_original() {
-        let mut original = OutputLog::new(20, 100);
-        let mut records = vec![
-            original.push(OutputStream::Stdout, data(8)),
-            original.push(OutputStream::Stderr, data(8)),
-            original.push(OutputStream::Stdout, data(8)),
-        ];
-        let mut evicted = Vec::new();
-        original.evict(false, &mut evicted);
-        records.push(Record::Evicted {
-            through: evicted.last().unwrap().seq,
-        });
-        records.extend(original.record_exit(Exit {
-            code: 3,
-            ..Exit::default()
-        }));
-        records.extend(original.record_closed());
-        let mut restored = OutputLog::new(20, 100);
-        restored.restore(records);
-        let (a, b) = (
-            original.read(0, None, usize::MAX).load(load),
-            restored.read(0, None, usize::MAX).load(load),
-        );
-        let seqs = |s: &ReadSnapshot| s.chunks.iter().map(|c| c.seq).collect::<Vec<_>>();
-        assert_eq!(seqs(&a), seqs(&b));
-        assert_eq!(seqs(&b), [2, 3]);
-        assert_eq!(
-            (
-                a.next_seq,
-                a.first_retained_seq,
-                a.truncated,
-                a.exit_code,
-                a.closed
-            ),
-            (
-                b.next_seq,
-                b.first_retained_seq,
-                b.truncated,
-                b.exit_code,
-                b.closed
-            )
-        );
-        // Everything restored counts as delivered: a successor pushes only what comes next.
-        assert!(restored.undelivered(10).is_empty());
-    }
-}
+mod tests;

@@ -70,13 +70,14 @@ impl TableInner {
                 return Err(err);
             }
         };
+        let log = self.output_log(&origin.params);
         let process = ManagedProcess::new(Parts {
             origin,
             pid: program_pid,
             supervisor_pid,
             orders,
             started_at: launched.started_at,
-            log: self.output_log(),
+            log,
             open_streams: ends.outputs.len(),
             denial: sandbox.as_ref().map(Sandboxed::scanner),
             stdin: ends.stdin,

@@ -14,7 +14,9 @@ use super::{forgotten, live, AdoptError, ProcessError, Timing};
 use crate::config::Config;
 use crate::launcher::sandboxed::Launch;
 use crate::launcher::spec::LaunchSpec;
-use exec_server_protocol::process::{ExitReason, ProcessInfo, StartParams, StartResult};
+use exec_server_protocol::process::{
+    ExitReason, OnRetentionFull, ProcessInfo, StartParams, StartResult,
+};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -280,11 +282,13 @@ impl TableInner {
             .insert(process.id.clone(), ready);
     }
 
-    /// An empty output log, retaining what the daemon's config says.
-    pub(super) fn output_log(&self) -> OutputLog {
+    /// An empty output log, retaining what the daemon's config says, for a process started
+    /// with `params`.
+    pub(super) fn output_log(&self, params: &StartParams) -> OutputLog {
         OutputLog::new(
             self.config.output_retention_bytes,
             self.config.output_retention_chunks,
+            params.on_retention_full == Some(OnRetentionFull::Pause),
         )
     }
 

@@ -93,15 +93,30 @@ impl ManagedProcess {
             state.evict(attachment.borrow_and_update().is_some(), &self.store)
         };
         self.changed.send_replace(());
-        // Backpressure: while the attached client has not taken the oldest output, stop reading.
+        if !must_wait {
+            return;
+        }
+        // Backpressure: until the client received the oldest output, stop reading.
+        self.set_paused(true);
         while must_wait {
             tokio::select! {
-                result = drained.changed() => if result.is_err() { return },
-                result = attachment.changed() => if result.is_err() { return },
+                result = drained.changed() => if result.is_err() { break },
+                result = attachment.changed() => if result.is_err() { break },
             }
             let attached = attachment.borrow_and_update().is_some();
             must_wait = self.state.lock().unwrap().evict(attached, &self.store);
         }
+        self.set_paused(false);
+    }
+
+    /// Counts this output's reader among those waiting for receipt, or no longer.
+    fn set_paused(&self, paused: bool) {
+        let mut state = self.state.lock().unwrap();
+        state.paused_readers = if paused {
+            state.paused_readers + 1
+        } else {
+            state.paused_readers - 1
+        };
     }
 
     /// Returns true when this was the last open stream of an exited process: it is now closed.

@@ -1,11 +1,15 @@
 //! The sending half of a connection: any task may push a reply or notification at any time.
+//!
+//! Every message queued gets the next index; the transport acknowledges indexes once the
+//! client proved it received them (a WebSocket's pong to a ping sent after them, a write on
+//! stdio), so a process knows which of its notifications arrived (`process::delivery`).
 
 use exec_server_protocol::base64_bytes::Base64Bytes;
 use exec_server_protocol::binary;
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use std::sync::{Arc, Mutex};
+use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
 
 /// What a queued message costs beyond its bytes, so that empty messages count too.
 const MESSAGE_OVERHEAD: usize = 64;
@@ -38,27 +42,85 @@ impl Budget {
     }
 }
 
+/// A queued message, its budget and its index.
+type Queued = (Message, Budget, u64);
+
 /// The receiving half, read by the transport's writer.
 pub(crate) struct Queue {
-    rx: mpsc::UnboundedReceiver<(Message, Budget)>,
+    rx: mpsc::UnboundedReceiver<Queued>,
     /// The budget of the message handed out last: the writer asks for the next message only
     /// after writing that one, so its bytes count until they left the daemon.
     sending: Budget,
+    /// The index of the message handed out last (0: none yet).
+    sent: u64,
+    receipts: Arc<Receipts>,
 }
 
 impl Queue {
     pub(crate) async fn recv(&mut self) -> Option<Message> {
         self.sending = Budget::default();
-        let (message, budget) = self.rx.recv().await?;
+        let (message, budget, index) = self.rx.recv().await?;
         self.sending = budget;
+        self.sent = index;
         Some(message)
+    }
+
+    /// The index of the last message handed out: a ping sent after it was written proves, with
+    /// its pong, that the client received every message up to it.
+    pub(crate) fn sent(&self) -> u64 {
+        self.sent
+    }
+
+    /// The client has every message handed out so far (stdio: written is received).
+    pub(crate) fn acknowledge_sent(&self) {
+        self.receipts.acknowledge(self.sent);
+    }
+
+    /// What says when a process asks for proof of receipt (see [`Outbound::want_receipt`]).
+    pub(crate) fn receipt_requests(&self) -> ReceiptRequests {
+        ReceiptRequests(self.receipts.clone())
+    }
+}
+
+/// Requests for proof of receipt, for the transport's writer.
+pub(crate) struct ReceiptRequests(Arc<Receipts>);
+
+impl ReceiptRequests {
+    /// Resolves once a process asked for proof of receipt (at once if it did meanwhile).
+    pub(crate) async fn wanted(&self) {
+        self.0.wanted.notified().await
+    }
+}
+
+/// The connection's proof of receipt: which message indexes the client has.
+#[derive(Debug)]
+struct Receipts {
+    /// The index of the last message queued; locked while queuing, so that indexes reach the
+    /// queue in order.
+    queued: Mutex<u64>,
+    /// The highest index the client proved it received.
+    acknowledged: watch::Sender<u64>,
+    /// A process asked for proof of receipt: the transport should ask the client for it.
+    wanted: Notify,
+}
+
+impl Receipts {
+    fn acknowledge(&self, index: u64) {
+        // A peer's pong cannot acknowledge what was never queued.
+        let index = index.min(*self.queued.lock().unwrap());
+        self.acknowledged.send_if_modified(|current| {
+            let newer = index > *current;
+            *current = (*current).max(index);
+            newer
+        });
     }
 }
 
 #[derive(Clone, Debug)]
 pub(crate) struct Outbound {
     /// Unbounded in count: `budget` bounds the bytes, which is what costs memory.
-    tx: mpsc::UnboundedSender<(Message, Budget)>,
+    tx: mpsc::UnboundedSender<Queued>,
+    receipts: Arc<Receipts>,
     budget: Arc<Semaphore>,
     budget_bytes: usize,
     /// Whether the client speaks strict JSON-RPC 2.0, so notifications carry `"jsonrpc"` too.
@@ -77,9 +139,15 @@ impl Outbound {
     /// waits until the queue is empty).
     pub(crate) fn new(binary_capable: bool, budget_bytes: usize) -> (Self, Queue) {
         let (tx, rx) = mpsc::unbounded_channel();
+        let receipts = Arc::new(Receipts {
+            queued: Mutex::new(0),
+            acknowledged: watch::channel(0).0,
+            wanted: Notify::new(),
+        });
         (
             Self {
                 tx,
+                receipts: receipts.clone(),
                 budget: Arc::new(Semaphore::new(budget_bytes)),
                 budget_bytes,
                 strict: Arc::new(AtomicBool::new(false)),
@@ -89,6 +157,8 @@ impl Outbound {
             Queue {
                 rx,
                 sending: Budget::default(),
+                sent: 0,
+                receipts,
             },
         )
     }
@@ -121,19 +191,21 @@ impl Outbound {
     }
 
     pub(crate) async fn send(&self, text: String) -> Result<(), Closed> {
-        self.send_message(Message::Text(text)).await
+        self.send_message(Message::Text(text)).await.map(drop)
     }
 
-    pub(crate) async fn send_message(&self, message: Message) -> Result<(), Closed> {
+    /// Queues `message`; returns its index (see [`Outbound::acknowledged`]).
+    pub(crate) async fn send_message(&self, message: Message) -> Result<u64, Closed> {
         self.send_within(message, Budget::default()).await
     }
 
-    /// Queues `message` within the budget `reserved` for it, or waits for its cost.
+    /// Queues `message` within the budget `reserved` for it, or waits for its cost; returns its
+    /// index.
     pub(crate) async fn send_within(
         &self,
         message: Message,
         mut reserved: Budget,
-    ) -> Result<(), Closed> {
+    ) -> Result<u64, Closed> {
         let cost = (message.len() + MESSAGE_OVERHEAD).min(self.budget_bytes);
         if reserved.bytes() < cost {
             if self.tx.is_closed() {
@@ -143,7 +215,28 @@ impl Outbound {
             drop(std::mem::take(&mut reserved));
             reserved = self.reserve(cost).await;
         }
-        self.tx.send((message, reserved)).map_err(|_| Closed)
+        let mut queued = self.receipts.queued.lock().unwrap();
+        let index = *queued + 1;
+        self.tx
+            .send((message, reserved, index))
+            .map_err(|_| Closed)?;
+        *queued = index;
+        Ok(index)
+    }
+
+    /// The highest index of a message the client proved it received.
+    pub(crate) fn acknowledged(&self) -> watch::Receiver<u64> {
+        self.receipts.acknowledged.subscribe()
+    }
+
+    /// The client proved it received every message up to `index` (a WebSocket's pong).
+    pub(crate) fn acknowledge(&self, index: u64) {
+        self.receipts.acknowledge(index);
+    }
+
+    /// Asks the transport to get proof of receipt of what it sent so far, soon.
+    pub(crate) fn want_receipt(&self) {
+        self.receipts.wanted.notify_one();
     }
 
     pub(crate) async fn send_value(&self, value: &serde_json::Value) -> Result<(), Closed> {

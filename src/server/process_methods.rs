@@ -164,6 +164,8 @@ pub(crate) async fn read(
         .await
         .ok_or_else(|| ProcessError::Unknown(id.clone()))?;
     let after_seq = params.after_seq.unwrap_or(0);
+    // The client has everything up to `afterSeq`: that may be evicted now.
+    process.mark_received(after_seq);
     let deadline = tokio::time::Instant::now() + Duration::from_millis(params.wait_ms.unwrap_or(0));
     let mut changes = process.subscribe();
     let mut attachment = session.attachment();
@@ -201,6 +203,7 @@ pub(crate) async fn read(
         details: snapshot.details,
         live_descendants: process.live_descendants(),
         waiting_for_input: process.waiting_for_input(),
+        retention: process.retention_status(snapshot.retention),
     })
 }
 

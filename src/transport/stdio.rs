@@ -34,6 +34,8 @@ pub(crate) async fn serve_lines(
             if written.await.is_err() {
                 break;
             }
+            // One local pipe: what is written there counts as received.
+            queue.acknowledge_sent();
         }
     });
     let codec = Lines(AnyDelimiterCodec::new_with_max_length(

@@ -371,9 +371,18 @@ async fn run(socket: WebSocket, daemon: Arc<Daemon>, who: Identity, restart: Can
         peer.clone(),
         writer_gone.clone().drop_guard(),
     ));
+    let receipts = outbound.clone();
     let messages = stream
         .by_ref()
-        .inspect(move |_| *heard.lock().unwrap() = Instant::now())
+        .inspect(move |message| {
+            *heard.lock().unwrap() = Instant::now();
+            // The pong to a ping that carried the index of the last message written before it.
+            if let Ok(Message::Pong(payload)) = message {
+                if let Ok(index) = <[u8; 8]>::try_from(&payload[..]) {
+                    receipts.acknowledge(u64::from_be_bytes(index));
+                }
+            }
+        })
         .take_until(writer_gone.cancelled_owned())
         // No request is read once the daemon hands over (a session made now would be lost).
         .take_until(restart.cancelled());
@@ -449,14 +458,25 @@ impl Writer {
     async fn write(&mut self) {
         let interval = self.ping_interval;
         let mut ping = tokio::time::interval_at(Instant::now() + interval, interval);
+        // The index the last ping carried: a wanted ping is sent only when more went out since.
+        let mut pinged = 0;
+        let requests = self.queue.receipt_requests();
         loop {
+            // Every ping carries the index of the last message written before it, which its
+            // pong acknowledges (proof of receipt, see `rpc::outbound`).
             let message = tokio::select! {
                 message = self.queue.recv() => match message {
                     Some(outbound::Message::Text(text)) => Message::Text(text.into()),
                     Some(outbound::Message::Binary(bytes)) => Message::Binary(bytes.into()),
                     None => break,
                 },
-                _ = ping.tick() => Message::Ping(Default::default()),
+                _ = ping.tick() => self.ping(&mut pinged),
+                () = requests.wanted() => {
+                    if self.queue.sent() == pinged {
+                        continue;
+                    }
+                    self.ping(&mut pinged)
+                }
                 () = self.restart.cancelled() => break,
             };
             if self.sink.send(message).await.is_err() {
@@ -476,6 +496,14 @@ impl Writer {
             }),
         };
         let _ = self.sink.send(Message::Close(frame)).await;
+    }
+}
+
+impl Writer {
+    /// A ping carrying the index of the last message written, noted in `pinged`.
+    fn ping(&self, pinged: &mut u64) -> Message {
+        *pinged = self.queue.sent();
+        Message::Ping(pinged.to_be_bytes().to_vec().into())
     }
 }
 

@@ -51,6 +51,7 @@ async fn info_describes_the_host_the_daemon_runs_on() {
             "processCloseStdin": true,
             "processSignals": true,
             "outputRetentionIndicator": true,
+            "retentionPause": true,
             "fileWriteStreaming": true,
             "fsAtomicWrite": true,
             "fsRename": true,

@@ -33,6 +33,7 @@ mod process;
 mod process_tree;
 mod protocol_doc;
 mod proxy_keepalive;
+mod receipt;
 mod restart;
 mod robustness;
 mod sandbox;

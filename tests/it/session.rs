@@ -233,7 +233,8 @@ async fn detached_eviction_is_reported_not_silent() {
         )
         .await;
     first.abort();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Back once the output came (in 0.3 to about 0.6 s): it was never received.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     let second = daemon.resume(&session).await;
     let (_, last) = read_all(&second, "chatty").await;
     assert_eq!(last["exitCode"], 0, "the detached child was never stalled");
