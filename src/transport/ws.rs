@@ -495,7 +495,10 @@ impl Writer {
                 reason: "".into(),
             }),
         };
+        // After the peer's Close, tungstenite has queued its answer and refuses ours: the flush
+        // sends it, so the peer sees the close handshake end instead of a dropped connection.
         let _ = self.sink.send(Message::Close(frame)).await;
+        let _ = self.sink.flush().await;
     }
 }
 

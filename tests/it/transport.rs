@@ -533,6 +533,58 @@ async fn oversized_messages_get_an_error_then_a_close() {
     );
 }
 
+/// A client's Close is answered at once with the daemon's, as RFC 6455 asks, also while the
+/// session keeps a process running; a client that closes cleanly sees code 1000, not 1006.
+#[tokio::test]
+async fn a_close_from_the_client_is_answered_with_a_close() {
+    let daemon = Daemon::start();
+    let (mut ws, _) = tokio_tungstenite::connect_async(&daemon.url).await.unwrap();
+    let request = |id: u64, method: &str, params: Value| {
+        Message::text(json!({"id": id, "method": method, "params": params}).to_string())
+    };
+    let mut reply_to = async |ws: &mut tokio_tungstenite::WebSocketStream<_>, message| {
+        ws.send(message).await.unwrap();
+        loop {
+            let Some(Ok(Message::Text(text))) = ws.next().await else {
+                panic!("the connection ended");
+            };
+            let reply: Value = serde_json::from_str(&text).unwrap();
+            if reply.get("id").is_some() {
+                assert!(reply.get("result").is_some(), "{reply}");
+                return;
+            }
+        }
+    };
+    reply_to(
+        &mut ws,
+        request(1, "initialize", json!({"clientName": "t"})),
+    )
+    .await;
+    let initialized = json!({"method": "initialized", "params": {}}).to_string();
+    ws.send(Message::text(initialized)).await.unwrap();
+    let start = start_params("sleeper", &["sleep", "30"]);
+    reply_to(&mut ws, request(2, "process/start", start)).await;
+    let normal = tungstenite::protocol::CloseFrame {
+        code: tungstenite::protocol::frame::coding::CloseCode::Normal,
+        reason: "".into(),
+    };
+    ws.send(Message::Close(Some(normal))).await.unwrap();
+    let answered = tokio::time::timeout(Duration::from_secs(2), async {
+        while let Some(message) = ws.next().await {
+            if let Ok(Message::Close(_)) = message {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(
+        answered,
+        Ok(true),
+        "the daemon answers a Close with its own"
+    );
+}
+
 #[tokio::test]
 async fn the_daemon_pings() {
     let daemon = Daemon::start_with(&["--ping-interval", "100ms"], &[]);
