@@ -542,7 +542,7 @@ async fn a_close_from_the_client_is_answered_with_a_close() {
     let request = |id: u64, method: &str, params: Value| {
         Message::text(json!({"id": id, "method": method, "params": params}).to_string())
     };
-    let mut reply_to = async |ws: &mut tokio_tungstenite::WebSocketStream<_>, message| {
+    let reply_to = async |ws: &mut tokio_tungstenite::WebSocketStream<_>, message| {
         ws.send(message).await.unwrap();
         loop {
             let Some(Ok(Message::Text(text))) = ws.next().await else {
