@@ -77,21 +77,29 @@ const FULL: Size = Size {
 
 const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
+/// exec-server benchmark: each figure beside its local or OpenSSH baseline, measured in the
+/// same run. The last line printed is one JSON object with every figure.
+#[derive(clap::Parser)]
+#[command(name = "exec-server-bench", version)]
+struct BenchArgs {
+    /// A smaller run (under a minute) that writes no docs.
+    #[arg(long)]
+    quick: bool,
+    /// The exec round trips alone, for work on the launch path.
+    #[arg(long)]
+    launch_only: bool,
+    /// The exec-server binary to measure; default: the one next to this executable (built
+    /// first when run through cargo).
+    #[arg(long, value_name = "PATH")]
+    daemon: Option<PathBuf>,
+}
+
 fn main() -> anyhow::Result<()> {
-    let mut quick = false;
-    let mut launch_only = false;
-    let mut daemon = None;
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--quick" => quick = true,
-            "--launch-only" => launch_only = true,
-            "--daemon" => daemon = Some(PathBuf::from(args.next().context("--daemon PATH")?)),
-            other => bail!(
-                "unknown argument `{other}`; usage: [--quick] [--launch-only] [--daemon PATH]"
-            ),
-        }
-    }
+    let BenchArgs {
+        quick,
+        launch_only,
+        daemon,
+    } = clap::Parser::parse();
     let size = if quick { &QUICK } else { &FULL };
     let binary = daemon_binary(daemon)?;
     let runtime = tokio::runtime::Runtime::new()?;

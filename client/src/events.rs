@@ -3,8 +3,9 @@
 //! reconnect. Missing seqs that nothing can fill are reported as [`ProcessEvent::Gap`].
 
 use exec_server_protocol::base64_bytes::Base64Bytes;
+use exec_server_protocol::fs::ChangedNotification;
 use exec_server_protocol::process::{
-    ClosedNotification, ExitedNotification, InputWaitNotification, OutputNotification,
+    ClosedNotification, ExitReason, ExitedNotification, InputWaitNotification, OutputNotification,
     OutputStream, ReadResult,
 };
 use exec_server_protocol::rpc::method;
@@ -24,6 +25,8 @@ pub enum ProcessEvent {
         seq: u64,
         exit_code: i32,
         sandbox_denied: bool,
+        /// Why it ended, when the daemon says (this daemon does): a timeout, a limit, a kill...
+        reason: Option<ExitReason>,
     },
     /// The last event: the process exited and its output streams are at EOF.
     Closed { seq: u64 },
@@ -137,6 +140,7 @@ impl SeqLog {
                 seq: exit_seq.unwrap_or(self.last_seq),
                 exit_code: read.exit_code.unwrap_or(-1),
                 sandbox_denied: read.sandbox_denied,
+                reason: read.details.reason,
             };
             match exit_seq {
                 Some(seq) => {
@@ -256,12 +260,13 @@ fn infer_exit_seq(
     Some(seq)
 }
 
-/// The notifications routed to processes.
+/// The notifications routed to processes, and to watches.
 pub enum Notification {
     Output(OutputNotification),
     Exited(ExitedNotification),
     Closed(ClosedNotification),
     InputWait(InputWaitNotification),
+    Changed(ChangedNotification),
 }
 
 #[derive(Clone, Copy)]
@@ -270,6 +275,7 @@ pub enum NotificationKind {
     Exited,
     Closed,
     InputWait,
+    Changed,
 }
 
 impl Notification {
@@ -279,6 +285,7 @@ impl Notification {
             method::PROCESS_EXITED => Some(NotificationKind::Exited),
             method::PROCESS_CLOSED => Some(NotificationKind::Closed),
             method::PROCESS_INPUT_WAIT => Some(NotificationKind::InputWait),
+            method::FS_CHANGED => Some(NotificationKind::Changed),
             _ => None,
         }
     }
@@ -318,6 +325,7 @@ impl NotificationKind {
             (Self::Exited, _) => Notification::Exited(map.next_value()?),
             (Self::Closed, _) => Notification::Closed(map.next_value()?),
             (Self::InputWait, _) => Notification::InputWait(map.next_value()?),
+            (Self::Changed, _) => Notification::Changed(map.next_value()?),
         })
     }
 
@@ -331,6 +339,7 @@ impl NotificationKind {
             (Self::Exited, _) => Notification::Exited(serde_json::from_str(params)?),
             (Self::Closed, _) => Notification::Closed(serde_json::from_str(params)?),
             (Self::InputWait, _) => Notification::InputWait(serde_json::from_str(params)?),
+            (Self::Changed, _) => Notification::Changed(serde_json::from_str(params)?),
         })
     }
 }
@@ -357,6 +366,8 @@ pub struct Router {
     routes: Mutex<Routes>,
     /// Process ids whose events wait behind a hole; a worker reads them to fill it.
     holes: mpsc::UnboundedSender<String>,
+    /// `fs/changed` by watch id.
+    watches: Mutex<HashMap<String, mpsc::UnboundedSender<ChangedNotification>>>,
 }
 
 impl Router {
@@ -364,28 +375,57 @@ impl Router {
         Self {
             routes: Mutex::new(Routes::default()),
             holes,
+            watches: Mutex::new(HashMap::new()),
         }
     }
 
     /// Registers a process before it is started, so that no early notification is lost.
     /// Returns None if the id is in use.
     pub fn register(&self, id: &str) -> Option<mpsc::UnboundedReceiver<ProcessEvent>> {
+        self.insert(id, SeqLog::default(), false, true)
+    }
+
+    /// Registers a process started elsewhere (another client, an earlier connection), whose
+    /// events up to `after_seq` are not wanted; [`Self::request_catch_up`] then reads the rest.
+    pub fn register_after(
+        &self,
+        id: &str,
+        after_seq: u64,
+    ) -> Option<mpsc::UnboundedReceiver<ProcessEvent>> {
+        let log = SeqLog {
+            last_seq: after_seq,
+            ..SeqLog::default()
+        };
+        // Pushed events wait for the catch-up rather than each asking for one.
+        self.insert(id, log, true, false)
+    }
+
+    /// `start_in_flight`: registered before its start is sent (see [`Route::starting`]).
+    fn insert(
+        &self,
+        id: &str,
+        log: SeqLog,
+        catching_up: bool,
+        start_in_flight: bool,
+    ) -> Option<mpsc::UnboundedReceiver<ProcessEvent>> {
         let mut routes = self.routes.lock().unwrap();
         if routes.map.contains_key(id) {
             return None;
         }
         let (events, receiver) = mpsc::unbounded_channel();
-        let starting = Some(routes.recoveries);
-        routes.map.insert(
-            id.to_owned(),
-            Route {
-                log: SeqLog::default(),
-                events,
-                catching_up: false,
-                starting,
-            },
-        );
+        let route = Route {
+            log,
+            events,
+            catching_up,
+            starting: start_in_flight.then_some(routes.recoveries),
+        };
+        routes.map.insert(id.to_owned(), route);
         Some(receiver)
+    }
+
+    /// Has the hole worker read `id` from its last delivered seq on.
+    pub fn request_catch_up(&self, id: &str) {
+        let _ = self.holes.send(id.to_owned());
     }
 
     pub fn unregister(&self, id: &str) {
@@ -424,12 +464,34 @@ impl Router {
                     seq: n.seq,
                     exit_code: n.exit_code,
                     sandbox_denied: n.sandbox_denied,
+                    reason: n.details.reason,
                 },
             ),
             Notification::Closed(n) => (n.process_id, n.seq, ProcessEvent::Closed { seq: n.seq }),
             Notification::InputWait(n) => return self.input_wait(&n.process_id, n.after_seq),
+            Notification::Changed(n) => return self.changed(n),
         };
         self.update(&id, |log| log.push(seq, event));
+    }
+
+    /// Routes the `fs/changed` of `watch_id` to the receiver returned.
+    pub fn register_watch(&self, watch_id: &str) -> mpsc::UnboundedReceiver<ChangedNotification> {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        self.watches
+            .lock()
+            .unwrap()
+            .insert(watch_id.to_owned(), sender);
+        receiver
+    }
+
+    pub fn unregister_watch(&self, watch_id: &str) {
+        self.watches.lock().unwrap().remove(watch_id);
+    }
+
+    fn changed(&self, notification: ChangedNotification) {
+        if let Some(sender) = self.watches.lock().unwrap().get(&notification.watch_id) {
+            let _ = sender.send(notification);
+        }
     }
 
     /// Passed on when it follows the last event delivered: one that arrives behind a hole is

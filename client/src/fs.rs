@@ -6,6 +6,7 @@ use crate::connection::Answer;
 use crate::{Client, Error, Retry};
 use exec_server_protocol::base64_bytes::Base64Bytes;
 use exec_server_protocol::fs::FILE_CHUNK_SIZE;
+use exec_server_protocol::fs::{ChangedNotification, UnwatchParams, WatchParams};
 pub use exec_server_protocol::fs::{
     CloseParams, DirectoryEntry, GetMetadataParams, HandleResult, Metadata, OpenMode, OpenParams,
     PathParams, ReadBlockParams, ReadBlockResult, ReadDirectoryResult, ReadFileParams,
@@ -105,7 +106,10 @@ impl Client {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match self.upload_once(path, size, &mut read_block).await {
+            let outcome = self
+                .write_blocks(path, OpenMode::Replace, 0..size, &mut read_block)
+                .await;
+            match outcome {
                 Err(Error::Disconnected(_)) if attempt < UPLOAD_ATTEMPTS => continue,
                 Err(Error::Rpc(error))
                     if error.code == code::NOT_FOUND && attempt < UPLOAD_ATTEMPTS =>
@@ -117,24 +121,41 @@ impl Client {
         }
     }
 
-    async fn upload_once(
+    /// Appends the bytes `range` of the source (`read_block(offset, buffer)`) to `path`,
+    /// created if missing: resumes a copy that stopped after `range.start` bytes. Unlike
+    /// [`Client::upload`], the target grows in place, one block at a time.
+    pub async fn append(
         &self,
         path: &PathUri,
-        size: u64,
+        range: std::ops::Range<u64>,
+        mut read_block: impl FnMut(u64, &mut [u8]) -> std::io::Result<()>,
+    ) -> Result<(), Error> {
+        self.write_blocks(path, OpenMode::Append, range, &mut read_block)
+            .await
+    }
+
+    async fn write_blocks(
+        &self,
+        path: &PathUri,
+        mode: OpenMode,
+        range: std::ops::Range<u64>,
         read_block: &mut impl FnMut(u64, &mut [u8]) -> std::io::Result<()>,
     ) -> Result<(), Error> {
-        let handle_id = self.open_handle(path, OpenMode::Replace).await?;
+        let handle_id = self.open_handle(path, mode).await?;
+        let appending = mode == OpenMode::Append;
+        // Appended blocks land in the order they are handled, so one at a time.
+        let window = if appending { 1 } else { IN_FLIGHT };
         let mut in_flight = FuturesOrdered::new();
-        let mut offset = 0;
+        let (mut offset, size) = (range.start, range.end);
         while offset < size || !in_flight.is_empty() {
-            while offset < size && in_flight.len() < IN_FLIGHT {
+            while offset < size && in_flight.len() < window {
                 let len = (size - offset).min(FILE_CHUNK_SIZE as u64) as usize;
                 let mut block = vec![0u8; len];
                 read_block(offset, &mut block)
                     .map_err(|err| Error::Invalid(format!("cannot read the source: {err}")))?;
                 let params = WriteBlockParams {
                     handle_id: handle_id.clone(),
-                    offset: Some(offset),
+                    offset: (!appending).then_some(offset),
                     chunk: Base64Bytes(block),
                 };
                 in_flight
@@ -201,10 +222,19 @@ impl FileReader {
     /// Streams the whole file to `sink`, in order, with a few blocks in flight.
     pub async fn read_all(
         &self,
+        sink: impl FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> Result<u64, Error> {
+        self.read_from(0, sink).await
+    }
+
+    /// Streams the file from `offset` to its end to `sink`; returns the bytes streamed.
+    pub async fn read_from(
+        &self,
+        offset: u64,
         mut sink: impl FnMut(&[u8]) -> std::io::Result<()>,
     ) -> Result<u64, Error> {
         let mut in_flight = FuturesOrdered::new();
-        let mut next_offset = 0u64;
+        let mut next_offset = offset;
         let mut total = 0u64;
         loop {
             while in_flight.len() < IN_FLIGHT {
@@ -259,5 +289,57 @@ fn block(answer: Answer) -> Result<(Vec<u8>, bool), Error> {
                 serde_json::from_str(answer.result.get()).map_err(decode_error)?;
             Ok((result.chunk.0, result.eof))
         }
+    }
+}
+
+/// An `fs/watch` of this connection: its `fs/changed` notifications, until dropped or
+/// [`Watch::close`]d. A watch belongs to its connection: one lost to a reconnect stays silent.
+pub struct Watch {
+    client: Client,
+    watch_id: String,
+    changes: tokio::sync::mpsc::UnboundedReceiver<ChangedNotification>,
+}
+
+impl Client {
+    /// Watches `path` (a directory with `recursive`, its whole subtree).
+    pub async fn watch(&self, path: &PathUri, recursive: bool) -> Result<Watch, Error> {
+        let watch_id = uuid::Uuid::new_v4().simple().to_string();
+        // Registered first: a change right after the reply must not be lost.
+        let changes = self.router().register_watch(&watch_id);
+        let params = WatchParams {
+            watch_id: Some(watch_id.clone()),
+            path: path.clone(),
+            recursive,
+            sandbox: None,
+        };
+        match self.send::<methods::FsWatch>(&params).await {
+            Ok(_) => Ok(Watch {
+                client: self.clone(),
+                watch_id,
+                changes,
+            }),
+            Err(err) => {
+                self.router().unregister_watch(&watch_id);
+                Err(err)
+            }
+        }
+    }
+}
+
+impl Watch {
+    /// The next batch of changes; None once the client is gone.
+    pub async fn next(&mut self) -> Option<ChangedNotification> {
+        self.changes.recv().await
+    }
+
+    pub async fn close(self) -> Result<(), Error> {
+        self.client.router().unregister_watch(&self.watch_id);
+        let params = UnwatchParams {
+            watch_id: self.watch_id.clone(),
+        };
+        self.client
+            .send::<methods::FsUnwatch>(&params)
+            .await
+            .map(drop)
     }
 }

@@ -285,6 +285,22 @@ impl Client {
         process::start(self.clone(), command).await
     }
 
+    /// Follows a process of this session that this client did not start (after resuming a
+    /// session): its events after `after_seq` (0: all that the daemon retained), then live.
+    pub fn attach(
+        &self,
+        process_id: &str,
+        after_seq: u64,
+        sandbox_type: protocol::process::SandboxType,
+    ) -> Result<Process, Error> {
+        process::attach(self.clone(), process_id, after_seq, sandbox_type)
+    }
+
+    /// Controls a process of this session by its id, without following its events.
+    pub fn process_handle(&self, process_id: &str) -> ProcessHandle {
+        process::handle(self.clone(), process_id)
+    }
+
     /// Kills the socket without a close handshake, as a network failure would. The client
     /// then reconnects and resumes by itself (unless reconnecting is disabled).
     pub fn drop_connection(&self) {

@@ -163,6 +163,36 @@ pub(crate) async fn start(client: Client, command: Command) -> Result<Process, E
     }
 }
 
+/// Follows a process of the session that this client did not start (one started before a
+/// detach, by an earlier client of the session): its events from `after_seq + 1` on, replayed
+/// from what the daemon retained, then as they come.
+pub(crate) fn attach(
+    client: Client,
+    id: &str,
+    after_seq: u64,
+    sandbox_type: SandboxType,
+) -> Result<Process, Error> {
+    let events = client
+        .router()
+        .register_after(id, after_seq)
+        .ok_or_else(|| {
+            Error::Invalid(format!("process {id} is already followed by this client"))
+        })?;
+    client.router().request_catch_up(id);
+    Ok(Process {
+        handle: handle(client, id),
+        events,
+        sandbox_type,
+    })
+}
+
+pub(crate) fn handle(client: Client, id: &str) -> ProcessHandle {
+    ProcessHandle {
+        client,
+        id: id.to_owned(),
+    }
+}
+
 impl Process {
     pub fn id(&self) -> &str {
         &self.handle.id

@@ -1,11 +1,16 @@
-//! The client subcommands: `exec-server run`, `exec-server fs ...` and `exec-server ps`, a
-//! human's way to use a running daemon, built on the `exec-server-client` crate;
-//! `exec-server ready`, a health check; `exec-server upgrade`, a daemon's upgrade in place.
+//! The client subcommands: `exec-server run`, `attach`, `ps`, `kill` and `fs ...`, a human's
+//! way to use a running daemon, built on the `exec-server-client` crate (docs/cli.md);
+//! `exec-server ready`, a health check; `exec-server upgrade`, a daemon's upgrade in place;
+//! `exec-server completions SHELL`, generated from this command line.
 
+mod attach;
+mod follow;
 mod fs;
+mod kill;
 mod ps;
 mod ready;
 mod run;
+mod sandbox;
 mod terminal;
 mod upgrade;
 
@@ -15,14 +20,26 @@ use std::process::ExitCode;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
-    /// Run a command on a daemon: output streams here, stdin is forwarded, and the exit code
-    /// is the remote one (255 when the connection or session is lost).
+    /// Run a command on a daemon: output streams here, stdin is forwarded, Ctrl-C interrupts
+    /// it (a second one ends its tree), and the exit code is a shell's (127 not found, 126 not
+    /// executable, 128+N killed by signal N, 124 timed out; 255 when the connection is lost).
     Run(run::RunArgs),
-    /// Copy files from and to a daemon's host, and list its directories.
-    #[command(subcommand)]
-    Fs(fs::FsCommand),
+    /// Follow a process left running by `run --detach`: its retained output first, then what
+    /// follows, with stdin and terminal size forwarded; `~.` at the start of a line detaches.
+    Attach(attach::AttachArgs),
     /// List a session's processes as a table.
     Ps(ps::PsArgs),
+    /// End a process of a detached session (its whole tree), or send it one signal.
+    Kill(kill::KillArgs),
+    /// Copy files from and to a daemon's host, and manage its files.
+    #[command(subcommand)]
+    Fs(fs::FsCommand),
+    /// Print a completion script for this shell (e.g. `exec-server completions bash >
+    /// /etc/bash_completion.d/exec-server`).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Exit 0 if the daemon answers `/readyz` (a health check for containers), 1 if not.
     Ready(ready::ReadyArgs),
     /// Upgrade a running daemon in place: it starts the binary now at its path and hands it the
@@ -71,6 +88,17 @@ impl ConnectArgs {
         Ok(Client::connect(self.options()?).await?)
     }
 
+    /// Takes over a detached session (`attach`, `ps`, `kill`); closing the client detaches it
+    /// again and its TTL starts over.
+    async fn resume(&self, session: &str) -> anyhow::Result<Client> {
+        let mut options = self.options()?;
+        options.resume_session_id = Some(session.to_owned());
+        // A session whose client just dropped is taken over once the daemon noticed; one
+        // attached elsewhere is reported soon rather than waited for.
+        options.reconnect_deadline = Some(std::time::Duration::from_secs(2));
+        Ok(Client::connect(options).await?)
+    }
+
     fn options(&self) -> anyhow::Result<ClientOptions> {
         let token = match &self.token_file {
             Some(path) => Some(read_token_file(path, "--token-file")?),
@@ -98,8 +126,15 @@ pub fn main(command: Command) -> ExitCode {
     let outcome = runtime.block_on(async {
         match command {
             Command::Run(args) => run::run(args).await,
-            Command::Fs(command) => fs::run(command).await.map(|()| 0),
+            Command::Attach(args) => attach::run(args).await,
             Command::Ps(args) => ps::run(args).await.map(|()| 0),
+            Command::Kill(args) => kill::run(args).await.map(|()| 0),
+            Command::Fs(command) => fs::run(command).await,
+            Command::Completions { shell } => {
+                let mut command = <Cli as clap::CommandFactory>::command();
+                clap_complete::generate(shell, &mut command, "exec-server", &mut std::io::stdout());
+                Ok(0)
+            }
             Command::Ready(args) => Ok(ready::run(args).await),
             Command::Upgrade(args) => upgrade::run(args).await,
         }

@@ -6,7 +6,8 @@ use common::Daemon;
 use std::io::Write as _;
 use std::process::{Command, Output, Stdio};
 
-fn cli(daemon: &Daemon, args: &[&str], stdin: &[u8]) -> Output {
+/// The CLI against `daemon` (`EXEC_SERVER_URL`), through pipes, `stdin` fed to it.
+pub(crate) fn cli(daemon: &Daemon, args: &[&str], stdin: &[u8]) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_exec-server"))
         .args(args)
         .env("EXEC_SERVER_URL", &daemon.url)
@@ -26,8 +27,36 @@ fn cli(daemon: &Daemon, args: &[&str], stdin: &[u8]) -> Output {
     output
 }
 
-fn text(bytes: &[u8]) -> String {
+pub(crate) fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Sessions (attached and detached) and processes (any state) the daemon holds, from its
+/// `/metrics` gauges.
+pub(crate) fn census(daemon: &Daemon) -> (u64, u64) {
+    let addr = daemon.url.trim_start_matches("ws://");
+    let (status, text) = crate::metrics::http_get(addr, "/metrics", None);
+    assert_eq!(status, 200, "{text}");
+    let sum = |name: &str| {
+        text.lines()
+            .filter(|line| line.starts_with(&format!("{name}{{")))
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    };
+    (sum("exec_server_sessions"), sum("exec_server_processes"))
+}
+
+/// Waits until the daemon holds no session and no process.
+pub(crate) fn assert_nothing_left(daemon: &Daemon) {
+    let deadline = std::time::Instant::now() + common::TIMEOUT;
+    while census(daemon) != (0, 0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "left behind (sessions, processes): {:?}",
+            census(daemon)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 #[test]
@@ -41,6 +70,7 @@ fn run_streams_output_and_exits_with_the_remote_code() {
     assert_eq!(output.status.code(), Some(3));
     assert_eq!(text(&output.stdout), "hi\n");
     assert_eq!(text(&output.stderr), "oops\n");
+    assert_nothing_left(&daemon);
 }
 
 #[test]

@@ -17,6 +17,9 @@ mod support {
 mod audit;
 mod binary;
 mod cli;
+mod cli_fs;
+mod cli_jobs;
+mod cli_pty;
 mod client;
 mod environment;
 mod fs;
