@@ -310,7 +310,10 @@ fn ps_lists_a_sessions_processes_as_a_table() {
     assert_eq!(lines.len(), 3, "{table}");
     assert_eq!(
         lines[0],
-        ["PROCESS", "ID", "PID", "STATE", "EXIT", "SANDBOX", "STARTED", "CHILDREN", "COMMAND"]
+        [
+            "PROCESS", "ID", "PID", "STATE", "EXIT", "SANDBOX", "STARTED", "CHILDREN", "PAUSED",
+            "COMMAND"
+        ]
     );
     let pid = sleeps(&tag)[0].to_string();
     assert_eq!(lines[1][0], "quick");
@@ -320,7 +323,7 @@ fn ps_lists_a_sessions_processes_as_a_table() {
         lines[2][..5],
         ["slow", pid.as_str(), "running", "-", "none"]
     );
-    assert_eq!(lines[2][6..], ["0", "sleep", tag.as_str()], "{table}");
+    assert_eq!(lines[2][6..], ["0", "no", "sleep", tag.as_str()], "{table}");
     // Without --session: a session of its own, empty; and no token, no listing.
     let output = ps(&[]);
     assert_eq!(text(&output.stdout).lines().count(), 1, "{output:?}");
