@@ -6,7 +6,7 @@
 //! These tests speak the WebSocket themselves (binary payloads): they decide when the client
 //! reads, and a connection is dropped without a close frame.
 
-use crate::common::{cwd_uri, pid_alive, unb64, Daemon, TIMEOUT};
+use crate::common::{pid_alive, start_params, unb64, Daemon, TIMEOUT};
 use futures::{SinkExt as _, StreamExt as _};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -29,14 +29,9 @@ fn daemon() -> Daemon {
 }
 
 fn pausing(id: &str, argv: &[&str]) -> Value {
-    json!({
-        "processId": id,
-        "argv": argv,
-        "cwd": cwd_uri(),
-        "env": {"PATH": "/usr/local/bin:/usr/bin:/bin"},
-        "tty": false,
-        "onRetentionFull": "pause",
-    })
+    let mut params = start_params(id, argv);
+    params["onRetentionFull"] = json!("pause");
+    params
 }
 
 /// The hash and length of `argv`'s output run here.
