@@ -242,6 +242,12 @@ pub struct ProcessInfo {
     /// As on `process/read`; absent once the tree is gone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub live_descendants: Option<u32>,
+    /// The limits it was started with (`process/start.limits`), when it was given any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<ProcessLimits>,
+    /// What its tree used, once it exited (as in `process/exited`'s details).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<ProcessUsage>,
     #[serde(flatten)]
     pub retention: RetentionStatus,
 }

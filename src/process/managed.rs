@@ -419,7 +419,7 @@ impl ManagedProcess {
 
     pub(super) fn info(&self) -> ProcessInfo {
         let rfc3339 = |time| humantime::format_rfc3339_millis(time).to_string();
-        let (next_seq, first_retained_seq, exit_code, state, retention) = {
+        let (next_seq, first_retained_seq, exit_code, usage, state, retention) = {
             let state = self.state.lock().unwrap();
             let log = &state.log;
             let (next, first) = (log.next_seq(), log.first_retained_seq());
@@ -427,6 +427,7 @@ impl ManagedProcess {
                 next,
                 first,
                 log.exit_code(),
+                log.exit_usage(),
                 state.lifecycle(),
                 log.retention(),
             )
@@ -446,6 +447,8 @@ impl ManagedProcess {
             next_seq,
             first_retained_seq,
             live_descendants: self.live_descendants(),
+            limits: params.limits.clone(),
+            usage,
             retention: self.retention_status(retention),
         }
     }

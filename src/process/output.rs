@@ -386,6 +386,11 @@ impl OutputLog {
         self.exit.as_ref().map(|(_, exit)| exit.code)
     }
 
+    /// What the tree used, once the process exited.
+    pub(crate) fn exit_usage(&self) -> Option<exec_server_protocol::process::ProcessUsage> {
+        self.exit.as_ref().and_then(|(_, exit)| exit.details.usage)
+    }
+
     pub(crate) fn is_closed(&self) -> bool {
         self.closed_seq.is_some()
     }

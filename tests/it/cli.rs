@@ -280,12 +280,9 @@ fn ps_lists_a_sessions_processes_as_a_table() {
     let session = runtime.block_on(async {
         let client = common::Client::connect_with_token(&daemon.url, "s3cret").await;
         let session = client.initialize(None).await.unwrap();
-        client
-            .call(
-                "process/start",
-                common::start_params("slow", &["sleep", &tag]),
-            )
-            .await;
+        let mut slow = common::start_params("slow", &["sleep", &tag]);
+        slow["limits"] = json!({"timeoutMs": 600_000, "maxOpenFiles": 64});
+        client.call("process/start", slow).await;
         client
             .call("process/start", common::start_params("quick", &["true"]))
             .await;
@@ -312,18 +309,32 @@ fn ps_lists_a_sessions_processes_as_a_table() {
         lines[0],
         [
             "PROCESS", "ID", "PID", "STATE", "EXIT", "SANDBOX", "STARTED", "CHILDREN", "PAUSED",
-            "COMMAND"
+            "LIMITS", "USAGE", "COMMAND"
         ]
     );
     let pid = sleeps(&tag)[0].to_string();
     assert_eq!(lines[1][0], "quick");
     assert_eq!(lines[1][2..5], ["closed", "0", "none"], "{table}");
     assert_eq!(lines[1].last(), Some(&"true"));
+    // What the exited one used; no limits given.
+    assert_eq!(lines[1][8], "-", "{table}");
+    assert!(lines[1][9].starts_with("cpu="), "{table}");
     assert_eq!(
         lines[2][..5],
         ["slow", pid.as_str(), "running", "-", "none"]
     );
-    assert_eq!(lines[2][6..], ["0", "no", "sleep", tag.as_str()], "{table}");
+    assert_eq!(
+        lines[2][6..],
+        [
+            "0",
+            "no",
+            "timeout=600s,files=64",
+            "-",
+            "sleep",
+            tag.as_str()
+        ],
+        "{table}"
+    );
     // Without --session: a session of its own, empty; and no token, no listing.
     let output = ps(&[]);
     assert_eq!(text(&output.stdout).lines().count(), 1, "{output:?}");

@@ -267,6 +267,8 @@ class ProcessInfo(TypedDict):
     nextSeq: int
     firstRetainedSeq: int
     liveDescendants: NotRequired[Optional[int]]
+    limits: NotRequired[Optional[ProcessLimits]]
+    usage: NotRequired[Optional[ProcessUsage]]
     retainedBytes: NotRequired[int]
     unreceivedBytes: NotRequired[int]
     paused: NotRequired[bool]
