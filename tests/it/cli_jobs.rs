@@ -75,8 +75,14 @@ fn run_limits_processes_and_memory() {
 
 #[test]
 fn run_sandbox_presets_writable_dirs_network_and_a_profile_file() {
-    // workspace-write grants /tmp, which the daemon refuses while its state dir is in it.
-    let daemon = Daemon::start_with(&[], &[(common::STATE_DIR_VAR, "none")]);
+    // workspace-write grants /tmp, and the daemon refuses a write grant over its state dir or
+    // its own binary, which a checkout under /tmp (as CI's may be) puts there: this daemon
+    // keeps no state and runs from a copy outside.
+    let bin_dir = common::scratch_dir();
+    let binary = bin_dir.path().join("exec-server");
+    std::fs::copy(env!("CARGO_BIN_EXE_exec-server"), &binary).unwrap();
+    let env = [(common::STATE_DIR_VAR, "none")];
+    let daemon = Daemon::launch(Daemon::command(binary.to_str().unwrap(), &[], &env));
     let dir = common::scratch_dir();
     let (work, extra) = (dir.path().join("work"), dir.path().join("extra"));
     std::fs::create_dir_all(&work).unwrap();

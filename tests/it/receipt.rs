@@ -394,8 +394,15 @@ async fn a_paused_process_of_an_expired_session_ends() {
     send(&mut ws, json!({"method": "initialized"})).await;
     let mut consumer = Consumer::new();
     start(&mut ws, &mut consumer, "flood", pausing("flood", &["yes"])).await;
-    tokio::time::sleep(Duration::from_millis(1000)).await;
-    let held = listed(&mut ws, &mut consumer, "flood").await;
+    // Paused once its unread output fills the budget: soon, however loaded the machine.
+    let mut held = Value::Null;
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        held = listed(&mut ws, &mut consumer, "flood").await;
+        if held["paused"] == true {
+            break;
+        }
+    }
     assert_eq!(held["paused"], true, "{held}");
     let pid = held["pid"].as_i64().unwrap() as i32;
     drop(ws);
