@@ -14,6 +14,7 @@
 mod audit;
 mod child;
 mod cli;
+mod codex_args;
 mod config;
 mod environment;
 mod fs;
@@ -32,6 +33,7 @@ mod server;
 mod session;
 mod state_dir;
 mod transport;
+mod ws_auth;
 
 // What the binary needs; `rpc` is public for the fuzz targets.
 pub use child::main_if_supervisor;

@@ -15,13 +15,14 @@ mod support {
 }
 
 mod audit;
-mod codex_differential;
 mod binary;
 mod cli;
 mod cli_fs;
 mod cli_jobs;
 mod cli_pty;
 mod client;
+mod codex_differential;
+mod codex_fidelity_cli;
 mod environment;
 mod fs;
 mod fs_stream;

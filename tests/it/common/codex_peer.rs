@@ -71,6 +71,9 @@ impl CodexPeer {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
+        // `codex` is a node launcher that runs the native binary as its child: killing the
+        // launcher alone would leave the server running (and holding the test's stderr).
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
         let mut child = command.spawn().expect("start codex exec-server");
         let stdout = child.stdout.take().expect("codex stdout");
         let mut stdout = BufReader::new(stdout);
@@ -79,7 +82,10 @@ impl CodexPeer {
             .read_line(&mut line)
             .expect("codex prints its listening URL");
         let url = line.trim().to_owned();
-        assert!(url.starts_with("ws://"), "codex exec-server printed {url:?}");
+        assert!(
+            url.starts_with("ws://"),
+            "codex exec-server printed {url:?}"
+        );
         Self {
             child,
             url,
@@ -96,7 +102,8 @@ impl CodexPeer {
 
 impl Drop for CodexPeer {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        // SAFETY: kill(2) of the process group this peer leads; no memory is involved.
+        unsafe { libc::kill(-self.pid(), libc::SIGKILL) };
         let _ = self.child.wait();
     }
 }
