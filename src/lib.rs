@@ -12,6 +12,7 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 mod audit;
+mod capability;
 mod child;
 mod cli;
 mod codex_args;

@@ -23,6 +23,7 @@ mod cli_pty;
 mod client;
 mod codex_differential;
 mod codex_fidelity_cli;
+mod codex_fidelity_discovery;
 mod environment;
 mod fs;
 mod fs_stream;
