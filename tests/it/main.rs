@@ -12,6 +12,7 @@ mod sandbox_support;
 mod support {
     pub mod http_proxy;
     pub mod proxy;
+    pub mod tls_intercept;
 }
 
 mod audit;
@@ -24,6 +25,7 @@ mod client;
 mod codex_differential;
 mod codex_fidelity_cli;
 mod codex_fidelity_discovery;
+mod codex_fidelity_http;
 mod environment;
 mod fs;
 mod fs_stream;
