@@ -15,6 +15,7 @@ mod support {
 }
 
 mod audit;
+mod codex_differential;
 mod binary;
 mod cli;
 mod cli_fs;
