@@ -27,5 +27,8 @@ async fn an_unknown_method_is_refused_alike() {
     let (ours, codex) = both_answer("nosuch/method", json!({})).await;
     let (ours, codex) = (ours.unwrap_err(), codex.unwrap_err());
     assert_eq!(ours["code"], codex["code"], "ours {ours}, codex {codex}");
-    assert_eq!(ours["message"], codex["message"], "ours {ours}, codex {codex}");
+    assert_eq!(
+        ours["message"], codex["message"],
+        "ours {ours}, codex {codex}"
+    );
 }

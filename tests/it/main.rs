@@ -15,13 +15,13 @@ mod support {
 }
 
 mod audit;
-mod codex_differential;
 mod binary;
 mod cli;
 mod cli_fs;
 mod cli_jobs;
 mod cli_pty;
 mod client;
+mod codex_differential;
 mod environment;
 mod fs;
 mod fs_stream;

@@ -79,18 +79,16 @@ impl CodexPeer {
             .read_line(&mut line)
             .expect("codex prints its listening URL");
         let url = line.trim().to_owned();
-        assert!(url.starts_with("ws://"), "codex exec-server printed {url:?}");
+        assert!(
+            url.starts_with("ws://"),
+            "codex exec-server printed {url:?}"
+        );
         Self {
             child,
             url,
             _stdout: stdout,
             _home: home,
         }
-    }
-
-    /// The process id, for tests that signal it.
-    pub fn pid(&self) -> i32 {
-        self.child.id() as i32
     }
 }
 
