@@ -7,7 +7,7 @@ use crate::audit::Identity;
 use crate::config::Config;
 use crate::rpc::outbound::{self, Outbound};
 use crate::server::{self, AtEnd, Daemon, Frame};
-use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::{CloseFrame, Message, WebSocketUpgrade};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -15,7 +15,7 @@ use axum::routing::{any, get};
 use axum::Extension;
 use axum::Router;
 use futures::stream::SplitSink;
-use futures::{SinkExt as _, Stream, StreamExt as _};
+use futures::{Sink, SinkExt as _, Stream, StreamExt as _};
 use hyper::body::Incoming;
 use hyper::service::Service as _;
 use hyper_util::rt::TokioIo;
@@ -70,6 +70,17 @@ impl Connections {
             );
         }
         open
+    }
+
+    /// Serves `socket`, which the daemon dialed (remote mode), as one of these connections.
+    pub(super) async fn serve_dialed(
+        &self,
+        socket: impl Socket,
+        daemon: &Arc<Daemon>,
+        who: Identity,
+    ) {
+        let _open = self.tracker.token();
+        run(socket, daemon.clone(), who, self.restart.clone()).await;
     }
 }
 
@@ -348,7 +359,29 @@ fn bearer_matches(authorization: Option<&HeaderValue>, token: &str) -> bool {
     scheme.eq_ignore_ascii_case("bearer") && bool::from(given.ct_eq(token.as_bytes()))
 }
 
-async fn run(socket: WebSocket, daemon: Arc<Daemon>, who: Identity, restart: CancellationToken) {
+/// A WebSocket as the connection loop uses it: an upgraded one (axum's), or one the daemon
+/// dialed itself (remote mode, `super::remote`).
+pub(super) trait Socket:
+    Stream<Item = Result<Message, axum::Error>> + Sink<Message, Error = axum::Error> + Send + 'static
+{
+}
+
+impl<S> Socket for S where
+    S: Stream<Item = Result<Message, axum::Error>>
+        + Sink<Message, Error = axum::Error>
+        + Send
+        + 'static
+{
+}
+
+/// Serves one WebSocket `socket` to `who` until either side ends it or `restart` (a hand-over)
+/// closes it with 1012.
+pub(super) async fn run(
+    socket: impl Socket,
+    daemon: Arc<Daemon>,
+    who: Identity,
+    restart: CancellationToken,
+) {
     let peer = who.peer.clone();
     let (sink, mut stream) = socket.split();
     let (outbound, queue) = Outbound::new(true, daemon.config.outbound_buffer_bytes);
@@ -430,8 +463,8 @@ fn frames(
 }
 
 /// The writing side of a connection: its queued messages and the pings, then our Close.
-struct Writer {
-    sink: SplitSink<WebSocket, Message>,
+struct Writer<S: Socket> {
+    sink: SplitSink<S, Message>,
     queue: outbound::Queue,
     ping_interval: Duration,
     /// Set by the reading side when the peer broke the protocol (0: it did not).
@@ -439,7 +472,7 @@ struct Writer {
     restart: CancellationToken,
 }
 
-impl Writer {
+impl<S: Socket> Writer<S> {
     /// Writes until the queue ends or the daemon hands over, or until nothing was `heard` from
     /// `peer` for two ping intervals; `_gone` tells the reading side that the writer ended.
     async fn run(mut self, heard: Arc<Mutex<Instant>>, peer: Arc<str>, _gone: DropGuard) {
@@ -502,7 +535,7 @@ impl Writer {
     }
 }
 
-impl Writer {
+impl<S: Socket> Writer<S> {
     /// A ping carrying the index of the last message written, noted in `pinged`.
     fn ping(&self, pinged: &mut u64) -> Message {
         *pinged = self.queue.sent();

@@ -12,6 +12,7 @@ mod sandbox_support;
 mod support {
     pub mod http_proxy;
     pub mod proxy;
+    pub mod registry;
 }
 
 mod audit;
@@ -21,6 +22,7 @@ mod cli_fs;
 mod cli_jobs;
 mod cli_pty;
 mod client;
+mod codex_differential;
 mod environment;
 mod fs;
 mod fs_stream;
@@ -37,6 +39,7 @@ mod process_tree;
 mod protocol_doc;
 mod proxy_keepalive;
 mod receipt;
+mod remote;
 mod restart;
 mod robustness;
 mod sandbox;

@@ -1,0 +1,339 @@
+//! Remote mode end to end: the test plays the environment registry and the rendezvous on
+//! loopback (`support::registry`) and the JSON-RPC client over the socket the executor dials.
+//! Each scenario runs against this daemon and against codex's own exec-server 0.169.0: an
+//! orchestrator written for codex's direct mode works with this daemon unchanged.
+
+use crate::common::codex_peer::{CodexPeer, RemoteCodex};
+use crate::common::{private_tempdir, start_params, unb64, Client, STATE_DIR_VAR, TIMEOUT};
+use crate::support::registry::{self, Registry, ENVIRONMENT};
+use futures::{SinkExt as _, StreamExt as _};
+use serde_json::{json, Value};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tokio_tungstenite::tungstenite::Message;
+
+#[derive(Clone, Copy, Debug)]
+enum Binary {
+    Ours,
+    Codex,
+}
+
+/// An executor in remote mode; killed on drop.
+enum Executor {
+    Ours {
+        child: Child,
+        _state: tempfile::TempDir,
+    },
+    Codex(RemoteCodex),
+}
+
+impl Executor {
+    /// `binary` in remote mode against `registry`, SigV4-signing with the test's credentials
+    /// (given in its environment only), with `extra` arguments.
+    fn start(binary: Binary, registry: &Registry, extra: &[&str]) -> Self {
+        let mut args = vec![
+            "--remote",
+            &registry.url,
+            "--environment-id",
+            ENVIRONMENT,
+            "--remote-transport",
+            "direct",
+        ];
+        if !extra.contains(&"--remote-token-file") {
+            args.push("--aws-sigv4");
+        }
+        args.extend_from_slice(extra);
+        let env = [
+            ("AWS_ACCESS_KEY_ID", registry::KEY_ID),
+            ("AWS_SECRET_ACCESS_KEY", registry::SECRET),
+            ("AWS_REGION", registry::REGION),
+            // No profile files of the machine's.
+            ("AWS_CONFIG_FILE", "/nonexistent"),
+            ("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent"),
+        ];
+        match binary {
+            Binary::Codex => Self::Codex(CodexPeer::spawn_remote(&args, &env)),
+            Binary::Ours => {
+                let state = private_tempdir();
+                let child = Command::new(env!("CARGO_BIN_EXE_exec-server"))
+                    .args(&args)
+                    .envs(env)
+                    .env_remove("AWS_SESSION_TOKEN")
+                    .env_remove("AWS_PROFILE")
+                    .env(STATE_DIR_VAR, state.path())
+                    .env("EXEC_SERVER_LOG", "info")
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .expect("spawn exec-server");
+                Self::Ours {
+                    child,
+                    _state: state,
+                }
+            }
+        }
+    }
+
+    fn child(&mut self) -> &mut Child {
+        match self {
+            Self::Ours { child, .. } => child,
+            Self::Codex(codex) => &mut codex.child,
+        }
+    }
+
+    /// The exit status, within `patience`, and everything on stderr; None if still running.
+    fn exit(&mut self, patience: Duration) -> Option<(std::process::ExitStatus, String)> {
+        let deadline = Instant::now() + patience;
+        loop {
+            if let Some(status) = self.child().try_wait().unwrap() {
+                let mut stderr = String::new();
+                use std::io::Read as _;
+                let _ = self.child().stderr.take()?.read_to_string(&mut stderr);
+                return Some((status, stderr));
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Executor {
+    fn drop(&mut self) {
+        if let Self::Ours { child, .. } = self {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// What codex and this daemon alike must send on the first dial: a SigV4-signed handshake to
+/// the URL the registry gave, without a browser's Origin.
+async fn first_socket(registry: &mut Registry) -> registry::Socket {
+    let (handshake, socket) = registry.dial(TIMEOUT).await.expect("the executor dials");
+    assert_eq!(handshake.method, "GET");
+    assert_eq!(
+        handshake.target,
+        format!("/rendezvous/{ENVIRONMENT}?sig=abc&role=environment")
+    );
+    let signed = registry::verify_sigv4(&handshake).expect("a valid handshake signature");
+    assert!(signed.contains(&"host".to_owned()), "{signed:?}");
+    assert!(handshake.header("origin").is_none());
+    socket.expect("accepted")
+}
+
+/// The registration: one signed POST of codex's exact body.
+async fn check_registration(registry: &mut Registry) {
+    let registration = registry
+        .registration(TIMEOUT)
+        .await
+        .expect("the executor registers");
+    assert_eq!(registration.method, "POST");
+    assert_eq!(
+        registration.target,
+        format!("/cloud/environment/{ENVIRONMENT}/direct/register")
+    );
+    assert_eq!(
+        registration.header("content-type"),
+        Some("application/json")
+    );
+    assert_eq!(registration.body, br#"{"transport":"direct_jsonrpc_v1"}"#);
+    let signed = registry::verify_sigv4(&registration).expect("a valid registration signature");
+    assert_eq!(signed, ["content-type", "host", "x-amz-date"]);
+}
+
+/// Output of `id` read from `afterSeq` 0 once the process is closed.
+async fn read_closed(client: &Client, id: &str) -> (Vec<u8>, Value) {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let read = client
+            .call("process/read", json!({"processId": id, "afterSeq": 0}))
+            .await;
+        if read["closed"] == true {
+            let bytes = read["chunks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|chunk| unb64(&chunk["chunk"]))
+                .collect();
+            return (bytes, read);
+        }
+        assert!(Instant::now() < deadline, "{id} never closed: {read}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn serves_and_resumes_across_a_redial(binary: Binary) {
+    let mut registry = Registry::start().await;
+    let _executor = Executor::start(binary, &registry, &[]);
+    check_registration(&mut registry).await;
+    let client = Client::from_stream(first_socket(&mut registry).await);
+    let session = client.initialize(None).await.expect("initialize");
+    let again = client
+        .request("initialize", json!({"clientName": "e2e"}))
+        .await
+        .expect_err("a second initialize is refused");
+    assert_eq!(again["code"], -32600, "{again}");
+    assert_eq!(
+        again["message"], "initialize may only be sent once per connection",
+        "{again}"
+    );
+    // Output before the drop, while nobody is connected, and after the resume.
+    let script = "echo before; sleep 1.5; echo during; sleep 1.5; echo after";
+    let started = client
+        .call("process/start", start_params("p1", &["sh", "-c", script]))
+        .await;
+    assert_eq!(started["processId"], "p1", "{started}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    client.close().await;
+    let dropped = Instant::now();
+    let (handshake, socket) = registry
+        .dial(Duration::from_secs(10))
+        .await
+        .expect("a redial");
+    let redialed = dropped.elapsed();
+    assert!(redialed < Duration::from_secs(10), "{redialed:?}");
+    registry::verify_sigv4(&handshake).expect("the redial is signed too");
+    let client = Client::from_stream(socket.expect("accepted"));
+    let resumed = client.initialize(Some(&session)).await.expect("resume");
+    assert_eq!(resumed, session);
+    let (output, read) = read_closed(&client, "p1").await;
+    assert_eq!(output, b"before\nduring\nafter\n", "{read}");
+    assert_eq!(read["exitCode"], 0, "{read}");
+    assert!(
+        registry
+            .registration(Duration::from_millis(200))
+            .await
+            .is_none(),
+        "registered once"
+    );
+    eprintln!("{binary:?}: redialed {redialed:?} after the drop");
+}
+
+#[tokio::test]
+async fn serves_and_resumes_across_a_redial_ours() {
+    serves_and_resumes_across_a_redial(Binary::Ours).await;
+}
+
+#[tokio::test]
+async fn serves_and_resumes_across_a_redial_codex() {
+    serves_and_resumes_across_a_redial(Binary::Codex).await;
+}
+
+async fn a_refused_upgrade_is_fatal(binary: Binary) {
+    let mut registry = Registry::start().await;
+    registry.refuse_upgrades(Some(401));
+    let mut executor = Executor::start(binary, &registry, &[]);
+    check_registration(&mut registry).await;
+    let (_, socket) = registry.dial(TIMEOUT).await.expect("a dial");
+    assert!(socket.is_none());
+    let (status, stderr) = tokio::task::block_in_place(|| executor.exit(TIMEOUT))
+        .expect("the executor exits after a 401 on the upgrade");
+    assert!(!status.success(), "{status}: {stderr}");
+    // codex's message, with the URL shown without its query (which may hold a credential).
+    let shown = format!(
+        "failed to connect to exec-server websocket `{}`: HTTP error: 401 Unauthorized",
+        registry.rendezvous_url.split('?').next().unwrap()
+    );
+    assert!(stderr.contains(&shown), "{binary:?}: {stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_upgrade_is_fatal_ours() {
+    a_refused_upgrade_is_fatal(Binary::Ours).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_upgrade_is_fatal_codex() {
+    a_refused_upgrade_is_fatal(Binary::Codex).await;
+}
+
+/// The peer's pings are answered; this daemon pings too (codex does not, which leaves a dead
+/// rendezvous unnoticed).
+#[tokio::test]
+async fn pings_go_both_ways() {
+    let mut registry = Registry::start().await;
+    let _executor = Executor::start(Binary::Ours, &registry, &["--ping-interval", "300ms"]);
+    let mut socket = first_socket(&mut registry).await;
+    socket
+        .send(Message::Ping(b"rendezvous".to_vec().into()))
+        .await
+        .unwrap();
+    let (mut pong, mut pinged) = (false, false);
+    while !(pong && pinged) {
+        let message = tokio::time::timeout(TIMEOUT, socket.next())
+            .await
+            .expect("pings and pongs in time")
+            .expect("open")
+            .unwrap();
+        match message {
+            Message::Pong(payload) => pong |= &payload[..] == b"rendezvous",
+            Message::Ping(_) => pinged = true,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+/// Beyond codex: a bearer token from a file instead of SigV4, on the registration and on the
+/// handshake.
+#[tokio::test]
+async fn a_token_file_sends_a_bearer_token_on_both_requests() {
+    let dir = private_tempdir();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "remote-secret\n").unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut registry = Registry::start().await;
+    let _executor = Executor::start(
+        Binary::Ours,
+        &registry,
+        &["--remote-token-file", token_file.to_str().unwrap()],
+    );
+    let registration = registry
+        .registration(TIMEOUT)
+        .await
+        .expect("a registration");
+    assert_eq!(
+        registration.header("authorization"),
+        Some("Bearer remote-secret")
+    );
+    let (handshake, socket) = registry.dial(TIMEOUT).await.expect("a dial");
+    assert_eq!(
+        handshake.header("authorization"),
+        Some("Bearer remote-secret")
+    );
+    let client = Client::from_stream(socket.unwrap());
+    client.initialize(None).await.expect("initialize");
+}
+
+/// What remote mode refuses before registering, in codex's words where codex has them.
+#[test]
+fn remote_flags_are_checked_before_registering() {
+    let base = ["--remote", "--environment-id", "e"];
+    for (url, extra, message) in [
+        (
+            "http://example.com",
+            &["--remote-transport", "direct", "--aws-sigv4"][..],
+            "remote transport requires https for non-loopback endpoints",
+        ),
+        (
+            "https://example.com",
+            &[][..],
+            "--remote-transport noise (codex's default, an encrypted relay) is not supported",
+        ),
+        (
+            "https://example.com",
+            &["--remote-transport", "direct"][..],
+            "--remote-transport direct requires --aws-sigv4 or --remote-token-file",
+        ),
+    ] {
+        let mut args = vec![base[0], url, base[1], base[2]];
+        args.extend_from_slice(extra);
+        let (code, stdout, stderr) = crate::common::exec_server(&args);
+        assert_eq!(code, 1, "{args:?}: {stderr}");
+        assert!(stdout.is_empty());
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+    }
+}
