@@ -337,3 +337,150 @@ fn remote_flags_are_checked_before_registering() {
         assert!(stderr.contains(message), "{args:?}: {stderr}");
     }
 }
+
+/// A registration refused or answered wrongly ends the executor before any dial, with codex's
+/// messages.
+async fn registration_failures_are_fatal(binary: Binary) {
+    let auth_error = r#"{"error":{"code":"denied","message":"bad signature"}}"#;
+    let server_error = r#"{"error":{"code":"boom","message":"it broke"}}"#;
+    let reply = |members: Value| {
+        let mut reply = json!({"environment_id": ENVIRONMENT, "url": "ws://127.0.0.1:9/x",
+            "transport": "direct_jsonrpc_v1", "registration_id": "r"});
+        for (key, value) in members.as_object().unwrap() {
+            match value {
+                Value::Null => reply.as_object_mut().unwrap().remove(key),
+                value => reply
+                    .as_object_mut()
+                    .unwrap()
+                    .insert(key.clone(), value.clone()),
+            };
+        }
+        (200, reply.to_string())
+    };
+    for (answer, message) in [
+        (
+            (401, auth_error.to_owned()),
+            "environment registry authentication error: environment registry authentication \
+             failed (401 Unauthorized): bad signature",
+        ),
+        (
+            (500, server_error.to_owned()),
+            "environment registry request failed (500 Internal Server Error, boom): it broke",
+        ),
+        (
+            reply(json!({"environment_id": "other"})),
+            "environment registry returned a different environment id",
+        ),
+        (
+            reply(json!({"transport": "noise"})),
+            "environment registry returned unsupported direct transport `noise`",
+        ),
+        (
+            reply(json!({"registration_id": ""})),
+            "environment registry returned incomplete direct connection data",
+        ),
+        (
+            reply(json!({"registration_id": null})),
+            "failed to serialize or deserialize exec-server JSON: missing field `registration_id`",
+        ),
+        (
+            reply(json!({"url": "http://127.0.0.1:9/x"})),
+            "remote transport requires wss for non-loopback endpoints",
+        ),
+    ] {
+        let mut registry = Registry::answering(Some(answer)).await;
+        let mut executor = Executor::start(binary, &registry, &[]);
+        registry
+            .registration(TIMEOUT)
+            .await
+            .expect("a registration");
+        let (status, stderr) =
+            tokio::task::block_in_place(|| executor.exit(TIMEOUT)).expect("the executor exits");
+        assert_eq!(status.code(), Some(1), "{binary:?}: {stderr}");
+        assert!(stderr.contains(message), "{binary:?}: {stderr}");
+        assert!(registry.dial(Duration::ZERO).await.is_none());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn registration_failures_are_fatal_ours() {
+    registration_failures_are_fatal(Binary::Ours).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn registration_failures_are_fatal_codex() {
+    registration_failures_are_fatal(Binary::Codex).await;
+}
+
+/// A dial that fails (503 on the upgrade) is retried with a growing pause, to the same URL,
+/// without registering again.
+async fn failed_dials_are_retried(binary: Binary) {
+    let mut registry = Registry::start().await;
+    registry.refuse_upgrades(Some(503));
+    let _executor = Executor::start(binary, &registry, &[]);
+    check_registration(&mut registry).await;
+    let mut times = Vec::new();
+    for _ in 0..3 {
+        let (handshake, socket) = registry.dial(TIMEOUT).await.expect("a dial");
+        times.push(Instant::now());
+        assert!(socket.is_none());
+        assert_eq!(
+            handshake.target,
+            format!("/rendezvous/{ENVIRONMENT}?sig=abc&role=environment")
+        );
+    }
+    registry.refuse_upgrades(None);
+    let (_, socket) = registry.dial(TIMEOUT).await.expect("a dial");
+    let client = Client::from_stream(socket.expect("accepted"));
+    client.initialize(None).await.expect("initialize");
+    let gaps: Vec<f64> = times
+        .windows(2)
+        .map(|pair| (pair[1] - pair[0]).as_secs_f64())
+        .collect();
+    eprintln!("{binary:?}: gaps between failed dials {gaps:?}");
+    assert!((0.3..1.5).contains(&gaps[0]), "{binary:?}: {gaps:?}");
+    assert!((0.7..2.5).contains(&gaps[1]), "{binary:?}: {gaps:?}");
+    assert!(registry.registration(Duration::ZERO).await.is_none());
+}
+
+#[tokio::test]
+async fn failed_dials_are_retried_ours() {
+    failed_dials_are_retried(Binary::Ours).await;
+}
+
+#[tokio::test]
+async fn failed_dials_are_retried_codex() {
+    failed_dials_are_retried(Binary::Codex).await;
+}
+
+/// Beyond codex: with `--listen` too, both serve one daemon's sessions; a session begun over
+/// the rendezvous is resumed on the listener. SIGTERM then stops the daemon as usual.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_listener_beside_remote_mode_shares_its_sessions() {
+    let mut registry = Registry::start().await;
+    let mut executor = Executor::start(Binary::Ours, &registry, &["--listen", "ws://127.0.0.1:0"]);
+    let mut banner = String::new();
+    use std::io::BufRead as _;
+    std::io::BufReader::new(executor.child().stdout.take().unwrap())
+        .read_line(&mut banner)
+        .unwrap();
+    let remote = Client::from_stream(first_socket(&mut registry).await);
+    let session = remote.initialize(None).await.expect("initialize");
+    remote
+        .call(
+            "process/start",
+            start_params("p", &["echo", "over the rendezvous"]),
+        )
+        .await;
+    remote.close().await;
+    let local = Client::connect(banner.trim()).await;
+    assert_eq!(local.initialize(Some(&session)).await.unwrap(), session);
+    let (output, _) = read_closed(&local, "p").await;
+    assert_eq!(output, b"over the rendezvous\n");
+    let pid = executor.child().id() as i32;
+    // SAFETY: a plain signal to the child this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let (status, stderr) =
+        tokio::task::block_in_place(|| executor.exit(TIMEOUT)).expect("SIGTERM stops the daemon");
+    assert!(status.success(), "{stderr}");
+}

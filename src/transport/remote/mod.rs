@@ -16,7 +16,8 @@ use dial::DialError;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The pause before dialing again after a socket ended (codex: about 0.56 s).
+/// The pause before dialing again after a socket ended or a first dial failed (codex: about
+/// 0.56 s).
 const REDIAL: Duration = Duration::from_millis(500);
 
 /// The longest pause between failed dials before jitter (codex: 5 to 7.5 s).
@@ -64,11 +65,13 @@ pub(super) async fn serve(
     }
 }
 
-/// The pause after `failures` failed dials in a row: doubling from 1 s up to [`MAX_BACKOFF`],
-/// with up to half again of jitter (so that executors cut off together do not return
-/// together).
+/// The pause after `failures` (at least 1) failed dials in a row: doubling from [`REDIAL`] up
+/// to [`MAX_BACKOFF`], with up to half again of jitter (so that executors cut off together do
+/// not return together).
 fn backoff(failures: u32) -> Duration {
-    let base = REDIAL.saturating_mul(1 << failures.min(8)).min(MAX_BACKOFF);
+    let base = REDIAL
+        .saturating_mul(1 << failures.saturating_sub(1).min(8))
+        .min(MAX_BACKOFF);
     jittered(base, 0.5)
 }
 
@@ -85,7 +88,13 @@ mod tests {
 
     #[test]
     fn backoff_grows_to_five_to_seven_and_a_half_seconds() {
-        for (failures, low, high) in [(1, 1.0, 1.5), (2, 2.0, 3.0), (3, 4.0, 6.0), (4, 5.0, 7.5)] {
+        for (failures, low, high) in [
+            (1, 0.5, 0.75),
+            (2, 1.0, 1.5),
+            (3, 2.0, 3.0),
+            (4, 4.0, 6.0),
+            (5, 5.0, 7.5),
+        ] {
             let pause = backoff(failures).as_secs_f64();
             assert!((low..high).contains(&pause), "{failures}: {pause}");
         }

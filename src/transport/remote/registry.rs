@@ -22,12 +22,14 @@ pub(super) struct Registration {
     pub(super) registration_id: String,
 }
 
+/// The reply's members; others are ignored. A missing one is a deserialization error, an empty
+/// `url` or `registration_id` "incomplete" data, as in codex.
 #[derive(serde::Deserialize)]
 struct Reply {
-    environment_id: Option<String>,
-    url: Option<String>,
-    transport: Option<String>,
-    registration_id: Option<String>,
+    environment_id: String,
+    url: String,
+    transport: String,
+    registration_id: String,
 }
 
 /// Registers `remote` with its registry; every failure is fatal, as in codex.
@@ -65,37 +67,32 @@ pub(super) async fn register(
         return Err(refusal(status, &text));
     }
     let reply: Reply = serde_json::from_str(&text).map_err(|err| {
-        anyhow::anyhow!("invalid environment registry direct registration response: {err}")
+        anyhow::anyhow!("failed to serialize or deserialize exec-server JSON: {err}")
     })?;
     check(reply, &remote.environment_id)
 }
 
 /// The reply's members, as codex requires them.
 fn check(reply: Reply, environment_id: &str) -> anyhow::Result<Registration> {
-    let incomplete =
-        || anyhow::anyhow!("environment registry returned incomplete direct connection data");
-    if reply.environment_id.as_deref() != Some(environment_id) {
-        anyhow::bail!("environment registry returned a different environment id");
-    }
-    let url = reply
-        .url
-        .filter(|url| !url.is_empty())
-        .ok_or_else(incomplete)?;
-    let transport = reply.transport.ok_or_else(incomplete)?;
     anyhow::ensure!(
-        transport == DIRECT_TRANSPORT,
-        "environment registry returned unsupported direct transport `{transport}`"
+        reply.environment_id == environment_id,
+        "environment registry returned a different environment id"
     );
-    let registration_id = reply
-        .registration_id
-        .filter(|id| !id.is_empty())
-        .ok_or_else(incomplete)?;
-    let url = url::Url::parse(&url)
+    anyhow::ensure!(
+        reply.transport == DIRECT_TRANSPORT,
+        "environment registry returned unsupported direct transport `{}`",
+        reply.transport
+    );
+    anyhow::ensure!(
+        !reply.url.is_empty() && !reply.registration_id.is_empty(),
+        "environment registry returned incomplete direct connection data"
+    );
+    let url = url::Url::parse(&reply.url)
         .map_err(|err| anyhow::anyhow!("environment registry returned an invalid url: {err}"))?;
     crate::config::require_secure(&url, "wss")?;
     Ok(Registration {
         url,
-        registration_id,
+        registration_id: reply.registration_id,
     })
 }
 

@@ -55,8 +55,16 @@ pub struct Registry {
     refuse: Arc<Mutex<Option<u16>>>,
 }
 
+/// What the registry answers instead of a registration, if set: a status and a body.
+pub type Answer = Option<(u16, String)>;
+
 impl Registry {
     pub async fn start() -> Self {
+        Self::answering(None).await
+    }
+
+    /// A registry that answers registrations with `answer` (None: as it should).
+    pub async fn answering(answer: Answer) -> Self {
         let registry = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let rendezvous = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", registry.local_addr().unwrap());
@@ -65,10 +73,12 @@ impl Registry {
             rendezvous.local_addr().unwrap()
         );
         let (registered, registrations) = mpsc::unbounded_channel();
-        let answer = rendezvous_url.clone();
+        let rendezvous_answer = rendezvous_url.clone();
         tokio::spawn(async move {
             while let Ok((stream, _)) = registry.accept().await {
-                tokio::spawn(register(stream, answer.clone(), registered.clone()));
+                let answer = answer.clone();
+                let url = rendezvous_answer.clone();
+                tokio::spawn(register(stream, url, answer, registered.clone()));
             }
         });
         let refuse = Arc::new(Mutex::new(None));
@@ -115,11 +125,12 @@ impl Registry {
     }
 }
 
-/// Serves one registration request: recorded, answered with `rendezvous_url` and the
-/// environment id of the path.
+/// Serves one registration request: recorded, answered with `answer` or else with
+/// `rendezvous_url` and the environment id of the path.
 async fn register(
     mut stream: TcpStream,
     rendezvous_url: String,
+    answer: Answer,
     registered: mpsc::UnboundedSender<Received>,
 ) {
     let Some(request) = read_request(&mut stream).await else {
@@ -132,17 +143,23 @@ async fn register(
         .unwrap_or("?")
         .to_owned();
     let _ = registered.send(request);
-    let body = serde_json::json!({
-        "environment_id": environment,
-        "url": rendezvous_url,
-        "transport": "direct_jsonrpc_v1",
-        "registration_id": "reg-1",
-        "ignored_member": true,
-    })
-    .to_string();
+    let (status, body) = answer.unwrap_or_else(|| {
+        let body = serde_json::json!({
+            "environment_id": environment,
+            "url": rendezvous_url,
+            "transport": "direct_jsonrpc_v1",
+            "registration_id": "reg-1",
+            "ignored_member": true,
+        });
+        (200, body.to_string())
+    });
+    let reason = axum::http::StatusCode::from_u16(status)
+        .unwrap()
+        .canonical_reason()
+        .unwrap_or("");
     let reply = format!(
-        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
-         connection: close\r\n\r\n{body}",
+        "HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: \
+         {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     );
     let _ = stream.write_all(reply.as_bytes()).await;
