@@ -31,6 +31,16 @@ impl Executor {
     /// `binary` in remote mode against `registry`, SigV4-signing with the test's credentials
     /// (given in its environment only), with `extra` arguments.
     fn start(binary: Binary, registry: &Registry, extra: &[&str]) -> Self {
+        Self::start_with(binary, registry, extra, &[])
+    }
+
+    /// [`Self::start`] with `more_env` added to the executor's environment.
+    fn start_with(
+        binary: Binary,
+        registry: &Registry,
+        extra: &[&str],
+        more_env: &[(&str, &str)],
+    ) -> Self {
         let mut args = vec![
             "--remote",
             &registry.url,
@@ -51,13 +61,14 @@ impl Executor {
             ("AWS_CONFIG_FILE", "/nonexistent"),
             ("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent"),
         ];
+        let env = [&env[..], more_env].concat();
         match binary {
             Binary::Codex => Self::Codex(CodexPeer::spawn_remote(&args, &env)),
             Binary::Ours => {
                 let state = private_tempdir();
                 let child = Command::new(env!("CARGO_BIN_EXE_exec-server"))
                     .args(&args)
-                    .envs(env)
+                    .envs(env.iter().copied())
                     .env_remove("AWS_SESSION_TOKEN")
                     .env_remove("AWS_PROFILE")
                     .env(STATE_DIR_VAR, state.path())
@@ -483,4 +494,78 @@ async fn a_listener_beside_remote_mode_shares_its_sessions() {
     let (status, stderr) =
         tokio::task::block_in_place(|| executor.exit(TIMEOUT)).expect("SIGTERM stops the daemon");
     assert!(status.success(), "{stderr}");
+}
+
+/// Off loopback the rendezvous is `wss://`: the dial checks its certificate against the
+/// system's roots (here a test CA given in `SSL_CERT_FILE`, which both executors honour).
+async fn a_wss_rendezvous_is_dialed_over_tls(binary: Binary) {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = crate::tls::issue(dir.path(), "rendezvous");
+    let rendezvous = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("wss://{}/tls", rendezvous.local_addr().unwrap());
+    let answer = json!({"environment_id": ENVIRONMENT, "url": url,
+        "transport": "direct_jsonrpc_v1", "registration_id": "r"});
+    let registry = Registry::answering(Some((200, answer.to_string()))).await;
+    let ca = certs.join("ca.pem");
+    let _executor = Executor::start_with(
+        binary,
+        &registry,
+        &[],
+        &[("SSL_CERT_FILE", ca.to_str().unwrap())],
+    );
+    let (tcp, _) = tokio::time::timeout(TIMEOUT, rendezvous.accept())
+        .await
+        .expect("a dial")
+        .unwrap();
+    let tls = tls_acceptor(&certs)
+        .accept(tcp)
+        .await
+        .expect("a TLS handshake");
+    let mut socket = tokio_tungstenite::accept_async(tls)
+        .await
+        .expect("an upgrade");
+    let initialize = json!({"id": 1, "method": "initialize", "params": {"clientName": "tls"}});
+    socket
+        .send(Message::text(initialize.to_string()))
+        .await
+        .unwrap();
+    let reply = tokio::time::timeout(TIMEOUT, socket.next())
+        .await
+        .expect("a reply")
+        .unwrap()
+        .unwrap();
+    let reply: Value = serde_json::from_str(reply.to_text().unwrap()).unwrap();
+    assert!(
+        reply["result"]["sessionId"].is_string(),
+        "{binary:?}: {reply}"
+    );
+}
+
+/// A TLS acceptor for the certificate and key `crate::tls::issue` wrote to `dir`.
+fn tls_acceptor(dir: &std::path::Path) -> tokio_rustls::TlsAcceptor {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let chain = CertificateDer::pem_file_iter(dir.join("cert.pem"))
+        .unwrap()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_file(dir.join("key.pem")).unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap();
+    tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config))
+}
+
+#[tokio::test]
+async fn a_wss_rendezvous_is_dialed_over_tls_ours() {
+    a_wss_rendezvous_is_dialed_over_tls(Binary::Ours).await;
+}
+
+#[tokio::test]
+async fn a_wss_rendezvous_is_dialed_over_tls_codex() {
+    a_wss_rendezvous_is_dialed_over_tls(Binary::Codex).await;
 }
