@@ -80,7 +80,8 @@ impl Connections {
         who: Identity,
     ) {
         let _open = self.tracker.token();
-        run(socket, daemon.clone(), who, self.restart.clone()).await;
+        let kind = "direct exec-server websocket";
+        run(socket, daemon.clone(), who, self.restart.clone(), kind).await;
     }
 }
 
@@ -341,7 +342,7 @@ async fn upgrade(
         .max_message_size(hard_limit)
         .max_frame_size(hard_limit)
         .on_upgrade(move |socket| async move {
-            run(socket, daemon, who, restart).await;
+            run(socket, daemon, who, restart, "exec-server websocket").await;
             drop(open);
         })
 }
@@ -375,12 +376,14 @@ impl<S> Socket for S where
 }
 
 /// Serves one WebSocket `socket` to `who` until either side ends it or `restart` (a hand-over)
-/// closes it with 1012.
+/// closes it with 1012. `kind` names the socket in parse errors, in codex's words
+/// (`exec-server websocket`, or `direct exec-server websocket` for a dialed one).
 pub(super) async fn run(
     socket: impl Socket,
     daemon: Arc<Daemon>,
     who: Identity,
     restart: CancellationToken,
+    kind: &str,
 ) {
     let peer = who.peer.clone();
     let (sink, mut stream) = socket.split();
@@ -420,7 +423,7 @@ pub(super) async fn run(
         // No request is read once the daemon hands over (a session made now would be lost).
         .take_until(restart.cancelled());
     let frames = frames(messages, close_code);
-    let context = format!("websocket JSON-RPC message from exec-server websocket {peer}");
+    let context = format!("websocket JSON-RPC message from {kind} {peer}");
     server::serve(frames, outbound, daemon, who, context, AtEnd::Abort).await;
     let _ = writer.await;
     if restart.is_cancelled() {

@@ -191,6 +191,20 @@ async fn serves_and_resumes_across_a_redial(binary: Binary) {
         again["message"], "initialize may only be sent once per connection",
         "{again}"
     );
+    // Unparsable text: an error with id -1, and the socket stays.
+    client.send_text("not json").await;
+    let unparsable = client.next_unsolicited().await;
+    assert_eq!(unparsable["id"], -1, "{unparsable}");
+    assert_eq!(unparsable["error"]["code"], -32600, "{unparsable}");
+    let message = unparsable["error"]["message"].as_str().unwrap();
+    let rendezvous = registry.rendezvous_url.split('?').next().unwrap();
+    assert!(
+        message.starts_with(&format!(
+            "failed to parse websocket JSON-RPC message from direct exec-server websocket \
+             {rendezvous}: "
+        )),
+        "{binary:?}: {message}"
+    );
     // Output before the drop, while nobody is connected, and after the resume.
     let script = "echo before; sleep 1.5; echo during; sleep 1.5; echo after";
     let started = client
@@ -568,4 +582,40 @@ async fn a_wss_rendezvous_is_dialed_over_tls_ours() {
 #[tokio::test]
 async fn a_wss_rendezvous_is_dialed_over_tls_codex() {
     a_wss_rendezvous_is_dialed_over_tls(Binary::Codex).await;
+}
+
+/// What is done over the dialed socket is audited as over an accepted one, the principal being
+/// the environment and the peer the rendezvous (its URL without the query).
+#[tokio::test]
+async fn the_audit_log_names_the_environment() {
+    let dir = private_tempdir();
+    let log = dir.path().join("audit.log");
+    let mut registry = Registry::start().await;
+    let _executor = Executor::start(
+        Binary::Ours,
+        &registry,
+        &["--audit-log", log.to_str().unwrap()],
+    );
+    let client = Client::from_stream(first_socket(&mut registry).await);
+    client.initialize(None).await.expect("initialize");
+    client
+        .call("process/start", start_params("p", &["echo", "audited"]))
+        .await;
+    read_closed(&client, "p").await;
+    let records: Vec<Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let start = records
+        .iter()
+        .find(|record| record["action"] == "process/start")
+        .expect("the start audited");
+    assert_eq!(
+        start["principal"],
+        format!("environment:{ENVIRONMENT}"),
+        "{start}"
+    );
+    let rendezvous = registry.rendezvous_url.split('?').next().unwrap();
+    assert_eq!(start["peer"], rendezvous, "{start}");
 }
