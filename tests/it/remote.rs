@@ -502,6 +502,16 @@ async fn a_listener_beside_remote_mode_shares_its_sessions() {
     assert_eq!(local.initialize(Some(&session)).await.unwrap(), session);
     let (output, _) = read_closed(&local, "p").await;
     assert_eq!(output, b"over the rendezvous\n");
+    // The listener's /metrics counts remote mode's dials: the first and the one after the drop.
+    let listener = banner.trim().strip_prefix("ws://").unwrap().to_owned();
+    registry.dial(TIMEOUT).await.expect("a redial");
+    let (status, metrics) =
+        tokio::task::block_in_place(|| crate::metrics::http_get(&listener, "/metrics", None));
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains("exec_server_remote_dials_total{outcome=\"connected\"} 2"),
+        "{metrics}"
+    );
     let pid = executor.child().id() as i32;
     // SAFETY: a plain signal to the child this test started.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);

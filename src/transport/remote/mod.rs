@@ -47,7 +47,13 @@ pub(super) async fn serve(
     };
     let mut failures = 0;
     loop {
-        match dial::dial(&url, &signer, daemon.config.max_message_bytes).await {
+        let dialed = dial::dial(&url, &signer, daemon.config.max_message_bytes).await;
+        daemon.metrics.remote_dial(match &dialed {
+            Ok(_) => "connected",
+            Err(DialError::Failed(_)) => "failed",
+            Err(DialError::Refused(_)) => "refused",
+        });
+        match dialed {
             Ok(socket) => {
                 failures = 0;
                 tracing::info!("direct exec-server connected");
