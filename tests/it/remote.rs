@@ -34,7 +34,8 @@ impl Executor {
         Self::start_with(binary, registry, extra, &[])
     }
 
-    /// [`Self::start`] with `more_env` added to the executor's environment.
+    /// [`Self::start`] with `more_env` added to the executor's environment (an empty value
+    /// leaves the variable out).
     fn start_with(
         binary: Binary,
         registry: &Registry,
@@ -61,7 +62,12 @@ impl Executor {
             ("AWS_CONFIG_FILE", "/nonexistent"),
             ("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent"),
         ];
-        let env = [&env[..], more_env].concat();
+        let env: Vec<(&str, &str)> = env
+            .iter()
+            .chain(more_env)
+            .filter(|(key, _)| !more_env.contains(&(key, "")))
+            .copied()
+            .collect();
         match binary {
             Binary::Codex => Self::Codex(CodexPeer::spawn_remote(&args, &env)),
             Binary::Ours => {
@@ -627,4 +633,31 @@ async fn the_audit_log_names_the_environment() {
     );
     let rendezvous = registry.rendezvous_url.split('?').next().unwrap();
     assert_eq!(start["peer"], rendezvous, "{start}");
+}
+
+/// Without a region or without credentials the executor stops before registering, with the
+/// AWS SDK's words as codex prints them.
+async fn missing_aws_settings_are_fatal(binary: Binary) {
+    for (unset, message) in [
+        ("AWS_REGION", "AWS SDK config did not resolve a region"),
+        ("AWS_ACCESS_KEY_ID", "failed to load AWS credentials"),
+    ] {
+        let mut registry = Registry::start().await;
+        let mut executor = Executor::start_with(binary, &registry, &[], &[(unset, "")]);
+        let (status, stderr) =
+            tokio::task::block_in_place(|| executor.exit(TIMEOUT)).expect("the executor exits");
+        assert_eq!(status.code(), Some(1), "{binary:?}: {stderr}");
+        assert!(stderr.contains(message), "{binary:?}: {stderr}");
+        assert!(registry.registration(Duration::ZERO).await.is_none());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn missing_aws_settings_are_fatal_ours() {
+    missing_aws_settings_are_fatal(Binary::Ours).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn missing_aws_settings_are_fatal_codex() {
+    missing_aws_settings_are_fatal(Binary::Codex).await;
 }
