@@ -65,6 +65,7 @@ impl Executor {
         let env: Vec<(&str, &str)> = env
             .iter()
             .chain(more_env)
+            // Of a key given twice the last value wins (as in `Command::envs`); empty: none.
             .filter(|(key, _)| !more_env.contains(&(key, "")))
             .copied()
             .collect();
@@ -660,4 +661,42 @@ async fn missing_aws_settings_are_fatal_ours() {
 #[tokio::test(flavor = "multi_thread")]
 async fn missing_aws_settings_are_fatal_codex() {
     missing_aws_settings_are_fatal(Binary::Codex).await;
+}
+
+/// Without keys in the environment, the static keys and the region of the profile named by
+/// `--aws-profile` in the shared files sign.
+#[tokio::test]
+async fn a_profile_of_the_shared_files_signs() {
+    let dir = private_tempdir();
+    let (config, credentials) = (dir.path().join("config"), dir.path().join("credentials"));
+    std::fs::write(
+        &config,
+        format!("[profile devbox]\nregion = {}\n", registry::REGION),
+    )
+    .unwrap();
+    std::fs::write(
+        &credentials,
+        format!(
+            "[default]\naws_access_key_id = WRONG\naws_secret_access_key = WRONG\n\n\
+             [devbox]\naws_access_key_id = {}\naws_secret_access_key = {}\n",
+            registry::KEY_ID,
+            registry::SECRET
+        ),
+    )
+    .unwrap();
+    let mut registry = Registry::start().await;
+    let _executor = Executor::start_with(
+        Binary::Ours,
+        &registry,
+        &["--aws-profile", "devbox"],
+        &[
+            ("AWS_ACCESS_KEY_ID", ""),
+            ("AWS_SECRET_ACCESS_KEY", ""),
+            ("AWS_REGION", ""),
+            ("AWS_CONFIG_FILE", config.to_str().unwrap()),
+            ("AWS_SHARED_CREDENTIALS_FILE", credentials.to_str().unwrap()),
+        ],
+    );
+    check_registration(&mut registry).await;
+    first_socket(&mut registry).await;
 }
