@@ -40,6 +40,7 @@ mod protocol_doc;
 mod proxy_keepalive;
 mod receipt;
 mod remote;
+mod remote_refusals;
 mod restart;
 mod robustness;
 mod sandbox;
