@@ -72,6 +72,11 @@ impl Connections {
         open
     }
 
+    /// Whether they are being closed for a hand-over to a successor.
+    pub(super) fn closing(&self) -> bool {
+        self.restart.is_cancelled()
+    }
+
     /// Serves `socket`, which the daemon dialed (remote mode), as one of these connections.
     pub(super) async fn serve_dialed(
         &self,

@@ -166,7 +166,7 @@ pub(crate) async fn check_registration(registry: &mut Registry) {
 }
 
 /// Output of `id` read from `afterSeq` 0 once the process is closed.
-async fn read_closed(client: &Client, id: &str) -> (Vec<u8>, Value) {
+pub(crate) async fn read_closed(client: &Client, id: &str) -> (Vec<u8>, Value) {
     let deadline = Instant::now() + TIMEOUT;
     loop {
         let read = client

@@ -58,6 +58,10 @@ pub(super) async fn serve(
                 failures = 0;
                 tracing::info!("direct exec-server connected");
                 connections.serve_dialed(socket, &daemon, who.clone()).await;
+                if connections.closing() {
+                    // Handing over: the successor registers and dials; this daemon exits.
+                    std::future::pending::<()>().await;
+                }
                 tracing::info!("direct exec-server disconnected; dialing again");
                 tokio::time::sleep(jittered(REDIAL, 0.25)).await;
             }

@@ -90,6 +90,11 @@ impl CodexPeer {
             _home: home,
         }
     }
+
+    /// The process id, for tests that signal it.
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
 }
 
 /// `codex exec-server` started with `args` and no `--listen`, as in remote mode, its stderr
