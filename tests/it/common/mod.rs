@@ -1,8 +1,5 @@
 //! Test harness: starts the real `exec-server` binary and speaks to it over a real WebSocket.
 
-// The listening peer (`CodexPeer::start`) is for the differential tests, which this branch
-// does not carry; remote mode uses `spawn_remote`.
-#[allow(dead_code)]
 pub mod codex_peer;
 pub mod http_server;
 
