@@ -167,3 +167,40 @@ pub(crate) fn require_secure(url: &url::Url, secure: &str) -> anyhow::Result<()>
         _ => anyhow::bail!("remote transport requires {secure} for non-loopback endpoints"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::require_secure;
+
+    #[test]
+    fn plain_schemes_are_for_loopback_only() {
+        let check = |url: &str, secure| require_secure(&url::Url::parse(url).unwrap(), secure);
+        for url in [
+            "https://registry.example.com",
+            "http://127.0.0.1:8080",
+            "http://127.3.4.5",
+            "http://localhost:1",
+            "http://[::1]:1",
+        ] {
+            assert!(check(url, "https").is_ok(), "{url}");
+        }
+        for url in ["wss://rendezvous.example.com/x?a=b", "ws://127.0.0.1:9/x"] {
+            assert!(check(url, "wss").is_ok(), "{url}");
+        }
+        for (url, secure) in [
+            ("http://10.0.0.1", "https"),
+            ("http://localhost.example.com", "https"),
+            ("ws://192.168.1.1/x", "wss"),
+            // A registry's URL is never dialed as a WebSocket, even on loopback (as codex).
+            ("http://127.0.0.1:9/x", "wss"),
+            ("https://127.0.0.1:9/x", "wss"),
+        ] {
+            let err = check(url, secure).unwrap_err().to_string();
+            assert_eq!(
+                err,
+                format!("remote transport requires {secure} for non-loopback endpoints"),
+                "{url}"
+            );
+        }
+    }
+}
