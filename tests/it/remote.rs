@@ -283,6 +283,21 @@ async fn pings_go_both_ways() {
     }
 }
 
+/// A rendezvous that stops answering (no pong for two ping intervals) is left and dialed
+/// again: codex, which never pings, would wait on it until TCP gives up.
+#[tokio::test]
+async fn a_silent_rendezvous_is_left_and_dialed_again() {
+    let mut registry = Registry::start().await;
+    let _executor = Executor::start(Binary::Ours, &registry, &["--ping-interval", "300ms"]);
+    // Accepted, then never read: its pings go unanswered.
+    let _silent = first_socket(&mut registry).await;
+    let started = Instant::now();
+    let (_, socket) = registry.dial(TIMEOUT).await.expect("a new dial");
+    assert!(socket.is_some());
+    let waited = started.elapsed();
+    assert!(waited < Duration::from_secs(3), "{waited:?}");
+}
+
 /// Beyond codex: a bearer token from a file instead of SigV4, on the registration and on the
 /// handshake.
 #[tokio::test]
