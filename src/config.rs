@@ -1,8 +1,13 @@
 //! Command-line flags (each also settable from the environment) and the resolved settings.
 
+mod remote;
+
 use clap::Parser;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+pub(crate) use remote::{require_secure, RemoteAuth};
+pub use remote::{RemoteArgs, RemoteConfig, RemoteTransport};
 
 #[derive(Debug, Clone, Parser)]
 #[command(
@@ -197,6 +202,9 @@ pub struct Args {
     /// Log filter, in `tracing` env-filter syntax (RUST_LOG is honoured too).
     #[arg(long, env = "EXEC_SERVER_LOG", default_value = "info")]
     pub log: String,
+
+    #[command(flatten)]
+    pub remote_mode: RemoteArgs,
 
     #[command(flatten)]
     pub codex: crate::codex_args::CodexArgs,

@@ -40,7 +40,7 @@ mod ws_auth;
 pub use child::main_if_supervisor;
 pub use cli::main as run_command;
 pub use cli::Cli;
-pub use config::{Args, LogFormat};
+pub use config::{Args, LogFormat, RemoteArgs, RemoteConfig, RemoteTransport};
 pub use memory::map_large_buffers;
 pub use sandbox::guard::init as record_own_binary;
 pub use transport::{serve, Handover, ListenUrl};

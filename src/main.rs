@@ -14,13 +14,16 @@ fn main() -> std::process::ExitCode {
         None => {
             let token_on_argv = matches.value_source("connection_token")
                 == Some(clap::parser::ValueSource::CommandLine);
-            serve(&cli.serve, token_on_argv)
+            // In remote mode the daemon listens only where it is told to.
+            let listen_given =
+                matches.value_source("listen") != Some(clap::parser::ValueSource::DefaultValue);
+            serve(&cli.serve, token_on_argv, listen_given)
         }
         Some(command) => exec_server::run_command(command),
     }
 }
 
-fn serve(args: &Args, token_on_argv: bool) -> std::process::ExitCode {
+fn serve(args: &Args, token_on_argv: bool, listen_given: bool) -> std::process::ExitCode {
     // Before any thread: it edits the environment.
     let handover = exec_server::Handover::capture(args.upgrade_from_start_binary);
     init_logging(args);
@@ -35,16 +38,20 @@ fn serve(args: &Args, token_on_argv: bool) -> std::process::ExitCode {
     raise_fd_limit();
     shield_from_oom_killer();
     let result = args.config().and_then(|config| {
-        let listen = ListenUrl::parse(&args.listen)?;
+        let remote = args.remote_mode.config()?;
+        let listen = match remote {
+            Some(_) if !listen_given => None,
+            _ => Some(ListenUrl::parse(&args.listen)?),
+        };
         if args.codex.exit_on_stdin_close {
             anyhow::ensure!(
-                !matches!(listen, ListenUrl::Stdio),
+                !matches!(listen, Some(ListenUrl::Stdio)),
                 "--exit-on-stdin-close: a stdio:// daemon already ends with its input"
             );
             exit_on_stdin_close();
         }
         let runtime = tokio::runtime::Runtime::new()?;
-        runtime.block_on(exec_server::serve(listen, config, handover))
+        runtime.block_on(exec_server::serve(listen, remote, config, handover))
     });
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -33,6 +33,7 @@ pub(crate) struct Metrics {
     pub(crate) sandbox_denials: Counter,
     fs_calls: Family<Labels, Counter>,
     pub(crate) http_calls: Counter,
+    remote_dials: Family<Labels, Counter>,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -62,6 +63,7 @@ impl Metrics {
             sandbox_denials: Counter::default(),
             fs_calls: Family::default(),
             http_calls: Counter::default(),
+            remote_dials: Family::default(),
             registry: prometheus_client::registry::Registry::with_prefix("exec_server"),
         };
         metrics.register(launches, launch_seconds);
@@ -129,6 +131,11 @@ impl Metrics {
         );
         r.register("fs_calls", "fs/* calls by method", self.fs_calls.clone());
         r.register("http_calls", "http/request calls", self.http_calls.clone());
+        r.register(
+            "remote_dials",
+            "Remote mode's dials of the rendezvous by outcome (connected, failed, refused)",
+            self.remote_dials.clone(),
+        );
     }
 
     /// Counts a connection, open until the guard is dropped.
@@ -154,6 +161,13 @@ impl Metrics {
     pub(crate) fn error(&self, code: i64) {
         self.errors
             .get_or_create(&[("code", code.to_string())])
+            .inc();
+    }
+
+    /// A dial of remote mode's rendezvous, `outcome` being `connected`, `failed` or `refused`.
+    pub(crate) fn remote_dial(&self, outcome: &'static str) {
+        self.remote_dials
+            .get_or_create(&[("outcome", outcome)])
             .inc();
     }
 

@@ -7,6 +7,7 @@
 
 mod codex;
 mod packages;
+mod remote;
 mod ssh;
 mod streams;
 
@@ -89,6 +90,9 @@ struct BenchArgs {
     /// The exec round trips alone, for work on the launch path.
     #[arg(long)]
     launch_only: bool,
+    /// The fan-outs alone (direct, sandboxed, through remote mode, xargs).
+    #[arg(long, conflicts_with = "launch_only")]
+    fanout_only: bool,
     /// The exec-server binary to measure; default: the one next to this executable (built
     /// first when run through cargo).
     #[arg(long, value_name = "PATH")]
@@ -99,15 +103,23 @@ fn main() -> anyhow::Result<()> {
     let BenchArgs {
         quick,
         launch_only,
+        fanout_only,
         daemon,
     } = clap::Parser::parse();
     let size = if quick { &QUICK } else { &FULL };
     let binary = daemon_binary(daemon)?;
     let runtime = tokio::runtime::Runtime::new()?;
-    let results = runtime.block_on(run(size, launch_only, &binary))?;
+    let results = runtime.block_on(async {
+        if fanout_only {
+            let mut r = Results(Map::new());
+            fanout(&binary, size, &Workspace::new()?, &mut r).await?;
+            return Ok(r.0);
+        }
+        run(size, launch_only, &binary).await
+    })?;
     let table = report(&results);
     println!("{table}");
-    if !quick && !launch_only {
+    if !quick && !launch_only && !fanout_only {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/benchmarks.md");
         std::fs::write(&path, markdown(&table, &results))?;
         eprintln!("bench: wrote {}", path.display());
@@ -781,9 +793,14 @@ async fn fanout(
     let round_execs = FANOUT_CONNECTIONS * per_round;
     let xargs_script = format!("seq {round_execs} | xargs -P{FANOUT_CONNECTIONS} -n1 true");
     let (mut plain, mut sandboxed) = (Fanout::default(), Fanout::default());
+    // The same fan-out over the one socket a daemon in remote mode dialed to the bench.
+    let remote = remote::Remote::start(binary).await?;
+    let remote_clients = vec![remote.client.clone(); FANOUT_CONNECTIONS];
+    let mut through_remote = Fanout::default();
     let mut xargs = Duration::ZERO;
     for _ in 0..FANOUT_ROUNDS {
         plain.round(&clients, per_round, None).await;
+        through_remote.round(&remote_clients, per_round, None).await;
         sandboxed
             .round(&clients, per_round, Some(&workspace.sandbox))
             .await;
@@ -798,6 +815,12 @@ async fn fanout(
     r.put("fanout_execs", Some(execs));
     plain.record("fanout", r);
     sandboxed.record("fanout_sandboxed", r);
+    through_remote.record("remote_fanout", r);
+    r.ratio(
+        "remote_fanout_vs_direct",
+        "remote_fanout_per_s",
+        "fanout_per_s",
+    );
     r.put("xargs_per_s", Some(execs / xargs.as_secs_f64()));
     r.ratio("fanout_vs_xargs", "fanout_per_s", "xargs_per_s");
     r.ratio(
@@ -1471,6 +1494,21 @@ const ROWS: &[Row] = &[
         ],
         target: "p99 ≤ 100 ms, none failed",
         met: |r| Some(r.get("fanout_p99_ms")? <= 100.0 && r.get("fanout_errors")? == 0.0),
+    },
+    Row {
+        what: "fan-out through remote mode: the same execs over the one socket the daemon dialed \
+               to the bench (registry and rendezvous), execs per s",
+        ours: "remote_fanout_per_s",
+        baselines: &[
+            ("over 50 connections", "fanout_per_s"),
+            ("× direct", "remote_fanout_vs_direct"),
+            ("p99 ms", "remote_fanout_p99_ms"),
+            ("failed", "remote_fanout_errors"),
+        ],
+        target: "≥ 0.9× direct, none failed",
+        met: |r| Some(
+            r.get("remote_fanout_vs_direct")? >= 0.9 && r.get("remote_fanout_errors")? == 0.0
+        ),
     },
     Row {
         what: "sandboxed fan-out (workspace-write, one `git init`ed workspace for all), execs per s",

@@ -85,7 +85,7 @@ impl Connection {
     }
 
     /// Starts the connection's writer and reader over an open WebSocket.
-    fn run<S>(
+    pub(crate) fn run<S>(
         socket: tokio_tungstenite::WebSocketStream<S>,
         epoch: u64,
         router: Arc<Router>,

@@ -192,6 +192,38 @@ impl Client {
                 (connection, init)
             }
         };
+        Ok(Self::serve(options, router, hole_ids, connection, init))
+    }
+
+    /// Drives a daemon in remote mode over `socket`, the WebSocket it dialed to this
+    /// orchestrator's rendezvous (accepted there, server side): creates (or, with
+    /// `resume_session_id`, resumes) the session and completes the handshake. It does not
+    /// reconnect: after a drop the daemon dials the rendezvous again, and a new `Client` over
+    /// that socket resumes the session.
+    pub async fn over_dialed_socket<S>(
+        socket: tokio_tungstenite::WebSocketStream<S>,
+        mut options: ClientOptions,
+    ) -> Result<Self, Error>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        options.reconnect_deadline = None;
+        let (holes, hole_ids) = mpsc::unbounded_channel();
+        let router = Arc::new(Router::new(holes));
+        let connection = Connection::run(socket, 1, router.clone());
+        let resume = options.resume_session_id.clone();
+        let init = handshake(&connection, &options, resume.as_deref()).await?;
+        Ok(Self::serve(options, router, hole_ids, connection, init))
+    }
+
+    /// The client of a connection whose handshake is done.
+    fn serve(
+        options: ClientOptions,
+        router: Arc<Router>,
+        hole_ids: mpsc::UnboundedReceiver<String>,
+        connection: Arc<Connection>,
+        init: InitializeResult,
+    ) -> Self {
         let inner = Arc::new(Inner {
             session_id: init.session_id,
             environment_info: init.environment_info,
@@ -204,7 +236,7 @@ impl Client {
         });
         tokio::spawn(supervise(Arc::downgrade(&inner), connection));
         tokio::spawn(fill_holes(Arc::downgrade(&inner), hole_ids));
-        Ok(Self { inner })
+        Self { inner }
     }
 
     pub fn session_id(&self) -> &str {

@@ -395,7 +395,10 @@ pub(super) async fn successor_on_signal(
     loop {
         requests.recv().await;
         let Some(listener) = listener else {
-            tracing::warn!("received SIGUSR2, but a daemon on stdio cannot be upgraded; ignored");
+            tracing::warn!(
+                "received SIGUSR2, but a daemon without a listener (stdio, or remote mode alone) \
+                 cannot be upgraded; ignored"
+            );
             continue;
         };
         let binary = handover.own_binary.as_deref().unwrap_or(Path::new("?"));

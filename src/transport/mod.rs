@@ -3,13 +3,14 @@
 
 mod admission;
 pub(crate) mod handover;
+mod remote;
 pub(crate) mod stdio;
 mod systemd;
 mod tls;
 mod unix_socket;
 mod ws;
 
-use crate::config::Config;
+use crate::config::{Config, RemoteConfig};
 use crate::server::Daemon;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -102,11 +103,13 @@ impl Listener {
     }
 }
 
-/// Serves until SIGTERM or SIGINT (or, on stdio, the end of input), then kills every managed
-/// process before returning; or, after SIGUSR2, hands over to a successor and exits
+/// Serves on `listen` and, in remote mode, over the socket `remote` dials, until SIGTERM or
+/// SIGINT (or, on stdio, the end of input; in remote mode, a refused dial), then kills every
+/// managed process before returning; or, after SIGUSR2, hands over to a successor and exits
 /// (`handover`).
 pub async fn serve(
-    listen: ListenUrl,
+    listen: Option<ListenUrl>,
+    remote: Option<RemoteConfig>,
     config: Config,
     mut handover: Handover,
 ) -> anyhow::Result<()> {
@@ -128,12 +131,15 @@ pub async fn serve(
         Some(path) => crate::audit::Audit::open(path, config.audit_required)?,
         None => Default::default(),
     };
-    let tls = tls_of(&listen, &config)?;
+    let tls = tls_of(listen.as_ref(), &config)?;
     let (inherited, predecessor) = match inherited {
         Some(inherited) => (Some(inherited.listener), Some(inherited.predecessor)),
         None => (None, None),
     };
-    let listener = Listener::open(&listen, inherited, &config).await?;
+    let listener = match &listen {
+        Some(listen) => Listener::open(listen, inherited, &config).await?,
+        None => None,
+    };
     let took_over = predecessor.is_some();
     if let Some(predecessor) = predecessor {
         predecessor.take_over().await?;
@@ -155,7 +161,11 @@ pub async fn serve(
         spawn_metrics(listener, &daemon)?;
     }
     let outcome = serve_clients(
-        listener.as_ref(),
+        Serving {
+            listener: listener.as_ref(),
+            stdio: listen == Some(ListenUrl::Stdio),
+            remote,
+        },
         tls,
         &daemon,
         took_over,
@@ -170,10 +180,10 @@ pub async fn serve(
 }
 
 /// A `wss://` listener's certificate and key, which only it takes.
-fn tls_of(listen: &ListenUrl, config: &Config) -> anyhow::Result<Option<tls::Tls>> {
+fn tls_of(listen: Option<&ListenUrl>, config: &Config) -> anyhow::Result<Option<tls::Tls>> {
     Ok(match (listen, &config.tls) {
-        (ListenUrl::SecureWebSocket(_), Some((cert, key))) => Some(tls::Tls::new(cert, key)?),
-        (ListenUrl::SecureWebSocket(_), None) => {
+        (Some(ListenUrl::SecureWebSocket(_)), Some((cert, key))) => Some(tls::Tls::new(cert, key)?),
+        (Some(ListenUrl::SecureWebSocket(_)), None) => {
             anyhow::bail!("a wss:// listener needs --tls-cert and --tls-key")
         }
         (_, Some(_)) => anyhow::bail!("--tls-cert and --tls-key are for a wss:// listener"),
@@ -202,11 +212,19 @@ fn spawn_metrics(listener: tokio::net::TcpListener, daemon: &Arc<Daemon>) -> any
     Ok(())
 }
 
-/// Serves the clients on `listener` (None: stdio) until stdio's input ends or a signal to stop
-/// (SIGTERM, SIGINT) arrives; after one of `upgrade_requests` and a successor ready, hands
+/// Where the daemon serves: a listener, stdio, remote mode's dialed socket, or a listener (or
+/// stdio) and remote mode together.
+struct Serving<'a> {
+    listener: Option<&'a Listener>,
+    stdio: bool,
+    remote: Option<RemoteConfig>,
+}
+
+/// Serves the clients of `serving` until stdio's input ends, remote mode fails, or a signal to
+/// stop (SIGTERM, SIGINT) arrives; after one of `upgrade_requests` and a successor ready, hands
 /// over to it and exits instead. `took_over`: a predecessor handed the listener over.
 async fn serve_clients(
-    listener: Option<&Listener>,
+    serving: Serving<'_>,
     tls: Option<tls::Tls>,
     daemon: &Arc<Daemon>,
     took_over: bool,
@@ -218,6 +236,8 @@ async fn serve_clients(
         connections: connections.clone(),
         took_over,
     };
+    let listener = serving.listener;
+    let remote = connections.clone();
     tokio::select! {
         outcome = async {
             match listener {
@@ -225,7 +245,14 @@ async fn serve_clients(
                 Some(Listener::Tcp(listener)) => {
                     ws::serve_tcp(listener, tls, daemon.clone(), start).await
                 }
-                None => stdio::serve(daemon.clone()).await,
+                None if serving.stdio => stdio::serve(daemon.clone()).await,
+                None => std::future::pending().await,
+            }
+        } => outcome,
+        outcome = async {
+            match serving.remote {
+                Some(config) => remote::serve(config, daemon.clone(), remote).await,
+                None => std::future::pending().await,
             }
         } => outcome,
         signal = shutdown_signal() => {

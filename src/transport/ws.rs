@@ -7,7 +7,7 @@ use crate::audit::Identity;
 use crate::config::Config;
 use crate::rpc::outbound::{self, Outbound};
 use crate::server::{self, AtEnd, Daemon, Frame};
-use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::{CloseFrame, Message, WebSocketUpgrade};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -15,7 +15,7 @@ use axum::routing::{any, get};
 use axum::Extension;
 use axum::Router;
 use futures::stream::SplitSink;
-use futures::{SinkExt as _, Stream, StreamExt as _};
+use futures::{Sink, SinkExt as _, Stream, StreamExt as _};
 use hyper::body::Incoming;
 use hyper::service::Service as _;
 use hyper_util::rt::TokioIo;
@@ -69,6 +69,23 @@ impl Connections {
             );
         }
         open
+    }
+
+    /// Whether they are being closed for a hand-over to a successor.
+    pub(super) fn closing(&self) -> bool {
+        self.restart.is_cancelled()
+    }
+
+    /// Serves `socket`, which the daemon dialed (remote mode), as one of these connections.
+    pub(super) async fn serve_dialed(
+        &self,
+        socket: impl Socket,
+        daemon: &Arc<Daemon>,
+        who: Identity,
+    ) {
+        let _open = self.tracker.token();
+        let kind = "direct exec-server websocket";
+        run(socket, daemon.clone(), who, self.restart.clone(), kind).await;
     }
 }
 
@@ -328,12 +345,36 @@ async fn upgrade(
         .max_message_size(hard_limit)
         .max_frame_size(hard_limit)
         .on_upgrade(move |socket| async move {
-            run(socket, daemon, who, restart).await;
+            run(socket, daemon, who, restart, "exec-server websocket").await;
             drop(open);
         })
 }
 
-async fn run(socket: WebSocket, daemon: Arc<Daemon>, who: Identity, restart: CancellationToken) {
+/// A WebSocket as the connection loop uses it: an upgraded one (axum's), or one the daemon
+/// dialed itself (remote mode, `super::remote`).
+pub(super) trait Socket:
+    Stream<Item = Result<Message, axum::Error>> + Sink<Message, Error = axum::Error> + Send + 'static
+{
+}
+
+impl<S> Socket for S where
+    S: Stream<Item = Result<Message, axum::Error>>
+        + Sink<Message, Error = axum::Error>
+        + Send
+        + 'static
+{
+}
+
+/// Serves one WebSocket `socket` to `who` until either side ends it or `restart` (a hand-over)
+/// closes it with 1012. `kind` names the socket in parse errors, in codex's words
+/// (`exec-server websocket`, or `direct exec-server websocket` for a dialed one).
+pub(super) async fn run(
+    socket: impl Socket,
+    daemon: Arc<Daemon>,
+    who: Identity,
+    restart: CancellationToken,
+    kind: &str,
+) {
     let peer = who.peer.clone();
     let (sink, mut stream) = socket.split();
     let (outbound, queue) = Outbound::new(true, daemon.config.outbound_buffer_bytes);
@@ -372,7 +413,7 @@ async fn run(socket: WebSocket, daemon: Arc<Daemon>, who: Identity, restart: Can
         // No request is read once the daemon hands over (a session made now would be lost).
         .take_until(restart.cancelled());
     let frames = frames(messages, close_code);
-    let context = format!("websocket JSON-RPC message from exec-server websocket {peer}");
+    let context = format!("websocket JSON-RPC message from {kind} {peer}");
     server::serve(frames, outbound, daemon, who, context, AtEnd::Abort).await;
     let _ = writer.await;
     if restart.is_cancelled() {
@@ -415,8 +456,8 @@ fn frames(
 }
 
 /// The writing side of a connection: its queued messages and the pings, then our Close.
-struct Writer {
-    sink: SplitSink<WebSocket, Message>,
+struct Writer<S: Socket> {
+    sink: SplitSink<S, Message>,
     queue: outbound::Queue,
     ping_interval: Duration,
     /// Set by the reading side when the peer broke the protocol (0: it did not).
@@ -424,7 +465,7 @@ struct Writer {
     restart: CancellationToken,
 }
 
-impl Writer {
+impl<S: Socket> Writer<S> {
     /// Writes until the queue ends or the daemon hands over, or until nothing was `heard` from
     /// `peer` for two ping intervals; `_gone` tells the reading side that the writer ended.
     async fn run(mut self, heard: Arc<Mutex<Instant>>, peer: Arc<str>, _gone: DropGuard) {
@@ -452,7 +493,7 @@ impl Writer {
             let message = tokio::select! {
                 message = self.queue.recv() => match message {
                     Some(outbound::Message::Text(text)) => Message::Text(text.into()),
-                    Some(outbound::Message::Binary(bytes)) => Message::Binary(bytes.into()),
+                    Some(outbound::Message::Binary(bytes)) => Message::Binary(bytes),
                     None => break,
                 },
                 _ = ping.tick() => self.ping(&mut pinged),
@@ -487,7 +528,7 @@ impl Writer {
     }
 }
 
-impl Writer {
+impl<S: Socket> Writer<S> {
     /// A ping carrying the index of the last message written, noted in `pinged`.
     fn ping(&self, pinged: &mut u64) -> Message {
         *pinged = self.queue.sent();

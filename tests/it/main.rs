@@ -12,6 +12,7 @@ mod sandbox_support;
 mod support {
     pub mod http_proxy;
     pub mod proxy;
+    pub mod registry;
     pub mod tls_intercept;
 }
 
@@ -42,6 +43,8 @@ mod process_tree;
 mod protocol_doc;
 mod proxy_keepalive;
 mod receipt;
+mod remote;
+mod remote_refusals;
 mod restart;
 mod robustness;
 mod sandbox;

@@ -675,3 +675,63 @@ async fn the_container_keeper_upgrades_on_sigusr2_and_stops_the_successor() {
         "SIGTERM reached the successor"
     );
 }
+
+/// Remote mode beside a listener: an upgrade closes the dialed socket, the successor
+/// registers again and dials the URL it is given, and the session resumes over that socket
+/// with all its process's output.
+#[tokio::test]
+async fn remote_mode_registers_again_after_an_upgrade_and_resumes() {
+    use crate::support::registry::{self, Registry, ENVIRONMENT};
+    let mut registry = Registry::start().await;
+    let args = [
+        "--listen",
+        "ws://127.0.0.1:0",
+        "--remote",
+        &registry.url,
+        "--environment-id",
+        ENVIRONMENT,
+        "--remote-transport",
+        "direct",
+        "--aws-sigv4",
+    ];
+    let env = [
+        ("AWS_ACCESS_KEY_ID", registry::KEY_ID),
+        ("AWS_SECRET_ACCESS_KEY", registry::SECRET),
+        ("AWS_REGION", registry::REGION),
+        ("AWS_CONFIG_FILE", "/nonexistent"),
+        ("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent"),
+    ];
+    let mut daemon = Upgradable::start_in(tempfile::tempdir().unwrap(), &args, &env);
+    registry
+        .registration(TIMEOUT)
+        .await
+        .expect("a registration");
+    let (_, socket) = registry.dial(TIMEOUT).await.expect("a dial");
+    let client = Client::from_stream(socket.expect("accepted"));
+    let session = client.initialize(None).await.unwrap();
+    let script = "echo before; sleep 2; echo after";
+    client
+        .call(
+            "process/start",
+            common::start_params("p", &["sh", "-c", script]),
+        )
+        .await;
+    let first = daemon.child.id() as i32;
+    daemon.upgraded(first).await;
+    registry
+        .registration(TIMEOUT)
+        .await
+        .expect("the successor registers");
+    let resumed = loop {
+        let (_, socket) = registry.dial(TIMEOUT).await.expect("the successor dials");
+        let client = Client::from_stream(socket.expect("accepted"));
+        match client.initialize(Some(&session)).await {
+            Ok(_) => break client,
+            // The predecessor's connection may not be seen as gone yet: the next dial.
+            Err(error) if error["code"] == -32010 => client.close().await,
+            Err(error) => panic!("resume failed: {error}"),
+        }
+    };
+    let (output, _) = crate::remote::read_closed(&resumed, "p").await;
+    assert_eq!(output, b"before\nafter\n");
+}

@@ -93,17 +93,44 @@ impl CodexPeer {
             _home: home,
         }
     }
+}
 
-    /// The process id, for tests that signal it.
-    pub fn pid(&self) -> i32 {
-        self.child.id() as i32
+/// `codex exec-server` started with `args` and no `--listen`, as in remote mode, its stderr
+/// piped (remote mode logs there and prints nothing on stdout); killed on drop.
+pub struct RemoteCodex {
+    pub child: Child,
+    _home: tempfile::TempDir,
+}
+
+impl CodexPeer {
+    /// `codex exec-server ARGS` with `env` added (remote mode: `--remote …`).
+    pub fn spawn_remote(args: &[&str], env: &[(&str, &str)]) -> RemoteCodex {
+        let home = tempfile::tempdir_in("/var/tmp").expect("CODEX_HOME");
+        let child = Command::new(codex_binary())
+            .arg("exec-server")
+            .args(args)
+            .env("CODEX_HOME", home.path())
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start codex exec-server");
+        RemoteCodex { child, _home: home }
+    }
+}
+
+impl Drop for RemoteCodex {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
 impl Drop for CodexPeer {
     fn drop(&mut self) {
         // SAFETY: kill(2) of the process group this peer leads; no memory is involved.
-        unsafe { libc::kill(-self.pid(), libc::SIGKILL) };
+        unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
         let _ = self.child.wait();
     }
 }

@@ -1,0 +1,209 @@
+//! Remote mode's failures, each against this daemon and codex 0.169.0: what ends the executor
+//! (a refused upgrade, a refused or malformed registration, missing AWS settings, bad flags)
+//! with codex's words, and what it retries (a failed dial).
+
+use crate::common::{Client, TIMEOUT};
+use crate::remote::{check_registration, Binary, Executor};
+use crate::support::registry::{Registry, ENVIRONMENT};
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+async fn a_refused_upgrade_is_fatal(binary: Binary) {
+    let mut registry = Registry::start().await;
+    registry.refuse_upgrades(Some(401));
+    let mut executor = Executor::start(binary, &registry, &[]);
+    check_registration(&mut registry).await;
+    let (_, socket) = registry.dial(TIMEOUT).await.expect("a dial");
+    assert!(socket.is_none());
+    let (status, stderr) = tokio::task::block_in_place(|| executor.exit(TIMEOUT))
+        .expect("the executor exits after a 401 on the upgrade");
+    assert!(!status.success(), "{status}: {stderr}");
+    // codex's message, with the URL shown without its query (which may hold a credential).
+    let shown = format!(
+        "failed to connect to exec-server websocket `{}`: HTTP error: 401 Unauthorized",
+        registry.rendezvous_url.split('?').next().unwrap()
+    );
+    assert!(stderr.contains(&shown), "{binary:?}: {stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_upgrade_is_fatal_ours() {
+    a_refused_upgrade_is_fatal(Binary::Ours).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_upgrade_is_fatal_codex() {
+    a_refused_upgrade_is_fatal(Binary::Codex).await;
+}
+
+/// What remote mode refuses before registering, in codex's words where codex has them.
+#[test]
+fn remote_flags_are_checked_before_registering() {
+    let base = ["--remote", "--environment-id", "e"];
+    for (url, extra, message) in [
+        (
+            "http://example.com",
+            &["--remote-transport", "direct", "--aws-sigv4"][..],
+            "remote transport requires https for non-loopback endpoints",
+        ),
+        (
+            "https://example.com",
+            &[][..],
+            "--remote-transport noise (codex's default, an encrypted relay) is not supported",
+        ),
+        (
+            "https://example.com",
+            &["--remote-transport", "direct"][..],
+            "--remote-transport direct requires --aws-sigv4 or --remote-token-file",
+        ),
+    ] {
+        let mut args = vec![base[0], url, base[1], base[2]];
+        args.extend_from_slice(extra);
+        let (code, stdout, stderr) = crate::common::exec_server(&args);
+        assert_eq!(code, 1, "{args:?}: {stderr}");
+        assert!(stdout.is_empty());
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+    }
+}
+
+/// A registration refused or answered wrongly ends the executor before any dial, with codex's
+/// messages.
+async fn registration_failures_are_fatal(binary: Binary) {
+    let auth_error = r#"{"error":{"code":"denied","message":"bad signature"}}"#;
+    let server_error = r#"{"error":{"code":"boom","message":"it broke"}}"#;
+    let reply = |members: Value| {
+        let mut reply = json!({"environment_id": ENVIRONMENT, "url": "ws://127.0.0.1:9/x",
+            "transport": "direct_jsonrpc_v1", "registration_id": "r"});
+        for (key, value) in members.as_object().unwrap() {
+            match value {
+                Value::Null => reply.as_object_mut().unwrap().remove(key),
+                value => reply
+                    .as_object_mut()
+                    .unwrap()
+                    .insert(key.clone(), value.clone()),
+            };
+        }
+        (200, reply.to_string())
+    };
+    for (answer, message) in [
+        (
+            (401, auth_error.to_owned()),
+            "environment registry authentication error: environment registry authentication \
+             failed (401 Unauthorized): bad signature",
+        ),
+        (
+            (500, server_error.to_owned()),
+            "environment registry request failed (500 Internal Server Error, boom): it broke",
+        ),
+        (
+            reply(json!({"environment_id": "other"})),
+            "environment registry returned a different environment id",
+        ),
+        (
+            reply(json!({"transport": "noise"})),
+            "environment registry returned unsupported direct transport `noise`",
+        ),
+        (
+            reply(json!({"registration_id": ""})),
+            "environment registry returned incomplete direct connection data",
+        ),
+        (
+            reply(json!({"registration_id": null})),
+            "failed to serialize or deserialize exec-server JSON: missing field `registration_id`",
+        ),
+        (
+            reply(json!({"url": "http://127.0.0.1:9/x"})),
+            "remote transport requires wss for non-loopback endpoints",
+        ),
+    ] {
+        let mut registry = Registry::answering(Some(answer)).await;
+        let mut executor = Executor::start(binary, &registry, &[]);
+        registry
+            .registration(TIMEOUT)
+            .await
+            .expect("a registration");
+        let (status, stderr) =
+            tokio::task::block_in_place(|| executor.exit(TIMEOUT)).expect("the executor exits");
+        assert_eq!(status.code(), Some(1), "{binary:?}: {stderr}");
+        assert!(stderr.contains(message), "{binary:?}: {stderr}");
+        assert!(registry.dial(Duration::ZERO).await.is_none());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn registration_failures_are_fatal_ours() {
+    registration_failures_are_fatal(Binary::Ours).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn registration_failures_are_fatal_codex() {
+    registration_failures_are_fatal(Binary::Codex).await;
+}
+
+/// A dial that fails (503 on the upgrade) is retried with a growing pause, to the same URL,
+/// without registering again.
+async fn failed_dials_are_retried(binary: Binary) {
+    let mut registry = Registry::start().await;
+    registry.refuse_upgrades(Some(503));
+    let _executor = Executor::start(binary, &registry, &[]);
+    check_registration(&mut registry).await;
+    let mut times = Vec::new();
+    for _ in 0..3 {
+        let (handshake, socket) = registry.dial(TIMEOUT).await.expect("a dial");
+        times.push(Instant::now());
+        assert!(socket.is_none());
+        assert_eq!(
+            handshake.target,
+            format!("/rendezvous/{ENVIRONMENT}?sig=abc&role=environment")
+        );
+    }
+    registry.refuse_upgrades(None);
+    let (_, socket) = registry.dial(TIMEOUT).await.expect("a dial");
+    let client = Client::from_stream(socket.expect("accepted"));
+    client.initialize(None).await.expect("initialize");
+    let gaps: Vec<f64> = times
+        .windows(2)
+        .map(|pair| (pair[1] - pair[0]).as_secs_f64())
+        .collect();
+    eprintln!("{binary:?}: gaps between failed dials {gaps:?}");
+    assert!((0.3..1.5).contains(&gaps[0]), "{binary:?}: {gaps:?}");
+    assert!((0.7..2.5).contains(&gaps[1]), "{binary:?}: {gaps:?}");
+    assert!(registry.registration(Duration::ZERO).await.is_none());
+}
+
+#[tokio::test]
+async fn failed_dials_are_retried_ours() {
+    failed_dials_are_retried(Binary::Ours).await;
+}
+
+#[tokio::test]
+async fn failed_dials_are_retried_codex() {
+    failed_dials_are_retried(Binary::Codex).await;
+}
+
+/// Without a region or without credentials the executor stops before registering, with the
+/// AWS SDK's words as codex prints them.
+async fn missing_aws_settings_are_fatal(binary: Binary) {
+    for (unset, message) in [
+        ("AWS_REGION", "AWS SDK config did not resolve a region"),
+        ("AWS_ACCESS_KEY_ID", "failed to load AWS credentials"),
+    ] {
+        let mut registry = Registry::start().await;
+        let mut executor = Executor::start_with(binary, &registry, &[], &[(unset, "")]);
+        let (status, stderr) =
+            tokio::task::block_in_place(|| executor.exit(TIMEOUT)).expect("the executor exits");
+        assert_eq!(status.code(), Some(1), "{binary:?}: {stderr}");
+        assert!(stderr.contains(message), "{binary:?}: {stderr}");
+        assert!(registry.registration(Duration::ZERO).await.is_none());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn missing_aws_settings_are_fatal_ours() {
+    missing_aws_settings_are_fatal(Binary::Ours).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn missing_aws_settings_are_fatal_codex() {
+    missing_aws_settings_are_fatal(Binary::Codex).await;
+}
