@@ -71,8 +71,10 @@ pub struct Args {
 
     /// Requests of one connection handled at once; beyond it the connection is not read
     /// (backpressure, not errors).
+    /// (`--concurrent-requests`, codex's name, is the same limit; codex's default is 1.)
     #[arg(
         long,
+        alias = "concurrent-requests",
         env = "EXEC_SERVER_MAX_REQUESTS_IN_FLIGHT",
         default_value_t = 256
     )]
@@ -203,6 +205,9 @@ pub struct Args {
 
     #[command(flatten)]
     pub remote_mode: RemoteArgs,
+
+    #[command(flatten)]
+    pub codex: crate::codex_args::CodexArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -214,7 +219,8 @@ pub enum LogFormat {
 /// Settings the running daemon consults.
 #[derive(Debug, Clone)]
 pub struct Config {
-    pub connection_token: Option<String>,
+    /// What a WebSocket upgrade must present, if anything.
+    pub(crate) upgrade_auth: Option<crate::ws_auth::UpgradeAuth>,
     pub session_ttl: Duration,
     pub max_session_ttl: Duration,
     pub exited_retention: Duration,
@@ -244,7 +250,7 @@ pub struct Config {
 
 impl Args {
     pub fn config(&self) -> anyhow::Result<Config> {
-        let token = self.connection_token()?;
+        let upgrade_auth = self.upgrade_auth()?;
         anyhow::ensure!(
             self.output_retention_bytes > 0,
             "--output-retention-bytes must be positive"
@@ -261,7 +267,7 @@ impl Args {
         let limits = self.limits()?;
         let user_watches = max_user_watches();
         Ok(Config {
-            connection_token: token,
+            upgrade_auth,
             session_ttl: self.session_ttl,
             max_session_ttl: self.max_session_ttl,
             exited_retention: self.exited_retention,
@@ -293,6 +299,20 @@ impl Args {
                 std::env::var_os("XDG_RUNTIME_DIR").as_deref(),
             )?,
         })
+    }
+
+    /// What an upgrade must present: our token, or codex's `--ws-auth`, not both.
+    fn upgrade_auth(&self) -> anyhow::Result<Option<crate::ws_auth::UpgradeAuth>> {
+        let codex = self.codex.upgrade_auth()?;
+        let ours = self.connection_token()?;
+        match (ours, codex) {
+            (Some(_), Some(_)) => anyhow::bail!(
+                "--connection-token[-file] (or CODEX_EXEC_SERVER_CONNECTION_TOKEN) and --ws-auth \
+                 are two ways to require a token: give one"
+            ),
+            (Some(token), None) => Ok(Some(crate::ws_auth::UpgradeAuth::token(&token))),
+            (None, codex) => Ok(codex),
+        }
     }
 
     /// The bearer token: from its file, its flag or codex's variable, in that order.

@@ -19,7 +19,7 @@ pub(crate) fn capabilities() -> EnvironmentCapabilities {
     let sandbox = crate::sandbox::enforceable();
     EnvironmentCapabilities {
         network_proxy_launch: false,
-        capability_discovery_sandbox: false,
+        capability_discovery_sandbox: true,
         environment_config_read: false,
         http_header_env_vars: true,
         sandboxed_file_streaming: sandbox,

@@ -12,8 +12,10 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 mod audit;
+mod capability;
 mod child;
 mod cli;
+mod codex_args;
 mod config;
 mod environment;
 mod fs;
@@ -32,6 +34,7 @@ mod server;
 mod session;
 mod state_dir;
 mod transport;
+mod ws_auth;
 
 // What the binary needs; `rpc` is public for the fuzz targets.
 pub use child::main_if_supervisor;

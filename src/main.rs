@@ -34,6 +34,7 @@ fn serve(args: &Args, token_on_argv: bool, listen_given: bool) -> std::process::
              use --connection-token-file instead"
         );
     }
+    args.codex.log_ignored();
     raise_fd_limit();
     shield_from_oom_killer();
     let result = args.config().and_then(|config| {
@@ -42,6 +43,13 @@ fn serve(args: &Args, token_on_argv: bool, listen_given: bool) -> std::process::
             Some(_) if !listen_given => None,
             _ => Some(ListenUrl::parse(&args.listen)?),
         };
+        if args.codex.exit_on_stdin_close {
+            anyhow::ensure!(
+                !matches!(listen, Some(ListenUrl::Stdio)),
+                "--exit-on-stdin-close: a stdio:// daemon already ends with its input"
+            );
+            exit_on_stdin_close();
+        }
         let runtime = tokio::runtime::Runtime::new()?;
         runtime.block_on(exec_server::serve(listen, remote, config, handover))
     });
@@ -53,6 +61,19 @@ fn serve(args: &Args, token_on_argv: bool, listen_given: bool) -> std::process::
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// --exit-on-stdin-close: once standard input ends (the parent holding its pipe is gone), the
+/// daemon shuts down as on SIGTERM, its processes killed, rather than outliving its owner.
+fn exit_on_stdin_close() {
+    std::thread::spawn(|| {
+        let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
+        tracing::info!("standard input closed: shutting down (--exit-on-stdin-close)");
+        if let Err(err) = nix::sys::signal::raise(nix::sys::signal::Signal::SIGTERM) {
+            tracing::error!("cannot signal the daemon's own shutdown: {err}");
+            std::process::exit(1);
+        }
+    });
 }
 
 fn init_logging(args: &Args) {

@@ -5,6 +5,7 @@
 //! Usage: `cargo run --release -p exec-server-bench -- [--quick] [--launch-only] [--daemon PATH]`
 //! (`--launch-only`: the exec round trips alone, for work on the launch path)
 
+mod codex;
 mod packages;
 mod remote;
 mod ssh;
@@ -559,6 +560,8 @@ async fn run(size: &Size, launch_only: bool, binary: &Path) -> anyhow::Result<Ma
         );
         return Ok(r.0);
     }
+    eprintln!("bench: codex's exec-server beside ours (one plain client, interleaved)");
+    codex::compare(&daemon.url, size, &workspace, &mut r).await;
     if let Some(sshd) = &sshd {
         let mut ssh = command_rtt(size.ssh_runs, || sshd.command("true", false))?;
         r.put_rtt("ssh", &mut ssh);
@@ -1418,6 +1421,34 @@ struct Row {
 
 const ROWS: &[Row] = &[
     Row {
+        what: "beside codex's exec-server 0.169.0 (one plain client, interleaved): exec round trip of `true`, µs",
+        ours: "exec_beside_codex_rtt_us",
+        baselines: &[("codex", "codex_exec_rtt_us"), ("× codex", "exec_vs_codex")],
+        target: "≤ codex",
+        met: |r| Some(r.get("exec_vs_codex")? <= 1.0),
+    },
+    Row {
+        what: "beside codex: sandboxed exec round trip (workspace-write, one launch in three), µs",
+        ours: "sandbox_beside_codex_rtt_us",
+        baselines: &[("codex", "codex_sandbox_rtt_us"), ("× codex", "sandbox_vs_codex")],
+        target: "≤ codex",
+        met: |r| Some(r.get("sandbox_vs_codex")? <= 1.0),
+    },
+    Row {
+        what: "beside codex: streaming `head -c 200M /dev/zero` through process/output, MB/s",
+        ours: "stream_beside_codex_mb_s",
+        baselines: &[("codex", "codex_stream_mb_s"), ("× codex", "stream_vs_codex")],
+        target: "≥ codex",
+        met: |r| Some(r.get("stream_vs_codex")? >= 1.0),
+    },
+    Row {
+        what: "beside codex: output bytes the process/output notifications missed, MB (of codex_streamed_mb each)",
+        ours: "stream_beside_codex_missing_mb",
+        baselines: &[("codex", "codex_stream_missing_mb")],
+        target: "0",
+        met: |r| Some(r.get("stream_beside_codex_missing_mb")? == 0.0),
+    },
+    Row {
         what: "exec round trip of `true`, µs (median; interleaved with local spawns)",
         ours: "exec_rtt_us",
         baselines: &[
@@ -1767,7 +1798,9 @@ fn markdown(table: &str, results: &Map<String, Value>) -> String {
          cargo run --release -p exec-server-bench -- --quick # < 1 min, prints the JSON only\n```\n\n\
          The bench builds and starts the release daemon itself, and a throwaway sshd on a loopback\n\
          port with throwaway keys (installing openssh-server, and bubblewrap for the bwrap baseline,\n\
-         with apt-get when they are missing).\n\n\
+         with apt-get when they are missing), and codex's own exec-server (npm `@openai/codex`\n\
+         0.169.0, installed under target/ with npm when missing; skipped with a note without npm),\n\
+         measured beside ours by one plain JSON-RPC client written for both, run by run.\n\n\
          ## All figures\n\n```json\n{}\n```\n",
         serde_json::to_string_pretty(results).unwrap_or_default()
     )

@@ -6,6 +6,7 @@
 
 pub mod base64_bytes;
 pub mod binary;
+pub mod capability;
 pub mod environment;
 pub mod fs;
 pub mod http;

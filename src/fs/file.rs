@@ -11,9 +11,12 @@ use std::path::Path;
 /// Bytes read per system call while encoding.
 const READ_BUFFER: usize = 256 * 1024;
 
+/// How a refusal of `fs/readFile` for its size begins, also when a sandbox helper reports it.
+pub(crate) const TOO_LARGE: &str = "file is too large to read";
+
 fn too_large(limit: u64) -> FsError {
     FsError::refused(format!(
-        "file is too large to read: limit is {limit} bytes; read it in blocks with fs/open and fs/readBlock"
+        "{TOO_LARGE}: limit is {limit} bytes; read it in blocks with fs/open and fs/readBlock"
     ))
 }
 

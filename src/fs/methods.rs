@@ -27,10 +27,7 @@ pub(crate) async fn one_shot<M: OneShot>(
     let listed = M::touches(&params)
         .first()
         .and_then(|(uri, _)| uri.to_path().ok());
-    let mut result = match route(M::take_sandbox(&mut params))? {
-        Route::Direct => blocking(move || M::run(params)).await?,
-        Route::Confined(confined) => confined.one_shot::<M>(params).await?,
-    };
+    let mut result = run_routed::<M>(&route(M::take_sandbox(&mut params))?, params).await?;
     if let Some(listed) = listed {
         M::hide_placeholders(
             &listed,
@@ -39,6 +36,17 @@ pub(crate) async fn one_shot<M: OneShot>(
         );
     }
     Ok(Success::Json(result))
+}
+
+/// Runs a one-shot operation whose sandbox was already routed: here, or in the helper.
+pub(crate) async fn run_routed<M: OneShot>(
+    route: &Route,
+    params: M::Params,
+) -> Result<serde_json::Value, FsError> {
+    match route {
+        Route::Direct => blocking(move || M::run(params)).await,
+        Route::Confined(confined) => confined.one_shot::<M>(params).await,
+    }
 }
 
 pub(crate) async fn open(

@@ -28,7 +28,10 @@ mod watch;
 mod write_stream;
 
 pub(crate) use error::FsError;
-pub(crate) use methods::{close, one_shot, open, read_block, unwatch, watch, write_block};
+pub(crate) use file::TOO_LARGE as READ_FILE_TOO_LARGE;
+pub(crate) use methods::{
+    close, one_shot, open, read_block, run_routed, unwatch, watch, write_block,
+};
 pub(crate) use oneshot::{one_shots, OneShot, OneShotVisitor};
 pub(crate) use watch::{WatchBudget, WatchedDirectories};
 

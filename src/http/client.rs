@@ -2,7 +2,8 @@
 //!
 //! reqwest fixes proxies and the redirect policy per client, so there is one client for each
 //! combination of route (through the ambient proxies, or direct for literal loopback URLs) and
-//! redirect policy; each keeps its own connection pool.
+//! redirect policy; each keeps its own connection pool. They share one cookie jar and one trust
+//! configuration (`trust`).
 
 use super::{describe, HttpError};
 use exec_server_protocol::http::RedirectPolicy;
@@ -22,7 +23,7 @@ pub(super) async fn send(
     let direct = is_literal_loopback(request.url());
     let stop = policy == RedirectPolicy::Stop;
     let client = CLIENTS[direct as usize][stop as usize]
-        .get_or_init(|| build(direct, policy).map_err(|err| describe(&err)))
+        .get_or_init(|| build(direct, policy))
         .as_ref()
         .map_err(|err| HttpError::Send(err.clone()))?;
     client
@@ -31,7 +32,9 @@ pub(super) async fn send(
         .map_err(|err| HttpError::Send(describe(&err)))
 }
 
-fn build(direct: bool, policy: RedirectPolicy) -> reqwest::Result<reqwest::Client> {
+/// A client as codex builds its own: trusting the bundle `CODEX_CA_CERTIFICATE` or
+/// `SSL_CERT_FILE` names besides the system roots, and sharing the daemon's Cloudflare cookies.
+fn build(direct: bool, policy: RedirectPolicy) -> Result<reqwest::Client, String> {
     // reqwest is built without a default crypto provider (ring instead of aws-lc). A second
     // install attempt fails harmlessly.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -40,9 +43,12 @@ fn build(direct: bool, policy: RedirectPolicy) -> reqwest::Result<reqwest::Clien
         RedirectPolicy::Follow if direct => stay_on_loopback(),
         RedirectPolicy::Follow => Policy::default(),
     };
-    let builder = reqwest::Client::builder().redirect(redirect);
+    let builder = reqwest::Client::builder()
+        .redirect(redirect)
+        .tls_certs_merge(super::trust::custom_roots()?)
+        .cookie_provider(super::trust::COOKIES.clone());
     let builder = if direct { builder.no_proxy() } else { builder };
-    builder.build()
+    builder.build().map_err(|err| describe(&err))
 }
 
 /// The direct client skips the proxies, so it must not follow a redirect off loopback: that

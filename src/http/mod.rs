@@ -2,13 +2,15 @@
 //! response buffered, or streams its body as `http/request/bodyDelta` notifications.
 //!
 //! `request` validates and builds the request, `client` picks a pooled client and sends it,
-//! `streams` tracks this connection's active body streams, `body` pumps one of them.
+//! `streams` tracks this connection's active body streams, `body` pumps one of them; `trust`
+//! holds the custom CA and the Cloudflare cookie jar every client shares.
 
 mod body;
 mod client;
 mod methods;
 mod request;
 mod streams;
+mod trust;
 
 pub(crate) use methods::request;
 pub(crate) use streams::HttpStreams;

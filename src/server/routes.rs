@@ -4,7 +4,7 @@
 use super::process_methods;
 use super::router::{Ctx, Router};
 use crate::rpc::RpcError;
-use crate::{audit, environment, fs, http, process};
+use crate::{audit, capability, environment, fs, http, process};
 use exec_server_protocol::fs::OpenMode;
 use exec_server_protocol::methods::{self as m, Method};
 use exec_server_protocol::process::SandboxType;
@@ -118,6 +118,7 @@ fn environment_and_http_methods(router: &mut Router) {
             .await?;
         Ok::<_, RpcError>(http::request(&c.call, &connection.http, limit, p).await?)
     });
+    router.request::<m::CapabilityRootsDiscover>(|_: Ctx, p| capability::discover(p));
 }
 
 /// With an audit log, records the exit of the process `id` just started, once it exits.

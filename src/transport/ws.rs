@@ -9,7 +9,7 @@ use crate::rpc::outbound::{self, Outbound};
 use crate::server::{self, AtEnd, Daemon, Frame};
 use axum::extract::ws::{CloseFrame, Message, WebSocketUpgrade};
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue, Request, StatusCode};
+use axum::http::{header, HeaderMap, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use axum::Extension;
@@ -24,7 +24,6 @@ use std::io::Write as _;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use subtle::ConstantTimeEq as _;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
@@ -197,7 +196,7 @@ pub(super) async fn serve_tcp(
     let local = listener.local_addr()?;
     crate::sandbox::peers::note_listener(local);
     let scheme = if tls.is_some() { "wss" } else { "ws" };
-    if tls.is_none() && !local.ip().is_loopback() && daemon.config.connection_token.is_none() {
+    if tls.is_none() && !local.ip().is_loopback() && daemon.config.upgrade_auth.is_none() {
         tracing::warn!(
             "LISTENING ON {local} WITHOUT A TOKEN OR TLS: anyone who can reach this address \
              runs commands as this user; set --connection-token-file (and use wss://, or a \
@@ -280,11 +279,10 @@ fn refusal(daemon: &Daemon, headers: &HeaderMap) -> Option<Response> {
     if headers.contains_key(header::ORIGIN) {
         return Some((StatusCode::FORBIDDEN, "browser origins may not connect").into_response());
     }
-    match &daemon.config.connection_token {
-        Some(token) if !bearer_matches(headers.get(header::AUTHORIZATION), token) => {
-            Some((StatusCode::UNAUTHORIZED, "missing or wrong bearer token").into_response())
-        }
-        _ => None,
+    let auth = daemon.config.upgrade_auth.as_ref()?;
+    match auth.check(headers.get(header::AUTHORIZATION)) {
+        Ok(()) => None,
+        Err(why) => Some((StatusCode::UNAUTHORIZED, why).into_response()),
     }
 }
 
@@ -327,7 +325,7 @@ async fn upgrade(
     if let Some(refused) = refusal(&daemon, &headers) {
         return refused;
     }
-    if daemon.config.connection_token.is_some() {
+    if daemon.config.upgrade_auth.is_some() {
         who = who.with_token();
     }
     let ws = match ws {
@@ -350,19 +348,6 @@ async fn upgrade(
             run(socket, daemon, who, restart, "exec-server websocket").await;
             drop(open);
         })
-}
-
-/// Whether `Authorization` carries `token` in the Bearer scheme, whose name is
-/// case-insensitive (RFC 7235).
-fn bearer_matches(authorization: Option<&HeaderValue>, token: &str) -> bool {
-    let Some((scheme, credentials)) = authorization
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.split_once(' '))
-    else {
-        return false;
-    };
-    let given = credentials.trim_start_matches(' ').as_bytes();
-    scheme.eq_ignore_ascii_case("bearer") && bool::from(given.ct_eq(token.as_bytes()))
 }
 
 /// A WebSocket as the connection loop uses it: an upgraded one (axum's), or one the daemon

@@ -42,7 +42,7 @@ async fn info_describes_the_host_the_daemon_runs_on() {
         info["capabilities"],
         json!({
             "networkProxyLaunch": false,
-            "capabilityDiscoverySandbox": false,
+            "capabilityDiscoverySandbox": true,
             "environmentConfigRead": false,
             "httpHeaderEnvVars": true,
             "sandboxedFileStreaming": true,

@@ -13,6 +13,7 @@ mod support {
     pub mod http_proxy;
     pub mod proxy;
     pub mod registry;
+    pub mod tls_intercept;
 }
 
 mod audit;
@@ -23,6 +24,9 @@ mod cli_jobs;
 mod cli_pty;
 mod client;
 mod codex_differential;
+mod codex_fidelity_cli;
+mod codex_fidelity_discovery;
+mod codex_fidelity_http;
 mod environment;
 mod fs;
 mod fs_stream;

@@ -3,6 +3,7 @@
 //! sshd), and started on a loopback port with a `CODEX_HOME` of its own.
 
 use std::io::{BufRead as _, BufReader};
+use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -71,6 +72,9 @@ impl CodexPeer {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
+        // `codex` is a node launcher that runs the native binary as its child: killing the
+        // launcher alone would leave the server running (and holding the test's stderr).
+        command.process_group(0);
         let mut child = command.spawn().expect("start codex exec-server");
         let stdout = child.stdout.take().expect("codex stdout");
         let mut stdout = BufReader::new(stdout);
@@ -111,6 +115,8 @@ impl CodexPeer {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
+            // As in `start_with`: the whole group dies with it, the native server too.
+            .process_group(0)
             .spawn()
             .expect("start codex exec-server");
         RemoteCodex { child, _home: home }
@@ -119,14 +125,16 @@ impl CodexPeer {
 
 impl Drop for RemoteCodex {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        // SAFETY: kill(2) of the process group this server leads; no memory is involved.
+        unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
         let _ = self.child.wait();
     }
 }
 
 impl Drop for CodexPeer {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        // SAFETY: kill(2) of the process group this peer leads; no memory is involved.
+        unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
         let _ = self.child.wait();
     }
 }

@@ -597,6 +597,49 @@ class HttpBodyDelta(TypedDict):
     error: NotRequired[Optional[str]]
 
 
+# -- capability discovery -----------------------------------------------------------------------
+
+
+class CapabilityRoot(TypedDict):
+    id: str
+    path: PathUri
+    sandbox: NotRequired[Optional[FileSystemSandboxContext]]
+
+
+class DiscoverParams(TypedDict):
+    roots: List[CapabilityRoot]
+
+
+class TextFile(TypedDict):
+    path: PathUri
+    contents: str
+
+
+class DiscoveredPlugin(TypedDict):
+    manifest: TextFile
+    mcpConfig: NotRequired[Optional[TextFile]]
+    appsConfig: NotRequired[Optional[TextFile]]
+
+
+class DiscoveredSkill(TypedDict):
+    instructions: TextFile
+    metadata: NotRequired[Optional[TextFile]]
+
+
+class DiscoveredRoot(TypedDict):
+    id: str
+    path: PathUri
+    plugin: NotRequired[Optional[DiscoveredPlugin]]
+    skills: List[DiscoveredSkill]
+    namespaceManifests: List[TextFile]
+    warnings: List[str]
+    error: NotRequired[Optional[str]]
+
+
+class DiscoverResult(TypedDict):
+    roots: List[DiscoveredRoot]
+
+
 # -- the envelope -------------------------------------------------------------------------------
 
 RequestId = Union[int, str]
@@ -669,6 +712,7 @@ REQUESTS: Dict[str, Any] = {
     "environment/info": (None, EnvironmentInfo, True),
     "environment/status": (None, EnvironmentStatus, True),
     "http/request": (HttpRequestParams, HttpRequestResult, False),
+    "capabilityRoots/discoverV1": (DiscoverParams, DiscoverResult, True),
 }
 
 #: Each notification's params type.

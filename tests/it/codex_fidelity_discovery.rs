@@ -1,0 +1,230 @@
+//! `capabilityRoots/discoverV1` (issue 29, gap 7), after codex's
+//! `codex-rs/exec-server/tests/capability_discovery.rs`: the same roots asked of this daemon
+//! and of codex's own exec-server (`common::codex_peer`), the whole results compared.
+
+use crate::common::codex_peer::CodexPeer;
+use crate::common::{Client, Daemon, TIMEOUT};
+use crate::sandbox_support::{entry, restricted, special, uri, Dirs};
+use serde_json::{json, Value};
+use std::path::Path;
+
+const METHOD: &str = "capabilityRoots/discoverV1";
+
+/// Both daemons' replies to `params`: (ours, codex's).
+async fn both_discover(params: &Value) -> (Result<Value, Value>, Result<Value, Value>) {
+    let codex = CodexPeer::start(&[]);
+    let ours = Daemon::start();
+    let mut replies = Vec::new();
+    for url in [&ours.url, &codex.url] {
+        let client = Client::connect(url).await;
+        client.initialize(None).await.expect("initialize");
+        let reply = tokio::time::timeout(TIMEOUT, client.request(METHOD, params.clone()))
+            .await
+            .expect("reply in time");
+        replies.push(reply);
+    }
+    let codex_reply = replies.pop().unwrap();
+    (replies.pop().unwrap(), codex_reply)
+}
+
+fn write(root: &Path, relative: &str, contents: impl AsRef<[u8]>) {
+    let path = root.join(relative);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, contents).unwrap();
+}
+
+fn root(id: &str, path: &Path) -> Value {
+    json!({"id": id, "path": uri(path)})
+}
+
+/// The roots of the fixture below `dir`, each showing one rule.
+fn fixture(dir: &Path) -> Vec<Value> {
+    // A codex plugin naming its MCP and apps files, with skills (one with metadata).
+    let plugin = dir.join("plugin");
+    write(
+        &plugin,
+        ".codex-plugin/plugin.json",
+        r#"{"name":"p","mcpServers":"./mcp.json","apps":"./apps.json"}"#,
+    );
+    write(
+        &plugin,
+        ".claude-plugin/plugin.json",
+        r#"{"name":"second choice"}"#,
+    );
+    write(&plugin, "mcp.json", r#"{"mcpServers":{}}"#);
+    write(&plugin, ".mcp.json", r#"{"not":"read"}"#);
+    write(&plugin, "apps.json", "{}");
+    write(&plugin, "skills/a/SKILL.md", "# A\n");
+    write(&plugin, "skills/a/agents/openai.yaml", "interface: {}\n");
+    write(&plugin, "skills/b/SKILL.md", "# B\n");
+    // The Cursor layout, with inline MCP servers: no MCP file, not even `.mcp.json`.
+    let cursor = dir.join("cursor");
+    write(
+        &cursor,
+        ".cursor-plugin/plugin.json",
+        r#"{"name":"c","mcpServers":{"s":{"command":"x"}}}"#,
+    );
+    write(&cursor, ".mcp.json", r#"{"mcpServers":{"d":{}}}"#);
+    write(&cursor, "skills/c/SKILL.md", "# C\n");
+    // Declared paths that are refused fall back to the default `.mcp.json`.
+    let refused = dir.join("refused");
+    write(
+        &refused,
+        ".claude-plugin/plugin.json",
+        r#"{"mcpServers":"mcp.json","apps":"./../x.json"}"#,
+    );
+    write(&refused, ".mcp.json", "{}");
+    // A root inside a plugin takes its namespace from the plugin's manifest.
+    let inherits = dir.join("plugin/skills");
+    // Hidden directories are entered; the depth limit; non-UTF-8 and oversized files.
+    let odd = dir.join("odd");
+    write(&odd, ".hidden/s/SKILL.md", "# hidden\n");
+    let mut deep = String::new();
+    for level in 1..=9 {
+        deep.push_str(&format!("{level}/"));
+        write(
+            &odd,
+            &format!("deep/{deep}SKILL.md"),
+            format!("# {level}\n"),
+        );
+    }
+    write(&odd, "bad/SKILL.md", [0xff, 0xfe]);
+    write(&odd, "big/SKILL.md", vec![b'a'; 1024 * 1024 + 1]);
+    // Several plugins below one root: one namespace each, by directory.
+    let many = dir.to_path_buf();
+    let file = dir.join("plugin/mcp.json");
+    let missing = dir.join("missing");
+    vec![
+        root("plugin", &plugin),
+        root("cursor", &cursor),
+        root("refused", &refused),
+        root("inherits", &inherits),
+        root("odd", &odd),
+        root("many", &many),
+        root("file", &file),
+        root("missing", &missing),
+    ]
+}
+
+#[tokio::test]
+async fn capability_roots_discover_skills_plugins_and_mcp_config_as_codex_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let params = json!({"roots": fixture(dir.path())});
+    let (ours, codex) = both_discover(&params).await;
+    let (ours, codex) = (ours.expect("ours"), codex.expect("codex"));
+    assert_eq!(ours, codex, "ours\n{ours:#}\ncodex\n{codex:#}");
+    // And what that is, so a change on both sides is seen too.
+    let roots = ours["roots"].as_array().unwrap();
+    let by_id = |id: &str| roots.iter().find(|r| r["id"] == id).unwrap();
+    let plugin = &by_id("plugin")["plugin"];
+    assert!(plugin["mcpConfig"]["path"]
+        .as_str()
+        .unwrap()
+        .ends_with("/plugin/mcp.json"));
+    assert_eq!(plugin["appsConfig"]["contents"], "{}");
+    assert_eq!(
+        by_id("plugin")["skills"][0]["metadata"]["contents"],
+        "interface: {}\n"
+    );
+    let cursor = by_id("cursor");
+    assert!(cursor["plugin"]["manifest"]["path"]
+        .as_str()
+        .unwrap()
+        .ends_with("/.cursor-plugin/plugin.json"));
+    assert_eq!(cursor["plugin"]["mcpConfig"], Value::Null);
+    assert_eq!(by_id("refused")["warnings"].as_array().unwrap().len(), 2);
+    assert_eq!(by_id("inherits")["plugin"], Value::Null);
+    assert_eq!(
+        by_id("inherits")["namespaceManifests"][0],
+        plugin["manifest"]
+    );
+    let odd_skills = by_id("odd")["skills"].as_array().unwrap().len();
+    assert_eq!(
+        odd_skills,
+        1 + 5,
+        "the hidden skill and 5 of the deep ones: odd/deep/1/SKILL.md is 3 levels down, and \
+         codex scans 6 levels counted from 0"
+    );
+    assert_eq!(
+        by_id("many")["namespaceManifests"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+    assert!(by_id("file")["error"]
+        .as_str()
+        .unwrap()
+        .ends_with("is not a directory"));
+    assert!(by_id("missing")["error"]
+        .as_str()
+        .unwrap()
+        .starts_with("failed to inspect capability root"));
+}
+
+#[tokio::test]
+async fn capability_roots_discover_refuses_more_than_128_roots() {
+    let dir = tempfile::tempdir().unwrap();
+    let roots: Vec<Value> = (0..129).map(|i| root(&i.to_string(), dir.path())).collect();
+    let (ours, codex) = both_discover(&json!({"roots": roots})).await;
+    let (ours, codex) = (ours.unwrap_err(), codex.unwrap_err());
+    assert_eq!(ours, codex);
+    assert_eq!(ours["code"], -32600);
+    assert_eq!(
+        ours["message"],
+        "capability root discovery accepts at most 128 roots"
+    );
+}
+
+#[tokio::test]
+async fn capability_roots_discover_reads_through_the_roots_sandbox() {
+    let d = Dirs::new();
+    write(&d.ws, "skills/in/SKILL.md", "# inside\n");
+    // The sandbox reads only the workspace (and the platform's files): a skill whose file is a
+    // link to elsewhere is left out, as a missing file is, saying nothing of where it points.
+    std::fs::write(d.out("secret.md"), "# outside\n").unwrap();
+    std::fs::create_dir_all(d.ws("skills/out")).unwrap();
+    std::os::unix::fs::symlink(d.out("secret.md"), d.ws("skills/out/SKILL.md")).unwrap();
+    let sandbox = restricted(
+        &d.ws,
+        vec![
+            entry(special("minimal"), "read"),
+            entry(special("project_roots"), "write"),
+        ],
+        "restricted",
+    );
+    let mut sandboxed = root("ws", &d.ws);
+    sandboxed["sandbox"] = sandbox.clone();
+    // A root the sandbox does not let it read at all.
+    std::fs::create_dir_all(d.out("skills/x")).unwrap();
+    std::fs::write(d.out("skills/x/SKILL.md"), "# x\n").unwrap();
+    let mut denied = root("out", &d.out(""));
+    denied["sandbox"] = sandbox;
+    let (ours, codex) = both_discover(&json!({"roots": [sandboxed, denied]})).await;
+    let (ours, codex) = (ours.expect("ours"), codex.expect("codex"));
+    let found = &ours["roots"][0];
+    assert_eq!(
+        found, &codex["roots"][0],
+        "ours\n{ours:#}\ncodex\n{codex:#}"
+    );
+    let skills = found["skills"].as_array().unwrap();
+    assert_eq!(skills.len(), 1, "{found:#}");
+    assert_eq!(skills[0]["instructions"]["contents"], "# inside\n");
+    assert_eq!(found["warnings"], json!([]));
+    // Nothing read from the denied root by either. How it is said differs with the sandbox's
+    // mechanism (docs/protocol.md): codex's mount namespace shows it as missing; under our
+    // Landlock it exists and its scan is refused.
+    let (ours, codex) = (&ours["roots"][1], &codex["roots"][1]);
+    assert_eq!(ours["skills"], json!([]), "{ours:#}");
+    assert_eq!(codex["skills"], json!([]), "{codex:#}");
+    let missing = codex["error"].as_str().unwrap();
+    assert!(
+        missing.ends_with("No such file or directory (os error 2)"),
+        "{codex:#}"
+    );
+    let refused = ours["warnings"][0].as_str().unwrap();
+    assert!(
+        refused.ends_with("Permission denied (os error 13)"),
+        "{ours:#}"
+    );
+}
