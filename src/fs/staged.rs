@@ -1,5 +1,5 @@
 //! A file written beside its target and renamed into place, so readers of the target see the
-//! old content or the new, never a mix (`fs/writeFile {atomic}`, `fs/open {mode: "replace"}`).
+//! old content or the new, never a mix (`fs/writeFile {atomic}`, `fs/open {mode: "replaceOnClose"}`).
 
 use super::host::{regular, symlink_refused, with_path};
 use super::FsError;

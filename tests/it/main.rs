@@ -21,6 +21,7 @@ mod cli_fs;
 mod cli_jobs;
 mod cli_pty;
 mod client;
+mod codex_differential;
 mod environment;
 mod fs;
 mod fs_stream;

@@ -1,5 +1,6 @@
 //! Test harness: starts the real `exec-server` binary and speaks to it over a real WebSocket.
 
+pub mod codex_peer;
 pub mod http_server;
 
 use base64::Engine as _;

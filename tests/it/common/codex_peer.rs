@@ -1,0 +1,105 @@
+//! codex's own exec-server, the referee for codex behaviour: the npm package `@openai/codex` at
+//! a pinned version, installed into the build directory when missing (as the bench installs
+//! sshd), and started on a loopback port with a `CODEX_HOME` of its own.
+
+use std::io::{BufRead as _, BufReader};
+use std::os::unix::process::CommandExt as _;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+
+/// The version every differential test is written against; a bump shows up as test diffs.
+pub const CODEX_VERSION: &str = "0.169.0";
+
+/// The `codex` launcher, installed with npm under `target/codex-peer-<version>` on first use.
+/// Installation happens once per test process; concurrent test processes serialise on an
+/// exclusive lock of the install directory.
+pub fn codex_binary() -> PathBuf {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(install).clone()
+}
+
+fn install() -> PathBuf {
+    let prefix = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("CARGO_TARGET_TMPDIR has a parent")
+        .join(format!("codex-peer-{CODEX_VERSION}"));
+    let binary = prefix.join("node_modules/.bin/codex");
+    std::fs::create_dir_all(&prefix).expect("create codex install directory");
+    let lock = std::fs::File::open(&prefix).expect("open codex install directory");
+    // SAFETY: flock on a descriptor we own; it is released when `lock` is dropped.
+    let locked = unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) };
+    assert_eq!(locked, 0, "lock codex install directory");
+    if !binary.exists() {
+        let status = Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--prefix"])
+            .arg(&prefix)
+            .arg(format!("@openai/codex@{CODEX_VERSION}"))
+            .stdout(Stdio::null())
+            .status()
+            .expect("npm is required to install codex's exec-server (apt install npm)");
+        assert!(status.success(), "npm install @openai/codex failed");
+    }
+    binary
+}
+
+/// A running `codex exec-server`; killed on drop.
+pub struct CodexPeer {
+    child: Child,
+    /// The `ws://127.0.0.1:PORT` it listens on.
+    pub url: String,
+    /// Held open: codex may log to stdout later, and a closed pipe would kill it.
+    _stdout: BufReader<std::process::ChildStdout>,
+    _home: tempfile::TempDir,
+}
+
+impl CodexPeer {
+    /// `codex exec-server --listen ws://127.0.0.1:0` plus `args`.
+    pub fn start(args: &[&str]) -> Self {
+        Self::start_with(args, &[])
+    }
+
+    /// As `start`, with extra environment variables.
+    pub fn start_with(args: &[&str], env: &[(&str, &str)]) -> Self {
+        // codex refuses a CODEX_HOME under /tmp for some operations; /var/tmp is outside it.
+        let home = tempfile::tempdir_in("/var/tmp").expect("CODEX_HOME");
+        let mut command = Command::new(codex_binary());
+        command
+            .args(["exec-server", "--listen", "ws://127.0.0.1:0"])
+            .args(args)
+            .env("CODEX_HOME", home.path())
+            .envs(env.iter().copied())
+            // Its own group: the npm launcher (node) runs the native binary as a child, which
+            // would outlive a kill of the launcher alone.
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = command.spawn().expect("start codex exec-server");
+        let stdout = child.stdout.take().expect("codex stdout");
+        let mut stdout = BufReader::new(stdout);
+        let mut line = String::new();
+        stdout
+            .read_line(&mut line)
+            .expect("codex prints its listening URL");
+        let url = line.trim().to_owned();
+        assert!(
+            url.starts_with("ws://"),
+            "codex exec-server printed {url:?}"
+        );
+        Self {
+            child,
+            url,
+            _stdout: stdout,
+            _home: home,
+        }
+    }
+}
+
+impl Drop for CodexPeer {
+    fn drop(&mut self) {
+        // SAFETY: signals the process group this peer leads (set at spawn); nothing else.
+        unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
+        let _ = self.child.wait();
+    }
+}
