@@ -151,7 +151,10 @@ async fn errors_carry_the_reference_codes() {
     let unknown = client.call(4, "process/explode", json!({})).await;
     assert_eq!(
         error(&unknown),
-        (-32601, "exec-server does not implement `process/explode`")
+        (
+            -32601,
+            "exec-server stub does not implement `process/explode` yet"
+        )
     );
     let bad_params = client.call(5, "fs/getMetadata", json!({"path": 7})).await;
     assert_eq!(error(&bad_params).0, -32602);

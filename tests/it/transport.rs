@@ -489,7 +489,7 @@ async fn batches_run_together_and_reply_as_one_array() {
             {"jsonrpc": "2.0", "id": 1, "result": {"running": false}},
             {"jsonrpc": "2.0", "id": 2, "result": {"status": "unknownProcess"}},
             {"id": -1, "error": {"code": -32600, "message": "notifications cannot be sent in a JSON-RPC batch"}},
-            {"jsonrpc": "2.0", "id": 3, "error": {"code": -32601, "message": "exec-server does not implement `nope/nope`"}}
+            {"jsonrpc": "2.0", "id": 3, "error": {"code": -32601, "message": "exec-server stub does not implement `nope/nope` yet"}}
         ])
     );
     client.send_text("[]").await;
