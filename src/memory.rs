@@ -34,6 +34,18 @@ pub(crate) fn release_soon() {
 pub fn map_large_buffers() {
     // SAFETY: mallopt takes integers only, and runs before other threads exist.
     unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 4 << 20) };
+    // Setting the mmap threshold also fixes the trim threshold at its 128 KiB default: every
+    // free at a heap's top then handed pages back (a thread arena's `madvise`), and a stream's
+    // next messages faulted them in again, a tenth of the daemon's time while streaming. A
+    // connection's outbound queue holds up to 16 MiB, so its churn stays below this. What
+    // stays resident is handed back by `release_soon` once processes and sessions go away,
+    // which `malloc_trim` does only for the main arena's top: hence one arena (small blocks
+    // come from each thread's cache without its lock).
+    // SAFETY: as above.
+    unsafe {
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
 }
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]

@@ -1,10 +1,11 @@
 //! Positional block reads of an open handle: `fs/readBlock`.
 
 use super::FsError;
+use crate::rpc::payload::Payload;
 use exec_server_protocol::fs::FILE_CHUNK_SIZE;
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt as _;
+use std::os::fd::AsRawFd as _;
 
 pub(super) fn check_block(offset: u64, len: usize) -> Result<(), FsError> {
     if len == 0 || len > FILE_CHUNK_SIZE {
@@ -19,19 +20,38 @@ pub(super) fn check_block(offset: u64, len: usize) -> Result<(), FsError> {
     }
 }
 
-/// Reads up to `len` bytes at `offset` with pread, looping over short reads; `eof` when fewer
+/// Reads up to `len` bytes at `offset` with pread, looping over short reads, into memory not
+/// zeroed first (where a binary reply's header then goes in front of them); `eof` when fewer
 /// than `len` came back.
-pub(super) fn read_block(file: &File, offset: u64, len: usize) -> io::Result<(Vec<u8>, bool)> {
-    let mut buffer = vec![0; len];
-    let mut filled = 0;
-    while filled < len {
-        match file.read_at(&mut buffer[filled..], offset + filled as u64) {
-            Ok(0) => break,
-            Ok(read) => filled += read,
-            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
-            Err(err) => return Err(err),
+pub(super) fn read_block(file: &File, offset: u64, len: usize) -> io::Result<(Payload, bool)> {
+    let mut payload = Payload::with_capacity(len);
+    let buffer = payload.buffer();
+    let start = buffer.len();
+    while buffer.len() - start < len {
+        let filled = buffer.len() - start;
+        let spare = &mut buffer.spare_capacity_mut()[..len - filled];
+        // SAFETY: pread writes at most `spare.len()` bytes into that spare capacity, and only
+        // the bytes it wrote are then counted as initialized.
+        let read = unsafe {
+            libc::pread(
+                file.as_raw_fd(),
+                spare.as_mut_ptr().cast(),
+                spare.len(),
+                (offset + filled as u64) as libc::off_t,
+            )
+        };
+        match read {
+            0 => break,
+            // SAFETY: the kernel initialized `read` more bytes right after the initialized ones.
+            read if read > 0 => unsafe { buffer.set_len(buffer.len() + read as usize) },
+            _ => {
+                let err = io::Error::last_os_error();
+                if err.kind() != io::ErrorKind::Interrupted {
+                    return Err(err);
+                }
+            }
         }
     }
-    buffer.truncate(filled);
-    Ok((buffer, filled < len))
+    let eof = payload.len() < len;
+    Ok((payload, eof))
 }

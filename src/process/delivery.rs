@@ -3,9 +3,10 @@
 //! While detached nothing is sent; the client catches up with `process/read` after resuming.
 //! The session owns the attachment and changes it; processes only follow it.
 
-use super::output::{Chunk, Event};
+use super::output::{Event, Stored};
 use super::ManagedProcess;
 use crate::rpc::outbound::{push_json_string, Message, Outbound};
+use crate::rpc::payload::Payload;
 use exec_server_protocol::process::{
     ClosedNotification, ExitedNotification, InputWaitNotification,
 };
@@ -192,7 +193,11 @@ async fn send_input_wait(process: &ManagedProcess, current: &Attachment) {
 fn notification(process: &ManagedProcess, current: &Attachment, event: &Event) -> Message {
     let outbound = &current.outbound;
     let text = match event {
-        Event::Output(chunk) => return output(outbound, &process.id, chunk),
+        Event::Output(chunk) => {
+            return output(outbound, &process.id, chunk, |buffer| {
+                process.store.load_into(chunk.stream, chunk.span, buffer)
+            })
+        }
         Event::Exited { seq, exit } => outbound.notification_text(
             method::PROCESS_EXITED,
             &ExitedNotification {
@@ -214,40 +219,53 @@ fn notification(process: &ManagedProcess, current: &Attachment, event: &Event) -
     Message::Text(text)
 }
 
-/// `process/output` encoded by hand, the chunk never copied into a `Vec` or a JSON string
-/// that would then be escape-scanned (see [`Outbound::with_chunk`]).
-fn output(outbound: &Outbound, process_id: &str, chunk: &Chunk) -> Message {
+/// `process/output` encoded by hand, the chunk (`load` appends its bytes) loaded where the
+/// message is built, never copied into a JSON string that would then be escape-scanned (see
+/// [`Outbound::with_chunk`]).
+fn output(
+    outbound: &Outbound,
+    process_id: &str,
+    chunk: &Stored,
+    load: impl FnOnce(&mut Vec<u8>),
+) -> Message {
+    let mut payload = Payload::with_capacity(chunk.span.len as usize);
+    load(payload.buffer());
     let header = outbound.notification_text_with(method::PROCESS_OUTPUT, 96, |text| {
         text.push_str(r#"{"processId":"#);
         push_json_string(text, process_id);
         let stream = serde_json::to_string(&chunk.stream).expect("enums serialize");
         let _ = write!(text, r#","seq":{},"stream":{stream}}}"#, chunk.seq);
     });
-    outbound.with_chunk(header, &chunk.data)
+    outbound.with_chunk(header, payload)
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::output::Span;
     use super::*;
-    use bytes::Bytes;
     use exec_server_protocol::base64_bytes::Base64Bytes;
     use exec_server_protocol::process::{OutputNotification, OutputStream};
 
     #[test]
     fn hand_encoded_output_matches_the_wire_type() {
         let (outbound, _queue) = Outbound::new(true, 1 << 20);
-        let chunk = Chunk {
+        let data = b"\x00\xffhi\n";
+        let chunk = Stored {
             seq: 7,
             stream: OutputStream::Stderr,
-            data: Bytes::from_static(b"\x00\xffhi\n"),
+            span: Span {
+                offset: 0,
+                len: data.len() as u64,
+            },
         };
+        let load = |buffer: &mut Vec<u8>| buffer.extend_from_slice(data);
         let expected = outbound.notification_text(
             method::PROCESS_OUTPUT,
             &OutputNotification {
                 process_id: "p \"1\"".into(),
                 seq: 7,
                 stream: OutputStream::Stderr,
-                chunk: Base64Bytes(chunk.data.to_vec()),
+                chunk: Base64Bytes(data.to_vec()),
             },
         );
         let parse = |message: Message| match message {
@@ -255,17 +273,17 @@ mod tests {
             Message::Binary(_) => panic!("binary before the opt-in"),
         };
         assert_eq!(
-            parse(output(&outbound, "p \"1\"", &chunk)),
+            parse(output(&outbound, "p \"1\"", &chunk, load)),
             serde_json::from_str::<serde_json::Value>(&expected).unwrap()
         );
         outbound.set_strict();
-        let strict = parse(output(&outbound, "p", &chunk));
+        let strict = parse(output(&outbound, "p", &chunk, load));
         assert_eq!(strict["jsonrpc"], "2.0");
         outbound.enable_binary();
-        let Message::Binary(bytes) = output(&outbound, "p", &chunk) else {
+        let Message::Binary(bytes) = output(&outbound, "p", &chunk, load) else {
             panic!("text after the opt-in");
         };
         let header = br#"{"jsonrpc":"2.0","method":"process/output","params":{"processId":"p","seq":7,"stream":"stderr"}}"#;
-        assert_eq!(bytes, [&header[..], b"\0", &chunk.data].concat());
+        assert_eq!(&bytes[..], &[&header[..], b"\0", &data[..]].concat()[..]);
     }
 }

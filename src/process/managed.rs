@@ -218,14 +218,10 @@ impl ManagedProcess {
         self.undelivered(1).is_empty()
     }
 
-    /// Loaded outside the lock: while a connection is attached, a chunk not yet delivered is
-    /// never evicted.
+    /// As stored: the caller loads each chunk outside the lock (`Store::load_into`), which is
+    /// safe because while a connection is attached, a chunk not yet delivered is never evicted.
     pub(super) fn undelivered(&self, limit: usize) -> Vec<Event> {
-        let pending = self.state.lock().unwrap().log.undelivered(limit);
-        pending
-            .into_iter()
-            .map(|event| event.load(|chunk| self.store.load(chunk.stream, chunk.span)))
-            .collect()
+        self.state.lock().unwrap().log.undelivered(limit)
     }
 
     pub(super) fn mark_delivered(&self, seq: u64) {
@@ -500,6 +496,8 @@ impl ProcessState {
             store.journal(&Entry::Log(record));
         }
         store.closed(self.log.retains_output());
+        // The buffers its output passed through stay in the allocator (`memory`) until a trim.
+        crate::memory::release_soon();
         tracing::info!(process = %id, "process closed");
     }
 

@@ -57,46 +57,19 @@ impl Stored {
     }
 }
 
-/// An event, its output chunk as stored (`Event<Stored>`) or loaded.
+/// An event, its output chunk as stored (the caller loads it).
 #[derive(Clone, Debug)]
-pub(crate) enum Event<C = Chunk> {
-    Output(C),
+pub(crate) enum Event {
+    Output(Stored),
     Exited { seq: u64, exit: Exit },
     Closed { seq: u64 },
 }
 
-/// What has a seq.
-pub(crate) trait Sequenced {
-    fn seq(&self) -> u64;
-}
-
-impl Sequenced for Chunk {
-    fn seq(&self) -> u64 {
-        self.seq
-    }
-}
-
-impl Sequenced for Stored {
-    fn seq(&self) -> u64 {
-        self.seq
-    }
-}
-
-impl<C: Sequenced> Event<C> {
+impl Event {
     pub(crate) fn seq(&self) -> u64 {
         match self {
-            Event::Output(chunk) => chunk.seq(),
+            Event::Output(chunk) => chunk.seq,
             Event::Exited { seq, .. } | Event::Closed { seq } => *seq,
-        }
-    }
-}
-
-impl Event<Stored> {
-    pub(crate) fn load(self, load: impl FnOnce(&Stored) -> Bytes) -> Event {
-        match self {
-            Event::Output(chunk) => Event::Output(chunk.loaded(load(&chunk))),
-            Event::Exited { seq, exit } => Event::Exited { seq, exit },
-            Event::Closed { seq } => Event::Closed { seq },
         }
     }
 }
@@ -458,9 +431,9 @@ impl OutputLog {
     }
 
     /// Events not yet handed to a connection, in seq order, at most `limit`.
-    pub(crate) fn undelivered(&self, limit: usize) -> Vec<Event<Stored>> {
+    pub(crate) fn undelivered(&self, limit: usize) -> Vec<Event> {
         let after = self.delivered_seq;
-        let mut events: Vec<Event<Stored>> = self
+        let mut events: Vec<Event> = self
             .chunks_after(after)
             .take(limit)
             .map(|chunk| Event::Output(*chunk))

@@ -216,11 +216,24 @@ impl Store {
     /// A chunk's bytes (empty if they cannot be read: never a panic), read into memory that
     /// is not zeroed first.
     pub(crate) fn load(&self, stream: OutputStream, span: Span) -> Bytes {
-        self.with_file(stream, |file| read_span(file, span))
-            .unwrap_or_else(|| {
-                tracing::warn!("cannot read retained output back: its file is gone");
-                Bytes::new()
-            })
+        let mut data = Vec::new();
+        self.load_into(stream, span, &mut data);
+        data.into()
+    }
+
+    /// Appends a chunk's bytes to `buffer` (nothing if they cannot be read: never a panic), so
+    /// that a message is built around them without a second copy.
+    pub(crate) fn load_into(&self, stream: OutputStream, span: Span, buffer: &mut Vec<u8>) {
+        let start = buffer.len();
+        let read = self.with_file(stream, |file| read_span(file, span, buffer));
+        match read {
+            Some(Ok(())) => {}
+            Some(Err(err)) => {
+                buffer.truncate(start);
+                tracing::warn!("cannot read retained output back: {err}");
+            }
+            None => tracing::warn!("cannot read retained output back: its file is gone"),
+        }
     }
 
     /// Frees the space of evicted chunks (their offsets stay valid: holes read as zeros).
@@ -269,31 +282,34 @@ fn open_journal(dir: &Dir) -> std::io::Result<File> {
     dir.open(JOURNAL, APPEND)
 }
 
-/// `span` of `file`, read with `pread` into memory not zeroed first.
-fn read_span(file: &File, span: Span) -> Bytes {
+/// `span` of `file` appended to `buffer` with `pread`, into memory not zeroed first.
+fn read_span(file: &File, span: Span, buffer: &mut Vec<u8>) -> std::io::Result<()> {
     let len = span.len as usize;
-    let mut data = bytes::BytesMut::with_capacity(len);
-    while data.len() < len {
-        let spare = data.spare_capacity_mut();
+    buffer.reserve_exact(len);
+    let mut done = 0;
+    while done < len {
+        let spare = buffer.spare_capacity_mut();
         // SAFETY: pread writes at most the rest of the span into the spare capacity (which
-        // may be larger), and only the bytes it wrote are then counted as initialized.
+        // is at least that large), and only the bytes it wrote are then counted as initialized.
         let read = unsafe {
             libc::pread(
                 file.as_raw_fd(),
                 spare.as_mut_ptr().cast(),
-                spare.len().min(len - data.len()),
-                (span.offset + data.len() as u64) as libc::off_t,
+                len - done,
+                (span.offset + done as u64) as libc::off_t,
             )
         };
         if read <= 0 {
-            let err = std::io::Error::last_os_error();
-            tracing::warn!("cannot read retained output back: {err}");
-            return Bytes::new();
+            return Err(match read {
+                0 => std::io::ErrorKind::UnexpectedEof.into(),
+                _ => std::io::Error::last_os_error(),
+            });
         }
-        // SAFETY: the kernel initialized `read` more bytes.
-        unsafe { data.set_len(data.len() + read as usize) };
+        done += read as usize;
+        // SAFETY: the kernel initialized `read` more bytes right after the initialized ones.
+        unsafe { buffer.set_len(buffer.len() + read as usize) };
     }
-    data.freeze()
+    Ok(())
 }
 
 /// Process directories made ahead of the starts that take them (files, journal, socket), so

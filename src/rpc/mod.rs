@@ -9,6 +9,7 @@ mod error;
 pub(crate) mod in_flight;
 pub(crate) mod outbound;
 mod params;
+pub(crate) mod payload;
 pub(crate) mod reply;
 
 pub(crate) use call::Call;

@@ -4,6 +4,7 @@
 //! client proved it received them (a WebSocket's pong to a ping sent after them, a write on
 //! stdio), so a process knows which of its notifications arrived (`process::delivery`).
 
+use super::payload::Payload;
 use exec_server_protocol::base64_bytes::Base64Bytes;
 use exec_server_protocol::binary;
 use serde::Serialize;
@@ -19,7 +20,7 @@ const MESSAGE_OVERHEAD: usize = 64;
 pub(crate) enum Message {
     Text(String),
     /// A binary-payload message (header, NUL, raw chunk); only on transports that can.
-    Binary(Vec<u8>),
+    Binary(bytes::Bytes),
 }
 
 impl Message {
@@ -279,12 +280,14 @@ impl Outbound {
     }
 
     /// `message` is a JSON-RPC message whose last member is the object (params or result)
-    /// that `chunk` belongs in. A binary connection gets it as header, NUL, raw chunk; a text
-    /// one gets the chunk added to that object in base64, encoded straight into the text.
-    pub(crate) fn with_chunk(&self, message: String, chunk: &[u8]) -> Message {
+    /// that `payload` belongs in as its chunk. A binary connection gets it as header, NUL, raw
+    /// chunk (written in front of the payload's bytes, not copied); a text one gets the chunk
+    /// added to that object in base64, encoded straight into the text.
+    pub(crate) fn with_chunk(&self, message: String, payload: Payload) -> Message {
         if self.binary.load(Ordering::Relaxed) {
-            return Message::Binary(binary::join(message, chunk));
+            return Message::Binary(payload.behind(&message));
         }
+        let chunk = payload.bytes();
         let mut text = message;
         debug_assert!(text.ends_with("}}"), "the object is the last member");
         text.truncate(text.len() - 2);
@@ -312,24 +315,27 @@ mod tests {
 
     #[test]
     fn a_chunk_joins_the_last_object_as_base64_or_rides_as_the_payload() {
+        let chunk = |bytes: &[u8]| Payload::from(bytes);
         let (outbound, _queue) = Outbound::new(true, 1 << 20);
         let parse = |message: Message| match message {
             Message::Text(text) => serde_json::from_str::<Value>(&text).unwrap(),
             Message::Binary(_) => panic!("binary before the opt-in"),
         };
-        let full = parse(outbound.with_chunk(r#"{"id":1,"result":{"eof":true}}"#.into(), b"hi"));
+        let full =
+            parse(outbound.with_chunk(r#"{"id":1,"result":{"eof":true}}"#.into(), chunk(b"hi")));
         assert_eq!(
             full,
             json!({"id": 1, "result": {"eof": true, "chunk": "aGk="}})
         );
-        let empty = parse(outbound.with_chunk(r#"{"id":2,"result":{}}"#.into(), b""));
+        let empty = parse(outbound.with_chunk(r#"{"id":2,"result":{}}"#.into(), chunk(b"")));
         assert_eq!(empty, json!({"id": 2, "result": {"chunk": ""}}));
         assert!(outbound.enable_binary());
-        let Message::Binary(bytes) = outbound.with_chunk(r#"{"id":3,"result":{}}"#.into(), b"\0")
+        let Message::Binary(bytes) =
+            outbound.with_chunk(r#"{"id":3,"result":{}}"#.into(), chunk(b"\0"))
         else {
             panic!("text after the opt-in");
         };
-        assert_eq!(bytes, b"{\"id\":3,\"result\":{}}\0\0");
+        assert_eq!(&bytes[..], b"{\"id\":3,\"result\":{}}\0\0");
         let (stdio, _queue) = Outbound::new(false, 1 << 20);
         assert!(!stdio.enable_binary());
     }

@@ -2,6 +2,7 @@
 
 use super::envelope;
 use super::outbound::{Message, Outbound};
+use super::payload::Payload;
 use super::RpcError;
 use exec_server_protocol::base64_bytes::Base64Bytes;
 use exec_server_protocol::binary::CHUNK_MEMBER;
@@ -13,7 +14,7 @@ pub(crate) enum Success {
     /// without a `serde_json::Value` ever holding them (see [`Outbound::with_chunk`]).
     WithChunk {
         result: Map<String, Value>,
-        chunk: Vec<u8>,
+        chunk: Payload,
     },
 }
 
@@ -23,7 +24,10 @@ impl Success {
         match self {
             Self::Json(value) => value,
             Self::WithChunk { mut result, chunk } => {
-                result.insert(CHUNK_MEMBER.into(), Base64Bytes::encode(&chunk).into());
+                result.insert(
+                    CHUNK_MEMBER.into(),
+                    Base64Bytes::encode(chunk.bytes()).into(),
+                );
                 Value::Object(result)
             }
         }
@@ -41,7 +45,7 @@ pub(crate) fn message(
         // `result` is the envelope's last member (members serialize in sorted order).
         Ok(Success::WithChunk { result, chunk }) => outbound.with_chunk(
             envelope::reply(id, Ok(Value::Object(result)), strict).to_string(),
-            &chunk,
+            chunk,
         ),
         outcome => {
             Message::Text(envelope::reply(id, outcome.map(Success::into_value), strict).to_string())
@@ -61,7 +65,7 @@ mod tests {
             let outcome = || {
                 Ok(Success::WithChunk {
                     result: Map::from_iter([("eof".to_owned(), json!(false))]),
-                    chunk: b"\xffdata".to_vec(),
+                    chunk: Payload::from(&b"\xffdata"[..]),
                 })
             };
             let Message::Text(text) = message(&outbound, json!("r1"), outcome(), strict) else {

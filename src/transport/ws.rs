@@ -467,7 +467,7 @@ impl Writer {
             let message = tokio::select! {
                 message = self.queue.recv() => match message {
                     Some(outbound::Message::Text(text)) => Message::Text(text.into()),
-                    Some(outbound::Message::Binary(bytes)) => Message::Binary(bytes.into()),
+                    Some(outbound::Message::Binary(bytes)) => Message::Binary(bytes),
                     None => break,
                 },
                 _ = ping.tick() => self.ping(&mut pinged),
