@@ -174,6 +174,55 @@ mod tests {
         assert_eq!(error("{} x"), "trailing characters at line 1 column 4");
     }
 
+    /// The fuzz target's invariant (fuzz/fuzz_targets/jsonrpc_decoder.rs) over its corpus and
+    /// byte-level mutations of it: whatever the decoder accepts, serde_json reads alike, and
+    /// what it refuses that serde_json accepts is a duplicate key, the budget or the top level.
+    #[test]
+    fn the_fuzz_corpus_and_its_mutations_decode_as_serde_json_reads_them() {
+        let corpus =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/jsonrpc_decoder");
+        let mut seeds: Vec<Vec<u8>> = std::fs::read_dir(corpus)
+            .unwrap()
+            .map(|entry| std::fs::read(entry.unwrap().path()).unwrap())
+            .collect();
+        seeds.sort();
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for round in 0..20 {
+            for seed in &seeds {
+                let mut input = seed.clone();
+                for _ in 0..round % 4 {
+                    let at = next() as usize % (input.len() + 1);
+                    match next() % 3 {
+                        0 if at < input.len() => input[at] = next() as u8,
+                        1 => input.insert(at, b"{}[]\",:0a\\"[next() as usize % 10]),
+                        _ if at < input.len() => drop(input.remove(at)),
+                        _ => {}
+                    }
+                }
+                let plain = serde_json::from_slice::<Value>(&input);
+                match parse_message(&input) {
+                    Ok(value) => assert_eq!(plain.ok(), Some(value)),
+                    Err(err) if plain.is_ok() => {
+                        let why = err.to_string();
+                        assert!(
+                            why.starts_with("duplicate JSON object key")
+                                || why == "expected a JSON-RPC object",
+                            "{why} for {}",
+                            String::from_utf8_lossy(&input)
+                        );
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
+    }
+
     #[test]
     fn it_builds_what_serde_json_builds() {
         let text = r#"{"a":[1,-2,3.5,1e300,"s\n",true,null,{"b":{}}],"c":18446744073709551615}"#;
