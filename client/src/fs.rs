@@ -107,7 +107,7 @@ impl Client {
         loop {
             attempt += 1;
             let outcome = self
-                .write_blocks(path, OpenMode::Replace, 0..size, &mut read_block)
+                .write_blocks(path, OpenMode::ReplaceOnClose, 0..size, &mut read_block)
                 .await;
             match outcome {
                 Err(Error::Disconnected(_)) if attempt < UPLOAD_ATTEMPTS => continue,

@@ -1,7 +1,8 @@
-//! The daemon's JSON-RPC decoding: envelope classification and params decoding of every method.
+//! The daemon's JSON-RPC decoding: the bounded frame decoder, envelope classification and params
+//! decoding of every method.
 #![no_main]
 
-use exec_server::rpc::decode;
+use exec_server::rpc::{decode, decoder};
 use exec_server::rpc::envelope::{self, Incoming};
 use exec_server_protocol::methods::{self, Method, Notification, Visitor};
 use exec_server_protocol::{process, rpc};
@@ -33,7 +34,14 @@ fn classify_one(value: Value) {
 
 fuzz_target!(|data: &[u8]| {
     let _ = serde_json::from_slice::<rpc::Message>(data);
-    match serde_json::from_slice::<Value>(data) {
+    // The daemon's bounded decoder: whatever it accepts, serde_json reads the same way (it
+    // only refuses more: duplicate keys, the value budget, a top level that is no message).
+    let decoded = decoder::parse_message(data);
+    if let Ok(value) = &decoded {
+        let plain = serde_json::from_slice::<Value>(data).expect("serde_json accepts it too");
+        assert_eq!(&plain, value);
+    }
+    match decoded {
         Ok(Value::Array(batch)) => batch.into_iter().for_each(classify_one),
         Ok(value) => classify_one(value),
         Err(_) => {}

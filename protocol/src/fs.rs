@@ -145,7 +145,7 @@ pub struct RemoveParams {
     /// Default true: a missing path is not an error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub force: Option<bool>,
-    /// Accepted for compatibility; remove never follows a symlink either way.
+    /// The path itself is never followed; `false` also refuses a symlink among its parents.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub follow_symlinks: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -187,7 +187,8 @@ pub struct WalkParams {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WalkOptions {
-    /// 1..=64: entries deeper than this below the root are not reported.
+    /// 0..=64, as upstream: the root's own entries are depth 0, and a directory found at depth
+    /// d is entered only when d < maxDepth (0 lists just the root's children).
     pub max_depth: usize,
     /// 1..=10000: directories read, the root included.
     pub max_directories: usize,
@@ -228,7 +229,7 @@ pub struct WalkError {
     pub message: String,
 }
 
-/// What an `fs/open` handle is for. Extension except `read`.
+/// What an `fs/open` handle is for. Upstream has `read` and `replace`; the others are extensions.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum OpenMode {
@@ -239,9 +240,13 @@ pub enum OpenMode {
     Write,
     /// Create if missing; every block goes to the end of the file.
     Append,
-    /// Stage blocks in a temporary file beside the target; `fs/close` renames it into place
-    /// atomically, and a handle that is discarded or dropped leaves the target untouched.
+    /// As upstream: create or truncate in place when the handle opens, then positional writes
+    /// with `fs/writeBlock` (the same as `write`).
     Replace,
+    /// Extension: stage blocks in a temporary file beside the target; `fs/close` renames it
+    /// into place atomically, and a handle that is discarded or dropped leaves the target
+    /// untouched.
+    ReplaceOnClose,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -1,6 +1,6 @@
 //! `fs/copy`: files, symlinks (as symlinks) and, with `recursive`, directory trees.
 
-use super::host::{open, with_path};
+use super::host::{open_unless_link, with_path};
 use super::FsError;
 use std::fs::{FileType, OpenOptions};
 use std::os::unix::fs::MetadataExt as _;
@@ -37,7 +37,7 @@ fn copy_leaf(kind: FileType, source: &Path, destination: &Path) -> Result<bool, 
     }
     // Opened without following and without blocking, so a path swapped for a symlink or FIFO
     // since the lstat is caught by the fstat below instead of being read.
-    let mut input = open(source, OpenOptions::new().read(true), false)?;
+    let mut input = open_unless_link(source, OpenOptions::new().read(true))?;
     let meta = with_path(input.metadata(), source)?;
     if !meta.is_file() {
         return Ok(false);

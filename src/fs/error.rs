@@ -23,8 +23,6 @@ pub(crate) enum FsError {
     NotAFile(PathBuf),
     #[error("unknown file handle `{0}`")]
     UnknownHandle(String),
-    #[error("unknown file read handle `{0}`")]
-    UnknownReadHandle(String),
     #[error("file handle `{id}` is not open for {what}")]
     NotOpenFor { id: String, what: &'static str },
     #[error("No such file or directory")]
@@ -94,9 +92,7 @@ impl From<FsError> for RpcError {
             | FsError::NotAFile(_)
             | FsError::NotOpenFor { .. }
             | FsError::Refused(_) => RpcError::invalid_request(message),
-            FsError::UnknownHandle(_)
-            | FsError::UnknownReadHandle(_)
-            | FsError::WatchedPathMissing => RpcError::not_found(message),
+            FsError::UnknownHandle(_) | FsError::WatchedPathMissing => RpcError::not_found(message),
             FsError::BadParams(_) => RpcError::invalid_params(message),
             FsError::Internal(_) => RpcError::internal(message),
             FsError::HelperFailed { denied, .. } => {

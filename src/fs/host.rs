@@ -5,6 +5,7 @@ use super::FsError;
 use exec_server_protocol::PathUri;
 use std::fs::{File, Metadata, OpenOptions};
 use std::io;
+use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
@@ -33,27 +34,85 @@ pub(super) fn refuse_symlink(path: &Path) -> Result<(), FsError> {
 }
 
 /// Opens `path` with `options`, never blocking: O_NONBLOCK makes a FIFO open return at once
-/// (callers then check the type with fstat). `follow: false` adds O_NOFOLLOW, so a symlink as
-/// the final component is refused by the kernel itself, with no check-then-open race.
+/// (callers then check the type with fstat). `follow: false` refuses a symlink in **any**
+/// component, as upstream: the parents are checked one directory at a time with O_NOFOLLOW
+/// ([`open_parent_nofollow`]), then the path opened with O_NOFOLLOW, so the kernel itself
+/// refuses a final symlink. A parent swapped for a link between the two steps is not caught
+/// (openat2's RESOLVE_NO_SYMLINKS would, but the sandbox helper's seccomp filter answers
+/// openat2 with ENOSYS).
 pub(super) fn open(path: &Path, options: &mut OpenOptions, follow: bool) -> Result<File, FsError> {
-    let mut flags = libc::O_NONBLOCK;
-    if !follow {
-        flags |= libc::O_NOFOLLOW;
+    if follow {
+        return options
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+            .map_err(|err| FsError::io(err, path));
     }
+    refuse_symlinked_parents(path, follow)?;
+    open_unless_link(path, options)
+}
+
+/// Opens `path` (non-blocking) unless it is itself a symlink; links among its parents are
+/// followed (`fs/copy` copies a link as a link, wherever its source lies).
+pub(super) fn open_unless_link(path: &Path, options: &mut OpenOptions) -> Result<File, FsError> {
+    let flags = libc::O_NONBLOCK | libc::O_NOFOLLOW;
     options.custom_flags(flags).open(path).map_err(|err| {
-        if !follow && err.raw_os_error() == Some(libc::ELOOP) && refuse_symlink(path).is_err() {
+        if err.raw_os_error() == Some(libc::ELOOP) && refuse_symlink(path).is_err() {
             return symlink_refused(path);
         }
         FsError::io(err, path)
     })
 }
 
+/// The directory holding `path`, opened from `/` one component at a time without following
+/// any symlink; a symlinked component is refused naming it.
+fn open_parent_nofollow(path: &Path) -> Result<OwnedFd, FsError> {
+    let Some(parent) = path.parent() else {
+        return with_path(File::open("/"), path).map(OwnedFd::from);
+    };
+    let mut walked = PathBuf::from("/");
+    let mut dir: OwnedFd = with_path(File::open("/"), path)?.into();
+    for component in parent.components().skip(1) {
+        walked.push(component);
+        let name = crate::path::cstring(Path::new(component.as_os_str()))
+            .map_err(|err| FsError::io(err, path))?;
+        let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+        // SAFETY: `dir` is an open directory fd and `name` a NUL-terminated single component.
+        let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags) };
+        if fd < 0 {
+            let err = io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::ENOTDIR) && refuse_symlink(&walked).is_err() {
+                return Err(symlink_refused(&walked));
+            }
+            return Err(FsError::io(err, path));
+        }
+        // SAFETY: the kernel returned a new fd that nothing else owns.
+        dir = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    }
+    Ok(dir)
+}
+
+/// With `follow: false`, fails when any component of `path` but the last is a symlink, for the
+/// operations that then act on the path itself (metadata, mkdir, remove). A missing component
+/// ends the check: nothing below it exists, and the operation reports it (or creates it).
+pub(super) fn refuse_symlinked_parents(path: &Path, follow: bool) -> Result<(), FsError> {
+    if follow {
+        return Ok(());
+    }
+    match open_parent_nofollow(path) {
+        Err(FsError::Io { err, .. }) if err.kind() == io::ErrorKind::NotFound => Ok(()),
+        checked => checked.map(drop),
+    }
+}
+
 /// Opens a regular file for reading ([`regular`]).
+/// Without following, a FIFO or other non-file is upstream's `path is not a regular file`.
 pub(super) fn open_regular(path: &Path, follow: bool) -> Result<(File, Metadata), FsError> {
     let file = open(path, OpenOptions::new().read(true), follow)?;
     let meta = with_path(file.metadata(), path)?;
-    regular(&meta, path)?;
-    Ok((file, meta))
+    match regular(&meta, path) {
+        Err(FsError::NotAFile(_)) if !follow => Err(FsError::refused("path is not a regular file")),
+        checked => checked.map(|()| (file, meta)),
+    }
 }
 
 /// Err unless `meta` is a regular file's. A directory gets the OS's own EISDIR error (what a

@@ -86,7 +86,7 @@ pub(crate) async fn read_block(
     let handles = &fs.handles;
     let handle = handles
         .get(&handle_id)
-        .ok_or_else(|| FsError::UnknownReadHandle(handle_id.clone()))?;
+        .ok_or_else(|| FsError::UnknownHandle(handle_id.clone()))?;
     let id = handle_id.clone();
     let outcome = blocking(move || match &*handle {
         Handle::Read(file) => Ok(read_stream::read_block(file, offset, len)),

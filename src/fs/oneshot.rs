@@ -169,6 +169,9 @@ impl OneShot for m::FsRemove {
     }
     fn run(params: RemoveParams) -> Result<Value, FsError> {
         let path = host_path(&params.path)?;
+        // The path itself is never followed; with followSymlinks false its parents are not
+        // either, as upstream.
+        super::host::refuse_symlinked_parents(&path, follow(params.follow_symlinks))?;
         let recursive = params.recursive.unwrap_or(true);
         let force = params.force.unwrap_or(true);
         crate::sandbox::protected::remove_with(
@@ -249,7 +252,7 @@ impl OneShot for m::FsWalk {
     fn run(params: WalkParams) -> Result<Value, FsError> {
         walk::validate(&params.options)?;
         let path = host_path(&params.path)?;
-        encode(Ok(walk::walk(&path, params.options)))
+        encode(walk::walk(&path, params.options))
     }
     fn hide_placeholders(_root: &Path, result: &mut Value, is_placeholder: &dyn Fn(&Path) -> bool) {
         let Ok(mut walk) = WalkResult::deserialize(&*result) else {

@@ -1,7 +1,7 @@
 //! Single-step path operations: createDirectory, getMetadata, readDirectory, remove,
 //! canonicalize, rename.
 
-use super::host::{refuse_symlink, with_path};
+use super::host::{refuse_symlink, refuse_symlinked_parents, with_path};
 use super::FsError;
 use exec_server_protocol::fs::{
     DirectoryEntry, DirectoryEntryError, Metadata, ReadDirectoryResult, MAX_DIRECTORY_ENTRIES,
@@ -14,6 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub(super) fn create_directory(path: &Path, recursive: bool, follow: bool) -> Result<(), FsError> {
     // mkdir never follows a final symlink, but create_dir_all accepts one to a directory.
     if !follow {
+        refuse_symlinked_parents(path, follow)?;
         refuse_symlink(path)?;
     }
     let result = if recursive {
@@ -27,6 +28,7 @@ pub(super) fn create_directory(path: &Path, recursive: bool, follow: bool) -> Re
 /// isDirectory/isFile/size describe the target when following, the link itself when not;
 /// isSymlink always comes from lstat.
 pub(super) fn metadata(path: &Path, follow: bool) -> Result<Metadata, FsError> {
+    refuse_symlinked_parents(path, follow)?;
     let link = with_path(std::fs::symlink_metadata(path), path)?;
     let is_symlink = link.file_type().is_symlink();
     let meta = if follow && is_symlink {

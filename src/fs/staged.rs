@@ -1,7 +1,7 @@
 //! A file written beside its target and renamed into place, so readers of the target see the
-//! old content or the new, never a mix (`fs/writeFile {atomic}`, `fs/open {mode: "replace"}`).
+//! old content or the new, never a mix (`fs/writeFile {atomic}`, `fs/open {mode: "replaceOnClose"}`).
 
-use super::host::{regular, symlink_refused, with_path};
+use super::host::{refuse_symlinked_parents, regular, symlink_refused, with_path};
 use super::FsError;
 use std::fs::{File, OpenOptions, Permissions};
 use std::io;
@@ -155,6 +155,7 @@ impl Drop for StagedName {
 
 /// The file to replace and its current mode, if it exists.
 fn resolve_target(path: &Path, follow: bool) -> Result<(PathBuf, Option<Permissions>), FsError> {
+    refuse_symlinked_parents(path, follow)?;
     let meta = match std::fs::symlink_metadata(path) {
         Ok(meta) => meta,
         Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok((path.to_owned(), None)),

@@ -4,10 +4,7 @@ use super::FsError;
 use exec_server_protocol::fs::{WalkEntry, WalkEntryKind, WalkError, WalkOptions, WalkResult};
 use exec_server_protocol::PathUri;
 use std::collections::{HashSet, VecDeque};
-use std::fs::DirEntry;
 use std::ops::ControlFlow;
-use std::os::unix::ffi::OsStrExt as _;
-use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
 pub(super) const MAX_DEPTH: usize = 64;
@@ -17,6 +14,8 @@ pub(super) const MAX_ENTRIES: usize = 50_000;
 pub(super) const MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
 const ITEM_OVERHEAD: usize = 64;
 
+/// Upstream's checks, before the root is looked at: `maxDepth` 0 is valid (the root's own
+/// entries only).
 pub(super) fn validate(options: &WalkOptions) -> Result<(), FsError> {
     let WalkOptions {
         max_depth,
@@ -24,7 +23,7 @@ pub(super) fn validate(options: &WalkOptions) -> Result<(), FsError> {
         max_entries,
         ..
     } = *options;
-    if max_depth == 0 || max_directories == 0 || max_entries == 0 {
+    if max_directories == 0 || max_entries == 0 {
         return Err(FsError::refused(
             "filesystem walk limits must be greater than zero",
         ));
@@ -41,12 +40,18 @@ struct Walk {
     options: WalkOptions,
     result: WalkResult,
     bytes: usize,
-    /// Directories already queued, by (device, inode), when following symlinks.
-    seen: HashSet<(u64, u64)>,
+    /// Identities of the directories entered or queued: the canonical path when following
+    /// symlinks, else the path itself.
+    visited: HashSet<PathBuf>,
+    /// Directories entered or queued, the root included.
+    directories: usize,
+    /// Names listed so far, whether reported or skipped.
+    listed: usize,
+    queue: VecDeque<(PathBuf, usize)>,
 }
 
 impl Walk {
-    /// Adds an item's cost; false (and truncated) once a budget is spent.
+    /// Adds an item's cost; false (and truncated) once the reply budget is spent.
     fn admit(&mut self, path: &PathUri, message: &str) -> bool {
         let cost = ITEM_OVERHEAD + path.as_str().len() + message.len();
         if self.bytes + cost > MAX_RESPONSE_BYTES {
@@ -57,147 +62,135 @@ impl Walk {
         true
     }
 
-    fn error(&mut self, path: &Path, err: &std::io::Error) -> bool {
+    fn error(&mut self, path: &Path, err: &std::io::Error) -> ControlFlow<()> {
         let Ok(path) = PathUri::from_path(path) else {
-            return true;
+            return ControlFlow::Continue(());
         };
         let message = err.to_string();
         if !self.admit(&path, &message) {
-            return false;
+            return ControlFlow::Break(());
         }
         self.result.errors.push(WalkError { path, message });
-        true
+        ControlFlow::Continue(())
     }
 
-    fn entry(&mut self, path: &Path, kind: WalkEntryKind) -> bool {
-        if self.result.entries.len() >= self.options.max_entries {
-            self.result.truncated = true;
-            return false;
+    /// The names in `directory` as upstream's listing gives them: lossy UTF-8, dangling
+    /// symlinks left out, sorted.
+    fn names(directory: &Path) -> std::io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(directory)? {
+            let entry = entry?;
+            let dangling =
+                entry.file_type()?.is_symlink() && std::fs::metadata(entry.path()).is_err();
+            if !dangling {
+                names.push(entry.file_name().to_string_lossy().into_owned());
+            }
         }
-        let Ok(path) = PathUri::from_path(path) else {
-            return true;
-        };
-        if !self.admit(&path, "") {
-            return false;
-        }
-        self.result.entries.push(WalkEntry { path, kind });
-        true
+        names.sort();
+        Ok(names)
     }
 
-    /// The entries of `directory`, sorted by name; None when it cannot be read (an error
-    /// reported), or a break once the budget for errors is spent.
-    fn children(&mut self, directory: &Path) -> ControlFlow<(), Option<Vec<DirEntry>>> {
-        let mut children: Vec<_> = match std::fs::read_dir(directory) {
-            Ok(read) => read
-                .filter_map(|entry| match entry {
-                    Ok(entry) => Some(entry),
-                    Err(err) => {
-                        self.error(directory, &err);
-                        None
-                    }
-                })
-                .collect(),
-            Err(err) => {
-                if !self.error(directory, &err) {
-                    return ControlFlow::Break(());
-                }
-                return ControlFlow::Continue(None);
-            }
+    /// Lists one directory found at `depth` (the root's entries are depth 0).
+    fn list(&mut self, directory: &Path, depth: usize) -> ControlFlow<()> {
+        let names = match Self::names(directory) {
+            Ok(names) => names,
+            Err(err) => return self.error(directory, &err),
         };
-        children.sort_by(|a, b| a.file_name().as_bytes().cmp(b.file_name().as_bytes()));
-        ControlFlow::Continue(Some(children))
-    }
-
-    /// Reports `child`, found at `depth`, and queues it when it is a directory to read; a
-    /// break once a budget is spent.
-    fn visit(
-        &mut self,
-        child: DirEntry,
-        depth: usize,
-        queue: &mut VecDeque<(PathBuf, usize)>,
-    ) -> ControlFlow<()> {
-        let follow = self.options.follow_directory_symlinks;
-        let path = child.path();
-        let kind = match child.file_type() {
-            Ok(kind) => kind,
-            Err(err) => {
-                if !self.error(&path, &err) {
-                    return ControlFlow::Break(());
-                }
-                return ControlFlow::Continue(());
-            }
-        };
-        let directory_meta = if kind.is_dir() {
-            child.metadata().ok()
-        } else if kind.is_symlink() && follow {
-            std::fs::metadata(&path).ok().filter(|meta| meta.is_dir())
-        } else {
-            None
-        };
-        if let Some(meta) = directory_meta {
-            if follow && !self.seen.insert((meta.dev(), meta.ino())) {
-                return ControlFlow::Continue(());
-            }
-            if !self.entry(&path, WalkEntryKind::Directory) {
+        for name in names {
+            if self.listed == self.options.max_entries {
+                self.result.truncated = true;
                 return ControlFlow::Break(());
             }
-            let hidden = child.file_name().as_bytes().starts_with(b".");
-            let prune = hidden && self.options.prune_hidden_directories;
-            if depth + 1 < self.options.max_depth && !prune {
-                queue.push_back((path, depth + 1));
-            }
-        } else if kind.is_file() && !self.entry(&path, WalkEntryKind::File) {
+            self.listed += 1;
+            self.visit(directory.join(&name), &name, depth)?;
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// Reports one listed name, and queues it when it is a directory to enter.
+    fn visit(&mut self, path: PathBuf, name: &str, depth: usize) -> ControlFlow<()> {
+        let follow = self.options.follow_directory_symlinks;
+        // A name that is not UTF-8 was made lossy, so it fails here, as upstream reports it.
+        let meta = match std::fs::metadata(&path) {
+            Ok(meta) => meta,
+            Err(err) => return self.error(&path, &err),
+        };
+        let link = std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink());
+        if link && (!follow || !meta.is_dir()) {
+            return ControlFlow::Continue(());
+        }
+        let kind = if meta.is_dir() {
+            WalkEntryKind::Directory
+        } else if meta.is_file() {
+            WalkEntryKind::File
+        } else {
+            return ControlFlow::Continue(());
+        };
+        let Ok(uri) = PathUri::from_path(&path) else {
+            return ControlFlow::Continue(());
+        };
+        if !self.admit(&uri, "") {
             return ControlFlow::Break(());
+        }
+        self.result.entries.push(WalkEntry { path: uri, kind });
+        let prune = self.options.prune_hidden_directories && name.starts_with('.');
+        if kind != WalkEntryKind::Directory || depth >= self.options.max_depth || prune {
+            return ControlFlow::Continue(());
+        }
+        // A pruned hidden directory claims no identity: a visible alias of it is still walked.
+        let identity = if follow {
+            match std::fs::canonicalize(&path) {
+                Ok(canonical) => canonical,
+                Err(err) => return self.error(&path, &err),
+            }
+        } else {
+            path.clone()
+        };
+        if !self.visited.insert(identity) {
+            return ControlFlow::Continue(());
+        }
+        if self.directories == self.options.max_directories {
+            self.result.truncated = true;
+        } else {
+            self.directories += 1;
+            self.queue.push_back((path, depth + 1));
         }
         ControlFlow::Continue(())
     }
 }
 
-/// A root that is not a directory (or is a symlink while not following) gives an empty
-/// outcome. Each directory's entries are sorted by name; only directories and files are
-/// reported; symlinks count only when following and pointing at a directory.
-pub(super) fn walk(root: &Path, options: WalkOptions) -> WalkResult {
+/// Upstream's walk: breadth first, each directory's names sorted; a missing or unreadable
+/// root fails the call; a root that is not a directory (or is a symlink while not following)
+/// gives an empty outcome; only directories and files are reported, symlinks only when
+/// following and pointing at a directory; a directory already visited under another name
+/// is listed but not entered.
+pub(super) fn walk(root: &Path, options: WalkOptions) -> Result<WalkResult, FsError> {
     let follow = options.follow_directory_symlinks;
+    let meta = std::fs::metadata(root).map_err(|err| FsError::io(err, root))?;
+    let link = std::fs::symlink_metadata(root).is_ok_and(|m| m.file_type().is_symlink());
+    if !meta.is_dir() || (link && !follow) {
+        return Ok(WalkResult::default());
+    }
+    let identity = if follow {
+        std::fs::canonicalize(root).map_err(|err| FsError::io(err, root))?
+    } else {
+        root.to_owned()
+    };
     let mut walk = Walk {
         options,
         result: WalkResult::default(),
         bytes: 0,
-        seen: HashSet::new(),
+        visited: HashSet::from([identity]),
+        directories: 1,
+        listed: 0,
+        queue: VecDeque::from([(root.to_owned(), 0)]),
     };
-    let root_meta = if follow {
-        std::fs::metadata(root)
-    } else {
-        std::fs::symlink_metadata(root)
-    };
-    let root_meta = match root_meta {
-        Ok(meta) if meta.is_dir() => meta,
-        Ok(_) => return walk.result,
-        Err(err) => {
-            walk.error(root, &err);
-            return walk.result;
-        }
-    };
-    walk.seen.insert((root_meta.dev(), root_meta.ino()));
-    let mut queue: VecDeque<(PathBuf, usize)> = VecDeque::from([(root.to_owned(), 0)]);
-    let mut directories_read = 0;
-    'walk: while let Some((directory, depth)) = queue.pop_front() {
-        if directories_read >= options.max_directories {
-            walk.result.truncated = true;
+    while let Some((directory, depth)) = walk.queue.pop_front() {
+        if walk.list(&directory, depth).is_break() {
             break;
         }
-        directories_read += 1;
-        let children = match walk.children(&directory) {
-            ControlFlow::Continue(Some(children)) => children,
-            ControlFlow::Continue(None) => continue,
-            ControlFlow::Break(()) => break,
-        };
-        for child in children {
-            if walk.visit(child, depth, &mut queue).is_break() {
-                break 'walk;
-            }
-        }
     }
-    walk.result
+    Ok(walk.result)
 }
 
 #[cfg(test)]
@@ -217,9 +210,10 @@ mod tests {
     #[test]
     fn limits_are_checked_as_the_reference_does() {
         assert_eq!(
-            validate(&options(0, 1, 1)).unwrap_err().to_string(),
+            validate(&options(1, 0, 1)).unwrap_err().to_string(),
             "filesystem walk limits must be greater than zero"
         );
+        assert!(validate(&options(0, 1, 1)).is_ok());
         assert_eq!(
             validate(&options(65, 1, 1)).unwrap_err().to_string(),
             "filesystem walk limits exceed maximums: depth=64, directories=10000, entries=50000"

@@ -36,10 +36,10 @@ enum Sink {
 pub(super) type PendingInstall = (StagedName, Confined);
 
 impl WriteHandle {
-    /// `write` (and `read`, which callers never pass) creates or truncates in place, `append`
-    /// creates if missing, `replace` stages beside the target.
+    /// `write` and `replace` (and `read`, which callers never pass) create or truncate in
+    /// place, `append` creates if missing, `replaceOnClose` stages beside the target.
     pub(super) fn open(path: &Path, mode: OpenMode, follow: bool) -> Result<Self, FsError> {
-        let sink = if mode == OpenMode::Replace {
+        let sink = if mode == OpenMode::ReplaceOnClose {
             Sink::Staged {
                 staged: StagedFile::create(path, follow)?,
                 install_in: None,
@@ -68,9 +68,10 @@ impl WriteHandle {
 
     /// Writes one block; returns the offset just past it.
     pub(super) fn write_block(&mut self, offset: Option<u64>, data: &[u8]) -> Result<u64, FsError> {
-        if data.len() > FILE_CHUNK_SIZE {
+        // Upstream's bounds: an empty block is a client bug, not a no-op.
+        if data.is_empty() || data.len() > FILE_CHUNK_SIZE {
             return Err(FsError::refused(format!(
-                "file write block must be at most {FILE_CHUNK_SIZE} bytes"
+                "file write block length must be between 1 and {FILE_CHUNK_SIZE}"
             )));
         }
         let path = &self.path;
@@ -92,7 +93,9 @@ impl WriteHandle {
         let end = start
             .checked_add(data.len() as u64)
             .filter(|end| *end <= i64::MAX as u64)
-            .ok_or_else(|| FsError::refused("file write offset overflowed"))?;
+            .ok_or_else(|| {
+                FsError::refused("file write range exceeds the signed 64-bit file offset limit")
+            })?;
         with_path(file.write_all_at(data, start), path)?;
         self.cursor = end;
         Ok(end)

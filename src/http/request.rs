@@ -44,17 +44,7 @@ fn header_pair(
         .map_err(|err| HttpError::Invalid(format!("http/request header name is invalid: {err}")))?;
     let mut value = header.value.clone();
     if let Some(var) = &header.value_env_var {
-        if crate::process::env::is_daemon_setting(var) {
-            return Err(HttpError::Invalid(format!(
-                "http/request header {name} may not read valueEnvVar `{var}`: the executor's own settings, such as its connection token, are never sent"
-            )));
-        }
-        let Some(from_env) = env(var) else {
-            return Err(HttpError::Invalid(format!(
-                "http/request header {name} reads valueEnvVar `{var}`, which is not set on the executor"
-            )));
-        };
-        value.push_str(&from_env);
+        value.push_str(&env_value(&header.name, var, env)?);
     }
     let mut value = HeaderValue::from_str(&value).map_err(|err| {
         HttpError::Invalid(format!(
@@ -65,6 +55,50 @@ fn header_pair(
     // debug output.
     value.set_sensitive(header.value_env_var.is_some());
     Ok((name, value))
+}
+
+/// Executor variables no header may carry, as upstream's `HTTP_HEADER_ENV_DENYLIST` (compared
+/// case-insensitively): the executor's and the model providers' credentials.
+const ENV_DENYLIST: &[&str] = &[
+    "CODEX_EXEC_SERVER_NOISE_AUTH_TOKEN",
+    "OPENAI_FEDERATION_RULE_ID",
+    "OPENAI_IDENTITY_TOKEN_FILE",
+    "OPENAI_WORKLOAD_IDENTITY_CONTEXT",
+    "OPENAI_API_KEY",
+    "CODEX_API_KEY",
+    "CODEX_ACCESS_TOKEN",
+    "CODEX_CONNECTORS_TOKEN",
+    "CODEX_GUARDIAN_DECISIONS_API_KEY",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AZURE_CLIENT_SECRET",
+    "AZURE_FEDERATED_TOKEN_FILE",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+];
+
+/// The value of `var` for header `name`, with upstream's checks and messages; this daemon's
+/// own settings (`EXEC_SERVER_*`, such as its connection token) are refused as the denylist is.
+fn env_value(
+    name: &str,
+    var: &str,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<String, HttpError> {
+    let denied = ENV_DENYLIST.iter().any(|d| d.eq_ignore_ascii_case(var));
+    if denied || crate::process::env::is_daemon_setting(var) {
+        return Err(HttpError::Invalid(format!(
+            "http/request header {name} cannot use executor environment variable {var}"
+        )));
+    }
+    match env(var) {
+        None => Err(HttpError::Invalid(format!(
+            "http/request header {name} requires executor environment variable {var}"
+        ))),
+        Some(value) if value.is_empty() => Err(HttpError::Invalid(format!(
+            "http/request header {name} requires a non-empty executor environment variable {var}"
+        ))),
+        Some(value) => Ok(value),
+    }
 }
 
 #[cfg(test)]
@@ -110,13 +144,17 @@ mod tests {
             "http/request header value is invalid for x-a: failed to parse header value"
         );
         assert_eq!(
-            error(json!({"headers": [{"name": "authorization", "value": "Bearer ", "valueEnvVar": "NO_SUCH_VAR"}]})),
-            "http/request header authorization reads valueEnvVar `NO_SUCH_VAR`, which is not set on the executor"
+            error(
+                json!({"headers": [{"name": "Authorization", "value": "Bearer ", "valueEnvVar": "NO_SUCH_VAR"}]})
+            ),
+            "http/request header Authorization requires executor environment variable NO_SUCH_VAR"
         );
-        assert_eq!(
-            error(json!({"headers": [{"name": "authorization", "value": "Bearer ", "valueEnvVar": "EXEC_SERVER_CONNECTION_TOKEN"}]})),
-            "http/request header authorization may not read valueEnvVar `EXEC_SERVER_CONNECTION_TOKEN`: the executor's own settings, such as its connection token, are never sent"
-        );
+        for var in ["EXEC_SERVER_CONNECTION_TOKEN", "openai_api_key"] {
+            assert_eq!(
+                error(json!({"headers": [{"name": "authorization", "value": "Bearer ", "valueEnvVar": var}]})),
+                format!("http/request header authorization cannot use executor environment variable {var}")
+            );
+        }
     }
 
     #[test]

@@ -35,10 +35,11 @@ impl RpcError {
         Self::new(code::NOT_FOUND, message)
     }
 
+    /// Upstream's text, word for word: a client may match on it.
     pub fn method_not_found(method: &str) -> Self {
         Self::new(
             code::METHOD_NOT_FOUND,
-            format!("exec-server does not implement `{method}`"),
+            format!("exec-server stub does not implement `{method}` yet"),
         )
     }
 

@@ -3,6 +3,7 @@
 //! method; the connection loop and the router live above the features, in `server`.
 
 mod call;
+pub mod decoder;
 pub mod envelope;
 mod error;
 pub(crate) mod in_flight;

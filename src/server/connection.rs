@@ -134,7 +134,7 @@ impl Connection {
                 return Flow::Continue;
             }
         };
-        let value: Value = match serde_json::from_slice(&frame) {
+        let value = match crate::rpc::decoder::parse_message(&frame) {
             Ok(value) => value,
             Err(err) => {
                 let message = format!("failed to parse {}: {err}", self.parse_context);
@@ -370,7 +370,38 @@ impl Connection {
     }
 }
 
-/// The family of a method is what precedes its first `/` (`process/start` → `process`).
+/// The label a handshake error gives a method, as upstream's (`require_initialized_for`): a
+/// fixed family per method, keyed by name; our own methods follow their prefix's family.
 fn family(method: &str) -> &str {
-    method.split_once('/').map_or(method, |(family, _)| family)
+    match method {
+        "environment/info" => "environment info",
+        "environment/status" => "environment status",
+        "environmentConfig/read" => "environment config",
+        "capabilityRoots/discoverV1" => "capability discovery",
+        _ => match method.split_once('/').map_or(method, |(prefix, _)| prefix) {
+            "process" => "exec",
+            "fs" => "filesystem",
+            prefix => prefix,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn families_are_upstreams_labels() {
+        for (method, family) in [
+            ("process/start", "exec"),
+            ("process/list", "exec"),
+            ("fs/walk", "filesystem"),
+            ("http/request", "http"),
+            ("environment/info", "environment info"),
+            ("environment/status", "environment status"),
+            ("environmentConfig/read", "environment config"),
+            ("capabilityRoots/discoverV1", "capability discovery"),
+            ("session/x", "session"),
+        ] {
+            assert_eq!(super::family(method), family, "{method}");
+        }
+    }
 }

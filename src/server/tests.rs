@@ -133,7 +133,7 @@ async fn errors_carry_the_reference_codes() {
         error(&early),
         (
             -32600,
-            "client must call initialize before using fs methods"
+            "client must call initialize before using filesystem methods"
         )
     );
     client
@@ -144,14 +144,17 @@ async fn errors_carry_the_reference_codes() {
         error(&before_initialized),
         (
             -32600,
-            "client must send initialized before using environment methods"
+            "client must send initialized before using environment status methods"
         )
     );
     client.send(json!({"method": "initialized"})).await;
     let unknown = client.call(4, "process/explode", json!({})).await;
     assert_eq!(
         error(&unknown),
-        (-32601, "exec-server does not implement `process/explode`")
+        (
+            -32601,
+            "exec-server stub does not implement `process/explode` yet"
+        )
     );
     let bad_params = client.call(5, "fs/getMetadata", json!({"path": 7})).await;
     assert_eq!(error(&bad_params).0, -32602);
@@ -212,8 +215,8 @@ async fn a_streamed_body_follows_its_reply_even_in_a_batch() {
     }
     client
         .send(json!([
-            {"id": 2, "method": "http/request", "params": request("a")},
-            {"id": 3, "method": "http/request", "params": request("b")},
+            {"jsonrpc": "2.0", "id": 2, "method": "http/request", "params": request("a")},
+            {"jsonrpc": "2.0", "id": 3, "method": "http/request", "params": request("b")},
         ]))
         .await;
     let batch = client.recv().await;

@@ -99,11 +99,11 @@ async fn read_block_replies_carry_the_block_raw_and_errors_stay_text() {
             "params": {"handleId": "nope", "offset": 0, "len": 1}}))
         .await;
     assert!(!came_binary(&error));
-    assert_eq!(error["error"]["message"], "unknown file read handle `nope`");
+    assert_eq!(error["error"]["message"], "unknown file handle `nope`");
     // Inside a batch the block is part of one JSON array, so it comes in base64.
     client
         .send_text(
-            json!([{"id": 10, "method": "fs/readBlock",
+            json!([{"jsonrpc": "2.0", "id": 10, "method": "fs/readBlock",
                 "params": {"handleId": "h", "offset": 0, "len": 3}}])
             .to_string(),
         )

@@ -1,34 +1,260 @@
 //! The same wire scenario against this daemon and against codex's own exec-server
 //! (`common::codex_peer`), replies compared: where upstream changes, a test here shows the diff.
+//!
+//! A [`Scenario`] is a list of frames sent back to back (pipelined, as a client may), optionally
+//! after a completed handshake, then the messages read until the expected number of replies
+//! came. Each daemon gets a fresh fixture directory built by the test; `{root}` in the frames
+//! stands for it, and in the replies the directory, the peer's address and any session id are
+//! replaced by placeholders, so the two lists compare as values. The fidelity tests of issue 29
+//! live in the submodules, each named after the upstream test it follows.
+
+mod decoder;
+mod fs_stream;
+mod fs_walk;
+mod handshake;
+mod http_env;
+mod no_follow;
 
 use crate::common::codex_peer::CodexPeer;
-use crate::common::{Client, Daemon, TIMEOUT};
+use crate::common::{Daemon, TIMEOUT};
+use futures::{SinkExt as _, StreamExt as _};
 use serde_json::{json, Value};
+use std::path::Path;
+use tokio_tungstenite::tungstenite::Message;
 
-/// Both daemons' replies to one request, after the initialize handshake.
-async fn both_answer(method: &str, params: Value) -> (Result<Value, Value>, Result<Value, Value>) {
-    let codex = CodexPeer::start(&[]);
-    let ours = Daemon::start();
-    let mut replies = Vec::new();
-    for url in [&ours.url, &codex.url] {
-        let client = Client::connect(url).await;
-        client.initialize(None).await.expect("initialize");
-        let reply = tokio::time::timeout(TIMEOUT, client.request(method, params.clone()))
-            .await
-            .expect("reply in time");
-        replies.push(reply);
-    }
-    let codex_reply = replies.pop().unwrap();
-    (replies.pop().unwrap(), codex_reply)
+/// What a scenario sends and how many replies it waits for.
+#[derive(Clone, Default)]
+pub struct Scenario {
+    handshake: bool,
+    /// Text frames, each with the number of replies expected once it was answered; None
+    /// waits for every reply so far before sending on.
+    frames: Vec<Option<(String, usize)>>,
+    replies: usize,
+    /// Whether the order of replies is part of what is compared. This daemon runs requests
+    /// concurrently once the handshake is done, so by default replies are compared by id.
+    wire_order: bool,
 }
+
+impl Scenario {
+    /// Frames sent on a fresh connection, before any handshake.
+    pub fn raw() -> Self {
+        Self::default()
+    }
+
+    /// Frames sent once `initialize` was answered and `initialized` sent.
+    pub fn initialized() -> Self {
+        Self {
+            handshake: true,
+            ..Self::default()
+        }
+    }
+
+    /// Compares the replies in the order they came, not by id.
+    pub fn in_wire_order(mut self) -> Self {
+        self.wire_order = true;
+        self
+    }
+
+    /// A request; its reply is awaited.
+    pub fn request(self, id: i64, method: &str, params: Value) -> Self {
+        self.frame(
+            json!({"id": id, "method": method, "params": params}).to_string(),
+            1,
+        )
+    }
+
+    /// A notification; nothing is awaited for it.
+    pub fn notify(self, method: &str, params: Value) -> Self {
+        self.frame(json!({"method": method, "params": params}).to_string(), 0)
+    }
+
+    /// Any text frame, answered by `replies` messages.
+    pub fn frame(mut self, text: impl Into<String>, replies: usize) -> Self {
+        self.replies += replies;
+        self.frames.push(Some((text.into(), self.replies)));
+        self
+    }
+
+    /// Waits for every reply so far before the next frame: what comes after depends on it.
+    pub fn then(mut self) -> Self {
+        self.frames.push(None);
+        self
+    }
+
+    /// Runs against the daemon at `url` with `{root}` standing for `root`; the messages that
+    /// came back, in wire order, normalised.
+    pub async fn run(&self, url: &str, root: &Path) -> Vec<Value> {
+        let root = root.to_str().expect("fixture paths are UTF-8");
+        let (mut ws, _) = tokio_tungstenite::connect_async(url)
+            .await
+            .expect("connect");
+        if self.handshake {
+            let initialize = json!({"id": 0, "method": "initialize",
+                "params": {"clientName": "differential"}});
+            ws.send(Message::text(initialize.to_string()))
+                .await
+                .unwrap();
+            next_message(&mut ws).await;
+            let initialized = json!({"method": "initialized", "params": {}});
+            ws.send(Message::text(initialized.to_string()))
+                .await
+                .unwrap();
+        }
+        let mut messages = Vec::new();
+        let (mut replies, mut sent) = (0, 0);
+        for frame in self.frames.iter().chain([&None]) {
+            match frame {
+                Some((text, expected)) => {
+                    let text = text.replace("{root}", root);
+                    ws.send(Message::text(text)).await.expect("send");
+                    sent = *expected;
+                }
+                None => {
+                    while replies < sent {
+                        let message = next_message(&mut ws).await;
+                        replies += usize::from(message.get("id").is_some());
+                        messages.push(normalise(message, root));
+                    }
+                }
+            }
+        }
+        if !self.wire_order {
+            // Stable: id -1 errors (undecodable messages) keep their order.
+            messages.sort_by_key(|m| m["id"].as_i64());
+        }
+        messages
+    }
+}
+
+async fn next_message(
+    ws: &mut tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >,
+) -> Value {
+    loop {
+        let message = tokio::time::timeout(TIMEOUT, ws.next())
+            .await
+            .expect("a reply in time")
+            .expect("connection open")
+            .expect("a message");
+        if let Message::Text(text) = message {
+            return serde_json::from_str(&text).expect("replies are JSON");
+        }
+    }
+}
+
+/// Result members only this daemon sends, documented extensions a codex client ignores.
+const EXTENSION_MEMBERS: &[&str] = &["nextOffset"];
+
+/// The fixture directory, the peer address, timestamps and initialize results replaced by
+/// placeholders; an error's `data` and the [`EXTENSION_MEMBERS`] left out.
+fn normalise(message: Value, root: &str) -> Value {
+    let text = message.to_string().replace(root, "{root}");
+    let peer = regex_lite_replace(&text, "127.0.0.1:");
+    let mut value: Value = serde_json::from_str(&peer).unwrap();
+    if let Some(error) = value.get_mut("error").and_then(Value::as_object_mut) {
+        error.remove("data");
+    }
+    if let Some(result) = value.get_mut("result").and_then(Value::as_object_mut) {
+        result.retain(|member, _| !EXTENSION_MEMBERS.contains(&member.as_str()));
+        for (member, time) in result.iter_mut() {
+            if member.ends_with("AtMs") {
+                *time = json!("{time}");
+            }
+        }
+    }
+    // An initialize result describes each daemon's own environment: only its shape compares.
+    if let Some(result) = value
+        .get_mut("result")
+        .filter(|r| r.get("sessionId").is_some())
+    {
+        *result = json!({"sessionId": "{session}"});
+    }
+    value
+}
+
+/// `127.0.0.1:<port>` → `{peer}`, without a regex dependency for one pattern.
+fn regex_lite_replace(text: &str, prefix: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(prefix) {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + prefix.len()..];
+        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+        out.push_str(if digits > 0 { "{peer}" } else { prefix });
+        rest = &after[digits..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Both daemons' messages for `scenario`, each with its own fixture built by `fixture`:
+/// `(ours, codex)`.
+pub async fn run_both(scenario: &Scenario, fixture: impl Fn(&Path)) -> (Vec<Value>, Vec<Value>) {
+    let ours = Daemon::start();
+    let codex = CodexPeer::start(&[]);
+    run_on(scenario, fixture, &ours, &codex).await
+}
+
+/// [`run_both`] with extra environment for both daemons.
+pub async fn run_both_with(
+    scenario: &Scenario,
+    fixture: impl Fn(&Path),
+    ours_args: &[&str],
+    env: &[(&str, &str)],
+) -> (Vec<Value>, Vec<Value>) {
+    let ours = Daemon::start_with(ours_args, env);
+    let codex = CodexPeer::start_with(&[], env);
+    run_on(scenario, fixture, &ours, &codex).await
+}
+
+async fn run_on(
+    scenario: &Scenario,
+    fixture: impl Fn(&Path),
+    ours: &Daemon,
+    codex: &CodexPeer,
+) -> (Vec<Value>, Vec<Value>) {
+    let mut lists = Vec::new();
+    for url in [&ours.url, &codex.url] {
+        let root = crate::common::scratch_dir();
+        fixture(root.path());
+        lists.push(scenario.run(url, root.path()).await);
+    }
+    let codex = lists.pop().unwrap();
+    (lists.pop().unwrap(), codex)
+}
+
+/// Runs `scenario` on both and asserts the same messages came back; returns them.
+pub async fn assert_same(scenario: &Scenario, fixture: impl Fn(&Path)) -> Vec<Value> {
+    let (ours, codex) = run_both(scenario, fixture).await;
+    assert_eq!(
+        ours,
+        codex,
+        "ours:\n{}\ncodex:\n{}",
+        lines(&ours),
+        lines(&codex)
+    );
+    ours
+}
+
+pub fn lines(messages: &[Value]) -> String {
+    messages
+        .iter()
+        .map(Value::to_string)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// No fixture: the scenario touches no files.
+pub fn nothing(_: &Path) {}
 
 #[tokio::test]
 async fn an_unknown_method_is_refused_alike() {
-    let (ours, codex) = both_answer("nosuch/method", json!({})).await;
-    let (ours, codex) = (ours.unwrap_err(), codex.unwrap_err());
-    assert_eq!(ours["code"], codex["code"], "ours {ours}, codex {codex}");
+    let scenario = Scenario::initialized().request(1, "nosuch/method", json!({}));
+    let replies = assert_same(&scenario, nothing).await;
+    // Upstream's own wording, odd as it reads.
     assert_eq!(
-        ours["message"], codex["message"],
-        "ours {ours}, codex {codex}"
+        replies[0]["error"]["message"],
+        "exec-server stub does not implement `nosuch/method` yet"
     );
 }

@@ -130,6 +130,6 @@ async fn environment_methods_need_the_handshake() {
         .unwrap_err();
     assert_eq!(
         error,
-        json!({"code": -32600, "message": "client must call initialize before using environment methods"})
+        json!({"code": -32600, "message": "client must call initialize before using environment status methods"})
     );
 }

@@ -92,7 +92,7 @@ async fn read_block_supports_non_sequential_offsets_and_lengths() {
         )
         .await
         .unwrap_err();
-    assert_error(&error, -32004, "unknown file read handle `h`");
+    assert_error(&error, -32004, "unknown file handle `h`");
 }
 
 #[tokio::test]
@@ -191,7 +191,7 @@ async fn open_refuses_a_symlink_when_not_following() {
     std::fs::write(dir.path().join("target"), b"t").unwrap();
     let link = dir.path().join("link");
     std::os::unix::fs::symlink("target", &link).unwrap();
-    for mode in ["read", "write", "append", "replace"] {
+    for mode in ["read", "write", "append", "replace", "replaceOnClose"] {
         let error = client
             .request(
                 "fs/open",
@@ -385,14 +385,16 @@ fn temp_files(dir: &Path) -> Vec<PathBuf> {
 }
 
 #[tokio::test]
-async fn a_streamed_replace_lands_byte_for_byte_and_atomically_on_close() {
+async fn a_streamed_replace_on_close_lands_byte_for_byte_and_atomically_on_close() {
     let daemon = Daemon::start();
     let (client, _) = daemon.session().await;
     let dir = scratch_dir();
     let path = dir.path().join("upload.bin");
     std::fs::write(&path, b"old").unwrap();
     let data = pattern(6 * MIB + 12345, 9);
-    open_write(&client, "up", &path, "replace").await.unwrap();
+    open_write(&client, "up", &path, "replaceOnClose")
+        .await
+        .unwrap();
     let mut next = 0u64;
     for chunk in data.chunks(MIB) {
         let result = write_block(&client, "up", None, chunk).await.unwrap();
@@ -413,7 +415,9 @@ async fn a_streamed_replace_lands_byte_for_byte_and_atomically_on_close() {
     assert!(temp_files(dir.path()).is_empty());
 
     // Discarding leaves the target as it was.
-    open_write(&client, "gone", &path, "replace").await.unwrap();
+    open_write(&client, "gone", &path, "replaceOnClose")
+        .await
+        .unwrap();
     write_block(&client, "gone", None, b"never").await.unwrap();
     client
         .call("fs/close", json!({"handleId": "gone", "discard": true}))
@@ -423,7 +427,9 @@ async fn a_streamed_replace_lands_byte_for_byte_and_atomically_on_close() {
 
     // So does a dropped connection.
     let (other, _) = daemon.session().await;
-    open_write(&other, "lost", &path, "replace").await.unwrap();
+    open_write(&other, "lost", &path, "replaceOnClose")
+        .await
+        .unwrap();
     write_block(&other, "lost", None, b"lost").await.unwrap();
     other.abort();
     eventually("the staged file to be discarded", || {
@@ -486,7 +492,7 @@ async fn write_and_append_modes_write_in_place() {
     assert_error(
         &error,
         -32600,
-        "file write block must be at most 1048576 bytes",
+        "file write block length must be between 1 and 1048576",
     );
     let error = client
         .request("fs/writeBlock", json!({"handleId": "n", "chunk": "!!"}))

@@ -382,11 +382,11 @@ async fn streams_use_the_file_the_sandbox_opened() {
     client.call("fs/close", json!({"handleId": "a"})).await;
     assert_eq!(std::fs::read(d.ws("up")).unwrap(), b"abcde");
 
-    // replace: staged beside the target, renamed into place by the sandbox on close.
+    // replaceOnClose: staged beside the target, renamed into place by the sandbox on close.
     call(
         &client,
         "fs/open",
-        open("s", &d.ws("up"), "replace"),
+        open("s", &d.ws("up"), "replaceOnClose"),
         &sandbox,
     )
     .await;
@@ -397,7 +397,7 @@ async fn streams_use_the_file_the_sandbox_opened() {
     call(
         &client,
         "fs/open",
-        open("x", &d.ws("up"), "replace"),
+        open("x", &d.ws("up"), "replaceOnClose"),
         &sandbox,
     )
     .await;

@@ -309,11 +309,13 @@ async fn request_ids_in_flight_must_be_unique() {
     let first = client.next_unsolicited().await;
     assert_eq!(first["id"], 7);
     assert!(first["result"]["chunks"].is_array(), "{first}");
-    // Answered, the id is free again; a batch is held to the same rule.
+    // Answered, the id is free again; a (JSON-RPC 2.0) batch is held to the same rule.
+    let mut read = read;
+    read["jsonrpc"] = json!("2.0");
     client.send_text(json!([read, read]).to_string()).await;
     let batch = client.next_unsolicited().await;
     assert!(batch[0]["result"]["chunks"].is_array(), "{batch}");
-    assert_eq!(batch[1], duplicate);
+    assert_eq!(batch[1]["error"], duplicate["error"]);
     client
         .call("process/terminate", json!({"processId": "p"}))
         .await;
@@ -431,7 +433,7 @@ async fn the_handshake_is_enforced() {
         .unwrap_err();
     assert_eq!(
         early["message"],
-        "client must call initialize before using process methods"
+        "client must call initialize before using exec methods"
     );
     let bad = client
         .request("initialize", json!({"nope": 1}))
@@ -461,20 +463,33 @@ async fn the_handshake_is_enforced() {
 async fn batches_run_together_and_reply_as_one_array() {
     let daemon = Daemon::start();
     let (client, _) = daemon.session().await;
+    // Batches belong to JSON-RPC 2.0: in the Codex dialect, as upstream, an array is no message.
+    let codex_dialect =
+        json!([{"id": 1, "method": "process/terminate", "params": {"processId": "a"}}]);
+    client.send_text(codex_dialect.to_string()).await;
+    let refused = client.next_unsolicited().await;
+    assert_eq!(refused["id"], -1);
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .ends_with(": expected a JSON-RPC object"),
+        "{refused}"
+    );
     client.send_text(json!([
-        {"id": 1, "method": "process/terminate", "params": {"processId": "a"}},
-        {"id": 2, "method": "process/write", "params": {"processId": "a", "chunk": "", "writeId": "w"}},
-        {"method": "initialized"},
-        {"id": 3, "method": "nope/nope"}
+        {"jsonrpc": "2.0", "id": 1, "method": "process/terminate", "params": {"processId": "a"}},
+        {"jsonrpc": "2.0", "id": 2, "method": "process/write", "params": {"processId": "a", "chunk": "", "writeId": "w"}},
+        {"jsonrpc": "2.0", "method": "initialized"},
+        {"jsonrpc": "2.0", "id": 3, "method": "nope/nope"}
     ]).to_string()).await;
     let reply = client.next_unsolicited().await;
     assert_eq!(
         reply,
         json!([
-            {"id": 1, "result": {"running": false}},
-            {"id": 2, "result": {"status": "unknownProcess"}},
+            {"jsonrpc": "2.0", "id": 1, "result": {"running": false}},
+            {"jsonrpc": "2.0", "id": 2, "result": {"status": "unknownProcess"}},
             {"id": -1, "error": {"code": -32600, "message": "notifications cannot be sent in a JSON-RPC batch"}},
-            {"id": 3, "error": {"code": -32601, "message": "exec-server does not implement `nope/nope`"}}
+            {"jsonrpc": "2.0", "id": 3, "error": {"code": -32601, "message": "exec-server stub does not implement `nope/nope` yet"}}
         ])
     );
     client.send_text("[]").await;
@@ -483,7 +498,7 @@ async fn batches_run_together_and_reply_as_one_array() {
         "JSON-RPC batch must not be empty"
     );
     let huge: Vec<Value> = (0..129)
-        .map(|i| json!({"id": i, "method": "process/read", "params": {}}))
+        .map(|i| json!({"jsonrpc": "2.0", "id": i, "method": "process/read", "params": {}}))
         .collect();
     client.send_text(Value::Array(huge).to_string()).await;
     assert_eq!(

@@ -69,12 +69,12 @@ impl CodexPeer {
             .args(args)
             .env("CODEX_HOME", home.path())
             .envs(env.iter().copied())
+            // Its own group: the npm launcher (node) runs the native binary as a child, which
+            // would outlive a kill of the launcher alone.
+            .process_group(0)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
-        // `codex` is a node launcher that runs the native binary as its child: killing the
-        // launcher alone would leave the server running (and holding the test's stderr).
-        command.process_group(0);
         let mut child = command.spawn().expect("start codex exec-server");
         let stdout = child.stdout.take().expect("codex stdout");
         let mut stdout = BufReader::new(stdout);

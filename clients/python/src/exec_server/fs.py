@@ -150,7 +150,7 @@ class FileSystem:
                     raise error
 
     async def _upload(self, path: str, source: bytes | IO[bytes], sandbox: SandboxArg) -> int:
-        handle = await self._open(path, "replace", sandbox)
+        handle = await self._open(path, "replaceOnClose", sandbox)
         in_flight: deque[asyncio.Future[Any]] = deque()
         offset = 0
         try:

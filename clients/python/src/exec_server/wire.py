@@ -497,7 +497,7 @@ class WalkResult(TypedDict):
 class OpenParams(TypedDict):
     handleId: NotRequired[Optional[str]]
     path: PathUri
-    mode: NotRequired[Optional[Literal["read", "write", "append", "replace"]]]
+    mode: NotRequired[Optional[Literal["read", "write", "append", "replace", "replaceOnClose"]]]
     followSymlinks: NotRequired[Optional[bool]]
     sandbox: NotRequired[Optional[FileSystemSandboxContext]]
 
