@@ -36,9 +36,9 @@ const MANIFESTS: [&str; 3] = [
     ".cursor-plugin/plugin.json",
 ];
 
-/// codex's scan: 6 levels below the root counted from 0, which our `fs/walk` counts from 1.
+/// codex's scan: 6 levels below the root, counted from 0 as `fs/walk` counts them.
 const SCAN: WalkOptions = WalkOptions {
-    max_depth: 7,
+    max_depth: 6,
     max_directories: 2_000,
     max_entries: 20_000,
     follow_directory_symlinks: true,
