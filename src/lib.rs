@@ -15,6 +15,7 @@ mod audit;
 mod child;
 mod cli;
 mod config;
+mod envd;
 mod environment;
 mod fs;
 mod http;

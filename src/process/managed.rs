@@ -188,6 +188,16 @@ impl ManagedProcess {
         })
     }
 
+    /// The program's OS pid.
+    pub(crate) fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// What it was started with.
+    pub(crate) fn params(&self) -> &StartParams {
+        &self.origin.params
+    }
+
     pub(crate) fn subscribe(&self) -> watch::Receiver<()> {
         self.changed.subscribe()
     }

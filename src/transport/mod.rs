@@ -154,6 +154,7 @@ pub async fn serve(
     if let Some(listener) = metrics {
         spawn_metrics(listener, &daemon)?;
     }
+    crate::envd::spawn(&daemon).await?;
     let outcome = serve_clients(
         listener.as_ref(),
         tls,

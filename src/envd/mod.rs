@@ -1,0 +1,68 @@
+//! E2B's envd protocol (issue #30), so the unmodified E2B SDKs drive this daemon: Connect RPC
+//! services `process.Process` and `filesystem.Filesystem`, `GET /health`, `GET`/`POST /files`
+//! and `GET /metrics`, on each `--envd-listen` address (HTTP/1.1 and h2c on one port).
+//!
+//! Commands are processes of one session per listener, held by the daemon itself (never
+//! attached, never expiring), so they outlive HTTP connections and a daemon restart like any
+//! other. The layout: `connect` (the framing), `messages` (envd's messages in proto3 JSON),
+//! `process`, `filesystem` and `watch` (the services), `files` (`/files`), `users`
+//! (Basic auth → account), `listen` (the listeners, auth and routes).
+
+mod connect;
+mod files;
+mod filesystem;
+mod listen;
+mod messages;
+mod process;
+mod users;
+mod watch;
+
+pub(crate) use listen::spawn;
+
+use crate::server::Daemon;
+use crate::session::Session;
+use exec_server_protocol::sandbox::FileSystemSandboxContext;
+use exec_server_protocol::PathUri;
+use std::sync::Arc;
+
+/// One envd listener's state: its session, its settings, its watchers.
+pub(crate) struct Envd {
+    daemon: Arc<Daemon>,
+    session: Arc<Session>,
+    watchers: watch::Watchers,
+}
+
+impl Envd {
+    /// The `--envd-sandbox` profile anchored at `cwd` (a bare `permissions` object is anchored
+    /// there, as `run --sandbox PROFILE.json` does); None without one.
+    fn sandbox(&self, cwd: &PathUri) -> Option<FileSystemSandboxContext> {
+        let (_, profile) = self.daemon.config.envd.sandbox.as_ref()?;
+        if profile.get("permissions").is_some() {
+            return serde_json::from_value(profile.clone()).ok();
+        }
+        Some(FileSystemSandboxContext {
+            permissions: serde_json::from_value(profile.clone()).ok()?,
+            cwd: Some(cwd.clone()),
+            workspace_roots: vec![cwd.clone()],
+            policy_context: None,
+            windows_sandbox_level: Default::default(),
+            windows_sandbox_private_desktop: false,
+            use_legacy_landlock: false,
+            user_home_dir: None,
+            temporary_directories: Vec::new(),
+            windows_sandbox_proxy_settings_mode: None,
+        })
+    }
+}
+
+/// Whether `profile` is a permission profile the envd listeners can apply (checked at start).
+pub(crate) fn check_sandbox(profile: &serde_json::Value) -> anyhow::Result<()> {
+    if profile.get("permissions").is_some() {
+        serde_json::from_value::<FileSystemSandboxContext>(profile.clone())?;
+    } else {
+        serde_json::from_value::<exec_server_protocol::sandbox::PermissionProfile>(
+            profile.clone(),
+        )?;
+    }
+    Ok(())
+}
