@@ -77,13 +77,14 @@ pub(super) async fn download(
                 .split(',')
                 .any(|coding| coding.trim().starts_with("gzip"))
         });
-    let reader: Box<dyn Read + Send> = if gzip {
-        Box::new(flate2::read::GzEncoder::new(
-            file,
-            flate2::Compression::fast(),
-        ))
-    } else {
-        Box::new(file)
+    let reader = move || -> Box<dyn Read> {
+        match gzip {
+            true => Box::new(flate2::read::GzEncoder::new(
+                file,
+                flate2::Compression::fast(),
+            )),
+            false => Box::new(file),
+        }
     };
     let mut response = Response::new(Body::from_stream(read_in_background(reader)));
     let headers = response.headers_mut();
@@ -100,25 +101,29 @@ pub(super) async fn download(
     Ok(response)
 }
 
-/// `reader`'s bytes as a stream, read on a blocking thread.
+/// The bytes of the reader `make` makes as a stream, made and read on a blocking thread (a
+/// gzip decoder reads its header as it is made).
 fn read_in_background(
-    mut reader: Box<dyn Read + Send>,
+    make: impl FnOnce() -> Box<dyn Read> + Send + 'static,
 ) -> impl Stream<Item = std::io::Result<Bytes>> + Send {
     let (sender, receiver) = mpsc::channel(QUEUE);
-    tokio::task::spawn_blocking(move || loop {
-        let mut buffer = vec![0; CHUNK];
-        let outcome = match reader.read(&mut buffer) {
-            Ok(0) => return,
-            Ok(n) => {
-                buffer.truncate(n);
-                Ok(Bytes::from(buffer))
+    tokio::task::spawn_blocking(move || {
+        let mut reader = make();
+        loop {
+            let mut buffer = vec![0; CHUNK];
+            let outcome = match reader.read(&mut buffer) {
+                Ok(0) => return,
+                Ok(n) => {
+                    buffer.truncate(n);
+                    Ok(Bytes::from(buffer))
+                }
+                Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(err) => Err(err),
+            };
+            let failed = outcome.is_err();
+            if sender.blocking_send(outcome).is_err() || failed {
+                return;
             }
-            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(err) => Err(err),
-        };
-        let failed = outcome.is_err();
-        if sender.blocking_send(outcome).is_err() || failed {
-            return;
         }
     });
     futures::stream::unfold(receiver, |mut receiver| async move {
@@ -163,7 +168,7 @@ fn gunzip(
         receiver,
         current: Bytes::new(),
     };
-    read_in_background(Box::new(flate2::read::MultiGzDecoder::new(input)))
+    read_in_background(move || Box::new(flate2::read::MultiGzDecoder::new(input)))
 }
 
 /// The chunks of a channel as a `Read`, for a blocking thread.
