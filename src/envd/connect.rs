@@ -108,6 +108,19 @@ impl IntoResponse for ConnectError {
     }
 }
 
+/// A unary call's body, at most [`MAX_MESSAGE_BYTES`].
+pub(crate) async fn body_bytes(body: Body) -> Result<Bytes, ConnectError> {
+    axum::body::to_bytes(body, MAX_MESSAGE_BYTES)
+        .await
+        .map_err(|err| ConnectError::new(Code::ResourceExhausted, err.to_string()))
+}
+
+/// The answer to a call of a method this daemon does not serve.
+pub(crate) fn no_method(service: &str, method: &str) -> Response {
+    let message = format!("no method /{service}/{method}");
+    ConnectError::new(Code::Unimplemented, message).into_response()
+}
+
 /// One envelope of a stream body.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Envelope {

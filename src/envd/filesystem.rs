@@ -2,11 +2,11 @@
 //! paths resolved for the Basic-auth user (relative ones from its home), made directories
 //! handed to that user. Each call runs on a blocking thread.
 
-use super::connect::{server_stream, unary, Code, ConnectError};
+use super::connect::{body_bytes, no_method, server_stream, unary, Code, ConnectError};
 use super::messages::*;
 use super::users::{self, Account};
 use super::Envd;
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use std::io::ErrorKind;
@@ -23,16 +23,31 @@ pub(super) async fn rpc(envd: Arc<Envd>, method: &str, headers: HeaderMap, body:
         })
         .await;
     }
-    let body = match axum::body::to_bytes(body, super::connect::MAX_MESSAGE_BYTES).await {
-        Ok(body) => body,
-        Err(err) => {
-            return ConnectError::new(Code::ResourceExhausted, err.to_string()).into_response()
+    let account = users::basic_user(h).and_then(|name| users::lookup(name.as_deref()));
+    let (body, account) = match (body_bytes(body).await, account) {
+        (Ok(body), Ok(account)) => (body, account),
+        (Err(error), _) | (_, Err(error)) => return error.into_response(),
+    };
+    let watchers = &envd.watchers;
+    match method {
+        "CreateWatcher" => {
+            unary(h, body, async |r: WatchRequest| {
+                watchers.create(account.resolve(&r.path), r).await
+            })
+            .await
         }
-    };
-    let account = match users::lookup(users::basic_user(h).ok().flatten().as_deref()) {
-        Ok(account) => account,
-        Err(error) => return error.into_response(),
-    };
+        "GetWatcherEvents" => {
+            unary(h, body, async |r: WatcherId| watchers.events(&r.watcher_id)).await
+        }
+        "RemoveWatcher" => {
+            unary(h, body, async |r: WatcherId| watchers.remove(&r.watcher_id)).await
+        }
+        _ => path_rpc(method, h, body, account).await,
+    }
+}
+
+/// The calls on paths, each run on a blocking thread.
+async fn path_rpc(method: &str, h: &HeaderMap, body: Bytes, account: Account) -> Response {
     match method {
         "Stat" => {
             unary(h, body, async |r: PathRequest| {
@@ -74,26 +89,7 @@ pub(super) async fn rpc(envd: Arc<Envd>, method: &str, headers: HeaderMap, body:
             })
             .await
         }
-        "CreateWatcher" => {
-            unary(h, body, async |r: WatchRequest| {
-                let path = account.resolve(&r.path);
-                envd.watchers.create(path, r).await
-            })
-            .await
-        }
-        "GetWatcherEvents" => {
-            unary(h, body, async |r: WatcherId| {
-                envd.watchers.events(&r.watcher_id)
-            })
-            .await
-        }
-        "RemoveWatcher" => {
-            unary(h, body, async |r: WatcherId| {
-                envd.watchers.remove(&r.watcher_id)
-            })
-            .await
-        }
-        other => super::listen::not_found("filesystem.Filesystem", other),
+        other => no_method("filesystem.Filesystem", other),
     }
 }
 

@@ -130,19 +130,8 @@ async fn rpc(
     match service.as_str() {
         "process.Process" => process_rpc(envd, &method, headers, body).await,
         "filesystem.Filesystem" => super::filesystem::rpc(envd, &method, headers, body).await,
-        _ => not_found(&service, &method),
+        _ => super::connect::no_method(&service, &method),
     }
-}
-
-pub(super) fn not_found(service: &str, method: &str) -> Response {
-    let message = format!("no method /{service}/{method}");
-    ConnectError::new(Code::Unimplemented, message).into_response()
-}
-
-async fn bytes(body: Body) -> Result<axum::body::Bytes, ConnectError> {
-    axum::body::to_bytes(body, super::connect::MAX_MESSAGE_BYTES)
-        .await
-        .map_err(|err| ConnectError::new(Code::ResourceExhausted, err.to_string()))
 }
 
 async fn process_rpc(envd: Arc<Envd>, method: &str, headers: HeaderMap, body: Body) -> Response {
@@ -170,7 +159,7 @@ async fn process_rpc(envd: Arc<Envd>, method: &str, headers: HeaderMap, body: Bo
             .await
         }
         unary_method => {
-            let body = match bytes(body).await {
+            let body = match super::connect::body_bytes(body).await {
                 Ok(body) => body,
                 Err(error) => return error.into_response(),
             };
@@ -180,7 +169,7 @@ async fn process_rpc(envd: Arc<Envd>, method: &str, headers: HeaderMap, body: Bo
                 "CloseStdin" => unary(h, body, async |r| envd.close_stdin(r)).await,
                 "SendSignal" => unary(h, body, async |r| envd.send_signal(r)).await,
                 "Update" => unary(h, body, async |r| envd.update(r)).await,
-                other => not_found("process.Process", other),
+                other => super::connect::no_method("process.Process", other),
             }
         }
     }
@@ -191,9 +180,9 @@ async fn metrics() -> Response {
     let (mem_total, mem_available, mem_cache) = meminfo();
     let (disk_total, disk_used) = match nix::sys::statvfs::statvfs("/") {
         Ok(fs) => {
-            let block = fs.fragment_size() as u64;
-            let total = fs.blocks() as u64 * block;
-            (total, total - fs.blocks_free() as u64 * block)
+            let block = fs.fragment_size();
+            let total = fs.blocks() * block;
+            (total, total - fs.blocks_free() * block)
         }
         Err(_) => (0, 0),
     };

@@ -308,7 +308,7 @@ pub(crate) struct FilesystemEvent {
 #[serde(rename_all = "camelCase")]
 pub(crate) enum WatchDirResponse {
     Start(Empty),
-    Filesystem(FilesystemEvent),
+    Filesystem(Box<FilesystemEvent>),
     Keepalive(Empty),
 }
 

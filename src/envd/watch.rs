@@ -166,7 +166,7 @@ impl Envd {
         loop {
             tokio::select! {
                 event = receiver.recv() => match event {
-                    Some(event) => events.send(WatchDirResponse::Filesystem(event)).await?,
+                    Some(event) => events.send(WatchDirResponse::Filesystem(Box::new(event))).await?,
                     None => return Err(ConnectError::new(Code::Internal, "watcher ended")),
                 },
                 _ = tokio::time::sleep(keepalive) => {
