@@ -5,7 +5,7 @@
 //! handed to that user, missing parents made and handed over too, as envd does.
 
 use super::filesystem::{chown, ensure_dirs};
-use super::users::{self, Account};
+use super::users::Account;
 use super::Envd;
 use axum::body::{Body, Bytes};
 use axum::extract::{Query, State};
@@ -41,8 +41,9 @@ impl IntoResponse for FileError {
     }
 }
 
-fn account(username: Option<&str>) -> Result<Account, FileError> {
-    users::lookup(username).map_err(|error| FileError(StatusCode::UNAUTHORIZED, error.message))
+fn account(envd: &Envd, username: Option<&str>) -> Result<Account, FileError> {
+    (envd.accounts.lookup(username))
+        .map_err(|error| FileError(StatusCode::UNAUTHORIZED, error.message))
 }
 
 fn internal(what: &str, err: impl std::fmt::Display) -> FileError {
@@ -50,11 +51,11 @@ fn internal(what: &str, err: impl std::fmt::Display) -> FileError {
 }
 
 pub(super) async fn download(
-    State(_): State<Arc<Envd>>,
+    State(envd): State<Arc<Envd>>,
     Query(params): Query<FileParams>,
     headers: HeaderMap,
 ) -> Result<Response, FileError> {
-    let account = account(params.username.as_deref())?;
+    let account = account(&envd, params.username.as_deref())?;
     let path = account.resolve(params.path.as_deref().unwrap_or(""));
     let meta = tokio::fs::metadata(&path)
         .await
@@ -192,12 +193,12 @@ impl Read for ChannelReader {
 }
 
 pub(super) async fn upload(
-    State(_): State<Arc<Envd>>,
+    State(envd): State<Arc<Envd>>,
     Query(params): Query<FileParams>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, FileError> {
-    let account = account(params.username.as_deref())?;
+    let account = account(&envd, params.username.as_deref())?;
     let content_type = (headers.get(header::CONTENT_TYPE))
         .and_then(|value| value.to_str().ok())
         .unwrap_or("")

@@ -23,7 +23,7 @@ pub(super) async fn rpc(envd: Arc<Envd>, method: &str, headers: HeaderMap, body:
         })
         .await;
     }
-    let account = users::basic_user(h).and_then(|name| users::lookup(name.as_deref()));
+    let account = envd.accounts.of_request(h);
     let (body, account) = match (body_bytes(body).await, account) {
         (Ok(body), Ok(account)) => (body, account),
         (Err(error), _) | (_, Err(error)) => return error.into_response(),

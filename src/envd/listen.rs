@@ -35,6 +35,7 @@ pub(crate) async fn spawn(daemon: &Arc<Daemon>) -> anyhow::Result<()> {
             daemon: daemon.clone(),
             session,
             watchers: Default::default(),
+            accounts: Default::default(),
         });
         let app = TowerToHyperService::new(routes(envd));
         match listen {

@@ -30,6 +30,7 @@ pub(crate) struct Envd {
     daemon: Arc<Daemon>,
     session: Arc<Session>,
     watchers: watch::Watchers,
+    accounts: users::Accounts,
 }
 
 impl Envd {

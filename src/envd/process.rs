@@ -4,7 +4,7 @@
 
 use super::connect::{timeout, Code, ConnectError, Requests, StreamSender};
 use super::messages::*;
-use super::users::{self, Account};
+use super::users::Account;
 use super::Envd;
 use crate::process::{ManagedProcess, ProcessError};
 use axum::http::HeaderMap;
@@ -95,7 +95,7 @@ impl Envd {
         request: StartRequest,
         events: StreamSender<ProcessEventResponse>,
     ) -> Result<(), ConnectError> {
-        let account = users::lookup(users::basic_user(&headers)?.as_deref())?;
+        let account = self.accounts.of_request(&headers)?;
         let params = self.start_params(&account, &request, timeout(&headers))?;
         let run_as = account.is_other().then(|| crate::ipc::message::RunAs {
             uid: account.uid,

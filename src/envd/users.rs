@@ -5,8 +5,11 @@
 use super::connect::{Code, ConnectError};
 use axum::http::HeaderMap;
 use nix::unistd::{Gid, Uid, User};
+use std::collections::HashMap;
 use std::ffi::CString;
 use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// An account of this host, resolved.
 #[derive(Clone, Debug)]
@@ -59,7 +62,7 @@ fn clean(path: &std::path::Path) -> PathBuf {
 }
 
 /// The user an RPC names in its `Authorization: Basic` header, if any.
-pub(crate) fn basic_user(headers: &HeaderMap) -> Result<Option<String>, ConnectError> {
+fn basic_user(headers: &HeaderMap) -> Result<Option<String>, ConnectError> {
     use base64::Engine as _;
     let Some(value) = headers.get(axum::http::header::AUTHORIZATION) else {
         return Ok(None);
@@ -75,9 +78,42 @@ pub(crate) fn basic_user(headers: &HeaderMap) -> Result<Option<String>, ConnectE
     Ok((!user.is_empty()).then(|| user.to_owned()))
 }
 
+/// How long a resolved account is used again without asking NSS: a lookup of the user and its
+/// groups takes ~150 µs here (NSS's systemd module), a third of an exec round trip.
+const ACCOUNT_TTL: Duration = Duration::from_secs(2);
+
+/// Accounts resolved in the last [`ACCOUNT_TTL`], by the name asked for (None: the default).
+/// Only found accounts are kept: a user made a moment ago is found at its first use.
+#[derive(Default)]
+pub(crate) struct Accounts {
+    recent: Mutex<HashMap<Option<String>, (Instant, Account)>>,
+}
+
+impl Accounts {
+    /// The account the request's `Authorization: Basic` header names (see [`lookup`]).
+    pub(crate) fn of_request(&self, headers: &HeaderMap) -> Result<Account, ConnectError> {
+        self.lookup(basic_user(headers)?.as_deref())
+    }
+
+    /// [`lookup`], from the recent ones when it is there.
+    pub(crate) fn lookup(&self, name: Option<&str>) -> Result<Account, ConnectError> {
+        let key = name.map(str::to_owned);
+        if let Some((at, account)) = self.recent.lock().unwrap().get(&key) {
+            if at.elapsed() < ACCOUNT_TTL {
+                return Ok(account.clone());
+            }
+        }
+        let account = lookup(name)?;
+        let mut recent = self.recent.lock().unwrap();
+        recent.retain(|_, (at, _)| at.elapsed() < ACCOUNT_TTL);
+        recent.insert(key, (Instant::now(), account.clone()));
+        Ok(account)
+    }
+}
+
 /// The account `name` names (None: the default, root, or the daemon's own when it is not
 /// root). A daemon not running as root refuses any account but its own.
-pub(crate) fn lookup(name: Option<&str>) -> Result<Account, ConnectError> {
+fn lookup(name: Option<&str>) -> Result<Account, ConnectError> {
     let own = nix::unistd::geteuid();
     let user = match name {
         Some(name) => User::from_name(name)

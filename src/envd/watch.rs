@@ -5,7 +5,6 @@
 
 use super::connect::{Code, ConnectError, StreamSender};
 use super::messages::*;
-use super::users;
 use super::Envd;
 use axum::http::HeaderMap;
 use notify::event::{EventKind, ModifyKind, RenameMode};
@@ -152,7 +151,7 @@ impl Envd {
         request: WatchRequest,
         events: StreamSender<WatchDirResponse>,
     ) -> Result<(), ConnectError> {
-        let account = users::lookup(users::basic_user(&headers)?.as_deref())?;
+        let account = self.accounts.of_request(&headers)?;
         let path = account.resolve(&request.path);
         let (sender, mut receiver) = mpsc::channel(QUEUE);
         let _watcher = super::filesystem::blocking(move || {
