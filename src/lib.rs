@@ -16,6 +16,8 @@ mod child;
 mod cli;
 mod config;
 mod envd;
+#[doc(hidden)]
+pub use envd::fuzz as envd_fuzz;
 mod environment;
 mod fs;
 mod http;

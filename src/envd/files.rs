@@ -34,6 +34,18 @@ pub(super) struct FileParams {
 #[derive(Debug)]
 pub(crate) struct FileError(StatusCode, String);
 
+impl FileError {
+    pub(crate) fn bad(message: String) -> Self {
+        Self(StatusCode::BAD_REQUEST, message)
+    }
+}
+
+impl std::fmt::Display for FileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.0, self.1)
+    }
+}
+
 impl IntoResponse for FileError {
     fn into_response(self) -> Response {
         let body = serde_json::json!({ "message": self.1, "code": self.0.as_u16() });
@@ -150,7 +162,7 @@ fn body_of(headers: &HeaderMap, body: Body) -> Result<BodyStream, FileError> {
     }
 }
 
-type BodyStream = std::pin::Pin<Box<dyn Stream<Item = std::io::Result<Bytes>> + Send>>;
+pub(super) type BodyStream = std::pin::Pin<Box<dyn Stream<Item = std::io::Result<Bytes>> + Send>>;
 
 /// Decompresses `compressed` on a blocking thread as its chunks arrive.
 fn gunzip(
@@ -216,7 +228,13 @@ pub(super) async fn upload(
     } else if media.starts_with("multipart/") {
         let boundary = multer::parse_boundary(&content_type)
             .map_err(|err| FileError(StatusCode::BAD_REQUEST, err.to_string()))?;
-        upload_parts(multer::Multipart::new(body, boundary), &params, &account).await?
+        let multipart = multer::Multipart::new(body, boundary);
+        let path = params.path.as_deref();
+        file_parts(multipart, path, &account, |path, body| {
+            let account = &account;
+            async move { write_file(&path, body, account).await }
+        })
+        .await?
     } else {
         return Err(FileError(
             StatusCode::BAD_REQUEST,
@@ -238,30 +256,35 @@ pub(super) async fn upload(
     Ok(axum::Json(entries).into_response())
 }
 
-/// Writes each `file` part to its path (the `path=` parameter, else its file name); one path
-/// twice in an upload is refused, as envd does.
-async fn upload_parts(
+/// Hands each `file` part of `multipart` to `sink` with the path it goes to (the `path=`
+/// parameter, else its file name, resolved for `account`), in order; one path twice in an
+/// upload is refused, as envd does. Returns the paths.
+pub(super) async fn file_parts<F, Fut>(
     mut multipart: multer::Multipart<'static>,
-    params: &FileParams,
+    path_param: Option<&str>,
     account: &Account,
-) -> Result<Vec<PathBuf>, FileError> {
-    let bad = |message: String| FileError(StatusCode::BAD_REQUEST, message);
+    mut sink: F,
+) -> Result<Vec<PathBuf>, FileError>
+where
+    F: FnMut(PathBuf, BodyStream) -> Fut,
+    Fut: std::future::Future<Output = Result<(), FileError>>,
+{
+    let bad = FileError::bad;
     let mut written = Vec::new();
     let mut seen = HashSet::new();
     while let Some(field) = multipart
         .next_field()
         .await
-        .map_err(|err| internal("error reading form", err))?
+        .map_err(|err| bad(format!("error reading form: {err}")))?
     {
         if field.name() != Some("file") {
             continue;
         }
-        let path = match (&params.path, field.file_name()) {
-            (Some(path), _) => path.clone(),
-            (None, Some(name)) => name.to_owned(),
+        let path = match (path_param, field.file_name()) {
+            (Some(path), _) => account.resolve(path),
+            (None, Some(name)) => account.resolve(name),
             (None, None) => return Err(bad("a file part has no file name".into())),
         };
-        let path = account.resolve(&path);
         if !seen.insert(path.clone()) {
             return Err(bad(format!(
                 "you cannot upload multiple files to the same path '{}' in one upload request",
@@ -269,7 +292,7 @@ async fn upload_parts(
             )));
         }
         let body = field.map(|chunk| chunk.map_err(std::io::Error::other));
-        write_file(&path, Box::pin(body), account).await?;
+        sink(path.clone(), Box::pin(body)).await?;
         written.push(path);
     }
     Ok(written)

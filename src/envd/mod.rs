@@ -56,6 +56,62 @@ impl Envd {
     }
 }
 
+/// The envd listener's parsers of untrusted bytes, for the fuzz targets (fuzz/).
+#[doc(hidden)]
+pub mod fuzz {
+    use super::connect::EnvelopeDecoder;
+
+    /// Decodes `data` as a stream body arriving in pieces of `split` bytes; returns each
+    /// envelope's flags and length, or None where the decoder refused the stream.
+    pub fn envelopes(data: &[u8], split: usize) -> Option<Vec<(u8, usize)>> {
+        let mut decoder = EnvelopeDecoder::default();
+        let mut out = Vec::new();
+        for piece in data.chunks(split.max(1)) {
+            decoder.push(piece);
+            while let Some(envelope) = decoder.next().ok()? {
+                out.push((envelope.flags, envelope.data.len()));
+            }
+        }
+        Some(out)
+    }
+
+    /// Parses `body` as `/files` parses a multipart upload with `content_type`, writing
+    /// nothing; returns each file part's path and length, or the error `/files` would answer.
+    pub fn multipart(content_type: &str, body: &[u8]) -> Result<Vec<(String, usize)>, String> {
+        use futures::StreamExt as _;
+        let boundary = multer::parse_boundary(content_type).map_err(|err| err.to_string())?;
+        let chunks: Vec<Result<bytes::Bytes, std::io::Error>> = (body.chunks(7))
+            .map(|chunk| Ok(bytes::Bytes::copy_from_slice(chunk)))
+            .collect();
+        let multipart = multer::Multipart::new(futures::stream::iter(chunks), boundary);
+        let account = super::users::Account {
+            name: "fuzz".into(),
+            uid: 0,
+            gid: 0,
+            groups: vec![0],
+            home: "/home/fuzz".into(),
+        };
+        let parts = std::cell::RefCell::new(Vec::new());
+        let sink = |path: std::path::PathBuf, body: super::files::BodyStream| {
+            let parts = &parts;
+            async move {
+                let chunks: Vec<_> = body.collect().await;
+                let mut len = 0;
+                for chunk in chunks {
+                    len += chunk
+                        .map_err(|err| super::files::FileError::bad(err.to_string()))?
+                        .len();
+                }
+                parts.borrow_mut().push((path.display().to_string(), len));
+                Ok(())
+            }
+        };
+        futures::executor::block_on(super::files::file_parts(multipart, None, &account, sink))
+            .map_err(|error| error.to_string())?;
+        Ok(parts.into_inner())
+    }
+}
+
 /// Whether `profile` is a permission profile the envd listeners can apply (checked at start).
 pub(crate) fn check_sandbox(profile: &serde_json::Value) -> anyhow::Result<()> {
     if profile.get("permissions").is_some() {
