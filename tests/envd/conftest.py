@@ -33,12 +33,14 @@ def daemon_binary() -> Path:
 class Daemon:
     """A running ``exec-server`` with one ``--envd-listen``; ``envd_url`` is where it serves."""
 
-    def __init__(self, workdir: Path, *args: str) -> None:
+    def __init__(
+        self, workdir: Path, *args: str, state_dir: str = "none", envd: str = "127.0.0.1:0"
+    ) -> None:
         self.log_path = workdir / "daemon.log"
         self.log = open(self.log_path, "wb")
         self.process = subprocess.Popen(
-            [str(daemon_binary()), "--listen", "ws://127.0.0.1:0", "--state-dir", "none",
-             "--envd-listen", "127.0.0.1:0", *args],
+            [str(daemon_binary()), "--listen", "ws://127.0.0.1:0", "--state-dir", state_dir,
+             "--envd-listen", envd, *args],
             stdout=subprocess.PIPE,
             stderr=self.log,
             stdin=subprocess.DEVNULL,
