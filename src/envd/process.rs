@@ -42,25 +42,36 @@ fn process_error(err: ProcessError) -> ConnectError {
 }
 
 impl Envd {
-    /// The envd processes of this listener still running (envd forgets a process at its exit).
-    fn running(&self) -> Vec<Arc<ManagedProcess>> {
+    /// The envd processes of this listener still running (envd forgets a process at its exit),
+    /// or those that exited (still retained).
+    fn envd_processes(&self, exited: bool) -> Vec<Arc<ManagedProcess>> {
         let mut processes: Vec<_> = (self.session.processes.processes().into_iter())
-            .filter(|process| process.id.starts_with(ID_PREFIX) && !process.is_exited())
+            .filter(|process| process.id.starts_with(ID_PREFIX) && process.is_exited() == exited)
             .collect();
         processes.sort_by_key(|process| process.pid());
         processes
     }
 
+    fn running(&self) -> Vec<Arc<ManagedProcess>> {
+        self.envd_processes(false)
+    }
+
     /// The running process `selector` names.
     fn select(&self, selector: &ProcessSelector) -> Result<Arc<ManagedProcess>, ConnectError> {
+        self.select_among(self.running(), selector)
+    }
+
+    fn select_among(
+        &self,
+        processes: Vec<Arc<ManagedProcess>>,
+        selector: &ProcessSelector,
+    ) -> Result<Arc<ManagedProcess>, ConnectError> {
         let found = match selector {
-            ProcessSelector::Pid(pid) => self
-                .running()
+            ProcessSelector::Pid(pid) => processes
                 .into_iter()
                 .find(|process| process.pid() as u32 == *pid)
                 .ok_or_else(|| format!("process with pid {pid} not found")),
-            ProcessSelector::Tag(tag) => self
-                .running()
+            ProcessSelector::Tag(tag) => processes
                 .into_iter()
                 .find(|process| tag_of(&process.id) == Some(tag.as_str()))
                 .ok_or_else(|| format!("process with tag {tag} not found")),
@@ -196,14 +207,18 @@ impl Envd {
         })
     }
 
-    /// `Connect`: the process's output from now on, and its end.
+    /// `Connect`: the process's output from now on, and its end; a process that just exited
+    /// (still retained) answers its end at once, as envd's retained exits do.
     pub(super) async fn connect(
         self: Arc<Self>,
         headers: HeaderMap,
         request: Selected,
         events: StreamSender<ProcessEventResponse>,
     ) -> Result<(), ConnectError> {
-        let process = self.select(&request.process)?;
+        let process = (self.select(&request.process)).or_else(|error| {
+            self.select_among(self.envd_processes(true), &request.process)
+                .map_err(|_| error)
+        })?;
         let now = process.read(u64::MAX, Some(0)).next_seq.saturating_sub(1);
         let start = ProcessEvent::Start {
             pid: process.pid() as u32,

@@ -118,3 +118,13 @@ def test_a_pty_runs_resizes_and_takes_input(sandbox):
     sandbox.pty.send_stdin(handle.pid, b"stty size; exit\n")
     handle.wait(on_pty=out.extend)
     assert b"40 120" in out
+
+
+def test_connect_to_a_command_that_just_ended_answers_its_end(sandbox):
+    handle = sandbox.commands.run("echo gone; exit 4", background=True)
+    with pytest.raises(CommandExitException):
+        handle.wait()
+    with pytest.raises(CommandExitException) as again:
+        sandbox.commands.connect(handle.pid).wait()
+    assert (again.value.exit_code, again.value.error) == (4, "exit status 4")
+    assert again.value.stdout == "", "Connect replays nothing"
