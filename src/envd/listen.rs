@@ -48,22 +48,26 @@ pub(crate) async fn spawn(daemon: &Arc<Daemon>) -> anyhow::Result<()> {
                 tracing::info!("envd listening on http://{local}");
                 tokio::spawn(async move {
                     loop {
-                        if let Ok((stream, _)) = listener.accept().await {
-                            let _ = stream.set_nodelay(true);
-                            serve(stream, app.clone());
+                        match listener.accept().await {
+                            Ok((stream, _)) => {
+                                let _ = stream.set_nodelay(true);
+                                serve(stream, app.clone());
+                            }
+                            Err(err) => accept_failed(err).await,
                         }
                     }
                 });
             }
             EnvdListen::Unix(path) => {
-                let listener = tokio::net::UnixListener::bind(path).map_err(|err| {
+                let listener = bind_unix(path).map_err(|err| {
                     anyhow::anyhow!("cannot listen for envd on {}: {err}", path.display())
                 })?;
                 tracing::info!("envd listening on unix://{}", path.display());
                 tokio::spawn(async move {
                     loop {
-                        if let Ok((stream, _)) = listener.accept().await {
-                            serve(stream, app.clone());
+                        match listener.accept().await {
+                            Ok((stream, _)) => serve(stream, app.clone()),
+                            Err(err) => accept_failed(err).await,
                         }
                     }
                 });
@@ -71,6 +75,29 @@ pub(crate) async fn spawn(daemon: &Arc<Daemon>) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// A socket at `path` that only the daemon's user may connect to (whoever connects runs
+/// commands as any user). A socket left by a daemon that is gone (a predecessor, a crash) is
+/// replaced; a live one is not.
+fn bind_unix(path: &std::path::Path) -> std::io::Result<tokio::net::UnixListener> {
+    use std::os::unix::fs::{FileTypeExt as _, PermissionsExt as _};
+    let stale = std::fs::symlink_metadata(path).is_ok_and(|meta| meta.file_type().is_socket())
+        && std::os::unix::net::UnixStream::connect(path)
+            .is_err_and(|err| err.kind() == std::io::ErrorKind::ConnectionRefused);
+    if stale {
+        std::fs::remove_file(path)?;
+    }
+    let listener = tokio::net::UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}
+
+/// An accept that failed (out of descriptors, most likely) is retried after a pause, not
+/// at once in a loop that would spin.
+async fn accept_failed(err: std::io::Error) {
+    tracing::warn!("envd accept failed: {err}");
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
 }
 
 /// Serves one connection, HTTP/1.1 or h2c (told apart by the HTTP/2 preface), for as long as

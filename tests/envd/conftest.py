@@ -48,7 +48,7 @@ class Daemon:
         assert self.process.stdout is not None
         self.ws_url = self.process.stdout.readline().decode().strip()
         log = self.log_path.read_text(errors="replace")
-        found = re.search(r"envd listening on (http://\S+)", log)
+        found = re.search(r"envd listening on ((?:http|unix)://\S+)", log)
         if not self.ws_url or not found:
             self.stop()
             raise RuntimeError(f"the daemon did not start:\n{log}")

@@ -118,3 +118,19 @@ def list_processes_with(client: httpx.Client, url: str) -> httpx.Response:
     return client.post(
         f"{url}/process.Process/List", content=b"{}", headers={"Content-Type": "application/json"}
     )
+
+
+def test_a_unix_socket_listener_is_the_daemon_users_alone(workdir):
+    socket_path = workdir / "envd.sock"
+    (workdir / "unix-daemon").mkdir()
+    daemon = Daemon(workdir / "unix-daemon", envd=f"unix://{socket_path}")
+    try:
+        assert daemon.envd_url == f"unix://{socket_path}"
+        assert os.stat(socket_path).st_mode & 0o777 == 0o600
+        transport = httpx.HTTPTransport(uds=str(socket_path))
+        with httpx.Client(transport=transport, base_url="http://envd") as client:
+            assert client.get("/health").status_code == 204
+            listed = list_processes_with(client, "http://envd")
+            assert (listed.status_code, listed.json()) == (200, {"processes": []})
+    finally:
+        daemon.stop()
