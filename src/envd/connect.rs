@@ -403,18 +403,24 @@ fn messages<Req: DeserializeOwned + Send + 'static>(
     })
 }
 
-/// The one message of a server stream's request.
+/// The one message of a server stream's request. The rest of the body is read to its end in
+/// the background: hyper closes a connection whose request body was left unread, and a client
+/// may end its body only once the response has begun (the Python SDK's does).
 async fn first_message<Req: DeserializeOwned + Send + 'static>(
     body: Body,
 ) -> Result<Req, ConnectError> {
     let mut messages = Box::pin(messages::<Req>(body));
-    match messages.next().await {
-        Some(message) => message,
-        None => Err(ConnectError::new(
-            Code::InvalidArgument,
-            "the request has no message",
-        )),
-    }
+    let first = match messages.next().await {
+        Some(message) => message?,
+        None => {
+            return Err(ConnectError::new(
+                Code::InvalidArgument,
+                "the request has no message",
+            ))
+        }
+    };
+    tokio::spawn(async move { while messages.next().await.is_some() {} });
+    Ok(first)
 }
 
 #[cfg(test)]

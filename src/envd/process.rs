@@ -336,13 +336,17 @@ pub(super) fn keepalive(headers: &HeaderMap) -> Duration {
 
 /// Streams `process`'s output after `after_seq` as data events, a keepalive after each quiet
 /// `keepalive`, and its end once its output closed. The output read is marked received, so
-/// the log may evict it.
+/// the log may evict it; what is not read yet waits for this stream (the process is held back
+/// when retention is full), while nobody follows it old output is evicted.
 async fn follow(
-    process: &ManagedProcess,
+    process: &Arc<ManagedProcess>,
     mut after_seq: u64,
     events: &StreamSender<ProcessEventResponse>,
     keepalive: Duration,
 ) -> Result<(), ConnectError> {
+    // Nothing is evicted before this stream sent it: the process waits for a slow client, as
+    // envd's does for its subscribers.
+    let _following = process.follow();
     let tty = process.params().tty;
     let mut changes = process.subscribe();
     loop {
