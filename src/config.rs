@@ -190,6 +190,31 @@ pub struct Args {
     #[arg(long, env = "EXEC_SERVER_UPGRADE_FROM_START_BINARY")]
     pub upgrade_from_start_binary: bool,
 
+    /// Also speak E2B's envd protocol (Connect RPC `process.Process` and
+    /// `filesystem.Filesystem`, `/files`, `/health`) on `IP:PORT` or `unix:///PATH`, so the
+    /// unmodified E2B SDKs drive this daemon; repeat for several. See docs/envd.md.
+    #[arg(
+        long = "envd-listen",
+        env = "EXEC_SERVER_ENVD_LISTEN",
+        value_delimiter = ','
+    )]
+    pub envd_listen: Vec<String>,
+
+    /// Require `X-Access-Token: <TOKEN>` on every envd request (as envd does), the token read
+    /// once from this file (mode 600).
+    #[arg(long, env = "EXEC_SERVER_ENVD_ACCESS_TOKEN_FILE")]
+    pub envd_access_token_file: Option<PathBuf>,
+
+    /// Serve envd on a non-loopback TCP address without --envd-access-token-file: whoever
+    /// reaches the port runs commands as any user of this host.
+    #[arg(long, env = "EXEC_SERVER_ENVD_ALLOW_UNAUTHENTICATED")]
+    pub envd_allow_unauthenticated: bool,
+
+    /// A permission profile (a `process/start` `sandbox` as JSON, or just its `permissions`)
+    /// applied to every command the envd listeners start; shown in `environment/info`.
+    #[arg(long, env = "EXEC_SERVER_ENVD_SANDBOX", value_name = "PROFILE.json")]
+    pub envd_sandbox: Option<PathBuf>,
+
     /// Log format on stderr.
     #[arg(
         long,
@@ -246,6 +271,47 @@ pub struct Config {
     pub audit_log: Option<PathBuf>,
     pub audit_required: bool,
     pub(crate) state_dir: crate::state_dir::StateDirSetting,
+    pub envd: EnvdSettings,
+}
+
+/// Where and how the envd protocol is served (`--envd-*`).
+#[derive(Debug, Clone, Default)]
+pub struct EnvdSettings {
+    pub listen: Vec<EnvdListen>,
+    pub access_token: Option<String>,
+    /// The profile file's path and its contents (a `FileSystemSandboxContext` as JSON).
+    pub sandbox: Option<(PathBuf, serde_json::Value)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnvdListen {
+    Tcp(std::net::SocketAddr),
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for EnvdListen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Tcp(addr) => write!(f, "{addr}"),
+            Self::Unix(path) => write!(f, "unix://{}", path.display()),
+        }
+    }
+}
+
+impl EnvdListen {
+    fn parse(text: &str) -> anyhow::Result<Self> {
+        if let Some(path) = text.strip_prefix("unix://") {
+            anyhow::ensure!(
+                path.starts_with('/') && path.len() > 1,
+                "invalid --envd-listen `{text}`; expected `unix:///ABSOLUTE/PATH`"
+            );
+            return Ok(Self::Unix(path.into()));
+        }
+        let addr = text.strip_prefix("http://").unwrap_or(text);
+        addr.parse().map(Self::Tcp).map_err(|_| {
+            anyhow::anyhow!("invalid --envd-listen `{text}`; expected `IP:PORT` or `unix:///PATH`")
+        })
+    }
 }
 
 impl Args {
@@ -298,6 +364,45 @@ impl Args {
                 nix::unistd::geteuid().as_raw(),
                 std::env::var_os("XDG_RUNTIME_DIR").as_deref(),
             )?,
+            envd: self.envd()?,
+        })
+    }
+
+    /// The envd listeners; one reachable beyond this host needs a token or the explicit flag.
+    fn envd(&self) -> anyhow::Result<EnvdSettings> {
+        let listen = (self.envd_listen.iter())
+            .map(|text| EnvdListen::parse(text))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let access_token = match &self.envd_access_token_file {
+            Some(path) => Some(read_token_file(path, "--envd-access-token-file")?),
+            None => None,
+        };
+        if access_token.is_none() && !self.envd_allow_unauthenticated {
+            if let Some(open) = listen.iter().find(|listen| match listen {
+                EnvdListen::Tcp(addr) => !addr.ip().is_loopback(),
+                EnvdListen::Unix(_) => false,
+            }) {
+                anyhow::bail!(
+                    "--envd-listen {open} is not loopback: set --envd-access-token-file, or \
+                     --envd-allow-unauthenticated to serve it to anyone who reaches it"
+                );
+            }
+        }
+        let sandbox = match &self.envd_sandbox {
+            Some(path) => {
+                use anyhow::Context as _;
+                let text = std::fs::read(path)
+                    .with_context(|| format!("cannot read --envd-sandbox {}", path.display()))?;
+                let profile: serde_json::Value = serde_json::from_slice(&text)
+                    .with_context(|| format!("--envd-sandbox {} is not JSON", path.display()))?;
+                Some((path.clone(), profile))
+            }
+            None => None,
+        };
+        Ok(EnvdSettings {
+            listen,
+            access_token,
+            sandbox,
         })
     }
 

@@ -70,6 +70,15 @@ pub(crate) fn info(config: &crate::config::Config) -> EnvironmentInfo {
             max_processes: config.max_processes as u64,
             max_processes_per_session: config.max_processes_per_session as u64,
         }),
+        envd: (!config.envd.listen.is_empty()).then(|| EnvdInfo {
+            listeners: config.envd.listen.iter().map(ToString::to_string).collect(),
+            access_token: config.envd.access_token.is_some(),
+            sandbox: config
+                .envd
+                .sandbox
+                .as_ref()
+                .map(|(_, profile)| profile.clone()),
+        }),
     }
 }
 

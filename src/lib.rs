@@ -17,6 +17,9 @@ mod child;
 mod cli;
 mod codex_args;
 mod config;
+mod envd;
+#[doc(hidden)]
+pub use envd::fuzz as envd_fuzz;
 mod environment;
 mod fs;
 mod http;

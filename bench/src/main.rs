@@ -6,6 +6,7 @@
 //! (`--launch-only`: the exec round trips alone, for work on the launch path)
 
 mod codex;
+mod envd;
 mod packages;
 mod remote;
 mod ssh;
@@ -337,6 +338,32 @@ async fn round_trips(
     Ok(trips)
 }
 
+/// `true` through the envd listener as the E2B SDKs call it, interleaved with the same through
+/// the WebSocket (the first tenth warms up): `envd_exec_rtt_us`, and `envd_vs_ws_rtt`, the
+/// ratio of the two medians.
+async fn envd_round_trips(
+    client: &Client,
+    envd: &envd::Envd,
+    runs: usize,
+    r: &mut Results,
+) -> anyhow::Result<()> {
+    eprintln!("bench: envd round trips (interleaved with the WebSocket's)");
+    let (mut ws, mut ours) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
+    for run in 0..runs / 10 + runs {
+        let (a, b) = (exec_once(client, None).await?, envd.exec_once().await?);
+        if run >= runs / 10 {
+            ws.push(a);
+            ours.push(b);
+        }
+    }
+    r.put_rtt("envd_exec", &mut ours);
+    r.put(
+        "envd_vs_ws_rtt",
+        Some(stats(&mut ours).0 / stats(&mut ws).0),
+    );
+    Ok(())
+}
+
 async fn exec_once(client: &Client, sandbox: Option<&Value>) -> anyhow::Result<f64> {
     let mut cmd = command(&["true"]);
     if let Some(sandbox) = sandbox {
@@ -506,8 +533,10 @@ impl Results {
 
 async fn run(size: &Size, launch_only: bool, binary: &Path) -> anyhow::Result<Map<String, Value>> {
     let mut r = Results(Map::new());
-    let daemon = Daemon::start(binary, &[])?;
+    let envd_addr = envd::free_addr()?;
+    let daemon = Daemon::start(binary, &["--envd-listen", &envd_addr])?;
     let client = Client::connect(ClientOptions::new(daemon.url.clone())).await?;
+    let envd = envd::Envd::new(&envd_addr)?;
     let sshd = match ssh::Sshd::start() {
         _ if launch_only => None,
         Ok(sshd) => Some(sshd),
@@ -543,6 +572,7 @@ async fn run(size: &Size, launch_only: bool, binary: &Path) -> anyhow::Result<Ma
         );
     }
     r.ratio("exec_vs_spawn", "exec_rtt_us", "spawn_rtt_us");
+    envd_round_trips(&client, &envd, size.exec_runs, &mut r).await?;
     if launch_only {
         // The fastest tenth: what a launch costs when nothing else on the machine is in its
         // way, which a busy machine's medians hide.
@@ -592,6 +622,10 @@ async fn run(size: &Size, launch_only: bool, binary: &Path) -> anyhow::Result<Ma
         rates.add(
             "stream_text_mb_s",
             stream_once(&text_client, plain(), size).await?,
+        );
+        rates.add(
+            "envd_stream_mb_s",
+            envd.stream_once(size.stream_bytes).await?,
         );
         // Lossless: the child is held back rather than output evicted.
         let pausing = plain().pause_when_retention_full();
@@ -1447,6 +1481,20 @@ const ROWS: &[Row] = &[
         baselines: &[("codex", "codex_stream_missing_mb")],
         target: "0",
         met: |r| Some(r.get("stream_beside_codex_missing_mb")? == 0.0),
+    },
+    Row {
+        what: "exec round trip of `true` through the envd listener (Connect JSON, as the E2B SDKs call it), µs",
+        ours: "envd_exec_rtt_us",
+        baselines: &[("× the WebSocket's, interleaved", "envd_vs_ws_rtt")],
+        target: "≤ 1.2× the WebSocket's",
+        met: |r| Some(r.get("envd_vs_ws_rtt")? <= 1.2),
+    },
+    Row {
+        what: "stdout of `head -c` streamed through the envd listener (base64 data events), MB/s",
+        ours: "envd_stream_mb_s",
+        baselines: &[("the WebSocket's", "stream_mb_s")],
+        target: "",
+        met: |_| None,
     },
     Row {
         what: "exec round trip of `true`, µs (median; interleaved with local spawns)",

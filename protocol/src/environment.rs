@@ -116,6 +116,23 @@ pub struct EnvironmentInfo {
     /// The daemon's caps that a client may run into (this daemon's addition).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<EnvironmentLimits>,
+    /// The E2B envd listeners (`--envd-listen`), when there are any (this daemon's addition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub envd: Option<EnvdInfo>,
+}
+
+/// What the daemon serves to E2B's SDKs (this daemon's addition).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvdInfo {
+    /// Each listener's address as given: `IP:PORT` or `unix:///PATH`.
+    pub listeners: Vec<String>,
+    /// Whether every envd request must carry `X-Access-Token`.
+    pub access_token: bool,
+    /// The permission profile (`--envd-sandbox`) applied to every command the listeners start,
+    /// as given; absent: they run unsandboxed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<serde_json::Value>,
 }
 
 /// Caps of the daemon, as configured (this daemon's addition).

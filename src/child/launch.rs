@@ -31,7 +31,8 @@ pub(super) fn supervise(control: UnixStream) -> ! {
         let simple = !setup.tty
             && stdio.len() == 3
             && setup.max_open_files.is_none()
-            && setup.max_cpu_seconds.is_none();
+            && setup.max_cpu_seconds.is_none()
+            && setup.run_as.is_none();
         if simple {
             spawn_plain(&control, stdio, &launch)
         } else {
@@ -344,6 +345,19 @@ pub(super) fn apply_limits(setup: &ChildSetup) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Takes `run_as`'s credentials for good: groups first, as only root may set them.
+fn become_user(run_as: &crate::ipc::message::RunAs) -> Result<(), Failure> {
+    use nix::unistd::{setgid, setgroups, setuid, Gid, Uid};
+    let groups: Vec<Gid> = run_as
+        .groups
+        .iter()
+        .map(|&gid| Gid::from_raw(gid))
+        .collect();
+    setgroups(&groups).map_err(|errno| Stage::Credentials.os(errno))?;
+    setgid(Gid::from_raw(run_as.gid)).map_err(|errno| Stage::Credentials.os(errno))?;
+    setuid(Uid::from_raw(run_as.uid)).map_err(|errno| Stage::Credentials.os(errno))
+}
+
 /// The plain child's part: environment, working directory, limits, exec.
 fn exec_plain(launch: &PlainLaunch, setup: &ChildSetup) -> Failure {
     let cstrings = |items: &mut dyn Iterator<Item = &str>| {
@@ -357,6 +371,10 @@ fn exec_plain(launch: &PlainLaunch, setup: &ChildSetup) -> Failure {
         let argv = cstrings(&mut launch.argv.iter().map(String::as_str))?;
         let env: Vec<String> = launch.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let env = cstrings(&mut env.iter().map(String::as_str))?;
+        // As the user, so that a directory it may not enter is refused as it would be to it.
+        if let Some(run_as) = &setup.run_as {
+            become_user(run_as)?;
+        }
         std::env::set_current_dir(&launch.cwd).map_err(|err| Stage::Exec.os(err))?;
         apply_limits(setup)?;
         Ok((program, argv, env))

@@ -254,6 +254,17 @@ pub(crate) struct ChildSetup {
     pub(crate) max_open_files: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) max_cpu_seconds: Option<u64>,
+    /// The credentials the program runs with, when not the daemon's (envd's users).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) run_as: Option<RunAs>,
+}
+
+/// A user's credentials: set by the child (groups, group, then user) before its exec.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct RunAs {
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+    pub(crate) groups: Vec<u32>,
 }
 
 /// An unsandboxed launch.

@@ -193,6 +193,7 @@ impl Server {
             stdin_fd: Some(Arc::new(theirs)),
             size: DEFAULT_SIZE,
             limits: Default::default(),
+            run_as: None,
         };
         let mut launch = Launch::new(prepared, &mut spec).map_err(|err| err.into_rpc(FS_OP))?;
         let spawned = launch

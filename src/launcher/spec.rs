@@ -1,6 +1,6 @@
 //! What a launch runs, in host terms: the program, its stdio, its limits.
 
-use crate::ipc::message::ChildSetup;
+use crate::ipc::message::{ChildSetup, RunAs};
 use exec_server_protocol::process::TerminalSize;
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
@@ -22,6 +22,8 @@ pub(crate) struct LaunchSpec {
     pub(crate) stdin_fd: Option<Arc<OwnedFd>>,
     pub(crate) size: TerminalSize,
     pub(crate) limits: Limits,
+    /// Another user's credentials to run with (plain launches only).
+    pub(crate) run_as: Option<RunAs>,
 }
 
 /// Resource limits: per process (set by the child before its exec) and per tree (cgroups).
@@ -43,6 +45,7 @@ impl LaunchSpec {
             tty: self.tty,
             max_open_files: self.limits.max_open_files,
             max_cpu_seconds: self.limits.max_cpu_seconds,
+            run_as: self.run_as.clone(),
         }
     }
 }

@@ -65,6 +65,8 @@ pub(crate) enum ProcessError {
     },
     #[error("process {0} has no terminal to resize")]
     NoTerminal(String),
+    #[error("a sandboxed command runs as the daemon's user; it cannot run as another")]
+    SandboxedOtherUser,
     /// The client may retry the write once the process read some of its stdin.
     #[error("stdin queue is full ({queued} bytes not yet read by the process); retry later")]
     StdinFull { queued: usize },
@@ -120,7 +122,7 @@ impl From<ProcessError> for RpcError {
             | EmptyWriteId
             | EmptySize => RpcError::invalid_params(message),
             Starting(_) | Unknown(_) | Exists(_) | StartCancelled(_) | SessionClosing
-            | NoTerminal(_) => RpcError::invalid_request(message),
+            | NoTerminal(_) | SandboxedOtherUser => RpcError::invalid_request(message),
             StartConflict { fields, .. } => RpcError::new(code::START_CONFLICT, message)
                 .with_data(serde_json::json!({ "fields": fields })),
             StdinFull { .. } => RpcError::invalid_request(message)

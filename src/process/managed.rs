@@ -86,6 +86,25 @@ pub(crate) struct ManagedProcess {
     pub(super) sandbox: Mutex<Option<Sandboxed>>,
     /// Its output and journal.
     pub(super) store: Arc<Store>,
+    /// Readers following the output outside any connection ([`ManagedProcess::follow`]).
+    followers: Mutex<usize>,
+}
+
+/// A reader following a process's output: while one lives, output it has not received is not
+/// evicted (the process waits when retention is full), as for an attached connection.
+pub(crate) struct Following(Arc<ManagedProcess>);
+
+impl Drop for Following {
+    fn drop(&mut self) {
+        let process = &self.0;
+        let mut followers = process.followers.lock().unwrap();
+        *followers -= 1;
+        if *followers == 0 {
+            process.state.lock().unwrap().log.set_followed(false);
+            // A reader waiting for receipt may evict and go on now.
+            process.drained.send_replace(());
+        }
+    }
 }
 
 pub(super) struct ProcessState {
@@ -185,7 +204,28 @@ impl ManagedProcess {
             pty_size: master.map(stdin::PtyResizer::new),
             sandbox: Mutex::new(sandbox),
             store,
+            followers: Mutex::new(0),
         })
+    }
+
+    /// The program's OS pid.
+    pub(crate) fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// What it was started with.
+    pub(crate) fn params(&self) -> &StartParams {
+        &self.origin.params
+    }
+
+    /// Follows the output (see [`Following`]) until the guard is dropped.
+    pub(crate) fn follow(self: &Arc<Self>) -> Following {
+        let mut followers = self.followers.lock().unwrap();
+        *followers += 1;
+        if *followers == 1 {
+            self.state.lock().unwrap().log.set_followed(true);
+        }
+        Following(self.clone())
     }
 
     pub(crate) fn subscribe(&self) -> watch::Receiver<()> {

@@ -125,6 +125,9 @@ pub(crate) struct OutputLog {
     acknowledged: Option<(u64, u64)>,
     /// Full retention waits for receipt even while detached (`onRetentionFull: "pause"`).
     pause: bool,
+    /// A reader other than a connection follows the output (an envd stream): full retention
+    /// waits for it as for an attached connection.
+    followed: bool,
     /// Highest seq of an evicted chunk (0: nothing evicted).
     evicted_through: u64,
     /// Highest seq of a chunk evicted before the client received it: lost to it.
@@ -176,6 +179,7 @@ impl OutputLog {
             received_seq: 0,
             acknowledged: None,
             pause,
+            followed: false,
             evicted_through: 0,
             lost_through: 0,
             exit: None,
@@ -208,7 +212,7 @@ impl OutputLog {
     pub(crate) fn evict(&mut self, attached: bool, evicted: &mut Vec<Stored>) -> bool {
         while self.over_limit() {
             let front = self.chunks.front().expect("over the limit means non-empty");
-            if (attached || self.pause) && front.seq > self.received_seq {
+            if (attached || self.pause || self.followed) && front.seq > self.received_seq {
                 return true;
             }
             let chunk = self.drop_front();
@@ -261,6 +265,11 @@ impl OutputLog {
             }
         }
         self.delivered_seq = self.next_seq - 1;
+    }
+
+    /// Whether a reader other than a connection follows the output (see `followed`).
+    pub(crate) fn set_followed(&mut self, followed: bool) {
+        self.followed = followed;
     }
 
     /// The client proved it received everything up to `seq`.

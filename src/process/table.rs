@@ -147,6 +147,11 @@ impl ProcessTable {
     }
 
     /// Every process of the table, by id.
+    /// Every process started (and not yet removed), in no order.
+    pub(crate) fn processes(&self) -> Vec<Arc<ManagedProcess>> {
+        self.inner.slots.lock().unwrap().ready()
+    }
+
     pub(crate) fn list(&self) -> Vec<ProcessInfo> {
         let mut processes = self.inner.slots.lock().unwrap().ready();
         processes.sort_by(|a, b| a.id.cmp(&b.id));

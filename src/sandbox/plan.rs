@@ -205,6 +205,8 @@ pub(crate) enum Stage {
     Fds,
     Seccomp,
     Limits,
+    /// Taking another user's credentials (envd's users).
+    Credentials,
     Exec,
 }
 

@@ -12,3 +12,4 @@ mod tests;
 
 pub(crate) use connection::{serve, AtEnd, Frame};
 pub(crate) use daemon::Daemon;
+pub(crate) use process_methods::launch;

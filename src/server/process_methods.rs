@@ -2,6 +2,7 @@
 //! one place a session's errors and a process's meet: `process/read` fails with either, so it
 //! answers with the JSON-RPC error itself.
 
+use crate::ipc::message::RunAs;
 use crate::launcher::sandboxed::Launch;
 use crate::launcher::spec::{LaunchSpec, DEFAULT_SIZE};
 use crate::process::{env, input_quiet, limits, Lookup, ManagedProcess, Origin};
@@ -52,17 +53,25 @@ async fn start_once(
                 return repeated;
             }
         }
-        match launch(session, call, params).await {
+        // A reply never sent (its connection ended) drops the hook, which releases the events.
+        let (replied, on_reply) = tokio::sync::oneshot::channel();
+        call.after_reply(move || {
+            let _ = replied.send(());
+        });
+        match launch(session, params, None, on_reply).await {
             Err(ProcessError::Exists(_)) if params.idempotent => continue,
             outcome => return outcome,
         }
     }
 }
 
-async fn launch(
+/// Launches `params` in `session` (as `run_as`, when given: unsandboxed launches only); its
+/// events are pushed once `on_reply` resolves.
+pub(crate) async fn launch(
     session: &Session,
-    call: &Call,
     params: &StartParams,
+    run_as: Option<RunAs>,
+    on_reply: tokio::sync::oneshot::Receiver<()>,
 ) -> Result<StartResult, ProcessError> {
     let Some((program, args)) = params.argv.split_first() else {
         return Err(ProcessError::EmptyArgv);
@@ -102,10 +111,13 @@ async fn launch(
         stdin_fd: None,
         size: params.size.unwrap_or(DEFAULT_SIZE),
         limits,
+        run_as,
     };
     let mut spec = spec;
     let (launch, sandbox_type) = match prepared {
         None => (None, SandboxType::None),
+        // The sandbox helper keeps the daemon's credentials: no caller sandboxes another user.
+        Some(_) if spec.run_as.is_some() => return Err(ProcessError::SandboxedOtherUser),
         Some(prepared) => {
             let launch =
                 Launch::new(prepared, &mut spec).map_err(|error| ProcessError::Launch {
@@ -115,11 +127,6 @@ async fn launch(
             (Some(launch), SandboxType::LinuxSeccomp)
         }
     };
-    // A reply never sent (its connection ended) drops the hook, which releases the events too.
-    let (replied, on_reply) = tokio::sync::oneshot::channel();
-    call.after_reply(move || {
-        let _ = replied.send(());
-    });
     let origin = Origin {
         params: Origin::identity(params),
         sandbox_type,

@@ -90,6 +90,14 @@ impl RequestedPolicy {
         })
     }
 
+    /// A session kept when its connection drops, for the daemon's default time.
+    fn keep() -> Self {
+        Self {
+            on_disconnect: Some(DisconnectPolicy::Keep),
+            ttl: None,
+        }
+    }
+
     fn for_new_session(&self, config: &Config) -> Policy {
         Policy {
             on_disconnect: self.on_disconnect.unwrap_or_default(),

@@ -220,6 +220,31 @@ impl Registry {
         Ok(session)
     }
 
+    /// The session `id` held by the daemon itself (an envd listener's): created when missing,
+    /// taken back when a predecessor kept it. No connection attaches to it (a resume is told it
+    /// is attached) and it never expires; its processes live until they exit or the daemon
+    /// stops.
+    pub(crate) fn hold(&self, id: &str) -> Result<Arc<Session>, SessionError> {
+        let mut sessions = self.sessions.lock().unwrap();
+        if self.is_closing() {
+            return Err(SessionError::ShuttingDown);
+        }
+        if let Some(entry) = sessions.get_mut(id) {
+            entry.detached_at = None;
+            return Ok(entry.session.clone());
+        }
+        let policy = RequestedPolicy::keep().for_new_session(&self.config);
+        let session = Arc::new(self.new_session(id.to_owned(), None, policy));
+        self.keep(&session);
+        let entry = Entry {
+            session: session.clone(),
+            detached_at: None,
+            detach_epoch: 0,
+        };
+        sessions.insert(id.to_owned(), entry);
+        Ok(session)
+    }
+
     /// Sessions and their processes by state, for a metrics scrape.
     pub(crate) fn census(&self) -> crate::metrics::Census {
         let mut census = crate::metrics::Census::default();

@@ -160,6 +160,7 @@ pub async fn serve(
     if let Some(listener) = metrics {
         spawn_metrics(listener, &daemon)?;
     }
+    crate::envd::spawn(&daemon).await?;
     let outcome = serve_clients(
         Serving {
             listener: listener.as_ref(),

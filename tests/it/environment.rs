@@ -133,3 +133,30 @@ async fn environment_methods_need_the_handshake() {
         json!({"code": -32600, "message": "client must call initialize before using environment status methods"})
     );
 }
+
+#[tokio::test]
+async fn info_shows_the_envd_listeners_and_their_sandbox() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("profile.json");
+    let permissions = json!({"type": "managed", "file_system": {"type": "unrestricted"}, "network": "restricted"});
+    std::fs::write(&profile, permissions.to_string()).unwrap();
+    let daemon = Daemon::start_with(
+        &[
+            "--envd-listen",
+            "127.0.0.1:0",
+            "--envd-sandbox",
+            profile.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let (client, _) = daemon.session().await;
+    let info = client.call("environment/info", json!({})).await;
+    assert_eq!(
+        info["envd"],
+        json!({"listeners": ["127.0.0.1:0"], "accessToken": false, "sandbox": permissions})
+    );
+    let plain = Daemon::start();
+    let (client, _) = plain.session().await;
+    let info = client.call("environment/info", json!({})).await;
+    assert!(info.get("envd").is_none(), "{info}");
+}

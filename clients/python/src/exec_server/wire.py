@@ -159,6 +159,12 @@ class EnvironmentLimits(TypedDict):
     maxProcessesPerSession: int
 
 
+class EnvdInfo(TypedDict):
+    listeners: List[str]
+    accessToken: bool
+    sandbox: NotRequired[Any]
+
+
 class EnvironmentInfo(TypedDict):
     shell: ShellInfo
     executorVersion: NotRequired[str]
@@ -169,6 +175,7 @@ class EnvironmentInfo(TypedDict):
     tempDir: NotRequired[Optional[PathUri]]
     capabilities: NotRequired[EnvironmentCapabilities]
     limits: NotRequired[Optional[EnvironmentLimits]]
+    envd: NotRequired[Optional[EnvdInfo]]
 
 
 class InitializeResult(TypedDict):

@@ -1,0 +1,457 @@
+//! The Connect protocol (connectrpc.com), as envd and its SDKs speak it: unary calls with
+//! `application/json` bodies, server streams and client streams with `application/connect+json`
+//! bodies of 5-byte envelopes (a flags byte, a big-endian length) and an end-of-stream
+//! envelope carrying the error, errors as Connect error JSON.
+//!
+//! Written here rather than taken from a crate: the Rust Connect crates generate their
+//! services from .proto files with protoc (absent here, and a build step for every client of
+//! the tree), while envd's fourteen methods need only this framing over axum and serde.
+//! Only the JSON codec is served; a binary protobuf request is refused as `unimplemented`.
+
+use axum::body::{Body, Bytes};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use futures::{Stream, StreamExt as _};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// An envelope flag: the message is compressed (never accepted: the SDKs do not compress).
+const FLAG_COMPRESSED: u8 = 0x01;
+/// An envelope flag: the end-of-stream message.
+const FLAG_END_STREAM: u8 = 0x02;
+/// The largest message accepted in a request (stdin chunks are the largest the SDKs send).
+pub(crate) const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+/// Messages a server stream may have queued before its producer waits for the client.
+const STREAM_QUEUE: usize = 16;
+
+/// Connect's error codes (the names are the wire's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Code {
+    Canceled,
+    InvalidArgument,
+    NotFound,
+    AlreadyExists,
+    PermissionDenied,
+    ResourceExhausted,
+    FailedPrecondition,
+    Unimplemented,
+    Internal,
+    Unavailable,
+    Unauthenticated,
+}
+
+impl Code {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Canceled => "canceled",
+            Self::InvalidArgument => "invalid_argument",
+            Self::NotFound => "not_found",
+            Self::AlreadyExists => "already_exists",
+            Self::PermissionDenied => "permission_denied",
+            Self::ResourceExhausted => "resource_exhausted",
+            Self::FailedPrecondition => "failed_precondition",
+            Self::Unimplemented => "unimplemented",
+            Self::Internal => "internal",
+            Self::Unavailable => "unavailable",
+            Self::Unauthenticated => "unauthenticated",
+        }
+    }
+
+    /// The HTTP status of a unary error with this code (the protocol's table).
+    fn status(self) -> StatusCode {
+        match self {
+            Self::Canceled => StatusCode::from_u16(499).expect("valid"),
+            Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::InvalidArgument => StatusCode::BAD_REQUEST,
+            Self::NotFound => StatusCode::NOT_FOUND,
+            Self::AlreadyExists => StatusCode::CONFLICT,
+            Self::PermissionDenied => StatusCode::FORBIDDEN,
+            Self::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
+            Self::FailedPrecondition => StatusCode::PRECONDITION_FAILED,
+            Self::Unimplemented => StatusCode::NOT_IMPLEMENTED,
+            Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unauthenticated => StatusCode::UNAUTHORIZED,
+        }
+    }
+}
+
+/// A Connect error: its code and message.
+#[derive(Debug)]
+pub(crate) struct ConnectError {
+    pub code: Code,
+    pub message: String,
+}
+
+impl ConnectError {
+    pub(crate) fn new(code: Code, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({ "code": self.code.name(), "message": self.message })
+    }
+}
+
+impl IntoResponse for ConnectError {
+    fn into_response(self) -> Response {
+        let mut response = (self.code.status(), axum::Json(self.json())).into_response();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        response
+    }
+}
+
+/// A unary call's body, at most [`MAX_MESSAGE_BYTES`].
+pub(crate) async fn body_bytes(body: Body) -> Result<Bytes, ConnectError> {
+    axum::body::to_bytes(body, MAX_MESSAGE_BYTES)
+        .await
+        .map_err(|err| ConnectError::new(Code::ResourceExhausted, err.to_string()))
+}
+
+/// The answer to a call of a method this daemon does not serve.
+pub(crate) fn no_method(service: &str, method: &str) -> Response {
+    let message = format!("no method /{service}/{method}");
+    ConnectError::new(Code::Unimplemented, message).into_response()
+}
+
+/// One envelope of a stream body.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Envelope {
+    pub flags: u8,
+    pub data: Bytes,
+}
+
+/// Splits a stream body into envelopes as its bytes arrive.
+#[derive(Default)]
+pub(crate) struct EnvelopeDecoder {
+    buffer: bytes::BytesMut,
+}
+
+impl EnvelopeDecoder {
+    pub(crate) fn push(&mut self, bytes: &[u8]) {
+        self.buffer.extend_from_slice(bytes);
+    }
+
+    /// The next whole envelope, if one has arrived; an error for a message over
+    /// [`MAX_MESSAGE_BYTES`] or a compressed one.
+    pub(crate) fn next(&mut self) -> Result<Option<Envelope>, ConnectError> {
+        if self.buffer.len() < 5 {
+            return Ok(None);
+        }
+        let flags = self.buffer[0];
+        let len = u32::from_be_bytes(self.buffer[1..5].try_into().expect("4 bytes")) as usize;
+        if len > MAX_MESSAGE_BYTES {
+            return Err(ConnectError::new(
+                Code::ResourceExhausted,
+                format!("message of {len} bytes is over the limit of {MAX_MESSAGE_BYTES}"),
+            ));
+        }
+        if flags & FLAG_COMPRESSED != 0 {
+            return Err(ConnectError::new(
+                Code::Internal,
+                "compressed messages are not accepted (send identity)",
+            ));
+        }
+        if self.buffer.len() < 5 + len {
+            return Ok(None);
+        }
+        let mut frame = self.buffer.split_to(5 + len);
+        let data = frame.split_off(5).freeze();
+        Ok(Some(Envelope { flags, data }))
+    }
+
+    /// Whether bytes of an unfinished envelope are left.
+    pub(crate) fn has_partial(&self) -> bool {
+        !self.buffer.is_empty()
+    }
+}
+
+pub(crate) fn envelope(flags: u8, data: &[u8]) -> Bytes {
+    let mut framed = Vec::with_capacity(5 + data.len());
+    framed.push(flags);
+    framed.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    framed.extend_from_slice(data);
+    framed.into()
+}
+
+fn end_stream(error: Option<&ConnectError>) -> Bytes {
+    let body = match error {
+        Some(error) => serde_json::json!({ "error": error.json() }),
+        None => serde_json::json!({}),
+    };
+    envelope(FLAG_END_STREAM, body.to_string().as_bytes())
+}
+
+fn decode<T: DeserializeOwned>(data: &[u8]) -> Result<T, ConnectError> {
+    let data = if data.is_empty() {
+        b"{}".as_slice()
+    } else {
+        data
+    };
+    serde_json::from_slice(data)
+        .map_err(|err| ConnectError::new(Code::InvalidArgument, format!("invalid message: {err}")))
+}
+
+/// What a request says about itself: its codec and, for streams, its framing.
+fn check_content_type(headers: &HeaderMap, streaming: bool) -> Result<(), ConnectError> {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or("");
+    let media = content_type.split(';').next().unwrap_or("").trim();
+    let expected = if streaming {
+        "application/connect+json"
+    } else {
+        "application/json"
+    };
+    if media == expected {
+        return Ok(());
+    }
+    Err(ConnectError::new(
+        Code::Unimplemented,
+        format!("content type `{content_type}` is not served; this envd speaks `{expected}`"),
+    ))
+}
+
+/// The request's `Connect-Timeout-Ms`, if any.
+pub(crate) fn timeout(headers: &HeaderMap) -> Option<Duration> {
+    let ms: u64 = headers
+        .get("connect-timeout-ms")?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()?;
+    Some(Duration::from_millis(ms))
+}
+
+/// A unary call: `body` decoded, `handler`'s answer encoded.
+pub(crate) async fn unary<Req, Resp, F>(headers: &HeaderMap, body: Bytes, handler: F) -> Response
+where
+    Req: DeserializeOwned,
+    Resp: Serialize,
+    F: AsyncFnOnce(Req) -> Result<Resp, ConnectError>,
+{
+    let outcome = async {
+        check_content_type(headers, false)?;
+        handler(decode(&body)?).await
+    }
+    .await;
+    match outcome {
+        Ok(message) => {
+            let mut response = axum::Json(message).into_response();
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            response
+        }
+        Err(error) => error.into_response(),
+    }
+}
+
+/// A client stream's request messages, decoded as they arrive.
+pub(crate) type Requests<Req> =
+    std::pin::Pin<Box<dyn Stream<Item = Result<Req, ConnectError>> + Send + 'static>>;
+
+/// Where a server stream's handler sends its messages; a send fails once the client is gone.
+pub(crate) struct StreamSender<T>(mpsc::Sender<T>);
+
+impl<T> StreamSender<T> {
+    pub(crate) async fn send(&self, message: T) -> Result<(), ConnectError> {
+        (self.0.send(message).await)
+            .map_err(|_| ConnectError::new(Code::Canceled, "the client went away"))
+    }
+}
+
+/// A server-streaming call: the single request message decoded, then `handler` runs in a task
+/// of its own and what it sends goes out as it comes, its outcome in the end-of-stream message.
+/// The task ends when the client goes away (its next send fails).
+pub(crate) async fn server_stream<Req, Resp, F, Fut>(
+    headers: &HeaderMap,
+    body: Body,
+    handler: F,
+) -> Response
+where
+    Req: DeserializeOwned + Send + 'static,
+    Resp: Serialize + Send + 'static,
+    F: FnOnce(Req, StreamSender<Resp>) -> Fut,
+    Fut: std::future::Future<Output = Result<(), ConnectError>> + Send + 'static,
+{
+    let (sender, receiver) = mpsc::channel(STREAM_QUEUE);
+    let (done_sender, done) = tokio::sync::oneshot::channel();
+    match async {
+        check_content_type(headers, true)?;
+        first_message::<Req>(body).await
+    }
+    .await
+    {
+        Ok(request) => {
+            let work = handler(request, StreamSender(sender));
+            tokio::spawn(async move {
+                let _ = done_sender.send(work.await);
+            });
+        }
+        Err(error) => {
+            let _ = done_sender.send(Err(error));
+        }
+    }
+    let messages = tokio_stream_of(receiver).map(|message: Resp| {
+        let data = serde_json::to_vec(&message).expect("messages serialize");
+        Ok::<_, std::convert::Infallible>(envelope(0, &data))
+    });
+    let end = futures::stream::once(async move {
+        let outcome = done.await.unwrap_or_else(|_| {
+            Err(ConnectError::new(
+                Code::Internal,
+                "the handler ended unexpectedly",
+            ))
+        });
+        Ok(end_stream(outcome.err().as_ref()))
+    });
+    stream_response(messages.chain(end))
+}
+
+/// A client-streaming call: `handler` takes the request messages as they arrive.
+pub(crate) async fn client_stream<Req, Resp, F, Fut>(
+    headers: &HeaderMap,
+    body: Body,
+    handler: F,
+) -> Response
+where
+    Req: DeserializeOwned + Send + 'static,
+    Resp: Serialize,
+    F: FnOnce(Requests<Req>) -> Fut,
+    Fut: std::future::Future<Output = Result<Resp, ConnectError>>,
+{
+    let outcome = match check_content_type(headers, true) {
+        Ok(()) => handler(Box::pin(messages(body))).await,
+        Err(error) => Err(error),
+    };
+    let frames = match outcome {
+        Ok(message) => {
+            let data = serde_json::to_vec(&message).expect("messages serialize");
+            vec![envelope(0, &data), end_stream(None)]
+        }
+        Err(error) => vec![end_stream(Some(&error))],
+    };
+    stream_response(futures::stream::iter(
+        frames.into_iter().map(Ok::<_, std::convert::Infallible>),
+    ))
+}
+
+fn stream_response<S>(frames: S) -> Response
+where
+    S: Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static,
+{
+    let mut response = Response::new(Body::from_stream(frames));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/connect+json"),
+    );
+    response
+}
+
+fn tokio_stream_of<T: Send + 'static>(receiver: mpsc::Receiver<T>) -> impl Stream<Item = T> {
+    futures::stream::unfold(receiver, |mut receiver| async move {
+        receiver.recv().await.map(|message| (message, receiver))
+    })
+}
+
+/// The request messages of a stream body, decoded as they arrive.
+fn messages<Req: DeserializeOwned + Send + 'static>(
+    body: Body,
+) -> impl Stream<Item = Result<Req, ConnectError>> + Send {
+    let state = (body.into_data_stream(), EnvelopeDecoder::default(), false);
+    futures::stream::unfold(state, |(mut body, mut decoder, mut ended)| async move {
+        loop {
+            if ended {
+                return None;
+            }
+            match decoder.next() {
+                Err(error) => {
+                    ended = true;
+                    return Some((Err(error), (body, decoder, ended)));
+                }
+                Ok(Some(envelope)) if envelope.flags & FLAG_END_STREAM != 0 => return None,
+                Ok(Some(envelope)) => {
+                    return Some((decode(&envelope.data), (body, decoder, ended)));
+                }
+                Ok(None) => {}
+            }
+            match body.next().await {
+                Some(Ok(bytes)) => decoder.push(&bytes),
+                Some(Err(err)) => {
+                    let error = ConnectError::new(Code::Canceled, format!("request body: {err}"));
+                    ended = true;
+                    return Some((Err(error), (body, decoder, ended)));
+                }
+                None if decoder.has_partial() => {
+                    let error = ConnectError::new(Code::InvalidArgument, "truncated message");
+                    ended = true;
+                    return Some((Err(error), (body, decoder, ended)));
+                }
+                None => return None,
+            }
+        }
+    })
+}
+
+/// The one message of a server stream's request. The rest of the body is read to its end in
+/// the background: hyper closes a connection whose request body was left unread, and a client
+/// may end its body only once the response has begun (the Python SDK's does).
+async fn first_message<Req: DeserializeOwned + Send + 'static>(
+    body: Body,
+) -> Result<Req, ConnectError> {
+    let mut messages = Box::pin(messages::<Req>(body));
+    let first = match messages.next().await {
+        Some(message) => message?,
+        None => {
+            return Err(ConnectError::new(
+                Code::InvalidArgument,
+                "the request has no message",
+            ))
+        }
+    };
+    tokio::spawn(async move { while messages.next().await.is_some() {} });
+    Ok(first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn envelopes_split_however_the_bytes_arrive() {
+        let mut framed = envelope(0, b"{\"a\":1}").to_vec();
+        framed.extend_from_slice(&end_stream(None));
+        let mut decoder = EnvelopeDecoder::default();
+        let mut seen = Vec::new();
+        for byte in framed {
+            decoder.push(&[byte]);
+            while let Some(envelope) = decoder.next().unwrap() {
+                seen.push(envelope);
+            }
+        }
+        assert_eq!(seen.len(), 2);
+        assert_eq!(&seen[0].data[..], b"{\"a\":1}");
+        assert_eq!(seen[1].flags, FLAG_END_STREAM);
+        assert!(!decoder.has_partial());
+    }
+
+    #[test]
+    fn oversized_and_compressed_messages_are_refused() {
+        let mut decoder = EnvelopeDecoder::default();
+        decoder.push(&[0, 0xff, 0xff, 0xff, 0xff]);
+        assert_eq!(decoder.next().unwrap_err().code, Code::ResourceExhausted);
+        let mut decoder = EnvelopeDecoder::default();
+        decoder.push(&envelope(FLAG_COMPRESSED, b"x"));
+        assert_eq!(decoder.next().unwrap_err().code, Code::Internal);
+    }
+}

@@ -1,0 +1,307 @@
+//! `filesystem.Filesystem`: stat, list, make, move and remove, as envd words their answers;
+//! paths resolved for the Basic-auth user (relative ones from its home), made directories
+//! handed to that user. Each call runs on a blocking thread.
+
+use super::connect::{body_bytes, no_method, server_stream, unary, Code, ConnectError};
+use super::messages::*;
+use super::users::{self, Account};
+use super::Envd;
+use axum::body::{Body, Bytes};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use std::io::ErrorKind;
+use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub(super) async fn rpc(envd: Arc<Envd>, method: &str, headers: HeaderMap, body: Body) -> Response {
+    let h = &headers;
+    if method == "WatchDir" {
+        let headers = headers.clone();
+        return server_stream(h, body, move |request, events| {
+            envd.watch_dir(headers, request, events)
+        })
+        .await;
+    }
+    let account = envd.accounts.of_request(h);
+    let (body, account) = match (body_bytes(body).await, account) {
+        (Ok(body), Ok(account)) => (body, account),
+        (Err(error), _) | (_, Err(error)) => return error.into_response(),
+    };
+    let watchers = &envd.watchers;
+    match method {
+        "CreateWatcher" => {
+            unary(h, body, async |r: WatchRequest| {
+                watchers.create(account.resolve(&r.path), r).await
+            })
+            .await
+        }
+        "GetWatcherEvents" => {
+            unary(h, body, async |r: WatcherId| watchers.events(&r.watcher_id)).await
+        }
+        "RemoveWatcher" => {
+            unary(h, body, async |r: WatcherId| watchers.remove(&r.watcher_id)).await
+        }
+        _ => path_rpc(method, h, body, account).await,
+    }
+}
+
+/// The calls on paths, each run on a blocking thread.
+async fn path_rpc(method: &str, h: &HeaderMap, body: Bytes, account: Account) -> Response {
+    match method {
+        "Stat" => {
+            unary(h, body, async |r: PathRequest| {
+                let path = account.resolve(&r.path);
+                blocking(move || {
+                    Ok(EntryResponse {
+                        entry: entry_info(&path)?,
+                    })
+                })
+                .await
+            })
+            .await
+        }
+        "MakeDir" => {
+            unary(h, body, async |r: PathRequest| {
+                let path = account.resolve(&r.path);
+                blocking(move || make_dir(&path, &account)).await
+            })
+            .await
+        }
+        "Move" => {
+            unary(h, body, async |r: MoveRequest| {
+                let (from, to) = (account.resolve(&r.source), account.resolve(&r.destination));
+                blocking(move || rename(&from, &to, &account)).await
+            })
+            .await
+        }
+        "ListDir" => {
+            unary(h, body, async |r: ListDirRequest| {
+                let path = account.resolve(&r.path);
+                blocking(move || list_dir(&path, r.depth.max(1))).await
+            })
+            .await
+        }
+        "Remove" => {
+            unary(h, body, async |r: PathRequest| {
+                let path = account.resolve(&r.path);
+                blocking(move || remove(&path)).await
+            })
+            .await
+        }
+        other => no_method("filesystem.Filesystem", other),
+    }
+}
+
+pub(super) async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ConnectError> + Send + 'static,
+) -> Result<T, ConnectError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|err| ConnectError::new(Code::Internal, err.to_string()))?
+}
+
+fn internal(what: &str, err: std::io::Error) -> ConnectError {
+    ConnectError::new(Code::Internal, format!("{what}: {err}"))
+}
+
+/// `path`'s entry as envd describes it: a symlink's type and mode are its target's.
+pub(super) fn entry_info(path: &Path) -> Result<EntryInfo, ConnectError> {
+    let meta = std::fs::symlink_metadata(path).map_err(|err| match err.kind() {
+        ErrorKind::NotFound => ConnectError::new(Code::NotFound, format!("file not found: {err}")),
+        _ => internal("error getting file info", err),
+    })?;
+    let symlink_target = meta
+        .file_type()
+        .is_symlink()
+        .then(|| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()));
+    let typed = match &symlink_target {
+        Some(target) => std::fs::metadata(target).ok(),
+        None => Some(meta.clone()),
+    };
+    let kind = match &typed {
+        Some(meta) if meta.is_file() => FileType::File,
+        Some(meta) if meta.is_dir() => FileType::Directory,
+        _ => FileType::Unspecified,
+    };
+    let modified = meta
+        .modified()
+        .ok()
+        .map(|time| humantime::format_rfc3339_nanos(time).to_string());
+    Ok(EntryInfo {
+        name: (path.file_name()).map_or_else(
+            || "/".to_owned(),
+            |name| name.to_string_lossy().into_owned(),
+        ),
+        kind,
+        path: path.display().to_string(),
+        size: meta.len() as i64,
+        mode: typed.map_or(0, |meta| meta.permissions().mode() & 0o777),
+        permissions: go_mode_string(meta.mode()),
+        owner: users::user_name(meta.uid()),
+        group: users::group_name(meta.gid()),
+        modified_time: modified,
+        symlink_target: symlink_target.map(|target| target.display().to_string()),
+        metadata: Default::default(),
+    })
+}
+
+/// A mode as Go's `os.FileMode.String` writes it (`drwxr-xr-x`, `Lrwxrwxrwx`, `dtrwxrwxrwx`).
+fn go_mode_string(mode: u32) -> String {
+    let format = mode & libc::S_IFMT;
+    let mut out = String::new();
+    for (set, letter) in [
+        (format == libc::S_IFDIR, 'd'),
+        (format == libc::S_IFLNK, 'L'),
+        (format == libc::S_IFBLK || format == libc::S_IFCHR, 'D'),
+        (format == libc::S_IFIFO, 'p'),
+        (format == libc::S_IFSOCK, 'S'),
+        (mode & libc::S_ISUID != 0, 'u'),
+        (mode & libc::S_ISGID != 0, 'g'),
+        (format == libc::S_IFCHR, 'c'),
+        (mode & libc::S_ISVTX != 0, 't'),
+    ] {
+        if set {
+            out.push(letter);
+        }
+    }
+    if out.is_empty() {
+        out.push('-');
+    }
+    for (bit, letter) in (0..9).rev().zip("rwxrwxrwx".chars()) {
+        out.push(if mode & (1 << bit) != 0 { letter } else { '-' });
+    }
+    out
+}
+
+/// Creates `dir` and its missing parents, each handed to `account` (as envd's EnsureDirs).
+pub(super) fn ensure_dirs(dir: &Path, account: &Account) -> Result<(), ConnectError> {
+    let mut missing = Vec::new();
+    let mut at = Some(dir);
+    while let Some(path) = at.filter(|path| std::fs::symlink_metadata(path).is_err()) {
+        missing.push(path.to_path_buf());
+        at = path.parent();
+    }
+    for path in missing.into_iter().rev() {
+        match std::fs::create_dir(&path) {
+            Ok(()) => chown(&path, account)?,
+            Err(err) if err.kind() == ErrorKind::AlreadyExists => {}
+            Err(err) => return Err(internal("error creating directory", err)),
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn chown(path: &Path, account: &Account) -> Result<(), ConnectError> {
+    if !account.is_other() {
+        return Ok(());
+    }
+    std::os::unix::fs::lchown(path, Some(account.uid), Some(account.gid))
+        .map_err(|err| internal("error changing ownership", err))
+}
+
+fn make_dir(path: &Path, account: &Account) -> Result<EntryResponse, ConnectError> {
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => {
+            let message = format!("directory already exists: {}", path.display());
+            return Err(ConnectError::new(Code::AlreadyExists, message));
+        }
+        Ok(_) => {
+            let message = format!(
+                "path already exists but it is not a directory: {}",
+                path.display()
+            );
+            return Err(ConnectError::new(Code::InvalidArgument, message));
+        }
+        Err(err) if err.kind() == ErrorKind::NotFound => {}
+        Err(err) => return Err(internal("error getting file info", err)),
+    }
+    ensure_dirs(path, account)?;
+    Ok(EntryResponse {
+        entry: entry_info(path)?,
+    })
+}
+
+fn rename(from: &Path, to: &Path, account: &Account) -> Result<EntryResponse, ConnectError> {
+    if let Some(parent) = to.parent() {
+        ensure_dirs(parent, account)?;
+    }
+    std::fs::rename(from, to).map_err(|err| match err.kind() {
+        ErrorKind::NotFound => {
+            ConnectError::new(Code::NotFound, format!("source file not found: {err}"))
+        }
+        _ => internal("error renaming", err),
+    })?;
+    Ok(EntryResponse {
+        entry: entry_info(to)?,
+    })
+}
+
+/// Removes a file or a whole tree; a missing path is no error (Go's `os.RemoveAll`).
+fn remove(path: &Path) -> Result<Empty, ConnectError> {
+    let outcome = match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(path),
+        Ok(_) => std::fs::remove_file(path),
+        Err(err) => Err(err),
+    };
+    match outcome {
+        Ok(()) => Ok(Empty {}),
+        Err(err) if err.kind() == ErrorKind::NotFound => Ok(Empty {}),
+        Err(err) => Err(internal("error removing file or directory", err)),
+    }
+}
+
+/// The entries under `dir` down to `depth` levels, named by the path asked for (not the one
+/// a symlink leads to), entries vanishing meanwhile left out.
+fn list_dir(dir: &Path, depth: u32) -> Result<ListDirResponse, ConnectError> {
+    let resolved = std::fs::canonicalize(dir).map_err(|err| match err.kind() {
+        ErrorKind::NotFound => ConnectError::new(Code::NotFound, format!("path not found: {err}")),
+        _ => internal("error resolving symlink", err),
+    })?;
+    if !resolved.is_dir() {
+        let message = format!("path is not a directory: {}", dir.display());
+        return Err(ConnectError::new(Code::InvalidArgument, message));
+    }
+    let mut entries = Vec::new();
+    let mut pending: Vec<(PathBuf, u32)> = vec![(PathBuf::new(), 1)];
+    while let Some((relative, level)) = pending.pop() {
+        let read = std::fs::read_dir(resolved.join(&relative))
+            .map_err(|err| internal(&format!("error reading directory {}", dir.display()), err))?;
+        let mut names: Vec<_> = read
+            .filter_map(Result::ok)
+            .map(|entry| entry.file_name())
+            .collect();
+        names.sort();
+        for name in names.into_iter().rev() {
+            let relative = relative.join(&name);
+            let Ok(mut entry) = entry_info(&resolved.join(&relative)) else {
+                continue;
+            };
+            entry.path = dir.join(&relative).display().to_string();
+            let is_dir =
+                std::fs::symlink_metadata(resolved.join(&relative)).is_ok_and(|meta| meta.is_dir());
+            if is_dir && level < depth {
+                pending.push((relative, level + 1));
+            }
+            entries.push(entry);
+        }
+    }
+    entries.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(ListDirResponse { entries })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_read_as_go_writes_them() {
+        assert_eq!(go_mode_string(libc::S_IFREG | 0o644), "-rw-r--r--");
+        assert_eq!(go_mode_string(libc::S_IFDIR | 0o755), "drwxr-xr-x");
+        assert_eq!(
+            go_mode_string(libc::S_IFDIR | libc::S_ISVTX | 0o777),
+            "dtrwxrwxrwx"
+        );
+        assert_eq!(go_mode_string(libc::S_IFLNK | 0o777), "Lrwxrwxrwx");
+    }
+}
