@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -16,18 +17,9 @@ from typing import Iterator
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def daemon_binary() -> Path:
-    """``$EXEC_SERVER_BIN``, else the workspace's release build, built when missing."""
-    explicit = os.environ.get("EXEC_SERVER_BIN")
-    if explicit:
-        return Path(explicit)
-    target = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
-    binary = target / "release" / "exec-server"
-    if not binary.exists():
-        subprocess.run(["cargo", "build", "--release", "--bin", "exec-server"], cwd=REPO, check=True)
-    return binary
+# The Python client's tests find (or build) the release daemon; the same applies here.
+sys.path.insert(0, str(REPO / "clients" / "python" / "tests"))
+from daemon import daemon_binary  # noqa: E402
 
 
 class Daemon:

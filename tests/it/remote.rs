@@ -523,7 +523,7 @@ async fn a_profile_of_the_shared_files_signs() {
 /// rendezvous), processes and all.
 #[tokio::test]
 async fn the_rust_client_drives_a_dialed_socket() {
-    use exec_server_client::{ClientOptions, Command, ProcessEvent};
+    use exec_server_client::ClientOptions;
     let mut registry = Registry::start().await;
     let _executor = Executor::start(Binary::Ours, &registry, &[]);
     let socket = first_socket(&mut registry).await;
@@ -531,16 +531,5 @@ async fn the_rust_client_drives_a_dialed_socket() {
         exec_server_client::Client::over_dialed_socket(socket, ClientOptions::new("rendezvous"))
             .await
             .expect("the handshake over the dialed socket");
-    let command = Command::new(["echo", "dialed"])
-        .cwd("/tmp")
-        .unwrap()
-        .env("PATH", "/usr/bin:/bin");
-    let mut process = client.start(command).await.unwrap();
-    let mut output = Vec::new();
-    while let Some(event) = process.next_event().await {
-        if let ProcessEvent::Output { data, .. } = event {
-            output.extend(data);
-        }
-    }
-    assert_eq!(output, b"dialed\n");
+    assert_eq!(crate::tls::echo(&client, "dialed").await, "dialed\n");
 }

@@ -52,7 +52,8 @@ async fn connect(url: &str, ca: &Path) -> Result<Client, exec_server_client::Err
     Client::connect(options).await
 }
 
-async fn echo(client: &Client, text: &str) -> String {
+/// `echo TEXT` run through `client`, its output.
+pub(crate) async fn echo(client: &Client, text: &str) -> String {
     let command = Command::new(["echo", text])
         .cwd("/tmp")
         .unwrap()
