@@ -60,7 +60,7 @@ impl Code {
     }
 
     /// The HTTP status of a unary error with this code (the protocol's table).
-    fn status(self) -> StatusCode {
+    pub(super) fn status(self) -> StatusCode {
         match self {
             Self::Canceled => StatusCode::from_u16(499).expect("valid"),
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,

@@ -4,13 +4,17 @@
 //! resolved for `username=` (relative ones from its home); files are written by the daemon and
 //! handed to that user, missing parents made and handed over too, as envd does.
 
+use super::confine;
+use super::connect::ConnectError;
 use super::filesystem::{chown, ensure_dirs};
 use super::users::Account;
 use super::Envd;
+use crate::fs::sandbox::Confined;
 use axum::body::{Body, Bytes};
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use exec_server_protocol::fs::OpenMode;
 use futures::{Stream, StreamExt as _};
 use std::collections::HashSet;
 use std::io::Read;
@@ -37,6 +41,13 @@ pub(crate) struct FileError(StatusCode, String);
 impl FileError {
     pub(crate) fn bad(message: String) -> Self {
         Self(StatusCode::BAD_REQUEST, message)
+    }
+}
+
+/// A Connect error at the HTTP status Connect gives its code (a denial is 403).
+impl From<ConnectError> for FileError {
+    fn from(error: ConnectError) -> Self {
+        Self(error.code.status(), error.message)
     }
 }
 
@@ -69,6 +80,7 @@ pub(super) async fn download(
 ) -> Result<Response, FileError> {
     let account = account(&envd, params.username.as_deref())?;
     let path = account.resolve(params.path.as_deref().unwrap_or(""));
+    let confined = envd.confined(&account).map_err(FileError::from)?;
     let meta = tokio::fs::metadata(&path)
         .await
         .map_err(|err| match err.kind() {
@@ -82,7 +94,10 @@ pub(super) async fn download(
         let message = format!("path '{}' is a directory", path.display());
         return Err(FileError(StatusCode::BAD_REQUEST, message));
     }
-    let file = std::fs::File::open(&path).map_err(|err| internal("error opening file", err))?;
+    let file = match &confined {
+        Some(confined) => confine::open(confined, &path, OpenMode::Read).await?,
+        None => std::fs::File::open(&path).map_err(|err| internal("error opening file", err))?,
+    };
     let gzip = (headers.get(header::ACCEPT_ENCODING))
         .and_then(|value| value.to_str().ok())
         .is_some_and(|value| {
@@ -211,6 +226,8 @@ pub(super) async fn upload(
     body: Body,
 ) -> Result<Response, FileError> {
     let account = account(&envd, params.username.as_deref())?;
+    let confined = envd.confined(&account).map_err(FileError::from)?;
+    let confined = confined.as_ref();
     let content_type = (headers.get(header::CONTENT_TYPE))
         .and_then(|value| value.to_str().ok())
         .unwrap_or("")
@@ -223,7 +240,7 @@ pub(super) async fn upload(
             FileError(StatusCode::BAD_REQUEST, message.to_owned())
         })?;
         let path = account.resolve(path);
-        write_file(&path, body, &account).await?;
+        write_file(&path, body, &account, confined).await?;
         vec![path]
     } else if media.starts_with("multipart/") {
         let boundary = multer::parse_boundary(&content_type)
@@ -232,7 +249,7 @@ pub(super) async fn upload(
         let path = params.path.as_deref();
         file_parts(multipart, path, &account, |path, body| {
             let account = &account;
-            async move { write_file(&path, body, account).await }
+            async move { write_file(&path, body, account, confined).await }
         })
         .await?
     } else {
@@ -300,11 +317,31 @@ where
 
 /// Writes `body` to `path` (created or truncated, mode 0666 less the umask) and hands it to
 /// `account`, its missing parents made first.
-async fn write_file(path: &Path, mut body: BodyStream, account: &Account) -> Result<(), FileError> {
-    let (target, owner) = (path.to_path_buf(), account.clone());
-    let file = tokio::task::spawn_blocking(move || open_for(&target, &owner))
-        .await
-        .map_err(|err| internal("error opening file", err))??;
+/// Under a restricting `--envd-sandbox` the sandbox helper makes the parents and opens the
+/// file.
+async fn write_file(
+    path: &Path,
+    mut body: BodyStream,
+    account: &Account,
+    confined: Option<&Confined>,
+) -> Result<(), FileError> {
+    let file = match confined {
+        Some(confined) => {
+            if let Some(parent) = path.parent() {
+                confine::make_dirs(confined, parent).await?;
+            }
+            if path.is_dir() {
+                return Err(is_a_directory(path));
+            }
+            confine::open(confined, path, OpenMode::Write).await?
+        }
+        None => {
+            let (target, owner) = (path.to_path_buf(), account.clone());
+            tokio::task::spawn_blocking(move || open_for(&target, &owner))
+                .await
+                .map_err(|err| internal("error opening file", err))??
+        }
+    };
     let mut file = tokio::fs::File::from_std(file);
     while let Some(chunk) = body.next().await {
         let chunk = chunk.map_err(|err| internal("error reading the upload", err))?;
@@ -325,6 +362,11 @@ fn write_error(path: &Path, err: std::io::Error) -> FileError {
     internal(&format!("error writing file {}", path.display()), err)
 }
 
+fn is_a_directory(path: &Path) -> FileError {
+    let message = format!("path is a directory: {}", path.display());
+    FileError(StatusCode::BAD_REQUEST, message)
+}
+
 fn open_for(path: &Path, account: &Account) -> Result<std::fs::File, FileError> {
     let connect =
         |error: super::connect::ConnectError| internal("error ensuring directories", error.message);
@@ -332,8 +374,7 @@ fn open_for(path: &Path, account: &Account) -> Result<std::fs::File, FileError> 
         ensure_dirs(parent, account).map_err(connect)?;
     }
     if path.is_dir() {
-        let message = format!("path is a directory: {}", path.display());
-        return Err(FileError(StatusCode::BAD_REQUEST, message));
+        return Err(is_a_directory(path));
     }
     let file = std::fs::OpenOptions::new()
         .write(true)

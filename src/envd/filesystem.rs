@@ -2,13 +2,17 @@
 //! paths resolved for the Basic-auth user (relative ones from its home), made directories
 //! handed to that user. Each call runs on a blocking thread.
 
+use super::confine;
 use super::connect::{body_bytes, no_method, server_stream, unary, Code, ConnectError};
 use super::messages::*;
 use super::users::{self, Account};
 use super::Envd;
+use crate::fs::sandbox::Confined;
 use axum::body::{Body, Bytes};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
+use exec_server_protocol::fs::{RemoveParams, RenameParams};
+use exec_server_protocol::methods as m;
 use std::io::ErrorKind;
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
@@ -28,11 +32,19 @@ pub(super) async fn rpc(envd: Arc<Envd>, method: &str, headers: HeaderMap, body:
         (Ok(body), Ok(account)) => (body, account),
         (Err(error), _) | (_, Err(error)) => return error.into_response(),
     };
+    let confined = match envd.confined(&account) {
+        Ok(confined) => confined,
+        Err(error) => return error.into_response(),
+    };
     let watchers = &envd.watchers;
     match method {
         "CreateWatcher" => {
             unary(h, body, async |r: WatchRequest| {
-                watchers.create(account.resolve(&r.path), r).await
+                let path = account.resolve(&r.path);
+                if let Some(confined) = &confined {
+                    confine::may_list(confined, &path).await?;
+                }
+                watchers.create(path, r).await
             })
             .await
         }
@@ -42,55 +54,70 @@ pub(super) async fn rpc(envd: Arc<Envd>, method: &str, headers: HeaderMap, body:
         "RemoveWatcher" => {
             unary(h, body, async |r: WatcherId| watchers.remove(&r.watcher_id)).await
         }
-        _ => path_rpc(method, h, body, account).await,
+        _ => path_rpc(method, h, body, account, confined.as_ref()).await,
     }
 }
 
-/// The calls on paths, each run on a blocking thread.
-async fn path_rpc(method: &str, h: &HeaderMap, body: Bytes, account: Account) -> Response {
+/// The calls on paths, each run on a blocking thread, or by the sandbox helper when the
+/// listener's profile restricts (`confine`).
+async fn path_rpc(
+    method: &str,
+    h: &HeaderMap,
+    body: Bytes,
+    account: Account,
+    confined: Option<&Confined>,
+) -> Response {
+    let account = &account;
     match method {
         "Stat" => {
             unary(h, body, async |r: PathRequest| {
-                let path = account.resolve(&r.path);
-                blocking(move || {
-                    Ok(EntryResponse {
-                        entry: entry_info(&path)?,
-                    })
-                })
-                .await
+                stat(account.resolve(&r.path), confined).await
             })
             .await
         }
         "MakeDir" => {
             unary(h, body, async |r: PathRequest| {
-                let path = account.resolve(&r.path);
-                blocking(move || make_dir(&path, &account)).await
+                make_dir(account.resolve(&r.path), account, confined).await
             })
             .await
         }
         "Move" => {
             unary(h, body, async |r: MoveRequest| {
                 let (from, to) = (account.resolve(&r.source), account.resolve(&r.destination));
-                blocking(move || rename(&from, &to, &account)).await
+                rename(from, to, account, confined).await
             })
             .await
         }
         "ListDir" => {
             unary(h, body, async |r: ListDirRequest| {
                 let path = account.resolve(&r.path);
+                if let Some(confined) = confined {
+                    confine::may_list(confined, &path).await?;
+                }
                 blocking(move || list_dir(&path, r.depth.max(1))).await
             })
             .await
         }
         "Remove" => {
             unary(h, body, async |r: PathRequest| {
-                let path = account.resolve(&r.path);
-                blocking(move || remove(&path)).await
+                remove(account.resolve(&r.path), confined).await
             })
             .await
         }
         other => no_method("filesystem.Filesystem", other),
     }
+}
+
+async fn stat(path: PathBuf, confined: Option<&Confined>) -> Result<EntryResponse, ConnectError> {
+    if let Some(confined) = confined {
+        confine::may_stat(confined, &path).await?;
+    }
+    blocking(move || {
+        Ok(EntryResponse {
+            entry: entry_info(&path)?,
+        })
+    })
+    .await
 }
 
 pub(super) async fn blocking<T: Send + 'static>(
@@ -200,29 +227,66 @@ pub(super) fn chown(path: &Path, account: &Account) -> Result<(), ConnectError> 
         .map_err(|err| internal("error changing ownership", err))
 }
 
-fn make_dir(path: &Path, account: &Account) -> Result<EntryResponse, ConnectError> {
+async fn make_dir(
+    path: PathBuf,
+    account: &Account,
+    confined: Option<&Confined>,
+) -> Result<EntryResponse, ConnectError> {
+    let checked = path.clone();
+    blocking(move || absent(&checked)).await?;
+    match confined {
+        Some(confined) => confine::make_dirs(confined, &path).await?,
+        None => {
+            let (path, account) = (path.clone(), account.clone());
+            blocking(move || ensure_dirs(&path, &account)).await?
+        }
+    }
+    stat(path, None).await
+}
+
+/// Fails as envd's MakeDir does when something is at `path` already.
+fn absent(path: &Path) -> Result<(), ConnectError> {
     match std::fs::metadata(path) {
         Ok(meta) if meta.is_dir() => {
             let message = format!("directory already exists: {}", path.display());
-            return Err(ConnectError::new(Code::AlreadyExists, message));
+            Err(ConnectError::new(Code::AlreadyExists, message))
         }
         Ok(_) => {
             let message = format!(
                 "path already exists but it is not a directory: {}",
                 path.display()
             );
-            return Err(ConnectError::new(Code::InvalidArgument, message));
+            Err(ConnectError::new(Code::InvalidArgument, message))
         }
-        Err(err) if err.kind() == ErrorKind::NotFound => {}
-        Err(err) => return Err(internal("error getting file info", err)),
+        Err(err) if err.kind() == ErrorKind::NotFound => Ok(()),
+        Err(err) => Err(internal("error getting file info", err)),
     }
-    ensure_dirs(path, account)?;
-    Ok(EntryResponse {
-        entry: entry_info(path)?,
-    })
 }
 
-fn rename(from: &Path, to: &Path, account: &Account) -> Result<EntryResponse, ConnectError> {
+async fn rename(
+    from: PathBuf,
+    to: PathBuf,
+    account: &Account,
+    confined: Option<&Confined>,
+) -> Result<EntryResponse, ConnectError> {
+    let Some(confined) = confined else {
+        let account = account.clone();
+        return blocking(move || rename_here(&from, &to, &account)).await;
+    };
+    if let Some(parent) = to.parent() {
+        confine::make_dirs(confined, parent).await?;
+    }
+    let params = RenameParams {
+        source_path: confine::uri(&from)?,
+        destination_path: confine::uri(&to)?,
+        overwrite: true,
+        sandbox: None,
+    };
+    confine::run::<m::FsRename>(confined, params).await?;
+    stat(to, None).await
+}
+
+fn rename_here(from: &Path, to: &Path, account: &Account) -> Result<EntryResponse, ConnectError> {
     if let Some(parent) = to.parent() {
         ensure_dirs(parent, account)?;
     }
@@ -237,8 +301,23 @@ fn rename(from: &Path, to: &Path, account: &Account) -> Result<EntryResponse, Co
     })
 }
 
+async fn remove(path: PathBuf, confined: Option<&Confined>) -> Result<Empty, ConnectError> {
+    let Some(confined) = confined else {
+        return blocking(move || remove_here(&path)).await;
+    };
+    let params = RemoveParams {
+        path: confine::uri(&path)?,
+        recursive: Some(true),
+        force: Some(true),
+        follow_symlinks: None,
+        sandbox: None,
+    };
+    confine::run::<m::FsRemove>(confined, params).await?;
+    Ok(Empty {})
+}
+
 /// Removes a file or a whole tree; a missing path is no error (Go's `os.RemoveAll`).
-fn remove(path: &Path) -> Result<Empty, ConnectError> {
+fn remove_here(path: &Path) -> Result<Empty, ConnectError> {
     let outcome = match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(path),
         Ok(_) => std::fs::remove_file(path),
@@ -274,6 +353,11 @@ fn list_dir(dir: &Path, depth: u32) -> Result<ListDirResponse, ConnectError> {
         names.sort();
         for name in names.into_iter().rev() {
             let relative = relative.join(&name);
+            // The placeholders the daemon keeps for sandboxes' protected names are artifacts,
+            // which no listing shows (as `fs/readDirectory` leaves them out).
+            if crate::sandbox::protected::is_placeholder(&resolved.join(&relative)) {
+                continue;
+            }
             let Ok(mut entry) = entry_info(&resolved.join(&relative)) else {
                 continue;
             };

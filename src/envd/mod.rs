@@ -6,8 +6,10 @@
 //! attached, never expiring), so they outlive HTTP connections and a daemon restart like any
 //! other. The layout: `connect` (the framing), `messages` (envd's messages in proto3 JSON),
 //! `process`, `filesystem` and `watch` (the services), `files` (`/files`), `users`
-//! (Basic auth → account), `listen` (the listeners, auth and routes).
+//! (Basic auth → account), `listen` (the listeners, auth and routes), `confine` (file
+//! operations under `--envd-sandbox`).
 
+mod confine;
 mod connect;
 mod files;
 mod filesystem;

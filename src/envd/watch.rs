@@ -153,6 +153,9 @@ impl Envd {
     ) -> Result<(), ConnectError> {
         let account = self.accounts.of_request(&headers)?;
         let path = account.resolve(&request.path);
+        if let Some(confined) = self.confined(&account)? {
+            super::confine::may_list(&confined, &path).await?;
+        }
         let (sender, mut receiver) = mpsc::channel(QUEUE);
         let _watcher = super::filesystem::blocking(move || {
             watch(&path, &request, move |event| {
