@@ -23,23 +23,14 @@ pub fn split(message: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((&message[..at], &message[at + 1..]))
 }
 
-/// `header`, the separator, then `payload`, in one buffer.
-pub fn join(header: String, payload: &[u8]) -> Vec<u8> {
-    let mut message = header.into_bytes();
-    message.reserve_exact(1 + payload.len());
-    message.push(SEPARATOR);
-    message.extend_from_slice(payload);
-    message
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn the_first_nul_ends_the_header() {
-        let message = join(r#"{"id":1,"result":{"eof":true}}"#.into(), b"a\0b");
-        let (header, payload) = split(&message).unwrap();
+        let message = b"{\"id\":1,\"result\":{\"eof\":true}}\0a\0b";
+        let (header, payload) = split(message).unwrap();
         assert_eq!(header, br#"{"id":1,"result":{"eof":true}}"#);
         assert_eq!(payload, b"a\0b");
         assert_eq!(split(br#"{"id":1}"#), None);

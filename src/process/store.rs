@@ -282,32 +282,11 @@ fn open_journal(dir: &Dir) -> std::io::Result<File> {
     dir.open(JOURNAL, APPEND)
 }
 
-/// `span` of `file` appended to `buffer` with `pread`, into memory not zeroed first.
+/// `span` of `file` appended to `buffer`, all of it or an error.
 fn read_span(file: &File, span: Span, buffer: &mut Vec<u8>) -> std::io::Result<()> {
     let len = span.len as usize;
-    buffer.reserve_exact(len);
-    let mut done = 0;
-    while done < len {
-        let spare = buffer.spare_capacity_mut();
-        // SAFETY: pread writes at most the rest of the span into the spare capacity (which
-        // is at least that large), and only the bytes it wrote are then counted as initialized.
-        let read = unsafe {
-            libc::pread(
-                file.as_raw_fd(),
-                spare.as_mut_ptr().cast(),
-                len - done,
-                (span.offset + done as u64) as libc::off_t,
-            )
-        };
-        if read <= 0 {
-            return Err(match read {
-                0 => std::io::ErrorKind::UnexpectedEof.into(),
-                _ => std::io::Error::last_os_error(),
-            });
-        }
-        done += read as usize;
-        // SAFETY: the kernel initialized `read` more bytes right after the initialized ones.
-        unsafe { buffer.set_len(buffer.len() + read as usize) };
+    if crate::os::pread::append_at(file, span.offset, len, buffer)? < len {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
     }
     Ok(())
 }

@@ -52,6 +52,7 @@ impl Payload {
     }
 }
 
+#[cfg(test)]
 impl From<&[u8]> for Payload {
     fn from(bytes: &[u8]) -> Self {
         let mut payload = Self::with_capacity(bytes.len());

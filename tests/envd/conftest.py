@@ -19,41 +19,24 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 # The Python client's tests find (or build) the release daemon; the same applies here.
 sys.path.insert(0, str(REPO / "clients" / "python" / "tests"))
-from daemon import daemon_binary  # noqa: E402
+from daemon import Daemon as PlainDaemon, daemon_binary  # noqa: E402
 
 
-class Daemon:
+class Daemon(PlainDaemon):
     """A running ``exec-server`` with one ``--envd-listen``; ``envd_url`` is where it serves."""
 
     def __init__(
         self, workdir: Path, *args: str, state_dir: str = "none", envd: str = "127.0.0.1:0"
     ) -> None:
-        self.log_path = workdir / "daemon.log"
-        self.log = open(self.log_path, "wb")
-        self.process = subprocess.Popen(
-            [str(daemon_binary()), "--listen", "ws://127.0.0.1:0", "--state-dir", state_dir,
-             "--envd-listen", envd, *args],
-            stdout=subprocess.PIPE,
-            stderr=self.log,
-            stdin=subprocess.DEVNULL,
+        super().__init__(
+            ["--listen", "ws://127.0.0.1:0", "--envd-listen", envd, *args], workdir, state_dir
         )
-        assert self.process.stdout is not None
-        self.ws_url = self.process.stdout.readline().decode().strip()
-        log = self.log_path.read_text(errors="replace")
+        log = (workdir / "daemon.log").read_text(errors="replace")
         found = re.search(r"envd listening on ((?:http|unix)://\S+)", log)
-        if not self.ws_url or not found:
+        if not found:
             self.stop()
-            raise RuntimeError(f"the daemon did not start:\n{log}")
+            raise RuntimeError(f"the daemon did not start its envd listener:\n{log}")
         self.envd_url = re.sub(r"\x1b\[[0-9;]*m", "", found.group(1))
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self.log.close()
 
 
 @pytest.fixture(scope="session")

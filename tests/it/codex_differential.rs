@@ -227,14 +227,19 @@ async fn run_on(
 /// Runs `scenario` on both and asserts the same messages came back; returns them.
 pub async fn assert_same(scenario: &Scenario, fixture: impl Fn(&Path)) -> Vec<Value> {
     let (ours, codex) = run_both(scenario, fixture).await;
+    assert_equal(&ours, &codex);
+    ours
+}
+
+/// Asserts that both daemons sent the same messages, showing both lists when not.
+pub fn assert_equal(ours: &[Value], codex: &[Value]) {
     assert_eq!(
         ours,
         codex,
         "ours:\n{}\ncodex:\n{}",
-        lines(&ours),
-        lines(&codex)
+        lines(ours),
+        lines(codex)
     );
-    ours
 }
 
 pub fn lines(messages: &[Value]) -> String {

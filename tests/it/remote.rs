@@ -54,15 +54,7 @@ impl Executor {
             args.push("--aws-sigv4");
         }
         args.extend_from_slice(extra);
-        let env = [
-            ("AWS_ACCESS_KEY_ID", registry::KEY_ID),
-            ("AWS_SECRET_ACCESS_KEY", registry::SECRET),
-            ("AWS_REGION", registry::REGION),
-            // No profile files of the machine's.
-            ("AWS_CONFIG_FILE", "/nonexistent"),
-            ("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent"),
-        ];
-        let env: Vec<(&str, &str)> = env
+        let env: Vec<(&str, &str)> = registry::SIGV4_ENV
             .iter()
             .chain(more_env)
             // Of a key given twice the last value wins (as in `Command::envs`); empty: none.

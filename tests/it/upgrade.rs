@@ -694,14 +694,8 @@ async fn remote_mode_registers_again_after_an_upgrade_and_resumes() {
         "direct",
         "--aws-sigv4",
     ];
-    let env = [
-        ("AWS_ACCESS_KEY_ID", registry::KEY_ID),
-        ("AWS_SECRET_ACCESS_KEY", registry::SECRET),
-        ("AWS_REGION", registry::REGION),
-        ("AWS_CONFIG_FILE", "/nonexistent"),
-        ("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent"),
-    ];
-    let mut daemon = Upgradable::start_in(tempfile::tempdir().unwrap(), &args, &env);
+    let mut daemon =
+        Upgradable::start_in(tempfile::tempdir().unwrap(), &args, &registry::SIGV4_ENV);
     registry
         .registration(TIMEOUT)
         .await

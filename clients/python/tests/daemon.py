@@ -28,13 +28,18 @@ def daemon_binary() -> Path:
 class Daemon:
     """A running ``exec-server``; ``url`` is what it printed."""
 
-    def __init__(self, args: list[str], workdir: Path) -> None:
+    def __init__(self, args: list[str], workdir: Path, state_dir: str | None = None) -> None:
+        """``state_dir``: the daemon's ``--state-dir``; by default a fresh ``workdir/state``."""
         self.workdir = workdir
-        state = workdir / "state"
-        state.mkdir(parents=True, mode=0o700)
+        if state_dir is None:
+            state = workdir / "state"
+            state.mkdir(parents=True, mode=0o700)
+            state_dir = str(state)
+        else:
+            workdir.mkdir(parents=True, exist_ok=True)
         self.log = open(workdir / "daemon.log", "wb")
         self.process = subprocess.Popen(
-            [str(daemon_binary()), "--state-dir", str(state), *args],
+            [str(daemon_binary()), "--state-dir", state_dir, *args],
             stdout=subprocess.PIPE,
             stderr=self.log,
             stdin=subprocess.DEVNULL,

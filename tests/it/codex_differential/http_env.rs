@@ -1,6 +1,6 @@
 //! Gap 3 of issue 29: `http/request` headers from the executor's environment.
 
-use super::{lines, run_both_with, Scenario};
+use super::{assert_equal, run_both_with, Scenario};
 use serde_json::json;
 
 fn header_from(id: i64, name: &str, var: &str) -> (i64, serde_json::Value) {
@@ -31,13 +31,7 @@ async fn http_request_rejects_denied_missing_and_empty_header_env_vars() {
     }
     let env = [("OPENAI_API_KEY", "sk-test"), ("EXEC_TEST_EMPTY", "")];
     let (ours, codex) = run_both_with(&scenario, |_| {}, &[], &env).await;
-    assert_eq!(
-        ours,
-        codex,
-        "ours:\n{}\ncodex:\n{}",
-        lines(&ours),
-        lines(&codex)
-    );
+    assert_equal(&ours, &codex);
     assert_eq!(
         ours[0]["error"],
         json!({"code": -32602, "message":

@@ -18,6 +18,16 @@ pub const SECRET: &str = "remote/test+secret/key";
 pub const REGION: &str = "us-test-1";
 pub const ENVIRONMENT: &str = "env-test";
 
+/// The executor's environment for SigV4 with the keys above, and no profile files of the
+/// machine's.
+pub const SIGV4_ENV: [(&str, &str); 5] = [
+    ("AWS_ACCESS_KEY_ID", KEY_ID),
+    ("AWS_SECRET_ACCESS_KEY", SECRET),
+    ("AWS_REGION", REGION),
+    ("AWS_CONFIG_FILE", "/nonexistent"),
+    ("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent"),
+];
+
 pub type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 /// One HTTP request as received: its request line's method and target, headers (names in
