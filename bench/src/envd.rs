@@ -20,6 +20,7 @@ pub(crate) fn free_addr() -> anyhow::Result<String> {
 
 impl Envd {
     pub(crate) fn new(addr: &str) -> anyhow::Result<Self> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
         Ok(Self {
             http: reqwest::Client::builder().http1_only().build()?,
             start_url: format!("http://{addr}/process.Process/Start"),
