@@ -10,7 +10,7 @@
 
 use super::input_wait::StdinObject;
 use super::managed::{ManagedProcess, Origin, Parts, Writes};
-use super::output::{OutputLog, Record, Span};
+use super::output::{stream_index, OutputLog, Record, Span};
 use super::store::{self, Entry, Kept, Meta, Store};
 use super::table::TableInner;
 use super::{delivery, live, tasks, AdoptError, Timing};
@@ -134,7 +134,7 @@ fn trusted(id: &str, store: &Store, mut records: Vec<Record>) -> (Vec<Record>, [
         Record::Output { stream, span, .. } => span
             .offset
             .checked_add(span.len)
-            .is_some_and(|end| end <= sizes[store::stream_index(*stream)]),
+            .is_some_and(|end| end <= sizes[stream_index(*stream)]),
         _ => true,
     };
     let journaled = records.len();
@@ -149,7 +149,7 @@ fn trusted(id: &str, store: &Store, mut records: Vec<Record>) -> (Vec<Record>, [
     let mut ends = [0u64; 2];
     for record in &records {
         if let Record::Output { stream, span, .. } = record {
-            let end = &mut ends[store::stream_index(*stream)];
+            let end = &mut ends[stream_index(*stream)];
             *end = (*end).max(span.end());
         }
     }
@@ -165,7 +165,7 @@ fn record_unjournaled(
     ends: &mut [u64; 2],
 ) -> Result<(), AdoptError> {
     for &stream in streams {
-        let index = store::stream_index(stream);
+        let index = stream_index(stream);
         let file = store.file(index).ok_or(AdoptError::NoFile(stream))?;
         let size = file
             .metadata()

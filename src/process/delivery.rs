@@ -5,7 +5,7 @@
 
 use super::output::{Event, Stored};
 use super::ManagedProcess;
-use crate::rpc::outbound::{push_json_string, Message, Outbound};
+use crate::rpc::outbound::{push_json_string, FileChunk, Message, Outbound};
 use crate::rpc::payload::Payload;
 use exec_server_protocol::process::{
     ClosedNotification, ExitedNotification, InputWaitNotification,
@@ -193,11 +193,7 @@ async fn send_input_wait(process: &ManagedProcess, current: &Attachment) {
 fn notification(process: &ManagedProcess, current: &Attachment, event: &Event) -> Message {
     let outbound = &current.outbound;
     let text = match event {
-        Event::Output(chunk) => {
-            return output(outbound, &process.id, chunk, |buffer| {
-                process.store.load_into(chunk.stream, chunk.span, buffer)
-            })
-        }
+        Event::Output(chunk) => return output(process, outbound, chunk),
         Event::Exited { seq, exit } => outbound.notification_text(
             method::PROCESS_EXITED,
             &ExitedNotification {
@@ -219,24 +215,37 @@ fn notification(process: &ManagedProcess, current: &Attachment, event: &Event) -
     Message::Text(text)
 }
 
-/// `process/output` encoded by hand, the chunk (`load` appends its bytes) loaded where the
-/// message is built, never copied into a JSON string that would then be escape-scanned (see
-/// [`Outbound::with_chunk`]).
-fn output(
-    outbound: &Outbound,
-    process_id: &str,
-    chunk: &Stored,
-    load: impl FnOnce(&mut Vec<u8>),
-) -> Message {
+/// `process/output`, its chunk sent from its file by a transport that can (pinned there until
+/// written), or else loaded where the message is built (see [`Outbound::with_chunk`]).
+fn output(process: &ManagedProcess, outbound: &Outbound, chunk: &Stored) -> Message {
+    let header = output_header(outbound, &process.id, chunk);
+    if outbound.sends_files() {
+        if let Some((file, pin)) = process.store.pinned(chunk) {
+            return Message::File(FileChunk {
+                header,
+                file,
+                offset: chunk.span.offset,
+                len: chunk.span.len,
+                _held: Box::new(pin),
+            });
+        }
+    }
     let mut payload = Payload::with_capacity(chunk.span.len as usize);
-    load(payload.buffer());
-    let header = outbound.notification_text_with(method::PROCESS_OUTPUT, 96, |text| {
+    process
+        .store
+        .load_into(chunk.stream, chunk.span, payload.buffer());
+    outbound.with_chunk(header, payload)
+}
+
+/// `process/output` without its chunk, encoded by hand: the chunk is never copied into a JSON
+/// string that would then be escape-scanned.
+fn output_header(outbound: &Outbound, process_id: &str, chunk: &Stored) -> String {
+    outbound.notification_text_with(method::PROCESS_OUTPUT, 96, |text| {
         text.push_str(r#"{"processId":"#);
         push_json_string(text, process_id);
         let stream = serde_json::to_string(&chunk.stream).expect("enums serialize");
         let _ = write!(text, r#","seq":{},"stream":{stream}}}"#, chunk.seq);
-    });
-    outbound.with_chunk(header, payload)
+    })
 }
 
 #[cfg(test)]
@@ -258,7 +267,10 @@ mod tests {
                 len: data.len() as u64,
             },
         };
-        let load = |buffer: &mut Vec<u8>| buffer.extend_from_slice(data);
+        let output = |outbound: &Outbound, process_id: &str, chunk: &Stored| {
+            let header = output_header(outbound, process_id, chunk);
+            outbound.with_chunk(header, Payload::from(&data[..]))
+        };
         let expected = outbound.notification_text(
             method::PROCESS_OUTPUT,
             &OutputNotification {
@@ -270,17 +282,17 @@ mod tests {
         );
         let parse = |message: Message| match message {
             Message::Text(text) => serde_json::from_str::<serde_json::Value>(&text).unwrap(),
-            Message::Binary(_) => panic!("binary before the opt-in"),
+            other => panic!("{other:?} before the opt-in"),
         };
         assert_eq!(
-            parse(output(&outbound, "p \"1\"", &chunk, load)),
+            parse(output(&outbound, "p \"1\"", &chunk)),
             serde_json::from_str::<serde_json::Value>(&expected).unwrap()
         );
         outbound.set_strict();
-        let strict = parse(output(&outbound, "p", &chunk, load));
+        let strict = parse(output(&outbound, "p", &chunk));
         assert_eq!(strict["jsonrpc"], "2.0");
         outbound.enable_binary();
-        let Message::Binary(bytes) = output(&outbound, "p", &chunk, load) else {
+        let Message::Binary(bytes) = output(&outbound, "p", &chunk) else {
             panic!("text after the opt-in");
         };
         let header = br#"{"jsonrpc":"2.0","method":"process/output","params":{"processId":"p","seq":7,"stream":"stderr"}}"#;

@@ -22,6 +22,7 @@ mod limits;
 mod live;
 mod managed;
 pub(crate) mod output;
+mod pins;
 mod start;
 mod stdin;
 pub(crate) mod store;

@@ -26,6 +26,14 @@ pub(crate) struct Chunk {
     pub data: Bytes,
 }
 
+/// The file of a stream: a terminal's output is in the first.
+pub(crate) fn stream_index(stream: OutputStream) -> usize {
+    match stream {
+        OutputStream::Stdout | OutputStream::Pty => 0,
+        OutputStream::Stderr => 1,
+    }
+}
+
 /// Where a chunk's bytes are in its stream's file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Span {

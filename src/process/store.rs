@@ -9,7 +9,8 @@
 //! the terminal in `out.0`), `sock` (where its supervisor waits for a successor) and, once an
 //! orphaned supervisor saw its tree end, `exit.reports` (its last reports).
 
-use super::output::{Record, Span, Stored};
+use super::output::{stream_index, Record, Span, Stored};
+use super::pins::Pins;
 use super::{AdoptError, KeepError};
 use crate::ipc::message::SUPERVISOR_SOCKET;
 use crate::state_dir::Dir;
@@ -25,14 +26,6 @@ use std::sync::Arc;
 
 pub(crate) const META: &str = "meta.json";
 pub(crate) const JOURNAL: &str = "journal";
-
-/// The file of a stream: a terminal's output is in the first.
-pub(crate) fn stream_index(stream: OutputStream) -> usize {
-    match stream {
-        OutputStream::Stdout | OutputStream::Pty => 0,
-        OutputStream::Stderr => 1,
-    }
-}
 
 /// What a kept process in `dir` was started as.
 pub(crate) fn read_meta(dir: &Dir) -> Result<Meta, AdoptError> {
@@ -113,6 +106,8 @@ pub(crate) struct Store {
     journal: std::sync::Mutex<Option<File>>,
     /// Removed with the store, once the process is done with.
     dir: Option<Kept>,
+    /// Chunks being sent from their files, which evicted chunks are not freed from under.
+    pins: std::sync::Mutex<Pins>,
 }
 
 impl Store {
@@ -121,6 +116,7 @@ impl Store {
             files: std::sync::RwLock::new(Some(files.into_iter().map(Arc::new).collect())),
             journal: std::sync::Mutex::new(journal),
             dir,
+            pins: Default::default(),
         }
     }
 
@@ -236,9 +232,15 @@ impl Store {
         }
     }
 
-    /// Frees the space of evicted chunks (their offsets stay valid: holes read as zeros).
+    /// Frees the space of evicted chunks (their offsets stay valid: holes read as zeros), or
+    /// once no writer sends from under them.
     pub(crate) fn release(&self, evicted: &[Stored]) {
-        for chunk in evicted {
+        let free = self.pins.lock().unwrap().release(evicted);
+        self.punch(&free);
+    }
+
+    fn punch(&self, chunks: &[Stored]) {
+        for chunk in chunks {
             self.with_file(chunk.stream, |file| {
                 // SAFETY: fallocate on a file we own; a failure only keeps the space.
                 unsafe {
@@ -253,6 +255,18 @@ impl Store {
         }
     }
 
+    /// `chunk`'s open file, with the chunk pinned in it until the [`Pin`] drops, for a writer
+    /// that sends it from there; None once the process closed its files.
+    pub(crate) fn pinned(self: &Arc<Self>, chunk: &Stored) -> Option<(Arc<File>, Pin)> {
+        let file = self.file(stream_index(chunk.stream))?;
+        self.pins.lock().unwrap().pin(chunk);
+        let pin = Pin {
+            store: self.clone(),
+            chunk: *chunk,
+        };
+        Some((file, pin))
+    }
+
     /// The process closed (nothing more is written): its descriptors are closed, so that a
     /// daemon retaining many exited processes holds none for them. Files in the state
     /// directory are opened again for a read; memory files cannot be, so they stay open while
@@ -265,6 +279,19 @@ impl Store {
         if let Some(kept) = &self.dir {
             *kept.held.lock().unwrap() = None;
         }
+    }
+}
+
+/// A chunk pinned in its file (see [`Store::pinned`]).
+pub(crate) struct Pin {
+    store: Arc<Store>,
+    chunk: Stored,
+}
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        let free = self.store.pins.lock().unwrap().unpin(&self.chunk);
+        self.store.punch(&free);
     }
 }
 

@@ -7,8 +7,8 @@
 //! `EXIT_DRAIN_GRACE`), and the process counts as live until its supervisor is gone.
 
 use super::managed::{InputWait, ManagedProcess};
-use super::output::{Exit, Record, Span};
-use super::store::{self, Entry};
+use super::output::{stream_index, Exit, Record, Span};
+use super::store::Entry;
 use super::table::TableInner;
 use super::{input_wait, io, live, Timing};
 use crate::ipc::message::Report;
@@ -32,7 +32,7 @@ impl TableInner {
         ends: &[u64],
     ) {
         for (stream, fd) in outputs {
-            let end = ends[store::stream_index(stream)];
+            let end = ends[stream_index(stream)];
             match io::OutputReader::new(fd, pipes, end) {
                 Ok(reader) => {
                     tokio::spawn(read_output(
@@ -240,7 +240,7 @@ async fn read_output(
     mut reader: io::OutputReader,
 ) {
     // Open while the process runs (it closes only once every output ended).
-    if let Some(file) = process.store.file(store::stream_index(stream)) {
+    if let Some(file) = process.store.file(stream_index(stream)) {
         while let Some(span) = reader.next(&file).await {
             process.push_output(stream, span, &table).await
         }

@@ -21,6 +21,9 @@ pub(crate) enum Message {
     Text(String),
     /// A binary-payload message (header, NUL, raw chunk); only on transports that can.
     Binary(bytes::Bytes),
+    /// A binary-payload message whose chunk the transport sends from its file; only on
+    /// transports that said they can ([`Outbound::sending_files`]).
+    File(FileChunk),
 }
 
 impl Message {
@@ -28,7 +31,45 @@ impl Message {
         match self {
             Self::Text(text) => text.len(),
             Self::Binary(bytes) => bytes.len(),
+            Self::File(chunk) => chunk.header.len() + 1 + chunk.len as usize,
         }
+    }
+}
+
+/// A binary-payload message's header, then `len` bytes of `file` at `offset`, which `_held`
+/// keeps there (from being freed) until the message is written or dropped.
+pub(crate) struct FileChunk {
+    pub header: String,
+    pub file: Arc<std::fs::File>,
+    pub offset: u64,
+    pub len: u64,
+    pub _held: Box<dyn std::any::Any + Send + Sync>,
+}
+
+impl FileChunk {
+    /// The whole message in memory, for a writer that cannot send from the file.
+    pub(crate) fn load(&self) -> bytes::Bytes {
+        let mut payload = Payload::with_capacity(self.len as usize);
+        let read = crate::os::pread::append_at(
+            &self.file,
+            self.offset,
+            self.len as usize,
+            payload.buffer(),
+        );
+        if !matches!(read, Ok(len) if len as u64 == self.len) {
+            tracing::warn!("cannot read retained output back: {read:?}");
+        }
+        payload.behind(&self.header)
+    }
+}
+
+impl std::fmt::Debug for FileChunk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileChunk")
+            .field("header", &self.header)
+            .field("offset", &self.offset)
+            .field("len", &self.len)
+            .finish_non_exhaustive()
     }
 }
 
@@ -130,6 +171,8 @@ pub(crate) struct Outbound {
     binary_capable: bool,
     /// Whether the client asked for binary payloads.
     binary: Arc<AtomicBool>,
+    /// Whether the transport sends [`Message::File`] from the file itself.
+    files: bool,
 }
 
 #[derive(Debug)]
@@ -154,6 +197,7 @@ impl Outbound {
                 strict: Arc::new(AtomicBool::new(false)),
                 binary_capable,
                 binary: Arc::new(AtomicBool::new(false)),
+                files: false,
             },
             Queue {
                 rx,
@@ -179,6 +223,20 @@ impl Outbound {
             .await
             .expect("the budget semaphore is never closed");
         Budget(Some(permit))
+    }
+
+    /// The transport sends binary messages' chunks from their files (see [`Message::File`]).
+    pub(crate) fn sending_files(self) -> Self {
+        Self {
+            files: self.binary_capable,
+            ..self
+        }
+    }
+
+    /// Whether a chunk in a file should go as [`Message::File`]: binary payloads, and a
+    /// transport that sends from files.
+    pub(crate) fn sends_files(&self) -> bool {
+        self.files && self.binary.load(Ordering::Relaxed)
     }
 
     pub(crate) fn set_strict(&self) {
@@ -319,7 +377,7 @@ mod tests {
         let (outbound, _queue) = Outbound::new(true, 1 << 20);
         let parse = |message: Message| match message {
             Message::Text(text) => serde_json::from_str::<Value>(&text).unwrap(),
-            Message::Binary(_) => panic!("binary before the opt-in"),
+            other => panic!("{other:?} before the opt-in"),
         };
         let full =
             parse(outbound.with_chunk(r#"{"id":1,"result":{"eof":true}}"#.into(), chunk(b"hi")));

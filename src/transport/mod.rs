@@ -9,6 +9,7 @@ mod systemd;
 mod tls;
 mod unix_socket;
 mod ws;
+mod zero_copy;
 
 use crate::config::{Config, RemoteConfig};
 use crate::server::Daemon;

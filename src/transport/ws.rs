@@ -3,19 +3,19 @@
 //! Binary. And the optional plain `/metrics` listener.
 
 use super::admission::{Admission, Peer};
+use super::zero_copy;
 use crate::audit::Identity;
 use crate::config::Config;
-use crate::rpc::outbound::{self, Outbound};
+use crate::rpc::outbound::Outbound;
 use crate::server::{self, AtEnd, Daemon, Frame};
-use axum::extract::ws::{CloseFrame, Message, WebSocketUpgrade};
+use axum::extract::ws::{Message, WebSocketUpgrade};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use axum::Extension;
 use axum::Router;
-use futures::stream::SplitSink;
-use futures::{Sink, SinkExt as _, Stream, StreamExt as _};
+use futures::{Sink, Stream, StreamExt as _};
 use hyper::body::Incoming;
 use hyper::service::Service as _;
 use hyper_util::rt::TokioIo;
@@ -25,13 +25,14 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
-use tokio_util::sync::{CancellationToken, DropGuard};
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use writer::Writer;
+
+mod writer;
 
 const PROTOCOL_ERROR: u16 = 1002;
 const MESSAGE_TOO_BIG: u16 = 1009;
-/// Sent to every client when the daemon hands over to its successor: reconnect and resume.
-const SERVICE_RESTART: u16 = 1012;
 
 /// How long a connection closed for a hand-over waits for the peer's Close.
 const CLOSE_DRAIN: Duration = Duration::from_secs(1);
@@ -85,7 +86,15 @@ impl Connections {
     ) {
         let _open = self.tracker.token();
         let kind = "direct exec-server websocket";
-        run(socket, daemon.clone(), who, self.restart.clone(), kind).await;
+        run(
+            socket,
+            daemon.clone(),
+            who,
+            self.restart.clone(),
+            kind,
+            None,
+        )
+        .await;
     }
 }
 
@@ -140,11 +149,14 @@ impl Http {
 
     /// Serves one accepted connection's HTTP phase (`/readyz`, or the upgrade) in a task, once
     /// `stream` is ready (a TLS handshake comes first, under the same deadline and place).
+    /// `plain` is the socket itself when no TLS is in between: its writer sends data frames
+    /// straight into it (see `super::zero_copy`).
     fn spawn<S>(
         &self,
         stream: impl std::future::Future<Output = std::io::Result<S>> + Send + 'static,
         who: Identity,
         from: Peer,
+        plain: Option<zero_copy::Socket>,
     ) where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
@@ -161,6 +173,7 @@ impl Http {
         let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
             request.extensions_mut().insert(who.clone());
             request.extensions_mut().insert(connections.clone());
+            request.extensions_mut().insert(plain.clone());
             app.call(request)
         });
         self.connections.tracker.spawn(async move {
@@ -208,9 +221,13 @@ pub(super) async fn serve_tcp(
         let (stream, peer) = accept_tcp(listener).await;
         // Until the upgrade checks a token.
         let who = Identity::anonymous(peer.to_string());
+        let from = Peer::of_ip(peer.ip());
         match &tls {
-            Some(tls) => http.spawn(tls.acceptor.accept(stream), who, Peer::of_ip(peer.ip())),
-            None => http.spawn(std::future::ready(Ok(stream)), who, Peer::of_ip(peer.ip())),
+            Some(tls) => http.spawn(tls.acceptor.accept(stream), who, from, None),
+            None => {
+                let (stream, plain) = zero_copy::plain(stream);
+                http.spawn(std::future::ready(Ok(stream)), who, from, Some(plain))
+            }
         }
     }
 }
@@ -260,7 +277,15 @@ pub(super) async fn serve_unix(
             }
         };
         match socket.admit(&stream) {
-            Ok((who, uid)) => http.spawn(std::future::ready(Ok(stream)), who, Peer::Uid(uid)),
+            Ok((who, uid)) => {
+                let (stream, plain) = zero_copy::plain(stream);
+                http.spawn(
+                    std::future::ready(Ok(stream)),
+                    who,
+                    Peer::Uid(uid),
+                    Some(plain),
+                )
+            }
             Err(why) => tracing::warn!("refused a connection on {}: {why}", socket.url()),
         }
     }
@@ -311,7 +336,12 @@ pub(super) async fn serve_metrics(listener: tokio::net::TcpListener, daemon: Arc
     loop {
         let (stream, peer) = accept_tcp(&listener).await;
         let who = Identity::anonymous(peer.to_string());
-        http.spawn(std::future::ready(Ok(stream)), who, Peer::of_ip(peer.ip()));
+        http.spawn(
+            std::future::ready(Ok(stream)),
+            who,
+            Peer::of_ip(peer.ip()),
+            None,
+        );
     }
 }
 
@@ -319,6 +349,7 @@ async fn upgrade(
     State(daemon): State<Arc<Daemon>>,
     Extension(mut who): Extension<Identity>,
     Extension(connections): Extension<Connections>,
+    Extension(plain): Extension<Option<zero_copy::Socket>>,
     headers: HeaderMap,
     ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> Response {
@@ -345,7 +376,16 @@ async fn upgrade(
         .max_message_size(hard_limit)
         .max_frame_size(hard_limit)
         .on_upgrade(move |socket| async move {
-            run(socket, daemon, who, restart, "exec-server websocket").await;
+            let frames = plain.map(zero_copy::Frames::new);
+            run(
+                socket,
+                daemon,
+                who,
+                restart,
+                "exec-server websocket",
+                frames,
+            )
+            .await;
             drop(open);
         })
 }
@@ -367,17 +407,23 @@ impl<S> Socket for S where
 
 /// Serves one WebSocket `socket` to `who` until either side ends it or `restart` (a hand-over)
 /// closes it with 1012. `kind` names the socket in parse errors, in codex's words
-/// (`exec-server websocket`, or `direct exec-server websocket` for a dialed one).
+/// (`exec-server websocket`, or `direct exec-server websocket` for a dialed one). With
+/// `plain_frames`, the writer writes data frames into the socket itself.
 pub(super) async fn run(
     socket: impl Socket,
     daemon: Arc<Daemon>,
     who: Identity,
     restart: CancellationToken,
     kind: &str,
+    plain_frames: Option<zero_copy::Frames>,
 ) {
     let peer = who.peer.clone();
     let (sink, mut stream) = socket.split();
     let (outbound, queue) = Outbound::new(true, daemon.config.outbound_buffer_bytes);
+    let outbound = match plain_frames {
+        Some(_) => outbound.sending_files(),
+        None => outbound,
+    };
     // Set by the reading side when the peer broke the protocol; sent in our Close frame.
     let close_code = Arc::new(AtomicU16::new(0));
     // When the peer last sent anything: a pong answers every ping, so a live peer is heard
@@ -387,6 +433,7 @@ pub(super) async fn run(
     let writer_gone = CancellationToken::new();
     let writer = Writer {
         sink,
+        frames: plain_frames,
         queue,
         ping_interval: daemon.config.ping_interval,
         close_code: close_code.clone(),
@@ -453,96 +500,4 @@ fn frames(
                 _ => None,
             })
         })
-}
-
-/// The writing side of a connection: its queued messages and the pings, then our Close.
-struct Writer<S: Socket> {
-    sink: SplitSink<S, Message>,
-    queue: outbound::Queue,
-    ping_interval: Duration,
-    /// Set by the reading side when the peer broke the protocol (0: it did not).
-    close_code: Arc<AtomicU16>,
-    restart: CancellationToken,
-}
-
-impl<S: Socket> Writer<S> {
-    /// Writes until the queue ends or the daemon hands over, or until nothing was `heard` from
-    /// `peer` for two ping intervals; `_gone` tells the reading side that the writer ended.
-    async fn run(mut self, heard: Arc<Mutex<Instant>>, peer: Arc<str>, _gone: DropGuard) {
-        let limit = 2 * self.ping_interval;
-        // Beside the writing, not inside it: a frozen peer also stops draining its socket, so
-        // a send may block for good. Dropping the sink and the queue then unblocks every
-        // sender of this connection.
-        tokio::select! {
-            () = self.write() => {}
-            () = silence(&heard, limit) => {
-                tracing::info!(peer = %peer, "no pong for two ping intervals; disconnecting");
-            }
-        }
-    }
-
-    async fn write(&mut self) {
-        let interval = self.ping_interval;
-        let mut ping = tokio::time::interval_at(Instant::now() + interval, interval);
-        // The index the last ping carried: a wanted ping is sent only when more went out since.
-        let mut pinged = 0;
-        let requests = self.queue.receipt_requests();
-        loop {
-            // Every ping carries the index of the last message written before it, which its
-            // pong acknowledges (proof of receipt, see `rpc::outbound`).
-            let message = tokio::select! {
-                message = self.queue.recv() => match message {
-                    Some(outbound::Message::Text(text)) => Message::Text(text.into()),
-                    Some(outbound::Message::Binary(bytes)) => Message::Binary(bytes),
-                    None => break,
-                },
-                _ = ping.tick() => self.ping(&mut pinged),
-                () = requests.wanted() => {
-                    if self.queue.sent() == pinged {
-                        continue;
-                    }
-                    self.ping(&mut pinged)
-                }
-                () = self.restart.cancelled() => break,
-            };
-            if self.sink.send(message).await.is_err() {
-                return;
-            }
-        }
-        // A hand-over also ends the reading side, hence the queue, maybe first.
-        let code = match self.close_code.load(Ordering::Relaxed) {
-            0 if self.restart.is_cancelled() => SERVICE_RESTART,
-            code => code,
-        };
-        let frame = match code {
-            0 => None,
-            code => Some(CloseFrame {
-                code,
-                reason: "".into(),
-            }),
-        };
-        // After the peer's Close, tungstenite has queued its answer and refuses ours: the flush
-        // sends it, so the peer sees the close handshake end instead of a dropped connection.
-        let _ = self.sink.send(Message::Close(frame)).await;
-        let _ = self.sink.flush().await;
-    }
-}
-
-impl<S: Socket> Writer<S> {
-    /// A ping carrying the index of the last message written, noted in `pinged`.
-    fn ping(&self, pinged: &mut u64) -> Message {
-        *pinged = self.queue.sent();
-        Message::Ping(pinged.to_be_bytes().to_vec().into())
-    }
-}
-
-/// Resolves once nothing was heard from the peer for `limit`.
-async fn silence(heard: &Mutex<Instant>, limit: Duration) {
-    loop {
-        let deadline = *heard.lock().unwrap() + limit;
-        if Instant::now() >= deadline {
-            return;
-        }
-        tokio::time::sleep_until(deadline).await;
-    }
 }

@@ -7,6 +7,7 @@ use crate::common;
 
 use common::*;
 use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
 
 /// Every byte value, many times over, in an order that a shifted or repeated block would break.
 fn all_bytes(len: usize) -> Vec<u8> {
@@ -67,6 +68,36 @@ async fn output_comes_as_raw_bytes_and_everything_else_as_text() {
     let (replayed, reply) = read_all(&client, "p").await;
     assert_eq!(replayed, expected);
     assert!(!came_binary(&reply));
+}
+
+/// On a plain socket the daemon's writer writes data frames itself (an output chunk straight
+/// from its file), beside the pongs its WebSocket layer answers pings with: a client pinging
+/// all through a stream still gets every frame whole and every byte in order.
+#[tokio::test]
+async fn pings_all_through_a_stream_never_split_a_frame() {
+    let daemon = Daemon::start();
+    let (client, _) = binary_session(&daemon).await;
+    let dir = scratch_dir();
+    let source = dir.path().join("bytes");
+    let expected = all_bytes(48 << 20);
+    std::fs::write(&source, &expected).unwrap();
+    let argv = ["cat", source.to_str().unwrap()];
+    client.call("process/start", start_params("p", &argv)).await;
+    let pings = async {
+        for ping in 0u64.. {
+            let payload = ping.to_be_bytes().to_vec();
+            client.send_message(Message::Ping(payload.into())).await;
+            tokio::time::sleep(std::time::Duration::from_micros(50)).await;
+        }
+    };
+    let events = tokio::select! {
+        events = client.events_until_closed("p") => events,
+        () = pings => unreachable!(),
+    };
+    let outputs = events.iter().filter(|e| e["method"] == "process/output");
+    assert!(outputs.clone().all(came_binary));
+    assert!(outputs.count() > 10);
+    assert_eq!(output_of(&events), expected, "byte for byte, in order");
 }
 
 #[tokio::test]
