@@ -292,7 +292,10 @@ async fn a_slow_attached_client_loses_nothing() {
     // Do not read for a while: the daemon must hold the child back, not drop its output.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let (mut received, mut next_seq) = (0usize, 1u64);
-    while let Some(Ok(message)) = ws.next().await {
+    // Held back 256 times over for proof of receipt, the stream still flows: each wait lasts a
+    // ping's round trip, never until the next 30 s ping.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while let Ok(Some(Ok(message))) = tokio::time::timeout_at(deadline, ws.next()).await {
         let Message::Text(text) = message else {
             continue;
         };
@@ -311,7 +314,7 @@ async fn a_slow_attached_client_loses_nothing() {
             _ => {}
         }
     }
-    assert_eq!(received, total);
+    assert_eq!(received, total, "all of it, within 20 s");
 }
 
 #[tokio::test]

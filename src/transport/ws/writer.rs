@@ -54,6 +54,8 @@ impl<S: Socket> Writer<S> {
         let mut ping = tokio::time::interval_at(Instant::now() + interval, interval);
         // The index the last ping carried: a wanted ping is sent only when more went out since.
         let mut pinged = 0;
+        // A ping was wanted before the messages it is for were written: it follows the next.
+        let mut wanted = false;
         let requests = self.queue.receipt_requests();
         loop {
             // Every ping carries the index of the last message written before it, which its
@@ -64,13 +66,17 @@ impl<S: Socket> Writer<S> {
                         if !self.send(message).await {
                             return;
                         }
-                        continue;
+                        if !std::mem::take(&mut wanted) {
+                            continue;
+                        }
+                        self.ping(&mut pinged)
                     }
                     None => break,
                 },
                 _ = ping.tick() => self.ping(&mut pinged),
                 () = requests.wanted() => {
                     if self.queue.sent() == pinged {
+                        wanted = true;
                         continue;
                     }
                     self.ping(&mut pinged)
