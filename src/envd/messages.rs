@@ -4,7 +4,7 @@
 //! JSON mapping (lowerCamelCase names, the proto names accepted where the SDKs send them,
 //! `bytes` as base64, 64-bit integers as strings, enums by name, a oneof as the one field set).
 //! A type serves every .proto message of its shape (`PathRequest` is `StatRequest`,
-//! `MakeDirRequest` and `RemoveRequest`); `agreement` tests holds them to the .proto files.
+//! `MakeDirRequest` and `RemoveRequest`); the `agreement` tests hold them to the .proto files.
 //!
 //! In prost's shapes: an enum field is an `i32` (its getter gives the enum), a message field
 //! an `Option` unless it is always sent (`required`, the same bytes as a set proto3 field), a
@@ -545,57 +545,4 @@ pub(crate) struct WatcherId {
 pub(crate) struct GetWatcherEventsResponse {
     #[prost(message, repeated, tag = "1")]
     pub events: Vec<FilesystemEvent>,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use prost::Message as _;
-
-    #[test]
-    fn events_and_requests_use_the_proto3_json_mapping() {
-        let end = ProcessEventResponse::from(Event::End(EndEvent {
-            exit_code: -1,
-            exited: false,
-            status: "signal: killed".into(),
-            error: Some("signal: killed".into()),
-        }));
-        assert_eq!(
-            serde_json::to_string(&end).unwrap(),
-            r#"{"event":{"end":{"exitCode":-1,"exited":false,"status":"signal: killed","error":"signal: killed"}}}"#
-        );
-        let data = ProcessEvent {
-            event: Some(Event::Data(DataEvent {
-                output: Some(Output::Stdout(Bytes::from_static(b"hi"))),
-            })),
-        };
-        assert_eq!(
-            serde_json::to_string(&data).unwrap(),
-            r#"{"data":{"stdout":"aGk="}}"#
-        );
-        let request: SendSignalRequest =
-            serde_json::from_str(r#"{"process":{"pid":7},"signal":"SIGNAL_SIGKILL"}"#).unwrap();
-        assert_eq!(request.process.selector, Some(Selector::Pid(7)));
-        assert_eq!(request.signal(), Signal::Sigkill);
-        let request: SendSignalRequest = serde_json::from_str(r#"{"signal":15}"#).unwrap();
-        assert_eq!(request.signal(), Signal::Sigterm);
-        let input: SendInputRequest =
-            serde_json::from_str(r#"{"process":{"tag":"t"},"input":{"stdin":"aGk"}}"#).unwrap();
-        let stdin = input.input.and_then(|input| input.input);
-        assert_eq!(stdin, Some(Input::Stdin(Bytes::from_static(b"hi"))));
-    }
-
-    #[test]
-    fn the_binary_codec_decodes_what_it_encodes() {
-        let request = SendSignalRequest {
-            process: ProcessSelector {
-                selector: Some(Selector::Tag("t".into())),
-            },
-            signal: Signal::Sigterm.into(),
-        };
-        let bytes = request.encode_to_vec();
-        // Field 1 (LEN) holding field 2 (LEN) "t"; field 2 (varint) 15.
-        assert_eq!(bytes, [0x0a, 0x03, 0x12, 0x01, b't', 0x10, 15]);
-        assert_eq!(SendSignalRequest::decode(&bytes[..]).unwrap(), request);
-    }
 }

@@ -3,7 +3,7 @@
 //! variant of its oneofs in turn) is made from the .proto alone; the Rust type serving that
 //! message must read it and write it back unchanged (the JSON names agree), and its binary
 //! encoding, read back by the .proto's field numbers and types alone, must say the same (the
-//! numbers, wire types and zigzag agree).
+//! numbers, wire types and zigzag agree). Below them, the mapping's cases spelled out.
 
 use super::*;
 use base64::Engine as _;
@@ -447,4 +447,51 @@ fn the_check_catches_a_wrong_number_or_encoding() {
     assert_eq!(read["exitCode"], json!(-3));
     let wrong_number = std::panic::catch_unwind(|| schema.decode("process.PTY.Size", &[0x18, 1]));
     assert!(wrong_number.is_err(), "field 3 is not in PTY.Size");
+}
+
+#[test]
+fn events_and_requests_use_the_proto3_json_mapping() {
+    let end = ProcessEventResponse::from(Event::End(EndEvent {
+        exit_code: -1,
+        exited: false,
+        status: "signal: killed".into(),
+        error: Some("signal: killed".into()),
+    }));
+    assert_eq!(
+        serde_json::to_string(&end).unwrap(),
+        r#"{"event":{"end":{"exitCode":-1,"exited":false,"status":"signal: killed","error":"signal: killed"}}}"#
+    );
+    let data = ProcessEvent {
+        event: Some(Event::Data(DataEvent {
+            output: Some(Output::Stdout(Bytes::from_static(b"hi"))),
+        })),
+    };
+    assert_eq!(
+        serde_json::to_string(&data).unwrap(),
+        r#"{"data":{"stdout":"aGk="}}"#
+    );
+    let request: SendSignalRequest =
+        serde_json::from_str(r#"{"process":{"pid":7},"signal":"SIGNAL_SIGKILL"}"#).unwrap();
+    assert_eq!(request.process.selector, Some(Selector::Pid(7)));
+    assert_eq!(request.signal(), Signal::Sigkill);
+    let request: SendSignalRequest = serde_json::from_str(r#"{"signal":15}"#).unwrap();
+    assert_eq!(request.signal(), Signal::Sigterm);
+    let input: SendInputRequest =
+        serde_json::from_str(r#"{"process":{"tag":"t"},"input":{"stdin":"aGk"}}"#).unwrap();
+    let stdin = input.input.and_then(|input| input.input);
+    assert_eq!(stdin, Some(Input::Stdin(Bytes::from_static(b"hi"))));
+}
+
+#[test]
+fn the_binary_codec_decodes_what_it_encodes() {
+    let request = SendSignalRequest {
+        process: ProcessSelector {
+            selector: Some(Selector::Tag("t".into())),
+        },
+        signal: Signal::Sigterm.into(),
+    };
+    let bytes = request.encode_to_vec();
+    // Field 1 (LEN) holding field 2 (LEN) "t"; field 2 (varint) 15.
+    assert_eq!(bytes, [0x0a, 0x03, 0x12, 0x01, b't', 0x10, 15]);
+    assert_eq!(SendSignalRequest::decode(&bytes[..]).unwrap(), request);
 }
