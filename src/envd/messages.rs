@@ -390,9 +390,17 @@ impl Timestamp {
 
 impl Serialize for Timestamp {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let since = std::time::Duration::new(self.seconds.max(0) as u64, self.nanos.max(0) as u32);
-        let time = std::time::UNIX_EPOCH + since;
-        serializer.collect_str(&humantime::format_rfc3339_nanos(time))
+        // RFC 3339's years, 1970 (as `of` makes them) to 9999.
+        let (seconds, nanos) = (u64::try_from(self.seconds), u32::try_from(self.nanos));
+        match (seconds, nanos) {
+            (Ok(seconds), Ok(nanos)) if seconds < 253_402_300_800 && nanos < 1_000_000_000 => {
+                let time = std::time::UNIX_EPOCH + std::time::Duration::new(seconds, nanos);
+                serializer.collect_str(&humantime::format_rfc3339_nanos(time))
+            }
+            _ => Err(serde::ser::Error::custom(
+                "a timestamp out of RFC 3339's range",
+            )),
+        }
     }
 }
 
