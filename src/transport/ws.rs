@@ -2,10 +2,10 @@
 //! configured, by a bearer token), `/readyz` answers 200. One JSON-RPC message per frame, Text or
 //! Binary. And the optional plain `/metrics` listener.
 
-use super::admission::{Admission, Peer};
 use crate::audit::Identity;
 use crate::config::Config;
 use crate::rpc::outbound::{self, Outbound};
+use crate::server::admission::{Admission, Peer};
 use crate::server::{self, AtEnd, Daemon, Frame};
 use axum::extract::ws::{CloseFrame, Message, WebSocketUpgrade};
 use axum::extract::State;

@@ -1,6 +1,7 @@
 //! Who may hold a connection in its HTTP phase (nothing authenticated yet), and for how long:
 //! a cap for the listener, a lower one per peer so that one peer cannot take every place, and a
-//! shorter deadline once the places run short, so that stalled peers make room sooner.
+//! shorter deadline once the places run short, so that stalled peers make room sooner. The
+//! WebSocket listeners (`transport`) and the envd listeners (`envd`) admit alike.
 
 use crate::config::Config;
 use std::collections::HashMap;
@@ -12,13 +13,13 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 /// What a connection counts against: its source address (an IPv6 one by its /64, which one
 /// host typically holds whole), or its uid on a Unix socket.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(super) enum Peer {
+pub(crate) enum Peer {
     Ip(IpAddr),
     Uid(u32),
 }
 
 impl Peer {
-    pub(super) fn of_ip(ip: IpAddr) -> Self {
+    pub(crate) fn of_ip(ip: IpAddr) -> Self {
         match ip.to_canonical() {
             IpAddr::V6(v6) => {
                 let prefix = u128::from(v6) & !((1u128 << 64) - 1);
@@ -30,7 +31,7 @@ impl Peer {
 }
 
 /// The places of one listener.
-pub(super) struct Admission {
+pub(crate) struct Admission {
     places: Arc<Semaphore>,
     per_peer: Arc<Mutex<HashMap<Peer, usize>>>,
     max: usize,
@@ -39,7 +40,7 @@ pub(super) struct Admission {
 }
 
 /// A connection's place, given back when dropped.
-pub(super) struct Place {
+pub(crate) struct Place {
     _place: OwnedSemaphorePermit,
     peer: Peer,
     per_peer: Arc<Mutex<HashMap<Peer, usize>>>,
@@ -49,7 +50,7 @@ pub(super) struct Place {
 
 /// Why a connection got no place.
 #[derive(Debug, thiserror::Error)]
-pub(super) enum Full {
+pub(crate) enum Full {
     #[error("too many connections in their HTTP phase")]
     Listener,
     #[error("too many connections in their HTTP phase from this peer")]
@@ -57,7 +58,7 @@ pub(super) enum Full {
 }
 
 impl Admission {
-    pub(super) fn new(config: &Config) -> Self {
+    pub(crate) fn new(config: &Config) -> Self {
         Self {
             places: Arc::new(Semaphore::new(config.max_pending_connections)),
             per_peer: Default::default(),
@@ -68,7 +69,7 @@ impl Admission {
     }
 
     /// A place for a new connection from `peer`, if there is one.
-    pub(super) fn admit(&self, peer: Peer) -> Result<Place, Full> {
+    pub(crate) fn admit(&self, peer: Peer) -> Result<Place, Full> {
         let place = self
             .places
             .clone()
