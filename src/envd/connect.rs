@@ -7,7 +7,7 @@
 //!
 //! Written here rather than taken from a crate: the Rust Connect crates generate their
 //! services from .proto files with protoc (absent here, and a build step for every client of
-//! the tree), while envd's fourteen methods need only this framing over axum, with serde and
+//! the tree), while envd's seventeen methods need only this framing over axum, with serde and
 //! prost deriving the codecs on one set of messages (`messages`).
 
 use axum::body::{Body, Bytes};
