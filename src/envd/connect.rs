@@ -1,12 +1,14 @@
-//! The Connect protocol (connectrpc.com), as envd and its SDKs speak it: unary calls with
-//! `application/json` bodies, server streams and client streams with `application/connect+json`
-//! bodies of 5-byte envelopes (a flags byte, a big-endian length) and an end-of-stream
-//! envelope carrying the error, errors as Connect error JSON.
+//! The Connect protocol (connectrpc.com), as envd and its SDKs speak it, in both of its codecs:
+//! unary calls with `application/json` or `application/proto` bodies, server streams and
+//! client streams with `application/connect+json` or `application/connect+proto` bodies of
+//! 5-byte envelopes (a flags byte, a big-endian length) and an end-of-stream envelope carrying
+//! the error (JSON in either codec, as the protocol has it), errors of unary calls as Connect
+//! error JSON. An answer is in the codec its request used.
 //!
 //! Written here rather than taken from a crate: the Rust Connect crates generate their
 //! services from .proto files with protoc (absent here, and a build step for every client of
-//! the tree), while envd's fourteen methods need only this framing over axum and serde.
-//! Only the JSON codec is served; a binary protobuf request is refused as `unimplemented`.
+//! the tree), while envd's seventeen methods need only this framing over axum, with serde and
+//! prost deriving the codecs on one set of messages (`messages`).
 
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -189,35 +191,75 @@ fn end_stream(error: Option<&ConnectError>) -> Bytes {
     envelope(FLAG_END_STREAM, body.to_string().as_bytes())
 }
 
-fn decode<T: DeserializeOwned>(data: &[u8]) -> Result<T, ConnectError> {
-    let data = if data.is_empty() {
-        b"{}".as_slice()
-    } else {
-        data
-    };
-    serde_json::from_slice(data)
-        .map_err(|err| ConnectError::new(Code::InvalidArgument, format!("invalid message: {err}")))
+/// One of envd's messages: both codecs derived on it (`messages`).
+pub(crate) trait Message:
+    prost::Message + Default + Serialize + DeserializeOwned + Send + 'static
+{
 }
 
-/// What a request says about itself: its codec and, for streams, its framing.
-fn check_content_type(headers: &HeaderMap, streaming: bool) -> Result<(), ConnectError> {
-    let content_type = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|value| value.to_str().ok())
-        .unwrap_or("");
-    let media = content_type.split(';').next().unwrap_or("").trim();
-    let expected = if streaming {
-        "application/connect+json"
-    } else {
-        "application/json"
-    };
-    if media == expected {
-        return Ok(());
+impl<T: prost::Message + Default + Serialize + DeserializeOwned + Send + 'static> Message for T {}
+
+/// The codec of a call, named by its request's content type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Codec {
+    /// The proto3 JSON mapping (what the E2B SDKs send).
+    Json,
+    /// Protobuf's binary encoding (the default of most other Connect clients).
+    Proto,
+}
+
+impl Codec {
+    /// What a request says about itself: its codec and, for streams, its framing.
+    fn of(headers: &HeaderMap, streaming: bool) -> Result<Self, ConnectError> {
+        let content_type = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or("");
+        let media = content_type.split(';').next().unwrap_or("").trim();
+        for codec in [Self::Json, Self::Proto] {
+            if media == codec.content_type(streaming) {
+                return Ok(codec);
+            }
+        }
+        let (json, proto) = (
+            Self::Json.content_type(streaming),
+            Self::Proto.content_type(streaming),
+        );
+        Err(ConnectError::new(
+            Code::Unimplemented,
+            format!("content type `{content_type}` is not served; this envd speaks `{json}` and `{proto}`"),
+        ))
     }
-    Err(ConnectError::new(
-        Code::Unimplemented,
-        format!("content type `{content_type}` is not served; this envd speaks `{expected}`"),
-    ))
+
+    fn content_type(self, streaming: bool) -> &'static str {
+        match (self, streaming) {
+            (Self::Json, false) => "application/json",
+            (Self::Proto, false) => "application/proto",
+            (Self::Json, true) => "application/connect+json",
+            (Self::Proto, true) => "application/connect+proto",
+        }
+    }
+
+    /// A message from its bytes; an empty unary body is the empty message in either codec.
+    pub(crate) fn decode<T: Message>(self, data: Bytes) -> Result<T, ConnectError> {
+        let decoded = match self {
+            Self::Json if data.is_empty() => {
+                serde_json::from_slice(b"{}").map_err(|e| e.to_string())
+            }
+            Self::Json => serde_json::from_slice(&data).map_err(|err| err.to_string()),
+            Self::Proto => T::decode(data).map_err(|err| err.to_string()),
+        };
+        decoded.map_err(|err| {
+            ConnectError::new(Code::InvalidArgument, format!("invalid message: {err}"))
+        })
+    }
+
+    pub(crate) fn encode<T: Message>(self, message: &T) -> Vec<u8> {
+        match self {
+            Self::Json => serde_json::to_vec(message).expect("messages serialize"),
+            Self::Proto => message.encode_to_vec(),
+        }
+    }
 }
 
 /// The request's `Connect-Timeout-Ms`, if any.
@@ -231,24 +273,24 @@ pub(crate) fn timeout(headers: &HeaderMap) -> Option<Duration> {
     Some(Duration::from_millis(ms))
 }
 
-/// A unary call: `body` decoded, `handler`'s answer encoded.
+/// A unary call: `body` decoded, `handler`'s answer encoded, in the request's codec.
 pub(crate) async fn unary<Req, Resp, F>(headers: &HeaderMap, body: Bytes, handler: F) -> Response
 where
-    Req: DeserializeOwned,
-    Resp: Serialize,
+    Req: Message,
+    Resp: Message,
     F: AsyncFnOnce(Req) -> Result<Resp, ConnectError>,
 {
     let outcome = async {
-        check_content_type(headers, false)?;
-        handler(decode(&body)?).await
+        let codec = Codec::of(headers, false)?;
+        Ok::<_, ConnectError>((codec, handler(codec.decode(body)?).await?))
     }
     .await;
     match outcome {
-        Ok(message) => {
-            let mut response = axum::Json(message).into_response();
+        Ok((codec, message)) => {
+            let mut response = Response::new(Body::from(codec.encode(&message)));
             response.headers_mut().insert(
                 header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
+                HeaderValue::from_static(codec.content_type(false)),
             );
             response
         }
@@ -264,8 +306,8 @@ pub(crate) type Requests<Req> =
 pub(crate) struct StreamSender<T>(mpsc::Sender<T>);
 
 impl<T> StreamSender<T> {
-    pub(crate) async fn send(&self, message: T) -> Result<(), ConnectError> {
-        (self.0.send(message).await)
+    pub(crate) async fn send(&self, message: impl Into<T>) -> Result<(), ConnectError> {
+        (self.0.send(message.into()).await)
             .map_err(|_| ConnectError::new(Code::Canceled, "the client went away"))
     }
 }
@@ -279,19 +321,16 @@ pub(crate) async fn server_stream<Req, Resp, F, Fut>(
     handler: F,
 ) -> Response
 where
-    Req: DeserializeOwned + Send + 'static,
-    Resp: Serialize + Send + 'static,
+    Req: Message,
+    Resp: Message,
     F: FnOnce(Req, StreamSender<Resp>) -> Fut,
     Fut: std::future::Future<Output = Result<(), ConnectError>> + Send + 'static,
 {
     let (sender, receiver) = mpsc::channel(STREAM_QUEUE);
     let (done_sender, done) = tokio::sync::oneshot::channel();
-    match async {
-        check_content_type(headers, true)?;
-        first_message::<Req>(body).await
-    }
-    .await
-    {
+    let codec = Codec::of(headers, true);
+    let answer_codec = *codec.as_ref().unwrap_or(&Codec::Json);
+    match async { first_message::<Req>(body, codec?).await }.await {
         Ok(request) => {
             let work = handler(request, StreamSender(sender));
             tokio::spawn(async move {
@@ -302,9 +341,8 @@ where
             let _ = done_sender.send(Err(error));
         }
     }
-    let messages = tokio_stream_of(receiver).map(|message: Resp| {
-        let data = serde_json::to_vec(&message).expect("messages serialize");
-        Ok::<_, std::convert::Infallible>(envelope(0, &data))
+    let messages = tokio_stream_of(receiver).map(move |message: Resp| {
+        Ok::<_, std::convert::Infallible>(envelope(0, &answer_codec.encode(&message)))
     });
     let end = futures::stream::once(async move {
         let outcome = done.await.unwrap_or_else(|_| {
@@ -315,7 +353,7 @@ where
         });
         Ok(end_stream(outcome.err().as_ref()))
     });
-    stream_response(messages.chain(end))
+    stream_response(messages.chain(end), answer_codec)
 }
 
 /// A client-streaming call: `handler` takes the request messages as they arrive.
@@ -325,35 +363,36 @@ pub(crate) async fn client_stream<Req, Resp, F, Fut>(
     handler: F,
 ) -> Response
 where
-    Req: DeserializeOwned + Send + 'static,
-    Resp: Serialize,
+    Req: Message,
+    Resp: Message,
     F: FnOnce(Requests<Req>) -> Fut,
     Fut: std::future::Future<Output = Result<Resp, ConnectError>>,
 {
-    let outcome = match check_content_type(headers, true) {
-        Ok(()) => handler(Box::pin(messages(body))).await,
+    let codec = Codec::of(headers, true);
+    let answer_codec = *codec.as_ref().unwrap_or(&Codec::Json);
+    let outcome = match codec {
+        Ok(codec) => handler(Box::pin(messages(body, codec))).await,
         Err(error) => Err(error),
     };
     let frames = match outcome {
-        Ok(message) => {
-            let data = serde_json::to_vec(&message).expect("messages serialize");
-            vec![envelope(0, &data), end_stream(None)]
-        }
+        Ok(message) => vec![
+            envelope(0, &answer_codec.encode(&message)),
+            end_stream(None),
+        ],
         Err(error) => vec![end_stream(Some(&error))],
     };
-    stream_response(futures::stream::iter(
-        frames.into_iter().map(Ok::<_, std::convert::Infallible>),
-    ))
+    let frames = frames.into_iter().map(Ok::<_, std::convert::Infallible>);
+    stream_response(futures::stream::iter(frames), answer_codec)
 }
 
-fn stream_response<S>(frames: S) -> Response
+fn stream_response<S>(frames: S, codec: Codec) -> Response
 where
     S: Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static,
 {
     let mut response = Response::new(Body::from_stream(frames));
     response.headers_mut().insert(
         header::CONTENT_TYPE,
-        HeaderValue::from_static("application/connect+json"),
+        HeaderValue::from_static(codec.content_type(true)),
     );
     response
 }
@@ -365,51 +404,54 @@ fn tokio_stream_of<T: Send + 'static>(receiver: mpsc::Receiver<T>) -> impl Strea
 }
 
 /// The request messages of a stream body, decoded as they arrive.
-fn messages<Req: DeserializeOwned + Send + 'static>(
+fn messages<Req: Message>(
     body: Body,
+    codec: Codec,
 ) -> impl Stream<Item = Result<Req, ConnectError>> + Send {
     let state = (body.into_data_stream(), EnvelopeDecoder::default(), false);
-    futures::stream::unfold(state, |(mut body, mut decoder, mut ended)| async move {
-        loop {
-            if ended {
-                return None;
+    futures::stream::unfold(
+        state,
+        move |(mut body, mut decoder, mut ended)| async move {
+            loop {
+                if ended {
+                    return None;
+                }
+                match decoder.next() {
+                    Err(error) => {
+                        ended = true;
+                        return Some((Err(error), (body, decoder, ended)));
+                    }
+                    Ok(Some(envelope)) if envelope.flags & FLAG_END_STREAM != 0 => return None,
+                    Ok(Some(envelope)) => {
+                        return Some((codec.decode(envelope.data), (body, decoder, ended)));
+                    }
+                    Ok(None) => {}
+                }
+                match body.next().await {
+                    Some(Ok(bytes)) => decoder.push(&bytes),
+                    Some(Err(err)) => {
+                        let error =
+                            ConnectError::new(Code::Canceled, format!("request body: {err}"));
+                        ended = true;
+                        return Some((Err(error), (body, decoder, ended)));
+                    }
+                    None if decoder.has_partial() => {
+                        let error = ConnectError::new(Code::InvalidArgument, "truncated message");
+                        ended = true;
+                        return Some((Err(error), (body, decoder, ended)));
+                    }
+                    None => return None,
+                }
             }
-            match decoder.next() {
-                Err(error) => {
-                    ended = true;
-                    return Some((Err(error), (body, decoder, ended)));
-                }
-                Ok(Some(envelope)) if envelope.flags & FLAG_END_STREAM != 0 => return None,
-                Ok(Some(envelope)) => {
-                    return Some((decode(&envelope.data), (body, decoder, ended)));
-                }
-                Ok(None) => {}
-            }
-            match body.next().await {
-                Some(Ok(bytes)) => decoder.push(&bytes),
-                Some(Err(err)) => {
-                    let error = ConnectError::new(Code::Canceled, format!("request body: {err}"));
-                    ended = true;
-                    return Some((Err(error), (body, decoder, ended)));
-                }
-                None if decoder.has_partial() => {
-                    let error = ConnectError::new(Code::InvalidArgument, "truncated message");
-                    ended = true;
-                    return Some((Err(error), (body, decoder, ended)));
-                }
-                None => return None,
-            }
-        }
-    })
+        },
+    )
 }
 
 /// The one message of a server stream's request. The rest of the body is read to its end in
 /// the background: hyper closes a connection whose request body was left unread, and a client
 /// may end its body only once the response has begun (the Python SDK's does).
-async fn first_message<Req: DeserializeOwned + Send + 'static>(
-    body: Body,
-) -> Result<Req, ConnectError> {
-    let mut messages = Box::pin(messages::<Req>(body));
+async fn first_message<Req: Message>(body: Body, codec: Codec) -> Result<Req, ConnectError> {
+    let mut messages = Box::pin(messages::<Req>(body, codec));
     let first = match messages.next().await {
         Some(message) => message?,
         None => {

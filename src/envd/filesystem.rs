@@ -151,16 +151,13 @@ pub(super) fn entry_info(path: &Path) -> Result<EntryInfo, ConnectError> {
         Some(meta) if meta.is_dir() => FileType::Directory,
         _ => FileType::Unspecified,
     };
-    let modified = meta
-        .modified()
-        .ok()
-        .map(|time| humantime::format_rfc3339_nanos(time).to_string());
+    let modified = meta.modified().ok().and_then(Timestamp::of);
     Ok(EntryInfo {
         name: (path.file_name()).map_or_else(
             || "/".to_owned(),
             |name| name.to_string_lossy().into_owned(),
         ),
-        kind,
+        kind: kind.into(),
         path: path.display().to_string(),
         size: meta.len() as i64,
         mode: typed.map_or(0, |meta| meta.permissions().mode() & 0o777),

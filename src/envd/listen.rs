@@ -1,9 +1,13 @@
 //! The envd listeners: each binds its address, holds its session and serves its routes over
 //! HTTP/1.1 (keep-alive) and h2c on every connection, behind `X-Access-Token` when one is set.
+//! Until its first request has arrived, a connection holds a place of the listener's HTTP phase
+//! under a deadline, as a WebSocket listener's does before its upgrade (`server::admission`),
+//! and a connection made inside a sandbox is closed unread, as there.
 
 use super::connect::{client_stream, server_stream, unary, Code, ConnectError};
 use super::Envd;
 use crate::config::EnvdListen;
+use crate::server::admission::{Admission, Peer};
 use crate::server::Daemon;
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
@@ -12,7 +16,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper::service::Service as _;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use std::sync::Arc;
 use subtle::ConstantTimeEq as _;
@@ -37,7 +42,12 @@ pub(crate) async fn spawn(daemon: &Arc<Daemon>) -> anyhow::Result<()> {
             watchers: Default::default(),
             accounts: Default::default(),
         });
-        let app = TowerToHyperService::new(routes(envd));
+        let http = Http {
+            app: TowerToHyperService::new(routes(envd)),
+            admission: Arc::new(Admission::new(&daemon.config)),
+            header_timeout: daemon.config.upgrade_timeout,
+            ping_interval: daemon.config.ping_interval,
+        };
         match listen {
             EnvdListen::Tcp(addr) => {
                 let listener = tokio::net::TcpListener::bind(addr)
@@ -46,35 +56,55 @@ pub(crate) async fn spawn(daemon: &Arc<Daemon>) -> anyhow::Result<()> {
                 let local = listener.local_addr()?;
                 crate::sandbox::peers::note_listener(local);
                 tracing::info!("envd listening on http://{local}");
-                tokio::spawn(async move {
-                    loop {
-                        match listener.accept().await {
-                            Ok((stream, _)) => {
-                                let _ = stream.set_nodelay(true);
-                                serve(stream, app.clone());
-                            }
-                            Err(err) => accept_failed(err).await,
-                        }
-                    }
-                });
+                tokio::spawn(serve_tcp(listener, http));
             }
             EnvdListen::Unix(path) => {
                 let listener = bind_unix(path).map_err(|err| {
                     anyhow::anyhow!("cannot listen for envd on {}: {err}", path.display())
                 })?;
                 tracing::info!("envd listening on unix://{}", path.display());
-                tokio::spawn(async move {
-                    loop {
-                        match listener.accept().await {
-                            Ok((stream, _)) => serve(stream, app.clone()),
-                            Err(err) => accept_failed(err).await,
-                        }
-                    }
-                });
+                tokio::spawn(serve_unix(listener, http));
             }
         }
     }
     Ok(())
+}
+
+async fn serve_tcp(listener: tokio::net::TcpListener, http: Http) {
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(err) => {
+                accept_failed(err).await;
+                continue;
+            }
+        };
+        // A sandbox on the host network must not drive the daemon from outside its sandbox.
+        let from_sandbox =
+            (stream.local_addr()).map_or(true, |local| crate::sandbox::peers::refuse(local, peer));
+        if from_sandbox {
+            tracing::warn!(
+                "envd refused a connection from {peer}: made inside a sandbox, or gone before \
+                 it could be checked"
+            );
+            continue;
+        }
+        let _ = stream.set_nodelay(true);
+        http.serve(stream, Peer::of_ip(peer.ip()));
+    }
+}
+
+async fn serve_unix(listener: tokio::net::UnixListener, http: Http) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                // Places count per uid (only the daemon's may connect; the socket is 0600).
+                let uid = stream.peer_cred().map_or(u32::MAX, |cred| cred.uid());
+                http.serve(stream, Peer::Uid(uid));
+            }
+            Err(err) => accept_failed(err).await,
+        }
+    }
 }
 
 /// A socket at `path` that only the daemon's user may connect to (whoever connects runs
@@ -100,17 +130,61 @@ async fn accept_failed(err: std::io::Error) {
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
 }
 
-/// Serves one connection, HTTP/1.1 or h2c (told apart by the HTTP/2 preface), for as long as
-/// the client keeps it: envd streams last as long as their commands.
-fn serve<S>(stream: S, app: TowerToHyperService<Router>)
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    tokio::spawn(async move {
-        let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-            .serve_connection(TokioIo::new(stream), app)
-            .await;
-    });
+/// One listener's routes, and the places of its connections before their first request.
+struct Http {
+    app: TowerToHyperService<Router>,
+    admission: Arc<Admission>,
+    /// The deadline of an HTTP/1.1 request's head after the first (`--upgrade-timeout`).
+    header_timeout: std::time::Duration,
+    /// HTTP/2 pings, so that a vanished h2c peer's connection ends (`--ping-interval`).
+    ping_interval: std::time::Duration,
+}
+
+impl Http {
+    /// Serves one connection, HTTP/1.1 or h2c (told apart by the HTTP/2 preface), for as long
+    /// as the client keeps it: envd streams last as long as their commands. It holds a place
+    /// until its first request's head arrived, and is closed if that takes longer than the
+    /// place's deadline; on HTTP/1.1, each later request's head has `header_timeout`.
+    fn serve<S>(&self, stream: S, from: Peer)
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let place = match self.admission.admit(from) {
+            Ok(place) => place,
+            Err(full) => {
+                tracing::debug!(?from, "envd: {full}; closing");
+                return;
+            }
+        };
+        let deadline = place.timeout;
+        let (arrived, first_request) = tokio::sync::oneshot::channel::<()>();
+        let first = std::sync::Mutex::new(Some((place, arrived)));
+        let app = self.app.clone();
+        let service = hyper::service::service_fn(move |request| {
+            // A request's head is in: the place and the deadline go (dropping the sender).
+            drop(first.lock().unwrap().take());
+            app.call(request)
+        });
+        let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+        (builder.http1())
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.header_timeout);
+        (builder.http2())
+            .timer(TokioTimer::new())
+            .keep_alive_interval(self.ping_interval);
+        tokio::spawn(async move {
+            let connection = builder.serve_connection(TokioIo::new(stream), service);
+            let first_request = async {
+                if tokio::time::timeout(deadline, first_request).await.is_ok() {
+                    std::future::pending::<()>().await;
+                }
+            };
+            tokio::select! {
+                _ = connection => {}
+                () = first_request => tracing::debug!(?from, "envd: no request in {deadline:?}; closing"),
+            }
+        });
+    }
 }
 
 fn routes(envd: Arc<Envd>) -> Router {

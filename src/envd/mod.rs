@@ -77,6 +77,43 @@ pub mod fuzz {
         Some(out)
     }
 
+    /// Decodes `data` as the request message of envd's request type number `kind` (of the
+    /// twelve, modulo), in both codecs as the listener does; returns whether each took it.
+    /// What the binary codec took encodes back to bytes that decode alike, and into JSON.
+    pub fn request(kind: u8, data: &[u8]) -> (bool, bool) {
+        use super::messages::*;
+        match kind % 12 {
+            0 => both::<Empty>(data),
+            1 => both::<StartRequest>(data),
+            2 => both::<Selected>(data),
+            3 => both::<UpdateRequest>(data),
+            4 => both::<SendInputRequest>(data),
+            5 => both::<StreamInputRequest>(data),
+            6 => both::<SendSignalRequest>(data),
+            7 => both::<PathRequest>(data),
+            8 => both::<ListDirRequest>(data),
+            9 => both::<MoveRequest>(data),
+            10 => both::<WatchRequest>(data),
+            _ => both::<WatcherId>(data),
+        }
+    }
+
+    fn both<T: super::connect::Message + PartialEq + std::fmt::Debug>(data: &[u8]) -> (bool, bool) {
+        use super::connect::Codec;
+        let data = bytes::Bytes::copy_from_slice(data);
+        let json = Codec::Json.decode::<T>(data.clone()).is_ok();
+        let proto = Codec::Proto.decode::<T>(data).ok();
+        if let Some(message) = &proto {
+            let encoded = bytes::Bytes::from(Codec::Proto.encode(message));
+            let again: T = Codec::Proto
+                .decode(encoded)
+                .expect("a message re-encoded decodes");
+            assert_eq!(&again, message);
+            Codec::Json.encode(message);
+        }
+        (json, proto.is_some())
+    }
+
     /// Parses `body` as `/files` parses a multipart upload with `content_type`, writing
     /// nothing; returns each file part's path and length, or the error `/files` would answer.
     pub fn multipart(content_type: &str, body: &[u8]) -> Result<Vec<(String, usize)>, String> {

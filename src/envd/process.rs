@@ -8,7 +8,6 @@ use super::users::Account;
 use super::Envd;
 use crate::process::{ManagedProcess, ProcessError};
 use axum::http::HeaderMap;
-use bytes::Bytes;
 use exec_server_protocol::process::{
     EnvInherit, EnvPolicy, OutputStream, ProcessLimits, ProcessSignal, StartParams, TerminalSize,
 };
@@ -66,16 +65,16 @@ impl Envd {
         processes: Vec<Arc<ManagedProcess>>,
         selector: &ProcessSelector,
     ) -> Result<Arc<ManagedProcess>, ConnectError> {
-        let found = match selector {
-            ProcessSelector::Pid(pid) => processes
+        let found = match &selector.selector {
+            Some(Selector::Pid(pid)) => processes
                 .into_iter()
                 .find(|process| process.pid() as u32 == *pid)
                 .ok_or_else(|| format!("process with pid {pid} not found")),
-            ProcessSelector::Tag(tag) => processes
+            Some(Selector::Tag(tag)) => processes
                 .into_iter()
                 .find(|process| tag_of(&process.id) == Some(tag.as_str()))
                 .ok_or_else(|| format!("process with tag {tag} not found")),
-            ProcessSelector::None => {
+            None => {
                 return Err(ConnectError::new(
                     Code::InvalidArgument,
                     "no process selected",
@@ -126,10 +125,8 @@ impl Envd {
             .ok_or_else(|| {
                 ConnectError::new(Code::Internal, "the process vanished at its start")
             })?;
-        let start = ProcessEvent::Start {
-            pid: process.pid() as u32,
-        };
-        events.send(ProcessEventResponse { event: start }).await?;
+        let pid = process.pid() as u32;
+        events.send(Event::Start(StartEvent { pid })).await?;
         follow(&process, 0, &events, keepalive(&headers)).await
     }
 
@@ -220,10 +217,8 @@ impl Envd {
                 .map_err(|_| error)
         })?;
         let now = process.read(u64::MAX, Some(0)).next_seq.saturating_sub(1);
-        let start = ProcessEvent::Start {
-            pid: process.pid() as u32,
-        };
-        events.send(ProcessEventResponse { event: start }).await?;
+        let pid = process.pid() as u32;
+        events.send(Event::Start(StartEvent { pid })).await?;
         follow(&process, now, &events, keepalive(&headers)).await
     }
 
@@ -242,11 +237,11 @@ impl Envd {
         use futures::StreamExt as _;
         let mut process = None;
         while let Some(request) = requests.next().await {
-            match request? {
-                StreamInputRequest::Start(selected) => {
+            match request?.event {
+                Some(StreamInputEvent::Start(selected)) => {
                     process = Some(self.select(&selected.process)?)
                 }
-                StreamInputRequest::Data(data) => {
+                Some(StreamInputEvent::Data(data)) => {
                     let process = process.as_ref().ok_or_else(|| {
                         ConnectError::new(Code::FailedPrecondition, "input before the start event")
                     })?;
@@ -254,7 +249,7 @@ impl Envd {
                         write_input(process, input)?;
                     }
                 }
-                StreamInputRequest::Keepalive(_) => {}
+                Some(StreamInputEvent::Keepalive(_)) | None => {}
             }
         }
         Ok(Empty {})
@@ -274,7 +269,7 @@ impl Envd {
 
     pub(super) fn send_signal(&self, request: SendSignalRequest) -> Result<Empty, ConnectError> {
         let process = self.select(&request.process)?;
-        let signal = match request.signal {
+        let signal = match request.signal() {
             Signal::Sigkill => ProcessSignal::Kill,
             Signal::Sigterm => ProcessSignal::Terminate,
             Signal::Unspecified => {
@@ -317,12 +312,12 @@ fn config_of(params: &StartParams) -> ProcessConfig {
 }
 
 fn write_input(process: &ManagedProcess, input: ProcessInput) -> Result<(), ConnectError> {
-    let (ProcessInput::Stdin(data) | ProcessInput::Pty(data)) = input;
+    let Some(Input::Stdin(data) | Input::Pty(data)) = input.input else {
+        return Ok(());
+    };
     // Each write its own id: envd's input is never repeated.
     let write_id = uuid::Uuid::new_v4().to_string();
-    process
-        .write(&write_id, Bytes::from(data.0))
-        .map_err(process_error)?;
+    process.write(&write_id, data).map_err(process_error)?;
     Ok(())
 }
 
@@ -354,14 +349,13 @@ async fn follow(
         let snapshot = process.read(after_seq, Some(READ_BYTES));
         let more = !snapshot.chunks.is_empty();
         for chunk in snapshot.chunks {
-            let data = Base64(chunk.data.to_vec());
-            let data = match chunk.stream {
-                _ if tty => DataEvent::Pty(data),
-                OutputStream::Stderr => DataEvent::Stderr(data),
-                _ => DataEvent::Stdout(data),
-            };
-            let event = ProcessEvent::Data(data);
-            events.send(ProcessEventResponse { event }).await?;
+            let data = chunk.data;
+            let output = Some(match chunk.stream {
+                _ if tty => Output::Pty(data),
+                OutputStream::Stderr => Output::Stderr(data),
+                _ => Output::Stdout(data),
+            });
+            events.send(Event::Data(DataEvent { output })).await?;
         }
         after_seq = snapshot.next_seq.saturating_sub(1);
         process.mark_received(after_seq);
@@ -371,15 +365,14 @@ async fn follow(
         }
         if snapshot.closed {
             let end = end_event(snapshot.exit_code.unwrap_or(-1), &snapshot.details);
-            return events.send(ProcessEventResponse { event: end }).await;
+            return events.send(end).await;
         }
         tokio::select! {
             changed = changes.changed() => if changed.is_err() {
                 return Err(ConnectError::new(Code::Internal, "the process is gone"));
             },
             _ = tokio::time::sleep(keepalive) => {
-                let event = ProcessEvent::Keepalive(Empty {});
-                events.send(ProcessEventResponse { event }).await?;
+                events.send(Event::Keepalive(Empty {})).await?;
             }
         }
     }
@@ -387,13 +380,13 @@ async fn follow(
 
 /// envd's end event: Go's `ProcessState` words (`exit status N`, `signal: killed`), exit -1
 /// for a signal.
-fn end_event(code: i32, details: &exec_server_protocol::process::ExitDetails) -> ProcessEvent {
+fn end_event(code: i32, details: &exec_server_protocol::process::ExitDetails) -> Event {
     let (exit_code, exited, status) = match details.signal {
         Some(signal) => (-1, false, format!("signal: {}", signal_name(signal))),
         None => (code, true, format!("exit status {code}")),
     };
     let error = (exit_code != 0).then(|| status.clone());
-    ProcessEvent::End(EndEvent {
+    Event::End(EndEvent {
         exit_code,
         exited,
         status,

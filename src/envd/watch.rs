@@ -93,7 +93,7 @@ fn event_of(root: &Path, path: &Path, kind: EventType, include_entry: bool) -> F
     );
     FilesystemEvent {
         name: name.display().to_string(),
-        kind,
+        kind: kind.into(),
         entry: (include_entry && carries_entry)
             .then(|| super::filesystem::entry_info(path).ok())
             .flatten(),
@@ -163,16 +163,16 @@ impl Envd {
             })
         })
         .await?;
-        events.send(WatchDirResponse::Start(Empty {})).await?;
+        events.send(WatchEvent::Start(Empty {})).await?;
         let keepalive = super::process::keepalive(&headers);
         loop {
             tokio::select! {
                 event = receiver.recv() => match event {
-                    Some(event) => events.send(WatchDirResponse::Filesystem(Box::new(event))).await?,
+                    Some(event) => events.send(WatchEvent::Filesystem(Box::new(event))).await?,
                     None => return Err(ConnectError::new(Code::Internal, "watcher ended")),
                 },
                 _ = tokio::time::sleep(keepalive) => {
-                    events.send(WatchDirResponse::Keepalive(Empty {})).await?;
+                    events.send(WatchEvent::Keepalive(Empty {})).await?;
                 }
             }
         }

@@ -1,6 +1,7 @@
 //! The daemon's top layer, above every feature: one client connection's loop, and the router
 //! that hands each request to the handler of its method.
 
+pub(crate) mod admission;
 mod connection;
 mod context;
 mod daemon;

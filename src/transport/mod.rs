@@ -1,7 +1,6 @@
 //! Where clients connect: a WebSocket listener (with `/readyz`) on TCP or on a Unix socket, or
 //! a single stdio connection.
 
-mod admission;
 pub(crate) mod handover;
 mod remote;
 pub(crate) mod stdio;

@@ -2,11 +2,11 @@
 //! configured, by a bearer token), `/readyz` answers 200. One JSON-RPC message per frame, Text or
 //! Binary. And the optional plain `/metrics` listener.
 
-use super::admission::{Admission, Peer};
 use super::zero_copy;
 use crate::audit::Identity;
 use crate::config::Config;
 use crate::rpc::outbound::Outbound;
+use crate::server::admission::{Admission, Peer};
 use crate::server::{self, AtEnd, Daemon, Frame};
 use axum::extract::ws::{Message, WebSocketUpgrade};
 use axum::extract::State;

@@ -12,7 +12,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 /// Connects to `to` from the loopback address `from` (e.g. `127.0.0.2`: another peer) and sends
 /// `opening`, then nothing. The daemon may already have closed it: the write may fail.
-async fn stalled(from: &str, to: &str, opening: &[u8]) -> tokio::net::TcpStream {
+pub(crate) async fn stalled(from: &str, to: &str, opening: &[u8]) -> tokio::net::TcpStream {
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
     let to: SocketAddr = to.parse().unwrap();
@@ -28,7 +28,10 @@ async fn stalled(from: &str, to: &str, opening: &[u8]) -> tokio::net::TcpStream 
 const HALF_UPGRADE: &[u8] = b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n";
 
 /// When the daemon closed `stream` (EOF or reset), if within `wait`.
-async fn closed_after(mut stream: tokio::net::TcpStream, wait: Duration) -> Option<Duration> {
+pub(crate) async fn closed_after(
+    mut stream: tokio::net::TcpStream,
+    wait: Duration,
+) -> Option<Duration> {
     let begun = tokio::time::Instant::now();
     let mut buffer = [0; 1024];
     tokio::time::timeout(wait, async {

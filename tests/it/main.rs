@@ -27,6 +27,8 @@ mod codex_differential;
 mod codex_fidelity_cli;
 mod codex_fidelity_discovery;
 mod codex_fidelity_http;
+mod envd_listener;
+mod envd_proto;
 mod environment;
 mod fs;
 mod fs_stream;

@@ -1,6 +1,7 @@
 //! codex's own exec-server, the referee for codex behaviour: the npm package `@openai/codex` at
 //! a pinned version, installed into the build directory when missing (as the bench installs
-//! sshd), and started on a loopback port with a `CODEX_HOME` of its own.
+//! sshd), and started on a loopback port with a `CODEX_HOME` of its own. Other npm tools the
+//! tests drive (`buf`, the Connect client of the envd tests) are installed the same way.
 
 use std::io::{BufRead as _, BufReader};
 use std::os::unix::process::CommandExt as _;
@@ -12,33 +13,39 @@ use std::sync::OnceLock;
 pub const CODEX_VERSION: &str = "0.169.0";
 
 /// The `codex` launcher, installed with npm under `target/codex-peer-<version>` on first use.
-/// Installation happens once per test process; concurrent test processes serialise on an
-/// exclusive lock of the install directory.
 pub fn codex_binary() -> PathBuf {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY.get_or_init(install).clone()
+    BINARY
+        .get_or_init(|| {
+            let package = format!("@openai/codex@{CODEX_VERSION}");
+            npm_binary(&format!("codex-peer-{CODEX_VERSION}"), &package, "codex")
+        })
+        .clone()
 }
 
-fn install() -> PathBuf {
+/// The launcher `bin` of the npm package `package` (`name@version`), installed into
+/// `target/<directory>` when missing. Concurrent test processes serialise on an exclusive lock
+/// of the install directory.
+pub fn npm_binary(directory: &str, package: &str, bin: &str) -> PathBuf {
     let prefix = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .parent()
         .expect("CARGO_TARGET_TMPDIR has a parent")
-        .join(format!("codex-peer-{CODEX_VERSION}"));
-    let binary = prefix.join("node_modules/.bin/codex");
-    std::fs::create_dir_all(&prefix).expect("create codex install directory");
-    let lock = std::fs::File::open(&prefix).expect("open codex install directory");
+        .join(directory);
+    let binary = prefix.join("node_modules/.bin").join(bin);
+    std::fs::create_dir_all(&prefix).expect("create the npm install directory");
+    let lock = std::fs::File::open(&prefix).expect("open the npm install directory");
     // SAFETY: flock on a descriptor we own; it is released when `lock` is dropped.
     let locked = unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) };
-    assert_eq!(locked, 0, "lock codex install directory");
+    assert_eq!(locked, 0, "lock the npm install directory");
     if !binary.exists() {
         let status = Command::new("npm")
             .args(["install", "--no-audit", "--no-fund", "--prefix"])
             .arg(&prefix)
-            .arg(format!("@openai/codex@{CODEX_VERSION}"))
+            .arg(package)
             .stdout(Stdio::null())
             .status()
-            .expect("npm is required to install codex's exec-server (apt install npm)");
-        assert!(status.success(), "npm install @openai/codex failed");
+            .unwrap_or_else(|err| panic!("npm installs {package} (apt install npm): {err}"));
+        assert!(status.success(), "npm install {package} failed");
     }
     binary
 }
