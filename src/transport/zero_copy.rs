@@ -17,7 +17,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll, Waker};
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
-use tungstenite::protocol::frame::coding::{Data, OpCode};
+use tungstenite::protocol::frame::coding::{Control, Data, OpCode};
 use tungstenite::protocol::frame::FrameHeader;
 
 /// A plain socket through a shared reference, as tokio's TCP and Unix streams both offer it.
@@ -82,6 +82,8 @@ struct State {
     held: bool,
     /// A frame of the writer's broke off: nothing more can be written.
     broken: bool,
+    /// tungstenite sent a Close (its own, or the reply to the peer's): no data frame may follow.
+    closed: bool,
     /// The header bytes of the frame tungstenite is writing, while incomplete.
     header: Vec<u8>,
     /// What remains of that frame's payload.
@@ -113,9 +115,10 @@ impl State {
             let mut cursor = io::Cursor::new(&self.header);
             match FrameHeader::parse(&mut cursor) {
                 Ok(None) => {}
-                Ok(Some((_, len))) => {
+                Ok(Some((header, len))) => {
                     self.header.clear();
                     self.payload_left = len;
+                    self.closed |= header.opcode == OpCode::Control(Control::Close);
                 }
                 // Never from tungstenite; taken as a frame's end rather than held forever.
                 Err(_) => self.header.clear(),
@@ -270,6 +273,7 @@ impl Frames {
         written
     }
 
+    /// Takes the socket between two of tungstenite's frames; refused once a Close went out.
     async fn take<S>(&self, sink: &mut S) -> io::Result<()>
     where
         S: Sink<axum::extract::ws::Message, Error = axum::Error> + Unpin,
@@ -277,7 +281,7 @@ impl Frames {
         loop {
             {
                 let mut state = self.0.state.lock().unwrap();
-                if state.broken {
+                if state.broken || state.closed {
                     return Err(io::ErrorKind::BrokenPipe.into());
                 }
                 if state.between_frames() {
@@ -418,6 +422,17 @@ mod tests {
             assert!(state.between_frames(), "split every {step} bytes");
             assert!(boundaries >= 1);
         }
+        assert!(!State::default().closed);
+        let mut close = Vec::new();
+        let header = FrameHeader {
+            opcode: OpCode::Control(Control::Close),
+            ..FrameHeader::default()
+        };
+        header.format(2, &mut close).unwrap();
+        close.extend([3, 232]);
+        let mut state = State::default();
+        state.follow(&[IoSlice::new(&close)], close.len());
+        assert!(state.closed && state.between_frames());
         // Half a header, or a header with payload to come, is inside a frame.
         let mut state = State::default();
         state.follow(&[IoSlice::new(&frames[..1])], 1);
