@@ -7,7 +7,7 @@
 use super::connect::{client_stream, server_stream, unary, Code, ConnectError};
 use super::Envd;
 use crate::config::EnvdListen;
-use crate::server::admission::{Admission, Peer};
+use crate::server::admission::{accept_tcp, retry_accept, Admission, Peer};
 use crate::server::Daemon;
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
@@ -72,24 +72,8 @@ pub(crate) async fn spawn(daemon: &Arc<Daemon>) -> anyhow::Result<()> {
 
 async fn serve_tcp(listener: tokio::net::TcpListener, http: Http) {
     loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(err) => {
-                accept_failed(err).await;
-                continue;
-            }
-        };
         // A sandbox on the host network must not drive the daemon from outside its sandbox.
-        let from_sandbox =
-            (stream.local_addr()).map_or(true, |local| crate::sandbox::peers::refuse(local, peer));
-        if from_sandbox {
-            tracing::warn!(
-                "envd refused a connection from {peer}: made inside a sandbox, or gone before \
-                 it could be checked"
-            );
-            continue;
-        }
-        let _ = stream.set_nodelay(true);
+        let (stream, peer) = accept_tcp(&listener).await;
         http.serve(stream, Peer::of_ip(peer.ip()));
     }
 }
@@ -102,7 +86,7 @@ async fn serve_unix(listener: tokio::net::UnixListener, http: Http) {
                 let uid = stream.peer_cred().map_or(u32::MAX, |cred| cred.uid());
                 http.serve(stream, Peer::Uid(uid));
             }
-            Err(err) => accept_failed(err).await,
+            Err(err) => retry_accept(err).await,
         }
     }
 }
@@ -121,13 +105,6 @@ fn bind_unix(path: &std::path::Path) -> std::io::Result<tokio::net::UnixListener
     let listener = tokio::net::UnixListener::bind(path)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
     Ok(listener)
-}
-
-/// An accept that failed (out of descriptors, most likely) is retried after a pause, not
-/// at once in a loop that would spin.
-async fn accept_failed(err: std::io::Error) {
-    tracing::warn!("envd accept failed: {err}");
-    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
 }
 
 /// One listener's routes, and the places of its connections before their first request.

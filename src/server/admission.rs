@@ -1,7 +1,8 @@
 //! Who may hold a connection in its HTTP phase (nothing authenticated yet), and for how long:
 //! a cap for the listener, a lower one per peer so that one peer cannot take every place, and a
 //! shorter deadline once the places run short, so that stalled peers make room sooner. The
-//! WebSocket listeners (`transport`) and the envd listeners (`envd`) admit alike.
+//! WebSocket listeners (`transport`) and the envd listeners (`envd`) admit alike, and accept
+//! alike: a TCP connection made inside a sandbox is closed before a byte of it is read.
 
 use crate::config::Config;
 use std::collections::HashMap;
@@ -108,6 +109,46 @@ impl Drop for Place {
             }
         }
     }
+}
+
+/// Pause after a failed accept (e.g. out of descriptors) before trying again.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+
+/// The next connection on `listener` not made inside a sandbox, refused (closed) before a byte
+/// of it is read otherwise.
+pub(crate) async fn accept_tcp(
+    listener: &tokio::net::TcpListener,
+) -> (tokio::net::TcpStream, std::net::SocketAddr) {
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(err) => {
+                retry_accept(err).await;
+                continue;
+            }
+        };
+        // One netlink round trip, cheaper than a hop to a blocking thread.
+        let from_sandbox = stream
+            .local_addr()
+            .map_or(true, |local| crate::sandbox::peers::refuse(local, peer));
+        if from_sandbox {
+            tracing::warn!(
+                "refused a connection from {peer}: made inside a sandbox, or gone before it could \
+                 be checked"
+            );
+            continue;
+        }
+        // Without TCP_NODELAY a small reply waits for the client's delayed ACK (~40 ms).
+        let _ = stream.set_nodelay(true);
+        return (stream, peer);
+    }
+}
+
+/// After a failed accept (e.g. EMFILE), a pause: retrying at once would spin while nothing
+/// is freed.
+pub(crate) async fn retry_accept(err: std::io::Error) {
+    tracing::warn!("accepting a connection failed: {err}");
+    tokio::time::sleep(ACCEPT_RETRY).await;
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use super::zero_copy;
 use crate::audit::Identity;
 use crate::config::Config;
 use crate::rpc::outbound::Outbound;
-use crate::server::admission::{Admission, Peer};
+use crate::server::admission::{accept_tcp, retry_accept, Admission, Peer};
 use crate::server::{self, AtEnd, Daemon, Frame};
 use axum::extract::ws::{Message, WebSocketUpgrade};
 use axum::extract::State;
@@ -39,9 +39,6 @@ const CLOSE_DRAIN: Duration = Duration::from_secs(1);
 
 /// Initial WebSocket read buffer per connection.
 const READ_BUFFER_BYTES: usize = 8 * 1024;
-
-/// Pause after a failed accept (e.g. out of descriptors) before trying again.
-const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
 /// Every connection of the listener, in its HTTP phase or upgraded, so that a hand-over to a
 /// successor can close them all.
@@ -232,36 +229,6 @@ pub(super) async fn serve_tcp(
     }
 }
 
-/// The next connection on `listener` not made inside a sandbox, refused (closed) before a byte
-/// of it is read otherwise.
-async fn accept_tcp(
-    listener: &tokio::net::TcpListener,
-) -> (tokio::net::TcpStream, std::net::SocketAddr) {
-    loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(err) => {
-                retry_accept(err).await;
-                continue;
-            }
-        };
-        // One netlink round trip, cheaper than a hop to a blocking thread.
-        let from_sandbox = stream
-            .local_addr()
-            .map_or(true, |local| crate::sandbox::peers::refuse(local, peer));
-        if from_sandbox {
-            tracing::warn!(
-                "refused a connection from {peer}: made inside a sandbox, or gone before it could \
-                 be checked"
-            );
-            continue;
-        }
-        // Without TCP_NODELAY a small reply waits for the client's delayed ACK (~40 ms).
-        let _ = stream.set_nodelay(true);
-        return (stream, peer);
-    }
-}
-
 pub(super) async fn serve_unix(
     socket: &super::unix_socket::UnixSocket,
     daemon: Arc<Daemon>,
@@ -289,13 +256,6 @@ pub(super) async fn serve_unix(
             Err(why) => tracing::warn!("refused a connection on {}: {why}", socket.url()),
         }
     }
-}
-
-/// After a failed accept (e.g. EMFILE), a pause: retrying at once would spin while nothing
-/// is freed.
-async fn retry_accept(err: std::io::Error) {
-    tracing::warn!("accepting a connection failed: {err}");
-    tokio::time::sleep(ACCEPT_RETRY).await;
 }
 
 /// Why a request to an authenticated route (the upgrade, `/metrics`) is refused, if it is.

@@ -27,6 +27,16 @@ async fn binary_session(daemon: &Daemon) -> (Client, String) {
     (client, result["sessionId"].as_str().unwrap().to_owned())
 }
 
+/// Starts process `id`, a `cat` of `bytes` (in the returned directory).
+async fn cat(client: &Client, id: &str, bytes: &[u8]) -> tempfile::TempDir {
+    let dir = scratch_dir();
+    let source = dir.path().join("bytes");
+    std::fs::write(&source, bytes).unwrap();
+    let argv = ["cat", source.to_str().unwrap()];
+    client.call("process/start", start_params(id, &argv)).await;
+    dir
+}
+
 fn came_binary(message: &Value) -> bool {
     message["$binary"] == true
 }
@@ -35,12 +45,8 @@ fn came_binary(message: &Value) -> bool {
 async fn output_comes_as_raw_bytes_and_everything_else_as_text() {
     let daemon = Daemon::start();
     let (client, _) = binary_session(&daemon).await;
-    let dir = scratch_dir();
-    let source = dir.path().join("bytes");
     let expected = all_bytes(3 << 20);
-    std::fs::write(&source, &expected).unwrap();
-    let argv = ["cat", source.to_str().unwrap()];
-    client.call("process/start", start_params("p", &argv)).await;
+    let _dir = cat(&client, "p", &expected).await;
     let events = client.events_until_closed("p").await;
     let outputs: Vec<&Value> = events
         .iter()
@@ -77,12 +83,8 @@ async fn output_comes_as_raw_bytes_and_everything_else_as_text() {
 async fn pings_all_through_a_stream_never_split_a_frame() {
     let daemon = Daemon::start();
     let (client, _) = binary_session(&daemon).await;
-    let dir = scratch_dir();
-    let source = dir.path().join("bytes");
     let expected = all_bytes(48 << 20);
-    std::fs::write(&source, &expected).unwrap();
-    let argv = ["cat", source.to_str().unwrap()];
-    client.call("process/start", start_params("p", &argv)).await;
+    let _dir = cat(&client, "p", &expected).await;
     let pings = async {
         for ping in 0u64.. {
             let payload = ping.to_be_bytes().to_vec();
