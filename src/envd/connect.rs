@@ -209,6 +209,14 @@ pub(crate) enum Codec {
 }
 
 impl Codec {
+    /// A stream's codec, and the one its answer is in (JSON when the request's is refused: the
+    /// end-of-stream error is JSON either way).
+    fn of_stream(headers: &HeaderMap) -> (Result<Self, ConnectError>, Self) {
+        let codec = Self::of(headers, true);
+        let answer = *codec.as_ref().unwrap_or(&Self::Json);
+        (codec, answer)
+    }
+
     /// What a request says about itself: its codec and, for streams, its framing.
     fn of(headers: &HeaderMap, streaming: bool) -> Result<Self, ConnectError> {
         let content_type = headers
@@ -328,8 +336,7 @@ where
 {
     let (sender, receiver) = mpsc::channel(STREAM_QUEUE);
     let (done_sender, done) = tokio::sync::oneshot::channel();
-    let codec = Codec::of(headers, true);
-    let answer_codec = *codec.as_ref().unwrap_or(&Codec::Json);
+    let (codec, answer_codec) = Codec::of_stream(headers);
     match async { first_message::<Req>(body, codec?).await }.await {
         Ok(request) => {
             let work = handler(request, StreamSender(sender));
@@ -368,8 +375,7 @@ where
     F: FnOnce(Requests<Req>) -> Fut,
     Fut: std::future::Future<Output = Result<Resp, ConnectError>>,
 {
-    let codec = Codec::of(headers, true);
-    let answer_codec = *codec.as_ref().unwrap_or(&Codec::Json);
+    let (codec, answer_codec) = Codec::of_stream(headers);
     let outcome = match codec {
         Ok(codec) => handler(Box::pin(messages(body, codec))).await,
         Err(error) => Err(error),

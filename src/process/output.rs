@@ -215,7 +215,7 @@ impl OutputLog {
     /// thus sent in fewer, larger chunks; the record journals the chunk as it now is.
     pub(crate) fn push(&mut self, stream: OutputStream, span: Span, coalesce: bool) -> Record {
         let last_seq = self.next_seq - 1;
-        if let Some(last) = self.chunks.back_mut().filter(|last| {
+        if let Some(&last) = self.chunks.back().filter(|last| {
             coalesce
                 && last.seq == last_seq
                 && last.seq > self.sealed_seq
@@ -223,12 +223,10 @@ impl OutputLog {
                 && last.span.end() == span.offset
                 && last.span.len + span.len <= MAX_CHUNK_BYTES
         }) {
-            last.span.len += span.len;
-            let grown = *last;
-            self.retained_bytes += span.len as usize;
-            crate::metrics::get()
-                .retained_output_bytes
-                .inc_by(span.len as i64);
+            let grown = self.grow_last(Span {
+                offset: last.span.offset,
+                len: last.span.len + span.len,
+            });
             return Record::Output {
                 seq: grown.seq,
                 stream,
@@ -241,11 +239,24 @@ impl OutputLog {
     }
 
     fn retain(&mut self, chunk: Stored) {
-        self.retained_bytes += chunk.span.len as usize;
-        crate::metrics::get()
-            .retained_output_bytes
-            .inc_by(chunk.span.len as i64);
+        self.count_retained(chunk.span.len as i64);
         self.chunks.push_back(chunk);
+    }
+
+    /// The last chunk, grown to `span` (which starts where it does).
+    fn grow_last(&mut self, span: Span) -> Stored {
+        let last = self.chunks.back_mut().expect("checked by the caller");
+        let grown = span.len - last.span.len;
+        last.span = span;
+        let last = *last;
+        self.count_retained(grown as i64);
+        last
+    }
+
+    /// `len` bytes more retained (fewer, when negative), in the log and in the metric.
+    fn count_retained(&mut self, len: i64) {
+        self.retained_bytes = (self.retained_bytes as i64 + len) as usize;
+        crate::metrics::get().retained_output_bytes.inc_by(len);
     }
 
     /// Evicts what may be evicted, into `evicted`; returns true while the log is still over
@@ -265,10 +276,7 @@ impl OutputLog {
 
     fn drop_front(&mut self) -> Stored {
         let chunk = self.chunks.pop_front().expect("checked by the caller");
-        self.retained_bytes -= chunk.span.len as usize;
-        crate::metrics::get()
-            .retained_output_bytes
-            .dec_by(chunk.span.len as i64);
+        self.count_retained(-(chunk.span.len as i64));
         self.evicted_through = chunk.seq;
         if chunk.seq > self.received_seq {
             self.lost_through = chunk.seq;
@@ -285,13 +293,7 @@ impl OutputLog {
                 Record::Output { seq, span, .. }
                     if self.chunks.back().is_some_and(|last| last.seq == seq) =>
                 {
-                    let last = self.chunks.back_mut().expect("just checked");
-                    let grown = span.len - last.span.len;
-                    last.span = span;
-                    self.retained_bytes += grown as usize;
-                    crate::metrics::get()
-                        .retained_output_bytes
-                        .inc_by(grown as i64);
+                    self.grow_last(span);
                 }
                 Record::Output { seq, stream, span } => {
                     self.next_seq = seq + 1;

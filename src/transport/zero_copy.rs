@@ -260,16 +260,12 @@ impl Frames {
         S: Sink<axum::extract::ws::Message, Error = axum::Error> + Unpin,
     {
         self.take(sink).await?;
-        let taken = Taken(&self.0.state);
+        let mut taken = Taken {
+            state: &self.0.state,
+            whole: false,
+        };
         let written = self.write(message).await;
-        if written.is_ok() {
-            std::mem::forget(taken);
-            let mut state = self.0.state.lock().unwrap();
-            state.held = false;
-            if let Some(waiting) = state.waiting.take() {
-                waiting.wake();
-            }
-        }
+        taken.whole = written.is_ok();
         written
     }
 
@@ -379,14 +375,18 @@ impl Frames {
     }
 }
 
-/// The writer holds the socket; dropped before its frame is whole (an error, or the write
-/// abandoned), the socket can carry nothing more.
-struct Taken<'a>(&'a Mutex<State>);
+/// The writer holds the socket until this drops: let go once its frame is whole, or else (an
+/// error, or the write abandoned) the socket can carry nothing more.
+struct Taken<'a> {
+    state: &'a Mutex<State>,
+    whole: bool,
+}
 
 impl Drop for Taken<'_> {
     fn drop(&mut self) {
-        let mut state = self.0.lock().unwrap();
-        state.broken = true;
+        let mut state = self.state.lock().unwrap();
+        state.held = false;
+        state.broken |= !self.whole;
         if let Some(waiting) = state.waiting.take() {
             waiting.wake();
         }
