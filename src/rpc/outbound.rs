@@ -8,7 +8,7 @@ use super::payload::Payload;
 use exec_server_protocol::base64_bytes::Base64Bytes;
 use exec_server_protocol::binary;
 use serde::Serialize;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
 
@@ -122,6 +122,13 @@ impl Queue {
     pub(crate) fn receipt_requests(&self) -> ReceiptRequests {
         ReceiptRequests(self.receipts.clone())
     }
+
+    /// Whether a ping should follow now, the last one having carried `pinged`: a process
+    /// wants proof of receipt of messages up to an index that has now been written.
+    pub(crate) fn receipt_due(&self, pinged: u64) -> bool {
+        let through = self.receipts.wanted_through.load(Ordering::Acquire);
+        through > pinged && self.sent >= through
+    }
 }
 
 /// Requests for proof of receipt, for the transport's writer.
@@ -142,6 +149,10 @@ struct Receipts {
     queued: Mutex<u64>,
     /// The highest index the client proved it received.
     acknowledged: watch::Sender<u64>,
+    /// The index of the last message queued when a process last asked for proof of receipt:
+    /// the transport pings once it has written that far, so the pong covers every message
+    /// the process sent before asking.
+    wanted_through: AtomicU64,
     /// A process asked for proof of receipt: the transport should ask the client for it.
     wanted: Notify,
 }
@@ -186,6 +197,7 @@ impl Outbound {
         let receipts = Arc::new(Receipts {
             queued: Mutex::new(0),
             acknowledged: watch::channel(0).0,
+            wanted_through: AtomicU64::new(0),
             wanted: Notify::new(),
         });
         (
@@ -293,8 +305,12 @@ impl Outbound {
         self.receipts.acknowledge(index);
     }
 
-    /// Asks the transport to get proof of receipt of what it sent so far, soon.
+    /// Asks the transport to get proof of receipt of everything queued so far, soon.
     pub(crate) fn want_receipt(&self) {
+        let queued = *self.receipts.queued.lock().unwrap();
+        self.receipts
+            .wanted_through
+            .fetch_max(queued, Ordering::AcqRel);
         self.receipts.wanted.notify_one();
     }
 
@@ -434,5 +450,33 @@ mod tests {
         assert!(
             matches!(queue.recv().await, Some(Message::Text(text)) if text.len() == 10 * budget)
         );
+    }
+
+    #[tokio::test]
+    async fn a_receipt_is_due_once_everything_queued_before_it_was_wanted_is_written() {
+        let (outbound, mut queue) = Outbound::new(false, 1 << 20);
+        for _ in 0..3 {
+            outbound.send("x".into()).await.unwrap();
+        }
+        queue.recv().await.unwrap();
+        outbound.want_receipt();
+        assert!(
+            !queue.receipt_due(0),
+            "two wanted messages are not written yet"
+        );
+        queue.recv().await.unwrap();
+        queue.recv().await.unwrap();
+        assert!(queue.receipt_due(0));
+        assert!(
+            queue.receipt_due(1),
+            "a ping after the first covered only it"
+        );
+        assert!(
+            !queue.receipt_due(3),
+            "a ping after the third covered them all"
+        );
+        outbound.send("y".into()).await.unwrap();
+        queue.recv().await.unwrap();
+        assert!(!queue.receipt_due(3), "nobody wanted proof of the fourth");
     }
 }

@@ -52,10 +52,8 @@ impl<S: Socket> Writer<S> {
     async fn write(&mut self) {
         let interval = self.ping_interval;
         let mut ping = tokio::time::interval_at(Instant::now() + interval, interval);
-        // The index the last ping carried: a wanted ping is sent only when more went out since.
+        // The index the last ping carried.
         let mut pinged = 0;
-        // A ping was wanted before the messages it is for were written: it follows the next.
-        let mut wanted = false;
         let requests = self.queue.receipt_requests();
         loop {
             // Every ping carries the index of the last message written before it, which its
@@ -66,7 +64,8 @@ impl<S: Socket> Writer<S> {
                         if !self.send(message).await {
                             return;
                         }
-                        if !std::mem::take(&mut wanted) {
+                        // Proof wanted of messages that are all written now.
+                        if !self.queue.receipt_due(pinged) {
                             continue;
                         }
                         self.ping(&mut pinged)
@@ -74,9 +73,10 @@ impl<S: Socket> Writer<S> {
                     None => break,
                 },
                 _ = ping.tick() => self.ping(&mut pinged),
+                // What is written already is acknowledged at once; what was queued before the
+                // request and is not written yet, by the ping that follows it (above).
                 () = requests.wanted() => {
                     if self.queue.sent() == pinged {
-                        wanted = true;
                         continue;
                     }
                     self.ping(&mut pinged)
