@@ -177,7 +177,7 @@ fn record_unjournaled(
                 offset: ends[index],
                 len,
             };
-            store.journal(&Entry::Log(log.push(stream, span)));
+            store.journal(&Entry::Log(log.push(stream, span, false)));
             ends[index] += len;
         }
     }

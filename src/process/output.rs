@@ -26,6 +26,10 @@ pub(crate) struct Chunk {
     pub data: Bytes,
 }
 
+/// The largest chunk pushes grow (see [`OutputLog::push`]): what one move from a full pipe
+/// gives, so that no message is larger than before chunks grew.
+const MAX_CHUNK_BYTES: u64 = crate::os::pipe::OUTPUT_PIPE_BYTES as u64;
+
 /// The file of a stream: a terminal's output is in the first.
 pub(crate) fn stream_index(stream: OutputStream) -> usize {
     match stream {
@@ -140,6 +144,9 @@ pub(crate) struct OutputLog {
     evicted_through: u64,
     /// Highest seq of a chunk evicted before the client received it: lost to it.
     lost_through: u64,
+    /// Highest seq a reader was handed or named (a delivery, a read): its chunk is sealed, and
+    /// output after it starts a chunk of its own.
+    sealed_seq: u64,
     exit: Option<(u64, Exit)>,
     closed_seq: Option<u64>,
 }
@@ -190,6 +197,7 @@ impl OutputLog {
             followed: false,
             evicted_through: 0,
             lost_through: 0,
+            sealed_seq: 0,
             exit: None,
             closed_seq: None,
         }
@@ -201,7 +209,30 @@ impl OutputLog {
         seq
     }
 
-    pub(crate) fn push(&mut self, stream: OutputStream, span: Span) -> Record {
+    /// Records `span` of `stream`: a chunk of its own, or, with `coalesce`, the growth of the
+    /// last event when that is a chunk of the same stream just before it that no reader has
+    /// seen, up to [`MAX_CHUNK_BYTES`]. A busy stream whose delivery lags behind its reads is
+    /// thus sent in fewer, larger chunks; the record journals the chunk as it now is.
+    pub(crate) fn push(&mut self, stream: OutputStream, span: Span, coalesce: bool) -> Record {
+        let last_seq = self.next_seq - 1;
+        if let Some(&last) = self.chunks.back().filter(|last| {
+            coalesce
+                && last.seq == last_seq
+                && last.seq > self.sealed_seq
+                && last.stream == stream
+                && last.span.end() == span.offset
+                && last.span.len + span.len <= MAX_CHUNK_BYTES
+        }) {
+            let grown = self.grow_last(Span {
+                offset: last.span.offset,
+                len: last.span.len + span.len,
+            });
+            return Record::Output {
+                seq: grown.seq,
+                stream,
+                span: grown.span,
+            };
+        }
         let seq = self.take_seq();
         self.retain(Stored { seq, stream, span });
         Record::Output { seq, stream, span }
@@ -210,6 +241,16 @@ impl OutputLog {
     fn retain(&mut self, chunk: Stored) {
         self.count_retained(chunk.span.len as i64);
         self.chunks.push_back(chunk);
+    }
+
+    /// The last chunk, grown to `span` (which starts where it does).
+    fn grow_last(&mut self, span: Span) -> Stored {
+        let last = self.chunks.back_mut().expect("checked by the caller");
+        let grown = span.len - last.span.len;
+        last.span = span;
+        let last = *last;
+        self.count_retained(grown as i64);
+        last
     }
 
     /// `len` bytes more retained (fewer, when negative), in the log and in the metric.
@@ -248,6 +289,12 @@ impl OutputLog {
     pub(crate) fn restore(&mut self, records: impl IntoIterator<Item = Record>) {
         for record in records {
             match record {
+                // A chunk journaled again has grown (see `push`).
+                Record::Output { seq, span, .. }
+                    if self.chunks.back().is_some_and(|last| last.seq == seq) =>
+                {
+                    self.grow_last(span);
+                }
                 Record::Output { seq, stream, span } => {
                     self.next_seq = seq + 1;
                     self.retain(Stored { seq, stream, span });
@@ -273,6 +320,8 @@ impl OutputLog {
             }
         }
         self.delivered_seq = self.next_seq - 1;
+        // A predecessor may have handed out any of them.
+        self.sealed_seq = self.delivered_seq;
     }
 
     /// Whether a reader other than a connection follows the output (see `followed`).
@@ -283,6 +332,7 @@ impl OutputLog {
     /// The client proved it received everything up to `seq`.
     pub(crate) fn mark_received(&mut self, seq: u64) {
         self.received_seq = self.received_seq.max(seq.min(self.next_seq - 1));
+        self.sealed_seq = self.sealed_seq.max(self.received_seq);
         self.settle();
     }
 
@@ -400,7 +450,7 @@ impl OutputLog {
 
     /// Chunks after `after_seq`, up to `max_bytes` (the client's), else up to `default_max`.
     pub(crate) fn read(
-        &self,
+        &mut self,
         after_seq: u64,
         max_bytes: Option<usize>,
         default_max: usize,
@@ -426,6 +476,9 @@ impl OutputLog {
             _ => self.next_seq,
         };
         let unseen_terminal = self.exit.is_some() && after_seq < self.next_seq - 1;
+        if let Some(last) = chunks.last() {
+            self.sealed_seq = self.sealed_seq.max(last.seq);
+        }
         ReadSnapshot {
             ready: !chunks.is_empty() || self.closed_seq.is_some() || unseen_terminal,
             chunks,
@@ -448,7 +501,7 @@ impl OutputLog {
     }
 
     /// Events not yet handed to a connection, in seq order, at most `limit`.
-    pub(crate) fn undelivered(&self, limit: usize) -> Vec<Event> {
+    pub(crate) fn undelivered(&mut self, limit: usize) -> Vec<Event> {
         let after = self.delivered_seq;
         let mut events: Vec<Event> = self
             .chunks_after(after)
@@ -466,6 +519,9 @@ impl OutputLog {
         }
         events.sort_by_key(Event::seq);
         events.truncate(limit);
+        if let Some(last) = events.last() {
+            self.sealed_seq = self.sealed_seq.max(last.seq());
+        }
         events
     }
 

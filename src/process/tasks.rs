@@ -87,10 +87,13 @@ impl ManagedProcess {
                 scanner.feed(stream, &self.store.load(stream, span));
             }
             crate::metrics::get().output_bytes.inc_by(span.len);
-            let record = state.log.push(stream, span);
+            // While a client is attached, output its delivery has not taken yet grows the last
+            // chunk rather than adding one.
+            let attached = attachment.borrow_and_update().is_some();
+            let record = state.log.push(stream, span, attached);
             self.store.journal(&Entry::Log(record));
             state.activity();
-            state.evict(attachment.borrow_and_update().is_some(), &self.store)
+            state.evict(attached, &self.store)
         };
         self.changed.send_replace(());
         if !must_wait {

@@ -19,8 +19,8 @@ fn load(chunk: &Stored) -> Option<Bytes> {
 #[test]
 fn seq_is_shared_by_output_exit_and_close() {
     let mut log = OutputLog::new(1024, 10, false);
-    log.push(OutputStream::Stdout, data(1));
-    log.push(OutputStream::Stderr, data(1));
+    log.push(OutputStream::Stdout, data(1), false);
+    log.push(OutputStream::Stderr, data(1), false);
     log.record_exit(Exit {
         code: 7,
         ..Exit::default()
@@ -39,8 +39,8 @@ fn seq_is_shared_by_output_exit_and_close() {
 #[test]
 fn attached_logs_wait_for_receipt_and_detached_logs_evict_visibly() {
     let mut log = OutputLog::new(10, 100, false);
-    log.push(OutputStream::Stdout, data(8));
-    log.push(OutputStream::Stdout, data(8));
+    log.push(OutputStream::Stdout, data(8), false);
+    log.push(OutputStream::Stdout, data(8), false);
     log.mark_delivered(2);
     assert!(
         log.evict(true, &mut Vec::new()),
@@ -57,7 +57,7 @@ fn attached_logs_wait_for_receipt_and_detached_logs_evict_visibly() {
             unreceived_bytes: 8
         }
     );
-    log.push(OutputStream::Stdout, data(8));
+    log.push(OutputStream::Stdout, data(8), false);
     assert!(!log.evict(false, &mut Vec::new()));
     let snapshot = log.read(0, None, usize::MAX);
     assert!(snapshot.truncated);
@@ -68,17 +68,17 @@ fn attached_logs_wait_for_receipt_and_detached_logs_evict_visibly() {
 #[test]
 fn a_pausing_log_waits_for_receipt_even_detached() {
     let mut log = OutputLog::new(10, 100, true);
-    log.push(OutputStream::Stdout, data(8));
-    log.push(OutputStream::Stdout, data(8));
+    log.push(OutputStream::Stdout, data(8), false);
+    log.push(OutputStream::Stdout, data(8), false);
     assert!(log.evict(false, &mut Vec::new()), "nothing is dropped");
     // Receipt beyond what exists counts only what exists.
     log.mark_received(99);
     let mut evicted = Vec::new();
     assert!(!log.evict(false, &mut evicted));
     assert_eq!(evicted.len(), 1, "over the limit, received output goes");
-    log.push(OutputStream::Stdout, data(8));
+    log.push(OutputStream::Stdout, data(8), false);
     assert!(!log.evict(false, &mut Vec::new()), "seq 2 was received");
-    log.push(OutputStream::Stdout, data(8));
+    log.push(OutputStream::Stdout, data(8), false);
     assert!(log.evict(false, &mut Vec::new()), "seq 3 was not");
     assert_eq!(log.retention().unreceived_bytes, 16);
     assert!(!log.read(2, None, usize::MAX).truncated);
@@ -88,7 +88,7 @@ fn a_pausing_log_waits_for_receipt_even_detached() {
 fn what_a_new_connection_acknowledges_counts_once_the_gap_before_it_is_read() {
     let mut log = OutputLog::new(1024, 100, true);
     for _ in 0..6 {
-        log.push(OutputStream::Stdout, data(1));
+        log.push(OutputStream::Stdout, data(1), false);
     }
     // 1..=2 decoded on the first connection, 3..=4 sent to it as it died, 5.. to the next.
     log.mark_acknowledged(1, 2);
@@ -102,7 +102,7 @@ fn what_a_new_connection_acknowledges_counts_once_the_gap_before_it_is_read() {
 fn receipt_is_wanted_once_a_quarter_of_the_budget_is_delivered_unreceived() {
     let mut log = OutputLog::new(100, 1000, false);
     for _ in 0..3 {
-        log.push(OutputStream::Stdout, data(10));
+        log.push(OutputStream::Stdout, data(10), false);
     }
     assert!(!log.wants_receipt(), "nothing delivered yet");
     log.mark_delivered(2);
@@ -116,8 +116,8 @@ fn receipt_is_wanted_once_a_quarter_of_the_budget_is_delivered_unreceived() {
 #[test]
 fn max_bytes_always_returns_the_first_chunk() {
     let mut log = OutputLog::new(1024, 10, false);
-    log.push(OutputStream::Stdout, data(5));
-    log.push(OutputStream::Stdout, data(5));
+    log.push(OutputStream::Stdout, data(5), false);
+    log.push(OutputStream::Stdout, data(5), false);
     let snapshot = log.read(0, Some(3), usize::MAX);
     assert_eq!(snapshot.chunks.len(), 1);
     assert_eq!(snapshot.next_seq, 2);
@@ -128,9 +128,9 @@ fn max_bytes_always_returns_the_first_chunk() {
 fn a_log_restored_from_its_records_reads_as_the_original() {
     let mut original = OutputLog::new(20, 100, false);
     let mut records = vec![
-        original.push(OutputStream::Stdout, data(8)),
-        original.push(OutputStream::Stderr, data(8)),
-        original.push(OutputStream::Stdout, data(8)),
+        original.push(OutputStream::Stdout, data(8), false),
+        original.push(OutputStream::Stderr, data(8), false),
+        original.push(OutputStream::Stdout, data(8), false),
     ];
     let mut evicted = Vec::new();
     original.evict(false, &mut evicted);
@@ -169,4 +169,101 @@ fn a_log_restored_from_its_records_reads_as_the_original() {
     );
     // Everything restored counts as delivered: a successor pushes only what comes next.
     assert!(restored.undelivered(10).is_empty());
+}
+
+#[test]
+fn attached_output_no_reader_has_seen_grows_the_last_chunk() {
+    let mut log = OutputLog::new(1 << 20, 100, false);
+    let first = data(4);
+    log.push(OutputStream::Stdout, first, true);
+    let grown = Span {
+        offset: first.end(),
+        len: 6,
+    };
+    let record = log.push(OutputStream::Stdout, grown, true);
+    assert!(
+        matches!(record, Record::Output { seq: 1, span, .. } if span == Span { offset: first.offset, len: 10 })
+    );
+    assert_eq!(log.retention().retained_bytes, 10);
+    // Handed to a connection: sealed, the next bytes are a chunk of their own.
+    assert_eq!(log.undelivered(10).len(), 1);
+    let after = Span {
+        offset: first.offset + 10,
+        len: 5,
+    };
+    let record = log.push(OutputStream::Stdout, after, true);
+    assert!(matches!(record, Record::Output { seq: 2, .. }));
+    // Not across streams, gaps, events, a read, or the size limit; nor without `coalesce`.
+    let next = |log: &OutputLog| log.chunks.back().unwrap().span.end();
+    let stderr = log.push(OutputStream::Stderr, data(1), true);
+    assert!(matches!(stderr, Record::Output { seq: 3, .. }));
+    let detached = log.push(
+        OutputStream::Stdout,
+        Span {
+            offset: next(&log),
+            len: 1,
+        },
+        false,
+    );
+    assert!(matches!(detached, Record::Output { seq: 4, .. }));
+    log.read(3, None, usize::MAX);
+    let after_read = log.push(
+        OutputStream::Stdout,
+        Span {
+            offset: next(&log),
+            len: 1,
+        },
+        true,
+    );
+    assert!(matches!(after_read, Record::Output { seq: 5, .. }));
+    let big = Span {
+        offset: next(&log),
+        len: MAX_CHUNK_BYTES,
+    };
+    assert!(matches!(
+        log.push(OutputStream::Stdout, big, true),
+        Record::Output { seq: 6, .. }
+    ));
+    log.record_exit(Exit::default());
+    let after_exit = log.push(
+        OutputStream::Stdout,
+        Span {
+            offset: next(&log),
+            len: 1,
+        },
+        true,
+    );
+    assert!(matches!(after_exit, Record::Output { seq: 8, .. }));
+}
+
+#[test]
+fn a_chunk_journaled_again_is_restored_as_it_grew() {
+    let records = [
+        Record::Output {
+            seq: 1,
+            stream: OutputStream::Stdout,
+            span: Span { offset: 0, len: 4 },
+        },
+        Record::Output {
+            seq: 1,
+            stream: OutputStream::Stdout,
+            span: Span { offset: 0, len: 10 },
+        },
+        Record::Output {
+            seq: 2,
+            stream: OutputStream::Stdout,
+            span: Span { offset: 10, len: 5 },
+        },
+    ];
+    let mut log = OutputLog::new(1 << 20, 100, false);
+    log.restore(records);
+    let spans: Vec<(u64, u64)> = log.chunks.iter().map(|c| (c.seq, c.span.len)).collect();
+    assert_eq!(spans, [(1, 10), (2, 5)]);
+    assert_eq!(log.retention().retained_bytes, 15);
+    // Restored chunks may have been handed out: none grows.
+    let more = Span { offset: 15, len: 1 };
+    assert!(matches!(
+        log.push(OutputStream::Stdout, more, true),
+        Record::Output { seq: 3, .. }
+    ));
 }
