@@ -94,6 +94,9 @@ struct BenchArgs {
     /// The fan-outs alone (direct, sandboxed, through remote mode, xargs).
     #[arg(long, conflicts_with = "launch_only")]
     fanout_only: bool,
+    /// Output and file streaming alone, beside their pipe, `cat` and ssh baselines.
+    #[arg(long, conflicts_with_all = ["launch_only", "fanout_only"])]
+    stream_only: bool,
     /// The exec-server binary to measure; default: the one next to this executable (built
     /// first when run through cargo).
     #[arg(long, value_name = "PATH")]
@@ -105,6 +108,7 @@ fn main() -> anyhow::Result<()> {
         quick,
         launch_only,
         fanout_only,
+        stream_only,
         daemon,
     } = clap::Parser::parse();
     let size = if quick { &QUICK } else { &FULL };
@@ -116,11 +120,16 @@ fn main() -> anyhow::Result<()> {
             fanout(&binary, size, &Workspace::new()?, &mut r).await?;
             return Ok(r.0);
         }
-        run(size, launch_only, &binary).await
+        let part = match (launch_only, stream_only) {
+            (true, _) => Part::Launch,
+            (_, true) => Part::Stream,
+            _ => Part::All,
+        };
+        run(size, part, &binary).await
     })?;
     let table = report(&results);
     println!("{table}");
-    if !quick && !launch_only && !fanout_only {
+    if !quick && !launch_only && !fanout_only && !stream_only {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/benchmarks.md");
         std::fs::write(&path, markdown(&table, &results))?;
         eprintln!("bench: wrote {}", path.display());
@@ -531,14 +540,22 @@ impl Results {
     }
 }
 
-async fn run(size: &Size, launch_only: bool, binary: &Path) -> anyhow::Result<Map<String, Value>> {
+/// What `run` measures.
+#[derive(Clone, Copy, PartialEq)]
+enum Part {
+    All,
+    Launch,
+    Stream,
+}
+
+async fn run(size: &Size, part: Part, binary: &Path) -> anyhow::Result<Map<String, Value>> {
     let mut r = Results(Map::new());
     let envd_addr = envd::free_addr()?;
     let daemon = Daemon::start(binary, &["--envd-listen", &envd_addr])?;
     let client = Client::connect(ClientOptions::new(daemon.url.clone())).await?;
     let envd = envd::Envd::new(&envd_addr)?;
     let sshd = match ssh::Sshd::start() {
-        _ if launch_only => None,
+        _ if part == Part::Launch => None,
         Ok(sshd) => Some(sshd),
         Err(why) => {
             eprintln!("bench: skipping the ssh baselines: {why}");
@@ -547,6 +564,10 @@ async fn run(size: &Size, launch_only: bool, binary: &Path) -> anyhow::Result<Ma
         }
     };
 
+    if part == Part::Stream {
+        streaming(&daemon, &client, &envd, sshd.as_ref(), size, &mut r).await?;
+        return Ok(r.0);
+    }
     let bwrap = bubblewrap();
     let workspace = Workspace::new()?;
     eprintln!("bench: exec round trips (plain, local, sandboxed and bwrap, interleaved)");
@@ -573,7 +594,7 @@ async fn run(size: &Size, launch_only: bool, binary: &Path) -> anyhow::Result<Ma
     }
     r.ratio("exec_vs_spawn", "exec_rtt_us", "spawn_rtt_us");
     envd_round_trips(&client, &envd, size.exec_runs, &mut r).await?;
-    if launch_only {
+    if part == Part::Launch {
         // The fastest tenth: what a launch costs when nothing else on the machine is in its
         // way, which a busy machine's medians hide.
         let tenth = |samples: &[f64]| samples.get(samples.len() / 10).copied();
@@ -605,89 +626,7 @@ async fn run(size: &Size, launch_only: bool, binary: &Path) -> anyhow::Result<Ma
     r.ratio("ssh_vs_exec", "ssh_rtt_us", "exec_rtt_us");
     r.ratio("ssh_cm_vs_exec", "ssh_cm_rtt_us", "exec_rtt_us");
 
-    // The same transfers through a client that declines binary payloads: base64 in JSON text,
-    // as a Codex-dialect client without this daemon's addition gets them.
-    let mut text_options = ClientOptions::new(daemon.url.clone());
-    text_options.binary_payloads = false;
-    let text_client = Client::connect(text_options).await?;
-
-    // Each round moves the same bytes every way once, so drift falls on all alike.
-    eprintln!("bench: output streaming");
-    let head = format!("head -c {} /dev/zero", size.stream_bytes);
-    let mut rates = Medians::default();
-    for _ in 0..size.stream_runs {
-        // A new command (a new process id) each time.
-        let plain = || command(&["sh", "-c", &head]);
-        rates.add("stream_mb_s", stream_once(&client, plain(), size).await?);
-        rates.add(
-            "stream_text_mb_s",
-            stream_once(&text_client, plain(), size).await?,
-        );
-        rates.add(
-            "envd_stream_mb_s",
-            envd.stream_once(size.stream_bytes).await?,
-        );
-        // Lossless: the child is held back rather than output evicted.
-        let pausing = plain().pause_when_retention_full();
-        rates.add(
-            "stream_block_mb_s",
-            stream_once(&client, pausing, size).await?,
-        );
-        // Beside a session whose client reads nothing.
-        let stalled = streams::Stalled::start(&daemon.url).await?;
-        let beside = stream_once(&client, plain(), size).await;
-        stalled.stop().await?;
-        rates.add("stream_slow_neighbour_mb_s", beside?);
-        let mut local = std::process::Command::new("sh");
-        local.args(["-c", &head]);
-        rates.add("pipe_mb_s", pipe_rate(local, size.stream_bytes)?);
-        if let Some(sshd) = &sshd {
-            let over_ssh = sshd.command(&head, true);
-            rates.add("ssh_stream_mb_s", pipe_rate(over_ssh, size.stream_bytes)?);
-        }
-    }
-    rates.record(&mut r);
-    r.ratio("stream_vs_pipe", "stream_mb_s", "pipe_mb_s");
-    r.ratio("stream_vs_ssh", "stream_mb_s", "ssh_stream_mb_s");
-    r.ratio("stream_block_vs_pipe", "stream_block_mb_s", "pipe_mb_s");
-    r.ratio(
-        "stream_slow_neighbour_vs_alone",
-        "stream_slow_neighbour_mb_s",
-        "stream_mb_s",
-    );
-
-    eprintln!("bench: file streaming");
-    let dir = tempfile::tempdir()?;
-    let file = dir.path().join("big.bin");
-    write_file(&file, size.file_bytes)?;
-    let cat = format!("cat {} | cat > /dev/null", file.display());
-    let uri = path_uri(file.to_str().context("path is not UTF-8")?)?;
-    let mut rates = Medians::default();
-    for _ in 0..size.stream_runs {
-        let started = Instant::now();
-        let status = std::process::Command::new("sh")
-            .args(["-c", &cat])
-            .status()?;
-        anyhow::ensure!(status.success());
-        rates.add("cat_mb_s", mb_per_s(size.file_bytes, started.elapsed()));
-        rates.add(
-            "readblock_mb_s",
-            read_blocks_once(&client, &uri, size).await?,
-        );
-        rates.add(
-            "readblock_text_mb_s",
-            read_blocks_once(&text_client, &uri, size).await?,
-        );
-        if let Some(sshd) = &sshd {
-            let over_ssh = sshd.command(&format!("cat {}", file.display()), true);
-            rates.add("ssh_file_mb_s", pipe_rate(over_ssh, size.file_bytes)?);
-        }
-    }
-    rates.record(&mut r);
-    text_client.close().await;
-    drop(dir);
-    r.ratio("readblock_vs_cat", "readblock_mb_s", "cat_mb_s");
-    r.ratio("readblock_vs_ssh", "readblock_mb_s", "ssh_file_mb_s");
+    streaming(&daemon, &client, &envd, sshd.as_ref(), size, &mut r).await?;
 
     eprintln!("bench: small file reads, plain and sandboxed");
     small_reads(&client, &workspace, size.exec_runs, &mut r).await?;
@@ -714,6 +653,101 @@ async fn run(size: &Size, launch_only: bool, binary: &Path) -> anyhow::Result<Ma
     eprintln!("bench: exhaustion attacks by a client that never reads");
     attacks(binary, &mut r).await?;
     Ok(r.0)
+}
+
+/// Output streaming and file streaming, each beside its local and ssh baselines.
+async fn streaming(
+    daemon: &Daemon,
+    client: &Client,
+    envd: &envd::Envd,
+    sshd: Option<&ssh::Sshd>,
+    size: &Size,
+    r: &mut Results,
+) -> anyhow::Result<()> {
+    // The same transfers through a client that declines binary payloads: base64 in JSON text,
+    // as a Codex-dialect client without this daemon's addition gets them.
+    let mut text_options = ClientOptions::new(daemon.url.clone());
+    text_options.binary_payloads = false;
+    let text_client = Client::connect(text_options).await?;
+
+    // Each round moves the same bytes every way once, so drift falls on all alike.
+    eprintln!("bench: output streaming");
+    let head = format!("head -c {} /dev/zero", size.stream_bytes);
+    let mut rates = Medians::default();
+    for _ in 0..size.stream_runs {
+        // A new command (a new process id) each time.
+        let plain = || command(&["sh", "-c", &head]);
+        rates.add("stream_mb_s", stream_once(client, plain(), size).await?);
+        rates.add(
+            "stream_text_mb_s",
+            stream_once(&text_client, plain(), size).await?,
+        );
+        rates.add(
+            "envd_stream_mb_s",
+            envd.stream_once(size.stream_bytes).await?,
+        );
+        // Lossless: the child is held back rather than output evicted.
+        let pausing = plain().pause_when_retention_full();
+        rates.add(
+            "stream_block_mb_s",
+            stream_once(client, pausing, size).await?,
+        );
+        // Beside a session whose client reads nothing.
+        let stalled = streams::Stalled::start(&daemon.url).await?;
+        let beside = stream_once(client, plain(), size).await;
+        stalled.stop().await?;
+        rates.add("stream_slow_neighbour_mb_s", beside?);
+        let mut local = std::process::Command::new("sh");
+        local.args(["-c", &head]);
+        rates.add("pipe_mb_s", pipe_rate(local, size.stream_bytes)?);
+        if let Some(sshd) = sshd {
+            let over_ssh = sshd.command(&head, true);
+            rates.add("ssh_stream_mb_s", pipe_rate(over_ssh, size.stream_bytes)?);
+        }
+    }
+    rates.record(r);
+    r.ratio("stream_vs_pipe", "stream_mb_s", "pipe_mb_s");
+    r.ratio("stream_vs_ssh", "stream_mb_s", "ssh_stream_mb_s");
+    r.ratio("stream_block_vs_pipe", "stream_block_mb_s", "pipe_mb_s");
+    r.ratio(
+        "stream_slow_neighbour_vs_alone",
+        "stream_slow_neighbour_mb_s",
+        "stream_mb_s",
+    );
+
+    eprintln!("bench: file streaming");
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("big.bin");
+    write_file(&file, size.file_bytes)?;
+    let cat = format!("cat {} | cat > /dev/null", file.display());
+    let uri = path_uri(file.to_str().context("path is not UTF-8")?)?;
+    let mut rates = Medians::default();
+    for _ in 0..size.stream_runs {
+        let started = Instant::now();
+        let status = std::process::Command::new("sh")
+            .args(["-c", &cat])
+            .status()?;
+        anyhow::ensure!(status.success());
+        rates.add("cat_mb_s", mb_per_s(size.file_bytes, started.elapsed()));
+        rates.add(
+            "readblock_mb_s",
+            read_blocks_once(client, &uri, size).await?,
+        );
+        rates.add(
+            "readblock_text_mb_s",
+            read_blocks_once(&text_client, &uri, size).await?,
+        );
+        if let Some(sshd) = sshd {
+            let over_ssh = sshd.command(&format!("cat {}", file.display()), true);
+            rates.add("ssh_file_mb_s", pipe_rate(over_ssh, size.file_bytes)?);
+        }
+    }
+    rates.record(r);
+    text_client.close().await;
+    drop(dir);
+    r.ratio("readblock_vs_cat", "readblock_mb_s", "cat_mb_s");
+    r.ratio("readblock_vs_ssh", "readblock_mb_s", "ssh_file_mb_s");
+    Ok(())
 }
 
 /// Runs `measure` on each case in turn, `runs` times after a tenth as warm-up, so that the
