@@ -177,7 +177,9 @@ fn record_unjournaled(
                 offset: ends[index],
                 len,
             };
-            store.journal(&Entry::Log(log.push(stream, span, false)));
+            if let Some(record) = log.push(stream, span, false) {
+                store.journal(&Entry::Log(record));
+            }
             ends[index] += len;
         }
     }

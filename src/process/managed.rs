@@ -236,7 +236,12 @@ impl ManagedProcess {
     /// evicted meanwhile (its space freed) is left out, and the read says it is truncated
     /// unless the client had received it.
     pub(crate) fn read(&self, after_seq: u64, max_bytes: Option<usize>) -> ReadSnapshot {
-        let snapshot = (self.state.lock().unwrap().log).read(after_seq, max_bytes, READ_MAX_BYTES);
+        let snapshot = {
+            let mut state = self.state.lock().unwrap();
+            let snapshot = state.log.read(after_seq, max_bytes, READ_MAX_BYTES);
+            state.journal_unjournaled(&self.store);
+            snapshot
+        };
         let loaded: Vec<_> = snapshot
             .chunks
             .iter()
@@ -255,13 +260,16 @@ impl ManagedProcess {
 
     /// Every event so far was handed to a connection.
     pub(crate) fn delivered_all(&self) -> bool {
-        self.undelivered(1).is_empty()
+        self.state.lock().unwrap().log.delivered_all()
     }
 
     /// As stored: the caller loads each chunk outside the lock (`Store::load_into`), which is
     /// safe because while a connection is attached, a chunk not yet delivered is never evicted.
     pub(super) fn undelivered(&self, limit: usize) -> Vec<Event> {
-        self.state.lock().unwrap().log.undelivered(limit)
+        let mut state = self.state.lock().unwrap();
+        let events = state.log.undelivered(limit);
+        state.journal_unjournaled(&self.store);
+        events
     }
 
     pub(super) fn mark_delivered(&self, seq: u64) {
@@ -533,7 +541,7 @@ impl ProcessState {
     /// The process `id` exited and its output ended.
     pub(super) fn record_closed(&mut self, id: &str, store: &Store) {
         if let Some(record) = self.log.record_closed() {
-            store.journal(&Entry::Log(record));
+            self.journal(store, record);
         }
         store.closed(self.log.retains_output());
         // The buffers its output passed through stay in the allocator (`memory`) until a trim.
@@ -547,10 +555,24 @@ impl ProcessState {
         let mut evicted = Vec::new();
         let must_wait = self.log.evict(attached, &mut evicted);
         if let Some(last) = evicted.last() {
-            store.journal(&Entry::Log(Record::Evicted { through: last.seq }));
+            self.journal(store, Record::Evicted { through: last.seq });
             store.release(&evicted);
         }
         must_wait
+    }
+
+    /// Journals `record` after the log's last chunk if that is not journaled yet, so that the
+    /// journal stays in seq order.
+    pub(super) fn journal(&mut self, store: &Store, record: Record) {
+        self.journal_unjournaled(store);
+        store.journal(&Entry::Log(record));
+    }
+
+    /// Journals the log's last chunk if it is not yet: a reader is about to see it.
+    pub(super) fn journal_unjournaled(&mut self, store: &Store) {
+        if let Some(record) = self.log.take_unjournaled() {
+            store.journal(&Entry::Log(record));
+        }
     }
 
     /// Output or input came: any wait for input is over.

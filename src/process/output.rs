@@ -147,6 +147,12 @@ pub(crate) struct OutputLog {
     /// Highest seq a reader was handed or named (a delivery, a read): its chunk is sealed, and
     /// output after it starts a chunk of its own.
     sealed_seq: u64,
+    /// The last chunk's record while no reader has seen the chunk and it may still grow: it is
+    /// journaled once it cannot grow (another event follows) or before a reader sees it
+    /// ([`OutputLog::take_unjournaled`]), so a busy stream writes a journal line per chunk,
+    /// not per move. A crash loses at most this record: its bytes are in the file, which a
+    /// successor adopts as new chunks (`super::adopt`) under the seq nobody saw.
+    unjournaled: Option<Record>,
     exit: Option<(u64, Exit)>,
     closed_seq: Option<u64>,
 }
@@ -198,6 +204,7 @@ impl OutputLog {
             evicted_through: 0,
             lost_through: 0,
             sealed_seq: 0,
+            unjournaled: None,
             exit: None,
             closed_seq: None,
         }
@@ -212,8 +219,14 @@ impl OutputLog {
     /// Records `span` of `stream`: a chunk of its own, or, with `coalesce`, the growth of the
     /// last event when that is a chunk of the same stream just before it that no reader has
     /// seen, up to [`MAX_CHUNK_BYTES`]. A busy stream whose delivery lags behind its reads is
-    /// thus sent in fewer, larger chunks; the record journals the chunk as it now is.
-    pub(crate) fn push(&mut self, stream: OutputStream, span: Span, coalesce: bool) -> Record {
+    /// thus sent in fewer, larger chunks. Returns the record to journal now: the previous
+    /// chunk's, when this one starts a chunk (its own waits, see `unjournaled`).
+    pub(crate) fn push(
+        &mut self,
+        stream: OutputStream,
+        span: Span,
+        coalesce: bool,
+    ) -> Option<Record> {
         let last_seq = self.next_seq - 1;
         if let Some(&last) = self.chunks.back().filter(|last| {
             coalesce
@@ -227,15 +240,24 @@ impl OutputLog {
                 offset: last.span.offset,
                 len: last.span.len + span.len,
             });
-            return Record::Output {
+            // Journaled before, when an eviction followed it: journaled again as it grew.
+            self.unjournaled = Some(Record::Output {
                 seq: grown.seq,
                 stream,
                 span: grown.span,
-            };
+            });
+            return None;
         }
         let seq = self.take_seq();
         self.retain(Stored { seq, stream, span });
-        Record::Output { seq, stream, span }
+        self.unjournaled
+            .replace(Record::Output { seq, stream, span })
+    }
+
+    /// The last chunk's record if it is not journaled yet, to journal before a reader sees
+    /// the chunk or another record follows it.
+    pub(crate) fn take_unjournaled(&mut self) -> Option<Record> {
+        self.unjournaled.take()
     }
 
     fn retain(&mut self, chunk: Stored) {
@@ -523,6 +545,14 @@ impl OutputLog {
             self.sealed_seq = self.sealed_seq.max(last.seq());
         }
         events
+    }
+
+    /// Every event so far was handed to a connection (nothing is sealed by asking).
+    pub(crate) fn delivered_all(&self) -> bool {
+        let after = self.delivered_seq;
+        self.chunks.back().is_none_or(|chunk| chunk.seq <= after)
+            && self.exit.as_ref().is_none_or(|(seq, _)| *seq <= after)
+            && self.closed_seq.is_none_or(|seq| seq <= after)
     }
 
     pub(crate) fn mark_delivered(&mut self, seq: u64) {

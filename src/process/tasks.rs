@@ -90,8 +90,9 @@ impl ManagedProcess {
             // While a client is attached, output its delivery has not taken yet grows the last
             // chunk rather than adding one.
             let attached = attachment.borrow_and_update().is_some();
-            let record = state.log.push(stream, span, attached);
-            self.store.journal(&Entry::Log(record));
+            if let Some(record) = state.log.push(stream, span, attached) {
+                self.store.journal(&Entry::Log(record));
+            }
             state.activity();
             state.evict(attached, &self.store)
         };
@@ -162,7 +163,7 @@ impl ManagedProcess {
                 details.usage = latest;
                 details.cleanup_unconfirmed = unconfirmed;
                 let record = Record::ExitDetails(details.clone());
-                self.store.journal(&Entry::Log(record));
+                state.journal(&self.store, record);
             }
             state.removable()
         };
@@ -373,7 +374,7 @@ async fn record_exit(
             },
         };
         if let Some(record) = state.log.record_exit(exit) {
-            process.store.journal(&Entry::Log(record));
+            state.journal(&process.store, record);
         }
         tracing::info!(process = %process.id, pid = process.pid, ?reason, code, signal, "process exited");
         if state.open_streams == 0 {

@@ -309,3 +309,48 @@ async fn a_timeout_still_ends_an_adopted_process_on_time() {
         "{took:?}"
     );
 }
+
+/// A busy stream's last chunk is journaled only before a reader sees it (it may still grow):
+/// a crash mid-stream, with that chunk unjournaled and the client attached, still loses and
+/// repeats nothing for a client that resumes from the last seq it decoded.
+#[tokio::test]
+async fn a_crash_while_attached_to_a_busy_stream_loses_and_repeats_nothing() {
+    let state = private_tempdir();
+    let daemon = daemon_on(state.path());
+    let (client, session) = daemon.session().await;
+    // 100 bursts of 10,000 lines: chunks grow while the client lags behind, and the stream
+    // is still busy when the daemon dies.
+    let script = "i=0; while [ $i -lt 100 ]; do seq $((i*10000+1)) $((i*10000+10000)); \
+                  i=$((i+1)); sleep 0.02; done";
+    client
+        .call("process/start", start_params("busy", &["sh", "-c", script]))
+        .await;
+    let (mut seen, mut after) = (Vec::new(), 0);
+    while seen.len() < 1_500_000 {
+        let event = client.next_notification().await;
+        assert_eq!(event["params"]["processId"], "busy", "{event}");
+        if event["method"] == "process/output" {
+            seen.extend(unb64(&event["params"]["chunk"]));
+        }
+        let seq = event["params"]["seq"].as_u64().unwrap();
+        assert_eq!(seq, after + 1, "no gap before the crash");
+        after = seq;
+    }
+    crash(daemon);
+
+    let daemon = daemon_on(state.path());
+    let client = daemon.resume(&session).await;
+    let (rest, _, last) = read_until(&client, "busy", after, |_| false).await;
+    seen.extend(rest);
+    let expected: String = (1..=1_000_000).map(|i| format!("{i}\n")).collect();
+    assert!(
+        seen == expected.as_bytes(),
+        "{} bytes against {}; first difference at {:?}",
+        seen.len(),
+        expected.len(),
+        seen.iter()
+            .zip(expected.as_bytes())
+            .position(|(a, b)| a != b)
+    );
+    assert_eq!(last["exitCode"], 0, "{last}");
+}

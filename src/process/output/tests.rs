@@ -127,13 +127,17 @@ fn max_bytes_always_returns_the_first_chunk() {
 #[test]
 fn a_log_restored_from_its_records_reads_as_the_original() {
     let mut original = OutputLog::new(20, 100, false);
-    let mut records = vec![
-        original.push(OutputStream::Stdout, data(8), false),
-        original.push(OutputStream::Stderr, data(8), false),
-        original.push(OutputStream::Stdout, data(8), false),
-    ];
+    let mut records = Vec::new();
+    for stream in [
+        OutputStream::Stdout,
+        OutputStream::Stderr,
+        OutputStream::Stdout,
+    ] {
+        records.extend(original.push(stream, data(8), false));
+    }
     let mut evicted = Vec::new();
     original.evict(false, &mut evicted);
+    records.extend(original.take_unjournaled());
     records.push(Record::Evicted {
         through: evicted.last().unwrap().seq,
     });
@@ -175,28 +179,34 @@ fn a_log_restored_from_its_records_reads_as_the_original() {
 fn attached_output_no_reader_has_seen_grows_the_last_chunk() {
     let mut log = OutputLog::new(1 << 20, 100, false);
     let first = data(4);
-    log.push(OutputStream::Stdout, first, true);
+    assert!(log.push(OutputStream::Stdout, first, true).is_none());
     let grown = Span {
         offset: first.end(),
         len: 6,
     };
-    let record = log.push(OutputStream::Stdout, grown, true);
     assert!(
-        matches!(record, Record::Output { seq: 1, span, .. } if span == Span { offset: first.offset, len: 10 })
+        log.push(OutputStream::Stdout, grown, true).is_none(),
+        "a chunk that may still grow is not journaled yet"
     );
     assert_eq!(log.retention().retained_bytes, 10);
-    // Handed to a connection: sealed, the next bytes are a chunk of their own.
+    // Handed to a connection: sealed, the next bytes are a chunk of their own; the caller
+    // journals the chunk as it grew before anyone sees it.
     assert_eq!(log.undelivered(10).len(), 1);
+    let record = log.take_unjournaled();
+    assert!(
+        matches!(record, Some(Record::Output { seq: 1, span, .. }) if span == Span { offset: first.offset, len: 10 })
+    );
+    assert!(log.take_unjournaled().is_none());
     let after = Span {
         offset: first.offset + 10,
         len: 5,
     };
-    let record = log.push(OutputStream::Stdout, after, true);
-    assert!(matches!(record, Record::Output { seq: 2, .. }));
+    assert!(log.push(OutputStream::Stdout, after, true).is_none());
     // Not across streams, gaps, events, a read, or the size limit; nor without `coalesce`.
+    // Each new chunk hands over the record of the one before it.
     let next = |log: &OutputLog| log.chunks.back().unwrap().span.end();
     let stderr = log.push(OutputStream::Stderr, data(1), true);
-    assert!(matches!(stderr, Record::Output { seq: 3, .. }));
+    assert!(matches!(stderr, Some(Record::Output { seq: 2, .. })));
     let detached = log.push(
         OutputStream::Stdout,
         Span {
@@ -205,8 +215,12 @@ fn attached_output_no_reader_has_seen_grows_the_last_chunk() {
         },
         false,
     );
-    assert!(matches!(detached, Record::Output { seq: 4, .. }));
+    assert!(matches!(detached, Some(Record::Output { seq: 3, .. })));
     log.read(3, None, usize::MAX);
+    assert!(matches!(
+        log.take_unjournaled(),
+        Some(Record::Output { seq: 4, .. })
+    ));
     let after_read = log.push(
         OutputStream::Stdout,
         Span {
@@ -215,14 +229,18 @@ fn attached_output_no_reader_has_seen_grows_the_last_chunk() {
         },
         true,
     );
-    assert!(matches!(after_read, Record::Output { seq: 5, .. }));
+    assert!(after_read.is_none(), "seq 4's record was taken");
     let big = Span {
         offset: next(&log),
         len: MAX_CHUNK_BYTES,
     };
     assert!(matches!(
         log.push(OutputStream::Stdout, big, true),
-        Record::Output { seq: 6, .. }
+        Some(Record::Output { seq: 5, .. })
+    ));
+    assert!(matches!(
+        log.take_unjournaled(),
+        Some(Record::Output { seq: 6, .. })
     ));
     log.record_exit(Exit::default());
     let after_exit = log.push(
@@ -233,7 +251,11 @@ fn attached_output_no_reader_has_seen_grows_the_last_chunk() {
         },
         true,
     );
-    assert!(matches!(after_exit, Record::Output { seq: 8, .. }));
+    assert!(after_exit.is_none());
+    assert!(matches!(
+        log.take_unjournaled(),
+        Some(Record::Output { seq: 8, .. })
+    ));
 }
 
 #[test]
@@ -262,8 +284,9 @@ fn a_chunk_journaled_again_is_restored_as_it_grew() {
     assert_eq!(log.retention().retained_bytes, 15);
     // Restored chunks may have been handed out: none grows.
     let more = Span { offset: 15, len: 1 };
+    log.push(OutputStream::Stdout, more, true);
     assert!(matches!(
-        log.push(OutputStream::Stdout, more, true),
-        Record::Output { seq: 3, .. }
+        log.take_unjournaled(),
+        Some(Record::Output { seq: 3, .. })
     ));
 }
