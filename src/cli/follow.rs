@@ -4,9 +4,11 @@
 use super::{terminal, FAILURE};
 use exec_server_client::protocol::process::{ExitReason, OutputStream, ProcessSignal};
 use exec_server_client::{Process, ProcessEvent, ProcessHandle};
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use std::os::fd::{AsFd as _, BorrowedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::io::AsyncReadExt as _;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::oneshot;
 
@@ -69,19 +71,18 @@ pub(super) async fn follow(process: &mut Process, how: Follow) -> anyhow::Result
 }
 
 async fn print_events(process: &mut Process, interrupted: &AtomicBool) -> anyhow::Result<u8> {
-    let mut stdout = tokio::io::stdout();
-    let mut stderr = tokio::io::stderr();
+    let (stdout, stderr) = (std::io::stdout(), std::io::stderr());
     let mut exit = None;
     let mut lost = false;
     while let Some(event) = process.next_event().await {
         match event {
             ProcessEvent::Output { stream, data, .. } => {
-                let sink: &mut (dyn tokio::io::AsyncWrite + Unpin + Send) = match stream {
-                    OutputStream::Stderr => &mut stderr,
-                    OutputStream::Stdout | OutputStream::Pty => &mut stdout,
+                let sink = match stream {
+                    OutputStream::Stderr => stderr.as_fd(),
+                    OutputStream::Stdout | OutputStream::Pty => stdout.as_fd(),
                 };
                 // A closed local stdout (e.g. `| head`) ends the command, as a pipe would.
-                if sink.write_all(&data).await.is_err() || sink.flush().await.is_err() {
+                if write_out(sink, &data).is_err() {
                     process.terminate().await.ok();
                     return Ok(FAILURE);
                 }
@@ -115,6 +116,32 @@ async fn print_events(process: &mut Process, interrupted: &AtomicBool) -> anyhow
         interrupted.load(Ordering::Relaxed),
         lost,
     ))
+}
+
+/// Writes `data` whole to a local standard stream from this thread, unbuffered: through
+/// tokio's stdout every write was copied and handed to a blocking thread, and std's line
+/// buffering scanned it for newlines (a fifth of the command's CPU on a large stream). The
+/// connection's tasks go on on the runtime's workers meanwhile, as before a write finished.
+fn write_out(fd: BorrowedFd<'_>, mut data: &[u8]) -> std::io::Result<()> {
+    use nix::errno::Errno;
+    tokio::task::block_in_place(|| {
+        while !data.is_empty() {
+            match nix::unistd::write(fd, data) {
+                Ok(written) => data = &data[written..],
+                Err(Errno::EINTR) => {}
+                // A stream another program made non-blocking: wait until it takes more.
+                Err(Errno::EAGAIN) => {
+                    let mut ready = [PollFd::new(fd, PollFlags::POLLOUT)];
+                    match nix::poll::poll(&mut ready, PollTimeout::NONE) {
+                        Ok(_) | Err(Errno::EINTR) => {}
+                        Err(err) => return Err(err.into()),
+                    }
+                }
+                Err(err) => return Err(err.into()),
+            }
+        }
+        Ok(())
+    })
 }
 
 /// The shell's convention: the process's own code, 128+N for a signal (the daemon reports it

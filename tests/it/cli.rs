@@ -111,6 +111,77 @@ fn run_streams_megabytes_both_ways() {
     );
 }
 
+/// The CLI with its stdout on a pipe that `reader` drains; returns its exit status.
+fn run_into_pipe(
+    daemon: &Daemon,
+    args: &[&str],
+    nonblocking: bool,
+    reader: impl FnOnce(std::fs::File) -> Vec<u8> + Send + 'static,
+) -> (Option<i32>, Vec<u8>) {
+    // Close-on-exec: a child another test spawns meanwhile must not hold the read end open.
+    let (read_end, write_end) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+    if nonblocking {
+        let flags = nix::fcntl::fcntl(&write_end, nix::fcntl::FcntlArg::F_GETFL).unwrap();
+        let flags = nix::fcntl::OFlag::from_bits_retain(flags) | nix::fcntl::OFlag::O_NONBLOCK;
+        nix::fcntl::fcntl(&write_end, nix::fcntl::FcntlArg::F_SETFL(flags)).unwrap();
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_exec-server"))
+        .args(args)
+        .env("EXEC_SERVER_URL", &daemon.url)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(write_end))
+        .spawn()
+        .unwrap();
+    let reader = std::thread::spawn(move || reader(std::fs::File::from(read_end)));
+    let status = child.wait().unwrap();
+    (status.code(), reader.join().unwrap())
+}
+
+#[test]
+fn run_writes_all_output_to_a_non_blocking_stdout_read_slowly() {
+    let daemon = Daemon::start();
+    let (code, output) = run_into_pipe(
+        &daemon,
+        &["run", "--", "seq", "1", "400000"],
+        true,
+        |mut pipe| {
+            // The pipe fills while nobody reads: the CLI's writes find it full (EAGAIN).
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            let mut output = Vec::new();
+            let mut buffer = [0u8; 4096];
+            while let Ok(read) = std::io::Read::read(&mut pipe, &mut buffer) {
+                if read == 0 {
+                    break;
+                }
+                output.extend_from_slice(&buffer[..read]);
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+            output
+        },
+    );
+    let expected: String = (1..=400_000).map(|i| format!("{i}\n")).collect();
+    assert_eq!(code, Some(0));
+    assert!(output == expected.as_bytes(), "{} bytes", output.len());
+}
+
+#[test]
+fn run_ends_the_command_when_its_local_stdout_closes() {
+    let daemon = Daemon::start();
+    let (code, output) = run_into_pipe(
+        &daemon,
+        &["run", "--", "sh", "-c", "while :; do echo y; done"],
+        false,
+        |mut pipe| {
+            let mut first = [0u8; 2];
+            std::io::Read::read_exact(&mut pipe, &mut first).unwrap();
+            first.to_vec()
+        },
+    );
+    assert_eq!(output, b"y\n");
+    assert_eq!(code, Some(255), "as a pipe's writer would fail");
+    assert_nothing_left(&daemon);
+}
+
 #[test]
 fn run_with_tty_gets_a_terminal() {
     let daemon = Daemon::start();
