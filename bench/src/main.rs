@@ -1286,7 +1286,7 @@ async fn resume_times(client: &Client, runs: usize) -> anyhow::Result<Vec<f64>> 
                     data,
                     stream: OutputStream::Stdout,
                     ..
-                } => text.extend(data),
+                } => text.extend_from_slice(&data),
                 ProcessEvent::Gap { .. } | ProcessEvent::Failed { .. } => bail!("{event:?}"),
                 _ => {}
             }

@@ -3,6 +3,7 @@
 
 use crate::events::{Notification, Router};
 use crate::Error;
+use bytes::Bytes;
 use exec_server_protocol::binary;
 use exec_server_protocol::rpc::ErrorObject;
 use futures::{SinkExt as _, StreamExt as _};
@@ -25,8 +26,8 @@ pub type Reply = Result<Answer, ErrorObject>;
 pub struct Answer {
     pub result: Box<RawValue>,
     /// The result's `chunk` member, when it came as a binary payload (and is absent from
-    /// `result`).
-    pub chunk: Option<Vec<u8>>,
+    /// `result`): a slice of the message, not a copy.
+    pub chunk: Option<Bytes>,
 }
 
 /// How a request on one connection can fail.
@@ -134,7 +135,7 @@ impl Connection {
                         Message::Text(text) => connection.route(text.as_str(), None, &router),
                         Message::Binary(bytes) => {
                             let (header, chunk) = match binary::split(&bytes) {
-                                Some((header, chunk)) => (header, Some(chunk)),
+                                Some((header, chunk)) => (header, Some(bytes.slice_ref(chunk))),
                                 None => (&bytes[..], None),
                             };
                             match std::str::from_utf8(header) {
@@ -164,7 +165,7 @@ impl Connection {
     }
 
     /// Routes one message; `chunk` is the binary payload that stands for its `chunk` member.
-    fn route(&self, text: &str, chunk: Option<&[u8]>, router: &Router) {
+    fn route(&self, text: &str, chunk: Option<Bytes>, router: &Router) {
         let mut deserializer = serde_json::Deserializer::from_str(text);
         let Ok(message) = IncomingSeed { chunk }.deserialize(&mut deserializer) else {
             // Not for us to fix: a daemon speaking a different protocol, or a batch reply.
@@ -251,11 +252,11 @@ enum Incoming {
 }
 
 /// Decodes a message together with the binary payload that stands for its `chunk`, if any.
-struct IncomingSeed<'a> {
-    chunk: Option<&'a [u8]>,
+struct IncomingSeed {
+    chunk: Option<Bytes>,
 }
 
-impl<'de> DeserializeSeed<'de> for IncomingSeed<'_> {
+impl<'de> DeserializeSeed<'de> for IncomingSeed {
     type Value = Incoming;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Incoming, D::Error> {
@@ -263,7 +264,7 @@ impl<'de> DeserializeSeed<'de> for IncomingSeed<'_> {
     }
 }
 
-impl<'de> Visitor<'de> for IncomingSeed<'_> {
+impl<'de> Visitor<'de> for IncomingSeed {
     type Value = Incoming;
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
@@ -281,7 +282,7 @@ impl<'de> Visitor<'de> for IncomingSeed<'_> {
             match key.as_ref() {
                 "method" => method = Some(map.next_value()?),
                 "params" => match method.as_deref().and_then(Notification::kind) {
-                    Some(kind) => typed = Some(kind.decode_from(&mut map, self.chunk)?),
+                    Some(kind) => typed = Some(kind.decode_from(&mut map, self.chunk.clone())?),
                     None => raw_params = Some(map.next_value()?),
                 },
                 "id" => id = Some(map.next_value()?),
@@ -305,7 +306,7 @@ impl<'de> Visitor<'de> for IncomingSeed<'_> {
         let reply = match (result, error) {
             (Some(result), _) => Ok(Answer {
                 result,
-                chunk: self.chunk.map(<[u8]>::to_vec),
+                chunk: self.chunk,
             }),
             (None, Some(error)) => Err(error),
             (None, None) => Err(ErrorObject {
@@ -322,11 +323,13 @@ impl<'de> Visitor<'de> for IncomingSeed<'_> {
 mod tests {
     use super::*;
 
-    fn parse_with(text: &str, chunk: Option<&[u8]>) -> Incoming {
+    fn parse_with(text: &str, chunk: Option<&'static [u8]>) -> Incoming {
         let mut deserializer = serde_json::Deserializer::from_str(text);
-        IncomingSeed { chunk }
-            .deserialize(&mut deserializer)
-            .unwrap()
+        IncomingSeed {
+            chunk: chunk.map(Bytes::from_static),
+        }
+        .deserialize(&mut deserializer)
+        .unwrap()
     }
 
     fn parse(text: &str) -> Incoming {
@@ -344,7 +347,7 @@ mod tests {
             else {
                 panic!("not an output notification");
             };
-            assert_eq!((n.seq, n.chunk.0), (3, b"\0\xff".to_vec()));
+            assert_eq!((n.seq, &n.data[..]), (3, &b"\0\xff"[..]));
         }
         let Incoming::Reply {
             id: 4,
@@ -355,7 +358,7 @@ mod tests {
         };
         assert_eq!(
             (answer.result.get(), answer.chunk),
-            (r#"{"eof":true}"#, Some(b"xy".to_vec()))
+            (r#"{"eof":true}"#, Some(Bytes::from_static(b"xy")))
         );
     }
 
@@ -366,8 +369,8 @@ mod tests {
             panic!("not an output notification");
         };
         assert_eq!(
-            (n.process_id.as_str(), n.seq, n.chunk.0),
-            ("p", 1, b"hi".to_vec())
+            (n.process_id.as_str(), n.seq, &n.data[..]),
+            ("p", 1, &b"hi"[..])
         );
         let reordered =
             r#"{"params":{"processId":"p","seq":2},"jsonrpc":"2.0","method":"process/closed"}"#;

@@ -2,7 +2,7 @@
 //! whether it came as a pushed notification or from a catch-up `process/read` after a
 //! reconnect. Missing seqs that nothing can fill are reported as [`ProcessEvent::Gap`].
 
-use exec_server_protocol::base64_bytes::Base64Bytes;
+use bytes::Bytes;
 use exec_server_protocol::fs::ChangedNotification;
 use exec_server_protocol::process::{
     ClosedNotification, ExitReason, ExitedNotification, InputWaitNotification, OutputNotification,
@@ -19,7 +19,8 @@ pub enum ProcessEvent {
     Output {
         seq: u64,
         stream: OutputStream,
-        data: Vec<u8>,
+        /// As received: a slice of the daemon's message, not a copy.
+        data: Bytes,
     },
     Exited {
         seq: u64,
@@ -115,7 +116,7 @@ impl SeqLog {
                 self.ahead.entry(chunk.seq).or_insert(ProcessEvent::Output {
                     seq: chunk.seq,
                     stream: chunk.stream,
-                    data: chunk.chunk.0,
+                    data: chunk.chunk.0.into(),
                 });
             }
         }
@@ -262,7 +263,7 @@ fn infer_exit_seq(
 
 /// The notifications routed to processes, and to watches.
 pub enum Notification {
-    Output(OutputNotification),
+    Output(Output),
     Exited(ExitedNotification),
     Closed(ClosedNotification),
     InputWait(InputWaitNotification),
@@ -291,6 +292,25 @@ impl Notification {
     }
 }
 
+/// `process/output`, its chunk as received.
+pub struct Output {
+    pub process_id: String,
+    pub seq: u64,
+    pub stream: OutputStream,
+    pub data: Bytes,
+}
+
+impl From<OutputNotification> for Output {
+    fn from(n: OutputNotification) -> Self {
+        Output {
+            process_id: n.process_id,
+            seq: n.seq,
+            stream: n.stream,
+            data: n.chunk.0.into(),
+        }
+    }
+}
+
 /// `process/output` params of a binary message: everything but the chunk, which is the payload.
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -301,12 +321,12 @@ struct OutputHeader {
 }
 
 impl OutputHeader {
-    fn with_chunk(self, chunk: &[u8]) -> Notification {
-        Notification::Output(OutputNotification {
+    fn with_chunk(self, chunk: Bytes) -> Notification {
+        Notification::Output(Output {
             process_id: self.process_id,
             seq: self.seq,
             stream: self.stream,
-            chunk: Base64Bytes(chunk.to_vec()),
+            data: chunk,
         })
     }
 }
@@ -317,11 +337,13 @@ impl NotificationKind {
     pub fn decode_from<'de, A: serde::de::MapAccess<'de>>(
         self,
         map: &mut A,
-        chunk: Option<&[u8]>,
+        chunk: Option<Bytes>,
     ) -> Result<Notification, A::Error> {
         Ok(match (self, chunk) {
             (Self::Output, Some(chunk)) => map.next_value::<OutputHeader>()?.with_chunk(chunk),
-            (Self::Output, None) => Notification::Output(map.next_value()?),
+            (Self::Output, None) => {
+                Notification::Output(map.next_value::<OutputNotification>()?.into())
+            }
             (Self::Exited, _) => Notification::Exited(map.next_value()?),
             (Self::Closed, _) => Notification::Closed(map.next_value()?),
             (Self::InputWait, _) => Notification::InputWait(map.next_value()?),
@@ -330,12 +352,14 @@ impl NotificationKind {
     }
 
     /// [`Self::decode_from`] for params already taken out as raw JSON.
-    pub fn decode(self, params: &str, chunk: Option<&[u8]>) -> serde_json::Result<Notification> {
+    pub fn decode(self, params: &str, chunk: Option<Bytes>) -> serde_json::Result<Notification> {
         Ok(match (self, chunk) {
             (Self::Output, Some(chunk)) => {
                 serde_json::from_str::<OutputHeader>(params)?.with_chunk(chunk)
             }
-            (Self::Output, None) => Notification::Output(serde_json::from_str(params)?),
+            (Self::Output, None) => {
+                Notification::Output(serde_json::from_str::<OutputNotification>(params)?.into())
+            }
             (Self::Exited, _) => Notification::Exited(serde_json::from_str(params)?),
             (Self::Closed, _) => Notification::Closed(serde_json::from_str(params)?),
             (Self::InputWait, _) => Notification::InputWait(serde_json::from_str(params)?),
@@ -454,7 +478,7 @@ impl Router {
                 ProcessEvent::Output {
                     seq: n.seq,
                     stream: n.stream,
-                    data: n.chunk.0,
+                    data: n.data,
                 },
             ),
             Notification::Exited(n) => (
@@ -580,14 +604,13 @@ impl Router {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use exec_server_protocol::base64_bytes::Base64Bytes;
     use exec_server_protocol::process::OutputChunk;
 
     fn out(seq: u64) -> ProcessEvent {
         ProcessEvent::Output {
             seq,
             stream: OutputStream::Stdout,
-            data: vec![seq as u8],
+            data: vec![seq as u8].into(),
         }
     }
 
@@ -598,7 +621,7 @@ mod tests {
                 .map(|&seq| OutputChunk {
                     seq,
                     stream: OutputStream::Stdout,
-                    chunk: Base64Bytes(vec![seq as u8]),
+                    chunk: exec_server_protocol::base64_bytes::Base64Bytes(vec![seq as u8]),
                 })
                 .collect(),
             next_seq,

@@ -4,6 +4,7 @@
 
 use crate::connection::Answer;
 use crate::{Client, Error, Retry};
+use bytes::Bytes;
 use exec_server_protocol::base64_bytes::Base64Bytes;
 use exec_server_protocol::fs::FILE_CHUNK_SIZE;
 use exec_server_protocol::fs::{ChangedNotification, UnwatchParams, WatchParams};
@@ -190,7 +191,7 @@ pub struct FileReader {
 
 impl FileReader {
     /// Up to `len` (≤ [`FILE_CHUNK_SIZE`]) bytes at `offset`, and whether the file ended there.
-    pub async fn read_at(&self, offset: u64, len: usize) -> Result<(Vec<u8>, bool), Error> {
+    pub async fn read_at(&self, offset: u64, len: usize) -> Result<(Bytes, bool), Error> {
         loop {
             let (handle_id, generation) = self.handle.lock().await.clone();
             let params = ReadBlockParams {
@@ -273,7 +274,7 @@ impl FileReader {
 }
 
 /// A block and its `eof` from an `fs/readBlock` reply, whose chunk came raw or in base64.
-fn block(answer: Answer) -> Result<(Vec<u8>, bool), Error> {
+fn block(answer: Answer) -> Result<(Bytes, bool), Error> {
     #[derive(serde::Deserialize)]
     struct Eof {
         eof: bool,
@@ -287,7 +288,7 @@ fn block(answer: Answer) -> Result<(Vec<u8>, bool), Error> {
         None => {
             let result: ReadBlockResult =
                 serde_json::from_str(answer.result.get()).map_err(decode_error)?;
-            Ok((result.chunk.0, result.eof))
+            Ok((result.chunk.0.into(), result.eof))
         }
     }
 }

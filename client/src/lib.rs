@@ -28,6 +28,7 @@ pub mod http;
 mod process;
 mod stream;
 
+pub use bytes::Bytes;
 pub use events::ProcessEvent;
 pub use exec_server_protocol as protocol;
 pub use exec_server_protocol::methods::Retry;

@@ -217,7 +217,7 @@ impl Process {
         let mut collected = Collected::default();
         while let Some(event) = self.next_event().await {
             match event {
-                ProcessEvent::Output { data, .. } => collected.output.extend(data),
+                ProcessEvent::Output { data, .. } => collected.output.extend_from_slice(&data),
                 ProcessEvent::Exited { exit_code, .. } => collected.exit_code = Some(exit_code),
                 ProcessEvent::Closed { .. } | ProcessEvent::InputWait { .. } => {}
                 ProcessEvent::Gap { from_seq, to_seq } => collected.gaps.push((from_seq, to_seq)),

@@ -73,7 +73,7 @@ async fn stdin_signals_resize_and_generic_calls() {
     let mut seen = Vec::new();
     while !String::from_utf8_lossy(&seen).contains("24 80") {
         match shell.next_event().await.unwrap() {
-            ProcessEvent::Output { data, .. } => seen.extend(data),
+            ProcessEvent::Output { data, .. } => seen.extend_from_slice(&data),
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -118,7 +118,7 @@ async fn reconnect_catches_up_missed_output_and_retries_writes_once() {
     let mut cat = client.start(command(&["cat"]).stdin()).await.unwrap();
     cat.write(b"one\n").await.unwrap();
     assert!(
-        matches!(cat.next_event().await, Some(ProcessEvent::Output { data, .. }) if data == b"one\n")
+        matches!(cat.next_event().await, Some(ProcessEvent::Output { data, .. }) if data[..] == b"one\n"[..])
     );
 
     proxy.pause();
@@ -236,7 +236,7 @@ async fn evicted_output_surfaces_as_a_gap() {
     while let Some(event) = process.next_event().await {
         match event {
             ProcessEvent::Gap { from_seq, to_seq } => gaps.push((from_seq, to_seq)),
-            ProcessEvent::Output { data, .. } => tail.extend(data),
+            ProcessEvent::Output { data, .. } => tail.extend_from_slice(&data),
             ProcessEvent::Exited { exit_code, .. } => exit = Some(exit_code),
             ProcessEvent::Closed { .. } | ProcessEvent::InputWait { .. } => {}
             ProcessEvent::Failed { message } => panic!("{message}"),
@@ -348,7 +348,7 @@ async fn files_stream_both_ways_across_a_dropped_connection() {
 
     let reader = client.open(&uri).await.unwrap();
     let (first, eof) = reader.read_at(0, 10).await.unwrap();
-    assert_eq!((first.as_slice(), eof), (&data[..10], false));
+    assert_eq!((&first[..], eof), (&data[..10], false));
     let mut recoveries = client.recoveries();
     client.drop_connection();
     recoveries.wait_for(|n| *n >= 1).await.unwrap();

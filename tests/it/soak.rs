@@ -136,7 +136,7 @@ async fn soak_one(
     let mut exit_code = None;
     while let Some(event) = process.next_event().await {
         match event {
-            ProcessEvent::Output { data, .. } => output.extend(data),
+            ProcessEvent::Output { data, .. } => output.extend_from_slice(&data),
             ProcessEvent::Exited {
                 exit_code: code, ..
             } => exit_code = Some(code),

@@ -62,7 +62,7 @@ pub(crate) async fn echo(client: &Client, text: &str) -> String {
     let mut output = Vec::new();
     while let Some(event) = process.next_event().await {
         if let ProcessEvent::Output { data, .. } = event {
-            output.extend(data);
+            output.extend_from_slice(&data);
         }
     }
     String::from_utf8(output).unwrap()

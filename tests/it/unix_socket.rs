@@ -40,7 +40,7 @@ async fn run(client: &Client, mut command: Command) -> (String, i32) {
     let (mut output, mut code) = (Vec::new(), -1);
     while let Some(event) = process.next_event().await {
         match event {
-            ProcessEvent::Output { data, .. } => output.extend(data),
+            ProcessEvent::Output { data, .. } => output.extend_from_slice(&data),
             ProcessEvent::Exited { exit_code, .. } => code = exit_code,
             _ => {}
         }
