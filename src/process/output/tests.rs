@@ -204,58 +204,28 @@ fn attached_output_no_reader_has_seen_grows_the_last_chunk() {
     assert!(log.push(OutputStream::Stdout, after, true).is_none());
     // Not across streams, gaps, events, a read, or the size limit; nor without `coalesce`.
     // Each new chunk hands over the record of the one before it.
-    let next = |log: &OutputLog| log.chunks.back().unwrap().span.end();
-    let stderr = log.push(OutputStream::Stderr, data(1), true);
-    assert!(matches!(stderr, Some(Record::Output { seq: 2, .. })));
-    let detached = log.push(
-        OutputStream::Stdout,
-        Span {
-            offset: next(&log),
-            len: 1,
-        },
-        false,
-    );
-    assert!(matches!(detached, Some(Record::Output { seq: 3, .. })));
-    log.read(3, None, usize::MAX);
-    assert!(matches!(
-        log.take_unjournaled(),
-        Some(Record::Output { seq: 4, .. })
-    ));
-    let after_read = log.push(
-        OutputStream::Stdout,
-        Span {
-            offset: next(&log),
-            len: 1,
-        },
-        true,
-    );
-    assert!(after_read.is_none(), "seq 4's record was taken");
-    let big = Span {
-        offset: next(&log),
-        len: MAX_CHUNK_BYTES,
+    let seq_of = |record: Option<Record>| match record {
+        Some(Record::Output { seq, .. }) => Some(seq),
+        _ => None,
     };
-    assert!(matches!(
-        log.push(OutputStream::Stdout, big, true),
-        Some(Record::Output { seq: 5, .. })
-    ));
-    assert!(matches!(
-        log.take_unjournaled(),
-        Some(Record::Output { seq: 6, .. })
-    ));
-    log.record_exit(Exit::default());
-    let after_exit = log.push(
-        OutputStream::Stdout,
-        Span {
-            offset: next(&log),
-            len: 1,
-        },
-        true,
+    // `len` more bytes of stdout, right after the last chunk.
+    let stdout = |log: &mut OutputLog, len: u64, coalesce: bool| {
+        let offset = log.chunks.back().unwrap().span.end();
+        seq_of(log.push(OutputStream::Stdout, Span { offset, len }, coalesce))
+    };
+    assert_eq!(
+        seq_of(log.push(OutputStream::Stderr, data(1), true)),
+        Some(2)
     );
-    assert!(after_exit.is_none());
-    assert!(matches!(
-        log.take_unjournaled(),
-        Some(Record::Output { seq: 8, .. })
-    ));
+    assert_eq!(stdout(&mut log, 1, false), Some(3));
+    log.read(3, None, usize::MAX);
+    assert_eq!(seq_of(log.take_unjournaled()), Some(4));
+    assert_eq!(stdout(&mut log, 1, true), None, "seq 4's record was taken");
+    assert_eq!(stdout(&mut log, MAX_CHUNK_BYTES, true), Some(5));
+    assert_eq!(seq_of(log.take_unjournaled()), Some(6));
+    log.record_exit(Exit::default());
+    assert_eq!(stdout(&mut log, 1, true), None);
+    assert_eq!(seq_of(log.take_unjournaled()), Some(8));
 }
 
 #[test]
