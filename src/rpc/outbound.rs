@@ -27,7 +27,8 @@ pub(crate) enum Message {
 }
 
 impl Message {
-    fn len(&self) -> usize {
+    /// The bytes of the message as sent: a WebSocket frame's payload length.
+    pub(crate) fn len(&self) -> usize {
         match self {
             Self::Text(text) => text.len(),
             Self::Binary(bytes) => bytes.len(),

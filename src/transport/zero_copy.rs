@@ -290,42 +290,32 @@ impl Frames {
     }
 
     async fn write(&self, message: Message) -> io::Result<()> {
-        let mut header = Vec::with_capacity(10);
-        let frame = |opcode, len: usize, header: &mut Vec<u8>| {
-            let frame = FrameHeader {
-                opcode: OpCode::Data(opcode),
-                ..FrameHeader::default()
-            };
-            frame.format(len as u64, header).map_err(io::Error::other)
+        let opcode = match message {
+            Message::Text(_) => Data::Text,
+            Message::Binary(_) | Message::File(_) => Data::Binary,
         };
-        match message {
-            Message::Text(text) => {
-                frame(Data::Text, text.len(), &mut header)?;
-                self.send_all(
-                    &mut [IoSlice::new(&header), IoSlice::new(text.as_bytes())],
-                    0,
-                )
-                .await
-            }
-            Message::Binary(bytes) => {
-                frame(Data::Binary, bytes.len(), &mut header)?;
-                self.send_all(&mut [IoSlice::new(&header), IoSlice::new(&bytes)], 0)
-                    .await
-            }
+        let frame = FrameHeader {
+            opcode: OpCode::Data(opcode),
+            ..FrameHeader::default()
+        };
+        let mut header = Vec::with_capacity(10);
+        (frame.format(message.len() as u64, &mut header)).map_err(io::Error::other)?;
+        let payload = match &message {
+            Message::Text(text) => text.as_bytes(),
+            Message::Binary(bytes) => bytes,
             Message::File(chunk) => {
-                let len = chunk.header.len() + 1 + chunk.len as usize;
-                frame(Data::Binary, len, &mut header)?;
-                let head = chunk.header.as_bytes();
                 let mut parts = [
                     IoSlice::new(&header),
-                    IoSlice::new(head),
+                    IoSlice::new(chunk.header.as_bytes()),
                     IoSlice::new(&[exec_server_protocol::binary::SEPARATOR]),
                 ];
                 // The chunk follows at once: no segment of its own for the header.
                 self.send_all(&mut parts, libc::MSG_MORE).await?;
-                self.send_file(&chunk).await
+                return self.send_file(chunk).await;
             }
-        }
+        };
+        self.send_all(&mut [IoSlice::new(&header), IoSlice::new(payload)], 0)
+            .await
     }
 
     async fn send_all(&self, mut bufs: &mut [IoSlice<'_>], flags: libc::c_int) -> io::Result<()> {
