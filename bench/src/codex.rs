@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use tokio_tungstenite::tungstenite::Message;
 
 /// The release measured against, as the tests' referee (tests/it/common/codex_peer.rs).
-const CODEX_VERSION: &str = "0.169.0";
+const CODEX_VERSION: &str = "0.171.0";
 
 /// Bytes each streaming run writes (`head -c`).
 const STREAM_BYTES: u64 = 200 << 20;

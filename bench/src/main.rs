@@ -1489,7 +1489,7 @@ struct Row {
 
 const ROWS: &[Row] = &[
     Row {
-        what: "beside codex's exec-server 0.169.0 (one plain client, interleaved): exec round trip of `true`, µs",
+        what: "beside codex's exec-server 0.171.0 (one plain client, interleaved): exec round trip of `true`, µs",
         ours: "exec_beside_codex_rtt_us",
         baselines: &[("codex", "codex_exec_rtt_us"), ("× codex", "exec_vs_codex")],
         target: "≤ codex",

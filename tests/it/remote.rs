@@ -1,6 +1,6 @@
 //! Remote mode end to end: the test plays the environment registry and the rendezvous on
 //! loopback (`support::registry`) and the JSON-RPC client over the socket the executor dials.
-//! Each scenario runs against this daemon and against codex's own exec-server 0.169.0: an
+//! Each scenario runs against this daemon and against codex's own exec-server (CODEX_VERSION): an
 //! orchestrator written for codex's direct mode works with this daemon unchanged.
 
 use crate::common::codex_peer::{CodexPeer, RemoteCodex};

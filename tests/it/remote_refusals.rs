@@ -1,4 +1,4 @@
-//! Remote mode's failures, each against this daemon and codex 0.169.0: what ends the executor
+//! Remote mode's failures, each against this daemon and codex (CODEX_VERSION): what ends the executor
 //! (a refused upgrade, a refused or malformed registration, missing AWS settings, bad flags)
 //! with codex's words, and what it retries (a failed dial).
 

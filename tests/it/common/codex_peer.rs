@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 
 /// The version every differential test is written against; a bump shows up as test diffs.
-pub const CODEX_VERSION: &str = "0.169.0";
+pub const CODEX_VERSION: &str = "0.171.0";
 
 /// The `codex` launcher, installed with npm under `target/codex-peer-<version>` on first use.
 pub fn codex_binary() -> PathBuf {
