@@ -5,7 +5,7 @@
 //! * `path`: the URI's host path.
 //! * `special` `root`: `/`; `minimal`: [`MINIMAL`]; `project_roots` (alias
 //!   `current_working_directory`): each workspace root, joined with `subpath`; `tmpdir`:
-//!   `temporaryDirectories`, else the daemon's `TMPDIR` (none: treated as a missing path);
+//!   `temporaryDirectories`, else the daemon's `TMPDIR` (neither: the entry names no path);
 //!   `slash_tmp`: `/tmp`. A `subpath` must be relative without `..`. Unknown kinds fail.
 //! * `glob_pattern`: the existing matches (see `glob.rs`), per workspace root when relative.
 //!
@@ -99,11 +99,6 @@ pub(crate) enum PolicyError {
     ParentDir { what: &'static str, path: PathBuf },
     #[error("sandbox subpath `{0}` must be relative and must not contain `..`")]
     Subpath(String),
-    #[error(
-        "sandbox entry `tmpdir` has no temporary directory (no temporaryDirectories and no \
-         TMPDIR)"
-    )]
-    NoTmpdir,
     #[error(
         "sandbox entry has a special path kind this executor does not support; refusing to run \
          with a partial policy"
@@ -333,18 +328,16 @@ impl Context {
                             .collect(),
                         false,
                     ),
-                    SpecialKind::Tmpdir => {
-                        if self.temporary_directories.is_empty() && !skip_missing {
-                            return Err(PolicyError::NoTmpdir);
-                        }
-                        (
-                            self.temporary_directories
-                                .iter()
-                                .map(|dir| plain(join(dir)))
-                                .collect(),
-                            false,
-                        )
-                    }
+                    // With no temporary directory known the entry names no path, whatever its
+                    // access: a grant of nothing and a deny of nothing (codex's server does
+                    // the same).
+                    SpecialKind::Tmpdir => (
+                        self.temporary_directories
+                            .iter()
+                            .map(|dir| plain(join(dir)))
+                            .collect(),
+                        false,
+                    ),
                     SpecialKind::SlashTmp => (vec![plain(join(Path::new("/tmp")))], false),
                     SpecialKind::Unknown => return Err(PolicyError::UnknownKind),
                 }
