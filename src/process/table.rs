@@ -182,8 +182,11 @@ impl ProcessTable {
         .map_err(ProcessError::StartTask)?
     }
 
-    /// Kills the tree of a process, or cancels a start in progress. Returns whether the
-    /// process was still running.
+    /// Kills the tree of a process still running, or cancels a start in progress. Returns
+    /// whether the process was still running. After the exit it leaves the rest of the tree
+    /// alone, as codex's server does: codex's agent terminates every command once it has read
+    /// its exit, and a job the command put in the background (a dev server) must outlive that;
+    /// `process/signal` `kill` still ends the whole tree then.
     pub(crate) fn terminate(&self, id: &str) -> bool {
         let mut slots = self.inner.slots.lock().unwrap();
         match slots.map.get(id) {
@@ -193,6 +196,7 @@ impl ProcessTable {
                 self.inner.settled.send_replace(());
                 true
             }
+            Some(Slot::Ready(process)) if process.is_exited() => false,
             Some(Slot::Ready(process)) => {
                 let process = process.clone();
                 drop(slots);

@@ -114,7 +114,7 @@ async fn a_sandboxed_process_tree_is_contained() {
 }
 
 #[tokio::test]
-async fn a_descendant_that_outlives_its_leader_is_counted_then_killed() {
+async fn a_descendant_that_outlives_its_leader_is_counted_kept_by_terminate_then_killed() {
     let daemon = Daemon::start();
     let (client, _) = daemon.session().await;
     let tag = tags(4)[0].clone();
@@ -134,11 +134,25 @@ async fn a_descendant_that_outlives_its_leader_is_counted_then_killed() {
         .call("process/read", json!({"processId": "server"}))
         .await;
     assert_eq!(read["liveDescendants"], 1, "{read}");
-    // Closed, exited, and still its tree: terminate reaches it.
+    // `process/terminate` after the exit leaves the background job running, as codex's
+    // server does (codex's agent terminates every command once it has read its exit).
     let reply = client
         .call("process/terminate", json!({"processId": "server"}))
         .await;
     assert_eq!(reply["running"], false);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        sleeps(&tag),
+        [pid],
+        "terminate after the exit killed the background job"
+    );
+    // Closed, exited, and still its tree: the `kill` signal reaches it.
+    client
+        .call(
+            "process/signal",
+            json!({"processId": "server", "signal": "kill"}),
+        )
+        .await;
     assert_all_gone(&[pid], "the background sleep to be killed and reaped").await;
     let deadline = tokio::time::Instant::now() + TIMEOUT;
     loop {
