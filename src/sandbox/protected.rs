@@ -12,7 +12,11 @@
 //!   the `trusted.` extended attribute [`MARK`] (only a privileged process can set or remove
 //!   it), and the sandbox bind-mounts it read-only over itself, so the name can be neither
 //!   created nor replaced (mkdir: EEXIST, writes: EROFS, rename or rmdir of a mount point:
-//!   EBUSY). Once no sandbox has held it for [`LINGER`] the daemon removes the placeholder,
+//!   EBUSY). The mark's value names the daemon that last took the placeholder ([`OWNER`]):
+//!   daemons sharing a write root (several on one host share `/tmp`) each remove only the
+//!   placeholders they own, and one that takes another's placeholder makes it its own first,
+//!   so a daemon never removes a placeholder another is about to mount.
+//!   Once no sandbox has held it for [`LINGER`] the daemon removes the placeholder,
 //!   but only once no mount namespace still has a mount on it (removing a mount point from outside would silently
 //!   detach it inside a namespace where an escaped background process still runs), and only
 //!   if it is still an empty marked directory. Placeholders are shared and reference counted
@@ -41,6 +45,10 @@ pub(crate) const NAMES: &[&str] = &[".git", ".codex", ".agents", ".vscode"];
 
 /// Extended attribute marking a placeholder the daemon created.
 pub(crate) const MARK: &str = "trusted.exec-server.placeholder";
+
+/// This daemon's value of [`MARK`]: which placeholders are its own to remove.
+static OWNER: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| uuid::Uuid::new_v4().simple().to_string());
 
 /// How long a placeholder no sandbox holds stays for the next launch that needs it: creating,
 /// mounting and removing placeholders for every launch doubled a launch's cost in a
@@ -139,6 +147,12 @@ pub(crate) fn protect(rules: &mut Vec<Rule>) -> Result<Leases, ProtectError> {
                 Found::Existing(stat) => {
                     if *name == ".git" && kind(&stat) == libc::S_IFREG {
                         added.extend(gitdirs(root, &path));
+                    }
+                    // Another daemon's placeholder (or a killed one's) becomes ours before we
+                    // mount it, so that its owner no longer removes it. Best effort: one
+                    // vanishing meanwhile fails the mount, and the start with it.
+                    if is_marked(&path) {
+                        let _ = mark(&dir, name);
                     }
                 }
                 Found::Created => {}
@@ -316,44 +330,55 @@ impl Drop for Leases {
 fn reap() {
     loop {
         std::thread::sleep(LINGER / 2);
-        let candidates: Vec<(PathBuf, u64)> = {
+        {
             let mut registry = registry();
             if !registry.held.values().any(|held| held.count == 0) {
                 registry.reaping = false;
                 return;
             }
-            registry
-                .held
-                .iter()
-                .filter(|(_, held)| held.count == 0 && held.unused_since.elapsed() >= LINGER)
-                .map(|(path, held)| (path.clone(), held.generation))
-                .collect()
-        };
-        if candidates.is_empty() {
+        }
+        reap_idle_for(LINGER);
+    }
+}
+
+/// At shutdown, once the daemon's trees are gone: removes every placeholder no launch holds
+/// without waiting for [`LINGER`], so that a stopped daemon leaves none in a workspace.
+pub(crate) fn release_placeholders() {
+    reap_idle_for(Duration::ZERO);
+}
+
+/// One round of [`reap`]: the names no launch has held for `idle`.
+fn reap_idle_for(idle: Duration) {
+    let candidates: Vec<(PathBuf, u64)> = registry()
+        .held
+        .iter()
+        .filter(|(_, held)| held.count == 0 && held.unused_since.elapsed() >= idle)
+        .map(|(path, held)| (path.clone(), held.generation))
+        .collect();
+    if candidates.is_empty() {
+        return;
+    }
+    // One scan of every namespace for all of them, outside the lock.
+    let placeholders: Vec<&Path> = candidates
+        .iter()
+        .map(|(path, _)| path.as_path())
+        .filter(|path| marked_by_us(path))
+        .collect();
+    let mounted = mounted_elsewhere(&placeholders);
+    let mut registry = registry();
+    for (path, generation) in &candidates {
+        let unchanged = registry
+            .held
+            .get(path)
+            .is_some_and(|held| held.count == 0 && held.generation == *generation);
+        // Taken again meanwhile, or still mounted: the next round looks again.
+        if !unchanged || mounted.contains(path.as_path()) {
             continue;
         }
-        // One scan of every namespace for all of them, outside the lock.
-        let placeholders: Vec<&Path> = candidates
-            .iter()
-            .map(|(path, _)| path.as_path())
-            .filter(|path| is_marked(path))
-            .collect();
-        let mounted = mounted_elsewhere(&placeholders);
-        let mut registry = registry();
-        for (path, generation) in &candidates {
-            let unchanged = registry
-                .held
-                .get(path)
-                .is_some_and(|held| held.count == 0 && held.generation == *generation);
-            // Taken again meanwhile, or still mounted: the next round looks again.
-            if !unchanged || mounted.contains(path.as_path()) {
-                continue;
-            }
-            registry.held.remove(path);
-            if is_marked(path) {
-                // Fails (and leaves it) when someone outside put files into it meanwhile.
-                let _ = std::fs::remove_dir(path);
-            }
+        registry.held.remove(path);
+        if marked_by_us(path) {
+            // Fails (and leaves it) when someone outside put files into it meanwhile.
+            let _ = std::fs::remove_dir(path);
         }
     }
 }
@@ -468,13 +493,13 @@ fn mark(dir: &OwnedFd, name: &str) -> std::io::Result<()> {
         Mode::empty(),
     )?;
     let mark = std::ffi::CString::new(MARK).expect("no NUL");
-    // SAFETY: a valid fd and NUL-terminated name, and a one-byte value.
+    // SAFETY: a valid fd and NUL-terminated name, and a value of the length given.
     let rc = unsafe {
         libc::fsetxattr(
             placeholder.as_raw_fd(),
             mark.as_ptr(),
-            b"1".as_ptr().cast(),
-            1,
+            OWNER.as_ptr().cast(),
+            OWNER.len(),
             0,
         )
     };
@@ -483,6 +508,24 @@ fn mark(dir: &OwnedFd, name: &str) -> std::io::Result<()> {
     } else {
         Err(std::io::Error::last_os_error())
     }
+}
+
+/// Whether `path` is a placeholder this daemon owns (it created it, or took it last).
+fn marked_by_us(path: &Path) -> bool {
+    let (Ok(path), Ok(name)) = (cstring(path), std::ffi::CString::new(MARK)) else {
+        return false;
+    };
+    let mut value = [0u8; 64];
+    // SAFETY: valid strings, and a buffer of the size given.
+    let len = unsafe {
+        libc::lgetxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            value.as_mut_ptr().cast(),
+            value.len(),
+        )
+    };
+    usize::try_from(len).is_ok_and(|len| value[..len] == *OWNER.as_bytes())
 }
 
 fn is_marked(path: &Path) -> bool {
