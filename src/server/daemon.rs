@@ -16,6 +16,8 @@ pub(crate) struct Daemon {
     pub(crate) metrics: &'static Metrics,
     /// Directories watched by every connection's `fs/watch`es together.
     pub(crate) watched_directories: crate::fs::WatchedDirectories,
+    /// Refused and failed requests, logged once per cause at the default level.
+    pub(crate) refusals: super::refusals::Refusals,
 }
 
 impl Daemon {
@@ -33,6 +35,7 @@ impl Daemon {
             audit,
             metrics: crate::metrics::get(),
             watched_directories: Default::default(),
+            refusals: Default::default(),
         })
     }
 

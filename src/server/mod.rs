@@ -6,6 +6,7 @@ mod connection;
 mod context;
 mod daemon;
 mod process_methods;
+mod refusals;
 mod router;
 mod routes;
 #[cfg(test)]

@@ -91,10 +91,15 @@ impl Router {
         method: &str,
         params: Option<Value>,
     ) -> Result<Success, RpcError> {
-        let metrics = ctx.connection.daemon.metrics;
+        tracing::debug!(method, connection = ctx.connection.id, "request");
+        let daemon = ctx.connection.daemon.clone();
+        let session = ctx.session.clone();
         let outcome = self.route(ctx, method, params).await;
         if let Err(error) = &outcome {
-            metrics.error(error.code);
+            daemon.metrics.error(error.code);
+            daemon
+                .refusals
+                .record(method, error, &crate::audit::log_digest(&session.id));
         }
         outcome
     }
