@@ -23,6 +23,7 @@ mod cli_fs;
 mod cli_jobs;
 mod cli_pty;
 mod client;
+mod codex_agent;
 mod codex_differential;
 mod codex_fidelity_cli;
 mod codex_fidelity_discovery;

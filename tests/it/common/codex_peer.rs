@@ -68,6 +68,11 @@ impl CodexPeer {
 
     /// As `start`, with extra environment variables.
     pub fn start_with(args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::start_without(args, env, &[])
+    }
+
+    /// As `start_with`, with the variables named in `removed` taken out of its environment.
+    pub fn start_without(args: &[&str], env: &[(&str, &str)], removed: &[&str]) -> Self {
         // codex refuses a CODEX_HOME under /tmp for some operations; /var/tmp is outside it.
         let home = tempfile::tempdir_in("/var/tmp").expect("CODEX_HOME");
         let mut command = Command::new(codex_binary());
@@ -82,6 +87,9 @@ impl CodexPeer {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
+        for key in removed {
+            command.env_remove(key);
+        }
         let mut child = command.spawn().expect("start codex exec-server");
         let stdout = child.stdout.take().expect("codex stdout");
         let mut stdout = BufReader::new(stdout);
