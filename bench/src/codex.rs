@@ -22,15 +22,16 @@ const STREAM_BYTES: u64 = 200 << 20;
 
 /// A running `codex exec-server` on a loopback port; its process group is killed on drop (the
 /// `codex` command is a node launcher running the native server as its child).
-struct CodexServer {
+pub(crate) struct CodexServer {
     child: Child,
-    url: String,
+    pub(crate) url: String,
+    binary: PathBuf,
     _home: tempfile::TempDir,
 }
 
 impl CodexServer {
     /// Installs the package with npm under target/ when missing, then starts it.
-    fn start() -> Result<Self, String> {
+    pub(crate) fn start() -> Result<Self, String> {
         let prefix = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../target")
             .join(format!("codex-peer-{CODEX_VERSION}"));
@@ -70,8 +71,14 @@ impl CodexServer {
         Ok(Self {
             child,
             url,
+            binary,
             _home: home,
         })
+    }
+
+    /// The `codex` launcher, which also runs the agent (`codex exec`).
+    pub(crate) fn binary(&self) -> &std::path::Path {
+        &self.binary
     }
 }
 

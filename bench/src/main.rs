@@ -5,6 +5,7 @@
 //! Usage: `cargo run --release -p exec-server-bench -- [--quick] [--launch-only] [--daemon PATH]`
 //! (`--launch-only`: the exec round trips alone, for work on the launch path)
 
+mod agent;
 mod codex;
 mod envd;
 mod packages;
@@ -42,6 +43,8 @@ struct Size {
     fanout_per_connection: usize,
     /// Files in the large workspace.
     large_ws_files: usize,
+    /// `codex exec` turns on each exec-server in the agent row.
+    agent_turns: usize,
 }
 
 const QUICK: Size = Size {
@@ -58,6 +61,7 @@ const QUICK: Size = Size {
     detached: 10,
     fanout_per_connection: 40,
     large_ws_files: 20_000,
+    agent_turns: 2,
 };
 
 const FULL: Size = Size {
@@ -76,6 +80,7 @@ const FULL: Size = Size {
     // 2 cores, 50 × 200 under one.
     fanout_per_connection: 200,
     large_ws_files: 200_000,
+    agent_turns: 5,
 };
 
 const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
@@ -97,6 +102,9 @@ struct BenchArgs {
     /// Output and file streaming alone, beside their pipe, `cat` and ssh baselines.
     #[arg(long, conflicts_with_all = ["launch_only", "fanout_only"])]
     stream_only: bool,
+    /// The codex agent row alone: `codex exec` turns on this daemon and on codex's exec-server.
+    #[arg(long, conflicts_with_all = ["launch_only", "fanout_only", "stream_only"])]
+    agent_only: bool,
     /// The exec-server binary to measure; default: the one next to this executable (built
     /// first when run through cargo).
     #[arg(long, value_name = "PATH")]
@@ -109,6 +117,7 @@ fn main() -> anyhow::Result<()> {
         launch_only,
         fanout_only,
         stream_only,
+        agent_only,
         daemon,
     } = clap::Parser::parse();
     let size = if quick { &QUICK } else { &FULL };
@@ -120,6 +129,12 @@ fn main() -> anyhow::Result<()> {
             fanout(&binary, size, &Workspace::new()?, &mut r).await?;
             return Ok(r.0);
         }
+        if agent_only {
+            let mut r = Results(Map::new());
+            let daemon = Daemon::start(&binary, &[])?;
+            agent::compare(&daemon.url, size.agent_turns, &mut r).await;
+            return Ok(r.0);
+        }
         let part = match (launch_only, stream_only) {
             (true, _) => Part::Launch,
             (_, true) => Part::Stream,
@@ -129,7 +144,7 @@ fn main() -> anyhow::Result<()> {
     })?;
     let table = report(&results);
     println!("{table}");
-    if !quick && !launch_only && !fanout_only && !stream_only {
+    if !quick && !launch_only && !fanout_only && !stream_only && !agent_only {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/benchmarks.md");
         std::fs::write(&path, markdown(&table, &results))?;
         eprintln!("bench: wrote {}", path.display());
@@ -613,6 +628,8 @@ async fn run(size: &Size, part: Part, binary: &Path) -> anyhow::Result<Map<Strin
     }
     eprintln!("bench: codex's exec-server beside ours (one plain client, interleaved)");
     codex::compare(&daemon.url, size, &workspace, &mut r).await;
+    eprintln!("bench: the codex agent's turn, on our exec-server and on codex's");
+    agent::compare(&daemon.url, size.agent_turns, &mut r).await;
     if let Some(sshd) = &sshd {
         let mut ssh = command_rtt(size.ssh_runs, || sshd.command("true", false))?;
         r.put_rtt("ssh", &mut ssh);
@@ -1515,6 +1532,13 @@ const ROWS: &[Row] = &[
         baselines: &[("codex", "codex_stream_missing_mb")],
         target: "0",
         met: |r| Some(r.get("stream_beside_codex_missing_mb")? == 0.0),
+    },
+    Row {
+        what: "the codex agent (`codex exec`, scripted model): a workspace-write turn of 20 commands and 5 patches, wall time, ms",
+        ours: "codex_agent_turn_ms",
+        baselines: &[("on codex's exec-server", "codex_agent_turn_codex_ms"), ("× codex", "codex_agent_turn_vs_codex")],
+        target: "≤ 0.9× codex",
+        met: |r| Some(r.get("codex_agent_turn_vs_codex")? <= 0.9),
     },
     Row {
         what: "exec round trip of `true` through the envd listener (Connect JSON, as the E2B SDKs call it), µs",
