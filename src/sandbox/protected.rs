@@ -140,7 +140,17 @@ pub(crate) fn protect(rules: &mut Vec<Rule>) -> Result<Leases, ProtectError> {
         })?;
         for name in NAMES {
             let path = root.join(name);
-            if explicit.contains(&path) || added.contains(&path) {
+            if added.contains(&path) {
+                continue;
+            }
+            if explicit.contains(&path) {
+                // A placeholder the intent names itself (`project_roots/.codex`, resolved
+                // while an earlier sandbox held it) is held all the same: otherwise the reaper
+                // removes it under this launch, whose start then fails.
+                if is_marked(&path) {
+                    registry.take(&path);
+                    leases.paths.push(path);
+                }
                 continue;
             }
             match inspect(&dir, name, &path)? {
