@@ -28,7 +28,8 @@ pub(super) async fn rpc(envd: Arc<Envd>, method: &str, headers: HeaderMap, body:
         .await;
     }
     let account = envd.accounts.of_request(h);
-    let (body, account) = match (body_bytes(body).await, account) {
+    let within = envd.daemon.config.upgrade_timeout;
+    let (body, account) = match (body_bytes(body, within).await, account) {
         (Ok(body), Ok(account)) => (body, account),
         (Err(error), _) | (_, Err(error)) => return error.into_response(),
     };
@@ -40,11 +41,7 @@ pub(super) async fn rpc(envd: Arc<Envd>, method: &str, headers: HeaderMap, body:
     match method {
         "CreateWatcher" => {
             unary(h, body, async |r: WatchRequest| {
-                let path = account.resolve(&r.path);
-                if let Some(confined) = &confined {
-                    confine::may_list(confined, &path).await?;
-                }
-                watchers.create(path, r).await
+                watchers.create(&envd, &account, r).await
             })
             .await
         }
@@ -90,11 +87,11 @@ async fn path_rpc(
         }
         "ListDir" => {
             unary(h, body, async |r: ListDirRequest| {
-                let path = account.resolve(&r.path);
-                if let Some(confined) = confined {
-                    confine::may_list(confined, &path).await?;
+                let (path, depth) = (account.resolve(&r.path), r.depth.max(1));
+                match confined {
+                    Some(confined) => confine::list_dir(confined, &path, depth).await,
+                    None => blocking(move || list_dir(&path, depth)).await,
                 }
-                blocking(move || list_dir(&path, r.depth.max(1))).await
             })
             .await
         }
@@ -110,7 +107,8 @@ async fn path_rpc(
 
 async fn stat(path: PathBuf, confined: Option<&Confined>) -> Result<EntryResponse, ConnectError> {
     if let Some(confined) = confined {
-        confine::may_stat(confined, &path).await?;
+        let entry = confine::stat(confined, &path).await?;
+        return Ok(EntryResponse { entry });
     }
     blocking(move || {
         Ok(EntryResponse {
@@ -138,13 +136,24 @@ pub(super) fn entry_info(path: &Path) -> Result<EntryInfo, ConnectError> {
         ErrorKind::NotFound => ConnectError::new(Code::NotFound, format!("file not found: {err}")),
         _ => internal("error getting file info", err),
     })?;
-    let symlink_target = meta
-        .file_type()
-        .is_symlink()
-        .then(|| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()));
-    let typed = match &symlink_target {
-        Some(target) => std::fs::metadata(target).ok(),
-        None => Some(meta.clone()),
+    let link = meta.file_type().is_symlink().then(|| {
+        let target = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        let typed = std::fs::metadata(&target).ok();
+        (target, typed)
+    });
+    Ok(describe(path, &meta, link))
+}
+
+/// The entry at `path` whose own metadata is `meta`; a symlink's `link` is where it leads and
+/// that target's metadata, if it may be read (its type and mode are the entry's).
+pub(super) fn describe(
+    path: &Path,
+    meta: &std::fs::Metadata,
+    link: Option<(PathBuf, Option<std::fs::Metadata>)>,
+) -> EntryInfo {
+    let (symlink_target, typed) = match link {
+        Some((target, typed)) => (Some(target), typed),
+        None => (None, Some(meta.clone())),
     };
     let kind = match &typed {
         Some(meta) if meta.is_file() => FileType::File,
@@ -152,7 +161,7 @@ pub(super) fn entry_info(path: &Path) -> Result<EntryInfo, ConnectError> {
         _ => FileType::Unspecified,
     };
     let modified = meta.modified().ok().and_then(Timestamp::of);
-    Ok(EntryInfo {
+    EntryInfo {
         name: (path.file_name()).map_or_else(
             || "/".to_owned(),
             |name| name.to_string_lossy().into_owned(),
@@ -167,7 +176,7 @@ pub(super) fn entry_info(path: &Path) -> Result<EntryInfo, ConnectError> {
         modified_time: modified,
         symlink_target: symlink_target.map(|target| target.display().to_string()),
         metadata: Default::default(),
-    })
+    }
 }
 
 /// A mode as Go's `os.FileMode.String` writes it (`drwxr-xr-x`, `Lrwxrwxrwx`, `dtrwxrwxrwx`).
@@ -238,7 +247,7 @@ async fn make_dir(
             blocking(move || ensure_dirs(&path, &account)).await?
         }
     }
-    stat(path, None).await
+    stat(path, confined).await
 }
 
 /// Fails as envd's MakeDir does when something is at `path` already.
@@ -280,7 +289,7 @@ async fn rename(
         sandbox: None,
     };
     confine::run::<m::FsRename>(confined, params).await?;
-    stat(to, None).await
+    stat(to, Some(confined)).await
 }
 
 fn rename_here(from: &Path, to: &Path, account: &Account) -> Result<EntryResponse, ConnectError> {
@@ -350,9 +359,7 @@ fn list_dir(dir: &Path, depth: u32) -> Result<ListDirResponse, ConnectError> {
         names.sort();
         for name in names.into_iter().rev() {
             let relative = relative.join(&name);
-            // The placeholders the daemon keeps for sandboxes' protected names are artifacts,
-            // which no listing shows (as `fs/readDirectory` leaves them out).
-            if crate::sandbox::protected::is_placeholder(&resolved.join(&relative)) {
+            if is_artifact(&resolved.join(&relative)) {
                 continue;
             }
             let Ok(mut entry) = entry_info(&resolved.join(&relative)) else {
@@ -369,6 +376,12 @@ fn list_dir(dir: &Path, depth: u32) -> Result<ListDirResponse, ConnectError> {
     }
     entries.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(ListDirResponse { entries })
+}
+
+/// The placeholders the daemon keeps for sandboxes' protected names are artifacts, which no
+/// listing shows (as `fs/readDirectory` leaves them out).
+pub(super) fn is_artifact(path: &Path) -> bool {
+    crate::sandbox::protected::is_placeholder(path)
 }
 
 #[cfg(test)]

@@ -1,16 +1,18 @@
 //! envd's directory watches: `WatchDir` streams the events, `CreateWatcher` keeps them for
 //! `GetWatcherEvents` to take. Each is a `notify` watcher (inotify), its events translated as
 //! envd's fsnotify words them: create, write, chmod, remove, and rename (for the old name; the
-//! new name is a create).
+//! new name is a create). Their watchers are `fs/watch`'s (`crate::fs::start_watcher`), in the
+//! same budget.
 
 use super::connect::{Code, ConnectError, StreamSender};
 use super::messages::*;
+use super::users::Account;
 use super::Envd;
+use crate::fs::FsError;
 use axum::http::HeaderMap;
 use notify::event::{EventKind, ModifyKind, RenameMode};
-use notify::{RecursiveMode, Watcher as _};
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
@@ -23,53 +25,79 @@ const KEPT: usize = 65536;
 #[derive(Default)]
 pub(crate) struct Watchers {
     kept: Mutex<HashMap<String, Kept>>,
+    /// This listener's watchers (kept ones and `WatchDir` streams), counted as one
+    /// connection's: kept watchers outlive the HTTP connection that made them.
+    used: crate::fs::WatchUse,
 }
 
 struct Kept {
     /// Dropping it stops the watch.
-    _watcher: notify::RecommendedWatcher,
+    _watcher: crate::fs::Watcher,
     events: Arc<Mutex<Vec<FilesystemEvent>>>,
 }
 
-/// A watch of `path`, its events (as envd's) handed to `deliver`.
-fn watch(
-    path: &Path,
-    request: &WatchRequest,
-    mut deliver: impl FnMut(FilesystemEvent) + Send + 'static,
-) -> Result<notify::RecommendedWatcher, ConnectError> {
-    match std::fs::metadata(path) {
-        Ok(meta) if meta.is_dir() => {}
-        Ok(_) => {
-            let message = format!("path {} not a directory", path.display());
-            return Err(ConnectError::new(Code::InvalidArgument, message));
+impl Envd {
+    /// A watcher of `path` for `account`, its events (as envd's) handed to `deliver`, counted
+    /// in this listener's and the daemon's watch budget. Refused under a restricting
+    /// `--envd-sandbox`, as `fs/watch` refuses a restricting sandbox: inotify has no sandbox
+    /// rule, and a watch reports changes long after any check of its path.
+    async fn watcher(
+        &self,
+        account: &Account,
+        request: WatchRequest,
+        mut deliver: impl FnMut(FilesystemEvent) + Send + 'static,
+    ) -> Result<crate::fs::Watcher, ConnectError> {
+        if self.confined(account)?.is_some() {
+            return Err(ConnectError::new(
+                Code::FailedPrecondition,
+                "watches cannot be confined by a restricting --envd-sandbox; refusing to run \
+                 one unconfined",
+            ));
         }
-        Err(err) => {
-            let message = format!("path {} not found: {err}", path.display());
-            return Err(ConnectError::new(Code::NotFound, message));
-        }
+        let path = account.resolve(&request.path);
+        let (budget, used) = (self.daemon.watch_budget(), self.watchers.used.clone());
+        super::filesystem::blocking(move || {
+            match std::fs::metadata(&path) {
+                Ok(meta) if meta.is_dir() => {}
+                Ok(_) => {
+                    let message = format!("path {} not a directory", path.display());
+                    return Err(ConnectError::new(Code::InvalidArgument, message));
+                }
+                Err(err) => {
+                    let message = format!("path {} not found: {err}", path.display());
+                    return Err(ConnectError::new(Code::NotFound, message));
+                }
+            }
+            let root = path.clone();
+            let include_entry = request.include_entry;
+            let handler = move |event: notify::Result<notify::Event>| {
+                let Ok(event) = event else { return };
+                let Some(kind) = kind_of(&event.kind) else {
+                    return;
+                };
+                for path in &event.paths {
+                    deliver(event_of(&root, path, kind, include_entry));
+                }
+            };
+            let what = "the watch";
+            crate::fs::start_watcher(what, &path, request.recursive, &budget, &used, handler)
+                .map_err(|error| watch_error(&path, error))
+        })
+        .await
     }
-    let root = path.to_path_buf();
-    let include_entry = request.include_entry;
-    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        let Ok(event) = event else { return };
-        let Some(kind) = kind_of(&event.kind) else {
-            return;
-        };
-        for path in &event.paths {
-            deliver(event_of(&root, path, kind, include_entry));
+}
+
+/// The watch budget's refusals are `resource_exhausted`; the rest as envd words them.
+fn watch_error(path: &Path, error: FsError) -> ConnectError {
+    match error {
+        FsError::Refused(message) | FsError::BadParams(message) => {
+            ConnectError::new(Code::ResourceExhausted, message)
         }
-    })
-    .map_err(|err| ConnectError::new(Code::Internal, format!("error creating watcher: {err}")))?;
-    let mode = if request.recursive {
-        RecursiveMode::Recursive
-    } else {
-        RecursiveMode::NonRecursive
-    };
-    watcher.watch(path, mode).map_err(|err| {
-        let message = format!("error adding path {} to watcher: {err}", path.display());
-        ConnectError::new(Code::Internal, message)
-    })?;
-    Ok(watcher)
+        error => ConnectError::new(
+            Code::Internal,
+            format!("error adding path {} to watcher: {error}", path.display()),
+        ),
+    }
 }
 
 fn kind_of(kind: &EventKind) -> Option<EventType> {
@@ -103,20 +131,20 @@ fn event_of(root: &Path, path: &Path, kind: EventType, include_entry: bool) -> F
 impl Watchers {
     pub(super) async fn create(
         &self,
-        path: PathBuf,
+        envd: &Envd,
+        account: &Account,
         request: WatchRequest,
     ) -> Result<WatcherId, ConnectError> {
         let events: Arc<Mutex<Vec<FilesystemEvent>>> = Default::default();
         let kept = events.clone();
-        let watcher = super::filesystem::blocking(move || {
-            watch(&path, &request, move |event| {
+        let watcher = envd
+            .watcher(account, request, move |event| {
                 let mut events = kept.lock().unwrap();
                 if events.len() < KEPT {
                     events.push(event);
                 }
             })
-        })
-        .await?;
+            .await?;
         let id = format!("w{}", uuid::Uuid::new_v4().simple());
         let entry = Kept {
             _watcher: watcher,
@@ -152,17 +180,12 @@ impl Envd {
         events: StreamSender<WatchDirResponse>,
     ) -> Result<(), ConnectError> {
         let account = self.accounts.of_request(&headers)?;
-        let path = account.resolve(&request.path);
-        if let Some(confined) = self.confined(&account)? {
-            super::confine::may_list(&confined, &path).await?;
-        }
         let (sender, mut receiver) = mpsc::channel(QUEUE);
-        let _watcher = super::filesystem::blocking(move || {
-            watch(&path, &request, move |event| {
+        let _watcher = self
+            .watcher(&account, request, move |event| {
                 let _ = sender.try_send(event);
             })
-        })
-        .await?;
+            .await?;
         events.send(WatchEvent::Start(Empty {})).await?;
         let keepalive = super::process::keepalive(&headers);
         loop {
