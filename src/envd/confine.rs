@@ -88,37 +88,60 @@ async fn inspect(
 /// `path`'s entry as the sandbox sees it, read from what the sandbox opened: the entry itself
 /// (a link not followed) and, for a link, its target as the sandbox resolves it.
 pub(super) async fn stat(confined: &Confined, path: &Path) -> Result<EntryInfo, ConnectError> {
-    let own = inspect(confined, path, false, false).await?;
-    let meta = blocking(move || own.metadata().map_err(|err| metadata_error(&err))).await?;
-    let link = match meta.is_symlink() {
-        true => Some(link_target(confined, path).await),
-        false => None,
+    let own = OwnedFd::from(inspect(confined, path, false, false).await?);
+    let (meta, text) = blocking(move || {
+        let meta = File::from(own.try_clone().map_err(|err| metadata_error(&err))?)
+            .metadata()
+            .map_err(|err| metadata_error(&err))?;
+        // The link's own text, read from the descriptor of the link itself.
+        let text = (meta.is_symlink()).then(|| link_text(&own, OsStr::new("")));
+        Ok((meta, text))
+    })
+    .await?;
+    let link = match text {
+        Some(text) => Some(link_target(confined, path, text).await),
+        None => None,
     };
     Ok(describe(path, &meta, link))
 }
 
-/// Where the link at `path` leads and what is there, as the sandbox resolves it; a target it
-/// may not reach is the link's own text, without metadata.
-async fn link_target(confined: &Confined, path: &Path) -> (PathBuf, Option<Metadata>) {
-    let path = path.to_path_buf();
-    let target = inspect(confined, &path, true, false).await;
+/// Whether `path` (followed) is a directory as the sandbox sees it, None where nothing is.
+pub(super) async fn is_dir(confined: &Confined, path: &Path) -> Result<Option<bool>, ConnectError> {
+    match inspect(confined, path, true, false).await {
+        Ok(file) => {
+            blocking(move || {
+                let meta = file.metadata().map_err(|err| metadata_error(&err))?;
+                Ok(Some(meta.is_dir()))
+            })
+            .await
+        }
+        Err(error) if error.code == Code::NotFound => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
+/// The text of the link `name` in `dir` (the link itself when `name` is empty).
+fn link_text(dir: &OwnedFd, name: &OsStr) -> PathBuf {
+    nix::fcntl::readlinkat(dir, name).map_or_else(|_| PathBuf::new(), PathBuf::from)
+}
+
+/// Where the link at `path` (whose text is `text`) leads and what is there, as the sandbox
+/// resolves it; a target it may not reach is the link's text, without metadata.
+async fn link_target(
+    confined: &Confined,
+    path: &Path,
+    text: PathBuf,
+) -> (PathBuf, Option<Metadata>) {
+    let Ok(target) = inspect(confined, path, true, false).await else {
+        return (text, None);
+    };
     let found = blocking(move || {
-        Ok(match target {
-            Ok(file) => {
-                let resolved = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()));
-                (
-                    resolved.or_else(|_| std::fs::read_link(&path)),
-                    file.metadata().ok(),
-                )
-            }
-            Err(_) => (std::fs::read_link(&path), None),
-        })
+        // The path of what the sandbox opened, as the kernel names it.
+        let resolved = std::fs::read_link(format!("/proc/self/fd/{}", target.as_raw_fd()));
+        Ok((resolved.unwrap_or(text), target.metadata().ok()))
     })
     .await;
-    match found {
-        Ok((Ok(target), meta)) => (target, meta),
-        _ => (PathBuf::new(), None),
-    }
+    found.unwrap_or_default()
 }
 
 /// The entries under `dir` down to `depth` levels, as the sandbox may list them: every
@@ -140,7 +163,7 @@ pub(super) async fn list_dir(
             Err(error) if relative.as_os_str().is_empty() => return Err(error),
             Err(_) => continue,
         };
-        for (name, meta) in blocking(move || read_entries(opened)).await? {
+        for (name, meta, text) in blocking(move || read_entries(opened)).await? {
             let path = at.join(&name);
             if is_artifact(&path) {
                 continue;
@@ -148,9 +171,9 @@ pub(super) async fn list_dir(
             if meta.is_dir() && level < depth {
                 pending.push((relative.join(&name), level + 1));
             }
-            let link = match meta.is_symlink() {
-                true => Some(link_target(confined, &path).await),
-                false => None,
+            let link = match text {
+                Some(text) => Some(link_target(confined, &path, text).await),
+                None => None,
             };
             entries.push(describe(&path, &meta, link));
         }
@@ -159,8 +182,11 @@ pub(super) async fn list_dir(
     Ok(ListDirResponse { entries })
 }
 
-/// The entries of the open directory `dir`, each with its own metadata (not followed).
-fn read_entries(dir: File) -> Result<Vec<(OsString, Metadata)>, ConnectError> {
+/// The entries of the open directory `dir`, each with its own metadata (not followed) and, for
+/// a link, its text.
+type Entries = Vec<(OsString, Metadata, Option<PathBuf>)>;
+
+fn read_entries(dir: File) -> Result<Entries, ConnectError> {
     use nix::fcntl::OFlag;
     let fd = OwnedFd::from(dir);
     let listing = nix::dir::Dir::from_fd(fd.try_clone().map_err(|err| metadata_error(&err))?)
@@ -177,7 +203,8 @@ fn read_entries(dir: File) -> Result<Vec<(OsString, Metadata)>, ConnectError> {
             continue;
         };
         if let Ok(meta) = File::from(own).metadata() {
-            entries.push((name.to_owned(), meta));
+            let text = meta.is_symlink().then(|| link_text(&fd, name));
+            entries.push((name.to_owned(), meta, text));
         }
     }
     Ok(entries)

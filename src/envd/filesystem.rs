@@ -238,8 +238,19 @@ async fn make_dir(
     account: &Account,
     confined: Option<&Confined>,
 ) -> Result<EntryResponse, ConnectError> {
-    let checked = path.clone();
-    blocking(move || absent(&checked)).await?;
+    let existing = match confined {
+        Some(confined) => confine::is_dir(confined, &path).await,
+        None => {
+            let checked = path.clone();
+            blocking(move || match std::fs::metadata(&checked) {
+                Ok(meta) => Ok(Some(meta.is_dir())),
+                Err(err) if err.kind() == ErrorKind::NotFound => Ok(None),
+                Err(err) => Err(internal("error getting file info", err)),
+            })
+            .await
+        }
+    };
+    absent(&path, existing?)?;
     match confined {
         Some(confined) => confine::make_dirs(confined, &path).await?,
         None => {
@@ -250,22 +261,22 @@ async fn make_dir(
     stat(path, confined).await
 }
 
-/// Fails as envd's MakeDir does when something is at `path` already.
-fn absent(path: &Path) -> Result<(), ConnectError> {
-    match std::fs::metadata(path) {
-        Ok(meta) if meta.is_dir() => {
+/// Fails as envd's MakeDir does when something is at `path` already (`existing`: whether it
+/// is a directory).
+fn absent(path: &Path, existing: Option<bool>) -> Result<(), ConnectError> {
+    match existing {
+        Some(true) => {
             let message = format!("directory already exists: {}", path.display());
             Err(ConnectError::new(Code::AlreadyExists, message))
         }
-        Ok(_) => {
+        Some(false) => {
             let message = format!(
                 "path already exists but it is not a directory: {}",
                 path.display()
             );
             Err(ConnectError::new(Code::InvalidArgument, message))
         }
-        Err(err) if err.kind() == ErrorKind::NotFound => Ok(()),
-        Err(err) => Err(internal("error getting file info", err)),
+        None => Ok(()),
     }
 }
 

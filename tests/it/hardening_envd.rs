@@ -410,3 +410,94 @@ async fn stat_of_a_planted_link_reveals_nothing_of_a_denied_target() {
         "{stat}"
     );
 }
+
+/// Item 2, the same check-then-look elsewhere: `MakeDir` looked at the path itself first, so it
+/// told a directory in the denied `d` (`already_exists`) from a missing one. Both now answer as
+/// the sandbox sees them.
+#[tokio::test]
+async fn make_dir_in_a_denied_directory_answers_alike_whatever_is_there() {
+    let tenant = Tenant::new();
+    std::fs::create_dir(tenant.at("d/existing")).unwrap();
+    let (_daemon, address) = tenant.daemon();
+    let mut codes = Vec::new();
+    for name in ["d/existing", "d/missing"] {
+        let made = unary(
+            &address,
+            "/filesystem.Filesystem/MakeDir",
+            json!({"path": tenant.at(name)}),
+        )
+        .await;
+        codes.push(made.unwrap_err());
+    }
+    assert_eq!(codes, ["permission_denied", "permission_denied"]);
+    assert!(!tenant.at("d/missing").exists());
+}
+
+/// A `GET /files` on a new connection; the raw answer, headers and body, as text.
+async fn download(address: &str, path: &str) -> String {
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    let request =
+        format!("GET /files?path={path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut reply = Vec::new();
+    let _ = tokio::time::timeout(TIMEOUT, stream.read_to_end(&mut reply)).await;
+    String::from_utf8_lossy(&reply).into_owned()
+}
+
+/// Item 2, `GET /files`: the daemon took the length from the path itself, then served the file
+/// the sandbox opened: racing a link swap, the denied file's length came out as the header.
+#[tokio::test]
+async fn downloads_racing_a_link_swap_never_show_a_denied_file() {
+    let tenant = Tenant::new();
+    let (_daemon, address) = tenant.daemon();
+    let (shown, denied) = (tenant.at("a/shown"), tenant.at("d"));
+    std::fs::create_dir(&shown).unwrap();
+    std::fs::write(shown.join("file"), "x").unwrap();
+    std::fs::write(denied.join("file"), vec![b's'; 4242]).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flipper = {
+        let (stop, flip, next) = (stop.clone(), tenant.at("a/flip"), tenant.at("a/next"));
+        std::thread::spawn(move || {
+            for flips in 0.. {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    return flips;
+                }
+                let target = if flips % 2 == 0 { &shown } else { &denied };
+                std::os::unix::fs::symlink(target, &next).unwrap();
+                std::fs::rename(&next, &flip).unwrap();
+            }
+            unreachable!()
+        })
+    };
+    let file = format!("{}/file", tenant.at("a/flip").display());
+    let calls = (0..8).map(|_| {
+        let (address, file) = (address.clone(), file.clone());
+        tokio::spawn(async move {
+            let mut answers = Vec::new();
+            for _ in 0..60 {
+                answers.push(download(&address, &file).await);
+            }
+            answers
+        })
+    });
+    let answers: Vec<String> = (futures::future::join_all(calls).await.into_iter())
+        .flat_map(Result::unwrap)
+        .collect();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let flips = flipper.join().unwrap();
+    let served = answers.iter().filter(|a| a.ends_with("\r\n\r\nx")).count();
+    let leaks: Vec<_> = answers
+        .iter()
+        .filter(|a| a.contains("4242") || a.contains("sss"))
+        .collect();
+    assert!(
+        flips > 100 && served > 0,
+        "no race: {flips} flips, {served} served"
+    );
+    assert!(
+        leaks.is_empty(),
+        "{} of 480 showed d: {:?}",
+        leaks.len(),
+        leaks.first()
+    );
+}
