@@ -8,13 +8,13 @@
 //! refused (`watch`).
 
 use super::connect::{Code, ConnectError};
-use super::filesystem::{blocking, describe, is_artifact};
+use super::entry::{blocking, describe, is_artifact};
 use super::messages::{EntryInfo, ListDirResponse};
 use super::users::Account;
 use super::Envd;
-use crate::fs::confined::Inspect;
 use crate::fs::sandbox::{route, Confined, Route};
 use crate::fs::{FsError, OneShot};
+use crate::ipc::message::Inspect;
 use crate::rpc::RpcError;
 use exec_server_protocol::fs::*;
 use exec_server_protocol::methods as m;

@@ -56,7 +56,7 @@ impl Envd {
         }
         let path = account.resolve(&request.path);
         let (budget, used) = (self.daemon.watch_budget(), self.watchers.used.clone());
-        super::filesystem::blocking(move || {
+        super::entry::blocking(move || {
             match std::fs::metadata(&path) {
                 Ok(meta) if meta.is_dir() => {}
                 Ok(_) => {
@@ -123,7 +123,7 @@ fn event_of(root: &Path, path: &Path, kind: EventType, include_entry: bool) -> F
         name: name.display().to_string(),
         kind: kind.into(),
         entry: (include_entry && carries_entry)
-            .then(|| super::filesystem::entry_info(path).ok())
+            .then(|| super::entry::entry_info(path).ok())
             .flatten(),
     }
 }

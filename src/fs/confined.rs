@@ -11,11 +11,11 @@ use super::oneshot::{follow, one_shots, OneShot, OneShotVisitor};
 use super::staged::StagedName;
 use super::transfer::{Transfer, WriteTransfer};
 use super::FsError;
-use crate::ipc::message::{FsReply, FsRequest, INSPECT, INSTALL_STAGED};
+use crate::ipc::message::{FsReply, FsRequest, Inspect, INSPECT, INSTALL_STAGED};
 use crate::rpc::{decode, RpcError};
 use exec_server_protocol::fs::OpenParams;
 use exec_server_protocol::rpc::method;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
 use std::os::fd::{AsFd as _, BorrowedFd};
 use std::path::PathBuf;
@@ -26,30 +26,19 @@ struct InstallParams {
     target: PathBuf,
 }
 
-/// What [`INSPECT`] opens: `path` (its last component followed or not), for its metadata
-/// (`O_PATH`: what `stat` may see) or, with `list`, as a directory to read (what `ls` may).
-#[derive(Serialize, Deserialize)]
-pub(crate) struct Inspect {
-    pub path: PathBuf,
-    pub follow: bool,
-    pub list: bool,
-}
-
-impl Inspect {
-    /// Opens the path as asked, in whatever confines the caller.
-    fn open(&self) -> Result<std::os::fd::OwnedFd, FsError> {
-        use nix::fcntl::OFlag;
-        let mut flags = OFlag::O_CLOEXEC;
-        flags |= match self.list {
-            true => OFlag::O_RDONLY | OFlag::O_DIRECTORY,
-            false => OFlag::O_PATH,
-        };
-        if !self.follow {
-            flags |= OFlag::O_NOFOLLOW;
-        }
-        nix::fcntl::open(&self.path, flags, nix::sys::stat::Mode::empty())
-            .map_err(|errno| FsError::io(errno.into(), &self.path))
+/// Opens `inspect.path` as asked, in whatever confines the caller.
+fn open_for_inspection(inspect: &Inspect) -> Result<std::os::fd::OwnedFd, FsError> {
+    use nix::fcntl::OFlag;
+    let mut flags = OFlag::O_CLOEXEC;
+    flags |= match inspect.list {
+        true => OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+        false => OFlag::O_PATH,
+    };
+    if !inspect.follow {
+        flags |= OFlag::O_NOFOLLOW;
     }
+    nix::fcntl::open(&inspect.path, flags, nix::sys::stat::Mode::empty())
+        .map_err(|errno| FsError::io(errno.into(), &inspect.path))
 }
 
 /// Runs one request; `pass_back` sends a file the operation opened to the daemon.
@@ -73,7 +62,7 @@ fn handle(
         method::FS_OPEN => open(request.params, pass_back),
         INSPECT => {
             let inspect: Inspect = decode(request.params)?;
-            let fd = inspect.open()?;
+            let fd = open_for_inspection(&inspect)?;
             pass_back(fd.as_fd()).map_err(|err| {
                 FsError::internal(format!("cannot pass the descriptor back: {err}"))
             })?;

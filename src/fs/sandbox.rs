@@ -9,12 +9,11 @@
 //! masks hide denied areas. Stream opens get the file the helper opened passed back over its
 //! socket; watches cannot be confined and are refused.
 
-use super::confined::Inspect;
 use super::oneshot::{host_touches, OneShot};
 use super::staged::StagedName;
 use super::transfer::Transfer;
 use super::FsError;
-use crate::ipc::message::{FsReply, FsRequest, INSPECT, INSTALL_STAGED};
+use crate::ipc::message::{FsReply, FsRequest, Inspect, INSPECT, INSTALL_STAGED};
 use crate::launcher::fs_servers::{run_fs_op, FsOpOutput};
 use crate::rpc::RpcError;
 use crate::sandbox::denial::DenialContext;
