@@ -501,3 +501,48 @@ async fn downloads_racing_a_link_swap_never_show_a_denied_file() {
         leaks.first()
     );
 }
+
+/// Item 4, daemon-wide: listeners and connections together hold at most half the uid's inotify
+/// instances, so envd tenants filling every listener leave the rest to the host's processes;
+/// the WebSocket's `fs/watch` is then refused by the same budget, not by the kernel.
+#[tokio::test]
+async fn watchers_of_every_listener_stop_at_half_the_users_inotify_instances() {
+    use futures::StreamExt as _;
+    let instances: usize = std::fs::read_to_string("/proc/sys/fs/inotify/max_user_instances")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let limit = instances / 2;
+    let addresses: Vec<String> = (0..limit / 32 + 1)
+        .map(|_| format!("127.0.0.1:{}", free_port()))
+        .collect();
+    let mut args = Vec::new();
+    for address in &addresses {
+        args.extend(["--envd-listen", address.as_str()]);
+    }
+    let daemon = Daemon::start_with(&args, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let calls = (addresses.iter()).flat_map(|address| {
+        (0..32).map(move |_| {
+            let request = json!({"path": dir});
+            async move { unary(address, "/filesystem.Filesystem/CreateWatcher", request).await }
+        })
+    });
+    let outcomes: Vec<_> = futures::stream::iter(calls)
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    let made = outcomes.iter().filter(|o| o.is_ok()).count();
+    assert_eq!(made, limit, "{outcomes:?}");
+    assert!(inotify_instances(daemon.pid()) <= limit + 1);
+    let (client, _) = daemon.session().await;
+    let uri = format!("file://{}", dir.display());
+    let error = (client
+        .request("fs/watch", json!({"watchId": "w", "path": uri}))
+        .await)
+        .unwrap_err();
+    let expected = format!("at most {limit} watches may be open for the daemon");
+    assert_eq!(error["message"], json!(expected), "{error}");
+}
