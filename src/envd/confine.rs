@@ -105,16 +105,32 @@ pub(super) async fn stat(confined: &Confined, path: &Path) -> Result<EntryInfo, 
     Ok(describe(path, &meta, link))
 }
 
-/// Whether `path` (followed) is a directory as the sandbox sees it, None where nothing is.
-pub(super) async fn is_dir(confined: &Confined, path: &Path) -> Result<Option<bool>, ConnectError> {
-    match inspect(confined, path, true, false).await {
-        Ok(file) => {
+/// Whether `path` (followed) is a directory, None where nothing is: as the sandbox sees it
+/// when there is one (the daemon does not look), else as the daemon does.
+pub(super) async fn is_dir(
+    confined: Option<&Confined>,
+    path: &Path,
+) -> Result<Option<bool>, ConnectError> {
+    let meta = match confined {
+        Some(confined) => match inspect(confined, path, true, false).await {
+            Ok(file) => blocking(move || file.metadata().map_err(|err| metadata_error(&err))).await,
+            Err(error) => Err(error),
+        },
+        None => {
+            let path = path.to_path_buf();
             blocking(move || {
-                let meta = file.metadata().map_err(|err| metadata_error(&err))?;
-                Ok(Some(meta.is_dir()))
+                std::fs::metadata(&path).map_err(|err| match err.kind() {
+                    std::io::ErrorKind::NotFound => {
+                        ConnectError::new(Code::NotFound, err.to_string())
+                    }
+                    _ => metadata_error(&err),
+                })
             })
             .await
         }
+    };
+    match meta {
+        Ok(meta) => Ok(Some(meta.is_dir())),
         Err(error) if error.code == Code::NotFound => Ok(None),
         Err(error) => Err(error),
     }

@@ -81,16 +81,7 @@ pub(super) async fn download(
     let account = account(&envd, params.username.as_deref())?;
     let path = account.resolve(params.path.as_deref().unwrap_or(""));
     let confined = envd.confined(&account).map_err(FileError::from)?;
-    // What is there as the sandbox sees it, when there is one: the daemon does not look.
-    let is_dir = match &confined {
-        Some(confined) => confine::is_dir(confined, &path).await?,
-        None => match tokio::fs::metadata(&path).await {
-            Ok(meta) => Some(meta.is_dir()),
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
-            Err(err) => return Err(internal("error checking if path exists", err)),
-        },
-    };
-    match is_dir {
+    match confine::is_dir(confined.as_ref(), &path).await? {
         None => {
             let message = format!("path '{}' does not exist", path.display());
             return Err(FileError(StatusCode::NOT_FOUND, message));

@@ -149,19 +149,7 @@ async fn make_dir(
     account: &Account,
     confined: Option<&Confined>,
 ) -> Result<EntryResponse, ConnectError> {
-    let existing = match confined {
-        Some(confined) => confine::is_dir(confined, &path).await,
-        None => {
-            let checked = path.clone();
-            blocking(move || match std::fs::metadata(&checked) {
-                Ok(meta) => Ok(Some(meta.is_dir())),
-                Err(err) if err.kind() == ErrorKind::NotFound => Ok(None),
-                Err(err) => Err(internal("error getting file info", err)),
-            })
-            .await
-        }
-    };
-    absent(&path, existing?)?;
+    absent(&path, confine::is_dir(confined, &path).await?)?;
     match confined {
         Some(confined) => confine::make_dirs(confined, &path).await?,
         None => {
