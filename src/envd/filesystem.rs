@@ -41,7 +41,7 @@ pub(super) async fn rpc(envd: Arc<Envd>, method: &str, headers: HeaderMap, body:
     match method {
         "CreateWatcher" => {
             unary(h, body, async |r: WatchRequest| {
-                watchers.create(&envd, &account, r).await
+                envd.create_watcher(&account, r).await
             })
             .await
         }

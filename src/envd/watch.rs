@@ -129,31 +129,6 @@ fn event_of(root: &Path, path: &Path, kind: EventType, include_entry: bool) -> F
 }
 
 impl Watchers {
-    pub(super) async fn create(
-        &self,
-        envd: &Envd,
-        account: &Account,
-        request: WatchRequest,
-    ) -> Result<WatcherId, ConnectError> {
-        let events: Arc<Mutex<Vec<FilesystemEvent>>> = Default::default();
-        let kept = events.clone();
-        let watcher = envd
-            .watcher(account, request, move |event| {
-                let mut events = kept.lock().unwrap();
-                if events.len() < KEPT {
-                    events.push(event);
-                }
-            })
-            .await?;
-        let id = format!("w{}", uuid::Uuid::new_v4().simple());
-        let entry = Kept {
-            _watcher: watcher,
-            events,
-        };
-        self.kept.lock().unwrap().insert(id.clone(), entry);
-        Ok(WatcherId { watcher_id: id })
-    }
-
     pub(super) fn events(&self, id: &str) -> Result<GetWatcherEventsResponse, ConnectError> {
         let kept = self.kept.lock().unwrap();
         let watcher = kept.get(id).ok_or_else(|| unknown(id))?;
@@ -172,6 +147,31 @@ fn unknown(id: &str) -> ConnectError {
 }
 
 impl Envd {
+    /// `CreateWatcher`: a watcher whose events are kept until `GetWatcherEvents` takes them.
+    pub(super) async fn create_watcher(
+        &self,
+        account: &Account,
+        request: WatchRequest,
+    ) -> Result<WatcherId, ConnectError> {
+        let events: Arc<Mutex<Vec<FilesystemEvent>>> = Default::default();
+        let kept = events.clone();
+        let watcher = self
+            .watcher(account, request, move |event| {
+                let mut events = kept.lock().unwrap();
+                if events.len() < KEPT {
+                    events.push(event);
+                }
+            })
+            .await?;
+        let id = format!("w{}", uuid::Uuid::new_v4().simple());
+        let entry = Kept {
+            _watcher: watcher,
+            events,
+        };
+        self.watchers.kept.lock().unwrap().insert(id.clone(), entry);
+        Ok(WatcherId { watcher_id: id })
+    }
+
     /// `WatchDir`: a start event, then the events as they come, until the client goes.
     pub(super) async fn watch_dir(
         self: Arc<Self>,
