@@ -258,6 +258,9 @@ pub struct Config {
     pub max_http_body_bytes: usize,
     pub max_watched_directories: usize,
     pub max_watched_directories_per_connection: usize,
+    /// Watchers (inotify instances) of the whole daemon: half the user's
+    /// /proc/sys/fs/inotify/max_user_instances, the rest left to the user's other processes.
+    pub max_watchers: usize,
     pub ping_interval: Duration,
     pub upgrade_timeout: Duration,
     pub max_pending_connections: usize,
@@ -331,7 +334,7 @@ impl Args {
             "--ping-interval must be positive"
         );
         let limits = self.limits()?;
-        let user_watches = max_user_watches();
+        let user_watches = inotify_limit("max_user_watches", 8192);
         Ok(Config {
             upgrade_auth,
             session_ttl: self.session_ttl,
@@ -348,6 +351,7 @@ impl Args {
             max_watched_directories_per_connection: self
                 .max_watched_directories_per_connection
                 .unwrap_or(user_watches / 8),
+            max_watchers: inotify_limit("max_user_instances", 128) / 2,
             ping_interval: self.ping_interval,
             upgrade_timeout: self.upgrade_timeout,
             max_pending_connections: limits.pending_connections,
@@ -493,7 +497,7 @@ struct Limits {
 }
 
 /// The token from `path` (given as `flag`), which only its owner may access (as ssh does with
-/// private keys).
+/// private keys), and which must hold one.
 pub(crate) fn read_token_file(path: &Path, flag: &str) -> anyhow::Result<String> {
     use anyhow::Context as _;
     use std::io::Read as _;
@@ -514,6 +518,11 @@ pub(crate) fn read_token_file(path: &Path, flag: &str) -> anyhow::Result<String>
     );
     let mut text = String::new();
     file.read_to_string(&mut text).with_context(cannot_read)?;
+    // An empty token would be matched by a request that sends none: refused, not "no token".
+    anyhow::ensure!(
+        !text.trim().is_empty(),
+        "{flag} {shown} holds no token (it is empty or only whitespace)"
+    );
     Ok(text.trim_end_matches(['\r', '\n']).to_owned())
 }
 
@@ -531,9 +540,10 @@ fn open_files_limit() -> usize {
 
 /// The user's inotify watch limit, shared by every process of the user (8192, the kernel's
 /// old default, when unreadable).
-fn max_user_watches() -> usize {
-    std::fs::read_to_string("/proc/sys/fs/inotify/max_user_watches")
+/// `/proc/sys/fs/inotify/<name>`, or `default` where it cannot be read.
+fn inotify_limit(name: &str, default: usize) -> usize {
+    std::fs::read_to_string(format!("/proc/sys/fs/inotify/{name}"))
         .ok()
         .and_then(|text| text.trim().parse().ok())
-        .unwrap_or(8192)
+        .unwrap_or(default)
 }

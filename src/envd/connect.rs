@@ -18,6 +18,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::time::Duration;
 use tokio::sync::mpsc;
+use tower_http::timeout::TimeoutError;
 
 /// An envelope flag: the message is compressed (never accepted: the SDKs do not compress).
 const FLAG_COMPRESSED: u8 = 0x01;
@@ -38,6 +39,7 @@ pub(crate) enum Code {
     PermissionDenied,
     ResourceExhausted,
     FailedPrecondition,
+    DeadlineExceeded,
     Unimplemented,
     Internal,
     Unavailable,
@@ -54,6 +56,7 @@ impl Code {
             Self::PermissionDenied => "permission_denied",
             Self::ResourceExhausted => "resource_exhausted",
             Self::FailedPrecondition => "failed_precondition",
+            Self::DeadlineExceeded => "deadline_exceeded",
             Self::Unimplemented => "unimplemented",
             Self::Internal => "internal",
             Self::Unavailable => "unavailable",
@@ -72,6 +75,7 @@ impl Code {
             Self::PermissionDenied => StatusCode::FORBIDDEN,
             Self::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
             Self::FailedPrecondition => StatusCode::PRECONDITION_FAILED,
+            Self::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
             Self::Unimplemented => StatusCode::NOT_IMPLEMENTED,
             Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             Self::Unauthenticated => StatusCode::UNAUTHORIZED,
@@ -110,11 +114,31 @@ impl IntoResponse for ConnectError {
     }
 }
 
-/// A unary call's body, at most [`MAX_MESSAGE_BYTES`].
-pub(crate) async fn body_bytes(body: Body) -> Result<Bytes, ConnectError> {
-    axum::body::to_bytes(body, MAX_MESSAGE_BYTES)
-        .await
-        .map_err(|err| ConnectError::new(Code::ResourceExhausted, err.to_string()))
+/// A unary call's body, at most [`MAX_MESSAGE_BYTES`], all of it arrived `within` (a client
+/// that trickles it would hold its connection, and a descriptor, for as long as it likes).
+pub(crate) async fn body_bytes(body: Body, within: Duration) -> Result<Bytes, ConnectError> {
+    let late = || {
+        let message = format!("the request body did not arrive within {within:?}");
+        ConnectError::new(Code::DeadlineExceeded, message)
+    };
+    match tokio::time::timeout(within, axum::body::to_bytes(body, MAX_MESSAGE_BYTES)).await {
+        Ok(Ok(body)) => Ok(body),
+        Ok(Err(err)) if caused_by::<TimeoutError>(&err) => Err(late()),
+        Ok(Err(err)) => Err(ConnectError::new(Code::ResourceExhausted, err.to_string())),
+        Err(_) => Err(late()),
+    }
+}
+
+/// Whether `E` is somewhere in `err`'s chain of sources.
+fn caused_by<E: std::error::Error + 'static>(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut at = Some(err);
+    while let Some(err) = at {
+        if err.is::<E>() {
+            return true;
+        }
+        at = err.source();
+    }
+    false
 }
 
 /// The answer to a call of a method this daemon does not serve.

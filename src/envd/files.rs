@@ -81,23 +81,25 @@ pub(super) async fn download(
     let account = account(&envd, params.username.as_deref())?;
     let path = account.resolve(params.path.as_deref().unwrap_or(""));
     let confined = envd.confined(&account).map_err(FileError::from)?;
-    let meta = tokio::fs::metadata(&path)
-        .await
-        .map_err(|err| match err.kind() {
-            std::io::ErrorKind::NotFound => FileError(
-                StatusCode::NOT_FOUND,
-                format!("path '{}' does not exist", path.display()),
-            ),
-            _ => internal("error checking if path exists", err),
-        })?;
-    if meta.is_dir() {
-        let message = format!("path '{}' is a directory", path.display());
-        return Err(FileError(StatusCode::BAD_REQUEST, message));
+    match confine::is_dir(confined.as_ref(), &path).await? {
+        None => {
+            let message = format!("path '{}' does not exist", path.display());
+            return Err(FileError(StatusCode::NOT_FOUND, message));
+        }
+        Some(true) => {
+            let message = format!("path '{}' is a directory", path.display());
+            return Err(FileError(StatusCode::BAD_REQUEST, message));
+        }
+        Some(false) => {}
     }
     let file = match &confined {
         Some(confined) => confine::open(confined, &path, OpenMode::Read).await?,
         None => std::fs::File::open(&path).map_err(|err| internal("error opening file", err))?,
     };
+    // The length of the file opened, not of whatever the path names now.
+    let length = (file.metadata())
+        .map_err(|err| internal("error getting file info", err))?
+        .len();
     let gzip = (headers.get(header::ACCEPT_ENCODING))
         .and_then(|value| value.to_str().ok())
         .is_some_and(|value| {
@@ -124,7 +126,7 @@ pub(super) async fn download(
     if gzip {
         headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
     } else {
-        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(meta.len()));
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
     }
     Ok(response)
 }

@@ -4,8 +4,9 @@
 
 use super::confine;
 use super::connect::{body_bytes, no_method, server_stream, unary, Code, ConnectError};
+use super::entry::{blocking, entry_info, internal, is_artifact};
 use super::messages::*;
-use super::users::{self, Account};
+use super::users::Account;
 use super::Envd;
 use crate::fs::sandbox::Confined;
 use axum::body::{Body, Bytes};
@@ -14,7 +15,6 @@ use axum::response::{IntoResponse, Response};
 use exec_server_protocol::fs::{RemoveParams, RenameParams};
 use exec_server_protocol::methods as m;
 use std::io::ErrorKind;
-use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -28,7 +28,8 @@ pub(super) async fn rpc(envd: Arc<Envd>, method: &str, headers: HeaderMap, body:
         .await;
     }
     let account = envd.accounts.of_request(h);
-    let (body, account) = match (body_bytes(body).await, account) {
+    let within = envd.daemon.config.upgrade_timeout;
+    let (body, account) = match (body_bytes(body, within).await, account) {
         (Ok(body), Ok(account)) => (body, account),
         (Err(error), _) | (_, Err(error)) => return error.into_response(),
     };
@@ -40,11 +41,7 @@ pub(super) async fn rpc(envd: Arc<Envd>, method: &str, headers: HeaderMap, body:
     match method {
         "CreateWatcher" => {
             unary(h, body, async |r: WatchRequest| {
-                let path = account.resolve(&r.path);
-                if let Some(confined) = &confined {
-                    confine::may_list(confined, &path).await?;
-                }
-                watchers.create(path, r).await
+                envd.create_watcher(&account, r).await
             })
             .await
         }
@@ -90,11 +87,11 @@ async fn path_rpc(
         }
         "ListDir" => {
             unary(h, body, async |r: ListDirRequest| {
-                let path = account.resolve(&r.path);
-                if let Some(confined) = confined {
-                    confine::may_list(confined, &path).await?;
+                let (path, depth) = (account.resolve(&r.path), r.depth.max(1));
+                match confined {
+                    Some(confined) => confine::list_dir(confined, &path, depth).await,
+                    None => blocking(move || list_dir(&path, depth)).await,
                 }
-                blocking(move || list_dir(&path, r.depth.max(1))).await
             })
             .await
         }
@@ -110,7 +107,8 @@ async fn path_rpc(
 
 async fn stat(path: PathBuf, confined: Option<&Confined>) -> Result<EntryResponse, ConnectError> {
     if let Some(confined) = confined {
-        confine::may_stat(confined, &path).await?;
+        let entry = confine::stat(confined, &path).await?;
+        return Ok(EntryResponse { entry });
     }
     blocking(move || {
         Ok(EntryResponse {
@@ -118,84 +116,6 @@ async fn stat(path: PathBuf, confined: Option<&Confined>) -> Result<EntryRespons
         })
     })
     .await
-}
-
-pub(super) async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, ConnectError> + Send + 'static,
-) -> Result<T, ConnectError> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|err| ConnectError::new(Code::Internal, err.to_string()))?
-}
-
-fn internal(what: &str, err: std::io::Error) -> ConnectError {
-    ConnectError::new(Code::Internal, format!("{what}: {err}"))
-}
-
-/// `path`'s entry as envd describes it: a symlink's type and mode are its target's.
-pub(super) fn entry_info(path: &Path) -> Result<EntryInfo, ConnectError> {
-    let meta = std::fs::symlink_metadata(path).map_err(|err| match err.kind() {
-        ErrorKind::NotFound => ConnectError::new(Code::NotFound, format!("file not found: {err}")),
-        _ => internal("error getting file info", err),
-    })?;
-    let symlink_target = meta
-        .file_type()
-        .is_symlink()
-        .then(|| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()));
-    let typed = match &symlink_target {
-        Some(target) => std::fs::metadata(target).ok(),
-        None => Some(meta.clone()),
-    };
-    let kind = match &typed {
-        Some(meta) if meta.is_file() => FileType::File,
-        Some(meta) if meta.is_dir() => FileType::Directory,
-        _ => FileType::Unspecified,
-    };
-    let modified = meta.modified().ok().and_then(Timestamp::of);
-    Ok(EntryInfo {
-        name: (path.file_name()).map_or_else(
-            || "/".to_owned(),
-            |name| name.to_string_lossy().into_owned(),
-        ),
-        kind: kind.into(),
-        path: path.display().to_string(),
-        size: meta.len() as i64,
-        mode: typed.map_or(0, |meta| meta.permissions().mode() & 0o777),
-        permissions: go_mode_string(meta.mode()),
-        owner: users::user_name(meta.uid()),
-        group: users::group_name(meta.gid()),
-        modified_time: modified,
-        symlink_target: symlink_target.map(|target| target.display().to_string()),
-        metadata: Default::default(),
-    })
-}
-
-/// A mode as Go's `os.FileMode.String` writes it (`drwxr-xr-x`, `Lrwxrwxrwx`, `dtrwxrwxrwx`).
-fn go_mode_string(mode: u32) -> String {
-    let format = mode & libc::S_IFMT;
-    let mut out = String::new();
-    for (set, letter) in [
-        (format == libc::S_IFDIR, 'd'),
-        (format == libc::S_IFLNK, 'L'),
-        (format == libc::S_IFBLK || format == libc::S_IFCHR, 'D'),
-        (format == libc::S_IFIFO, 'p'),
-        (format == libc::S_IFSOCK, 'S'),
-        (mode & libc::S_ISUID != 0, 'u'),
-        (mode & libc::S_ISGID != 0, 'g'),
-        (format == libc::S_IFCHR, 'c'),
-        (mode & libc::S_ISVTX != 0, 't'),
-    ] {
-        if set {
-            out.push(letter);
-        }
-    }
-    if out.is_empty() {
-        out.push('-');
-    }
-    for (bit, letter) in (0..9).rev().zip("rwxrwxrwx".chars()) {
-        out.push(if mode & (1 << bit) != 0 { letter } else { '-' });
-    }
-    out
 }
 
 /// Creates `dir` and its missing parents, each handed to `account` (as envd's EnsureDirs).
@@ -229,8 +149,7 @@ async fn make_dir(
     account: &Account,
     confined: Option<&Confined>,
 ) -> Result<EntryResponse, ConnectError> {
-    let checked = path.clone();
-    blocking(move || absent(&checked)).await?;
+    absent(&path, confine::is_dir(confined, &path).await?)?;
     match confined {
         Some(confined) => confine::make_dirs(confined, &path).await?,
         None => {
@@ -238,25 +157,25 @@ async fn make_dir(
             blocking(move || ensure_dirs(&path, &account)).await?
         }
     }
-    stat(path, None).await
+    stat(path, confined).await
 }
 
-/// Fails as envd's MakeDir does when something is at `path` already.
-fn absent(path: &Path) -> Result<(), ConnectError> {
-    match std::fs::metadata(path) {
-        Ok(meta) if meta.is_dir() => {
+/// Fails as envd's MakeDir does when something is at `path` already (`existing`: whether it
+/// is a directory).
+fn absent(path: &Path, existing: Option<bool>) -> Result<(), ConnectError> {
+    match existing {
+        Some(true) => {
             let message = format!("directory already exists: {}", path.display());
             Err(ConnectError::new(Code::AlreadyExists, message))
         }
-        Ok(_) => {
+        Some(false) => {
             let message = format!(
                 "path already exists but it is not a directory: {}",
                 path.display()
             );
             Err(ConnectError::new(Code::InvalidArgument, message))
         }
-        Err(err) if err.kind() == ErrorKind::NotFound => Ok(()),
-        Err(err) => Err(internal("error getting file info", err)),
+        None => Ok(()),
     }
 }
 
@@ -280,7 +199,7 @@ async fn rename(
         sandbox: None,
     };
     confine::run::<m::FsRename>(confined, params).await?;
-    stat(to, None).await
+    stat(to, Some(confined)).await
 }
 
 fn rename_here(from: &Path, to: &Path, account: &Account) -> Result<EntryResponse, ConnectError> {
@@ -350,9 +269,7 @@ fn list_dir(dir: &Path, depth: u32) -> Result<ListDirResponse, ConnectError> {
         names.sort();
         for name in names.into_iter().rev() {
             let relative = relative.join(&name);
-            // The placeholders the daemon keeps for sandboxes' protected names are artifacts,
-            // which no listing shows (as `fs/readDirectory` leaves them out).
-            if crate::sandbox::protected::is_placeholder(&resolved.join(&relative)) {
+            if is_artifact(&resolved.join(&relative)) {
                 continue;
             }
             let Ok(mut entry) = entry_info(&resolved.join(&relative)) else {
@@ -369,20 +286,4 @@ fn list_dir(dir: &Path, depth: u32) -> Result<ListDirResponse, ConnectError> {
     }
     entries.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(ListDirResponse { entries })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn modes_read_as_go_writes_them() {
-        assert_eq!(go_mode_string(libc::S_IFREG | 0o644), "-rw-r--r--");
-        assert_eq!(go_mode_string(libc::S_IFDIR | 0o755), "drwxr-xr-x");
-        assert_eq!(
-            go_mode_string(libc::S_IFDIR | libc::S_ISVTX | 0o777),
-            "dtrwxrwxrwx"
-        );
-        assert_eq!(go_mode_string(libc::S_IFLNK | 0o777), "Lrwxrwxrwx");
-    }
 }

@@ -180,7 +180,26 @@ fn routes(envd: Arc<Envd>) -> Router {
     Router::new()
         .route("/health", get(|| async { StatusCode::NO_CONTENT }))
         .merge(rpc)
+        .layer(axum::middleware::from_fn_with_state(
+            envd.clone(),
+            body_deadline,
+        ))
         .with_state(envd)
+}
+
+/// A deadline on every request body's silence: a client that sends a head and stalls its body
+/// would hold its connection (a descriptor) without end, and a body that sends nothing for it
+/// fails (its connection then closes). `--upgrade-timeout`, as for the HTTP phase before the
+/// head; `StreamInput` may idle between its keepalives as a WebSocket between pings, two
+/// `--ping-interval`s. Unary bodies must also be whole by then (`connect::body_bytes`).
+async fn body_deadline(State(envd): State<Arc<Envd>>, request: Request, next: Next) -> Response {
+    let config = &envd.daemon.config;
+    let idle = match request.uri().path() {
+        "/process.Process/StreamInput" => config.ping_interval * 2,
+        _ => config.upgrade_timeout,
+    };
+    next.run(request.map(|body| Body::new(tower_http::timeout::TimeoutBody::new(idle, body))))
+        .await
 }
 
 /// `X-Access-Token`, compared in constant time, when `--envd-access-token-file` is set.
@@ -238,7 +257,8 @@ async fn process_rpc(envd: Arc<Envd>, method: &str, headers: HeaderMap, body: Bo
             .await
         }
         unary_method => {
-            let body = match super::connect::body_bytes(body).await {
+            let within = envd.daemon.config.upgrade_timeout;
+            let body = match super::connect::body_bytes(body, within).await {
                 Ok(body) => body,
                 Err(error) => return error.into_response(),
             };

@@ -5,12 +5,14 @@
 //! Commands are processes of one session per listener, held by the daemon itself (never
 //! attached, never expiring), so they outlive HTTP connections and a daemon restart like any
 //! other. The layout: `connect` (the framing), `messages` (envd's messages in proto3 JSON),
-//! `process`, `filesystem` and `watch` (the services), `files` (`/files`), `users`
+//! `process`, `filesystem` and `watch` (the services), `entry` (how they describe a path),
+//! `files` (`/files`), `users`
 //! (Basic auth → account), `listen` (the listeners, auth and routes), `confine` (file
 //! operations under `--envd-sandbox`).
 
 mod confine;
 mod connect;
+mod entry;
 mod files;
 mod filesystem;
 mod listen;

@@ -35,6 +35,8 @@ fn process_error(err: ProcessError) -> ConnectError {
         ProcessError::SessionClosing => Code::Unavailable,
         ProcessError::Unknown(_) => Code::NotFound,
         ProcessError::NoTerminal(_) | ProcessError::Launch { .. } => Code::InvalidArgument,
+        // docs/envd.md: under --envd-sandbox, commands run as the daemon's user only.
+        ProcessError::SandboxedOtherUser => Code::PermissionDenied,
         _ => Code::Internal,
     };
     ConnectError::new(code, err.to_string())

@@ -1,16 +1,18 @@
 //! envd's directory watches: `WatchDir` streams the events, `CreateWatcher` keeps them for
 //! `GetWatcherEvents` to take. Each is a `notify` watcher (inotify), its events translated as
 //! envd's fsnotify words them: create, write, chmod, remove, and rename (for the old name; the
-//! new name is a create).
+//! new name is a create). Their watchers are `fs/watch`'s (`crate::fs::start_watcher`), in the
+//! same budget.
 
 use super::connect::{Code, ConnectError, StreamSender};
 use super::messages::*;
+use super::users::Account;
 use super::Envd;
+use crate::fs::FsError;
 use axum::http::HeaderMap;
 use notify::event::{EventKind, ModifyKind, RenameMode};
-use notify::{RecursiveMode, Watcher as _};
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
@@ -23,53 +25,79 @@ const KEPT: usize = 65536;
 #[derive(Default)]
 pub(crate) struct Watchers {
     kept: Mutex<HashMap<String, Kept>>,
+    /// This listener's watchers (kept ones and `WatchDir` streams), counted as one
+    /// connection's: kept watchers outlive the HTTP connection that made them.
+    used: crate::fs::WatchUse,
 }
 
 struct Kept {
     /// Dropping it stops the watch.
-    _watcher: notify::RecommendedWatcher,
+    _watcher: crate::fs::Watcher,
     events: Arc<Mutex<Vec<FilesystemEvent>>>,
 }
 
-/// A watch of `path`, its events (as envd's) handed to `deliver`.
-fn watch(
-    path: &Path,
-    request: &WatchRequest,
-    mut deliver: impl FnMut(FilesystemEvent) + Send + 'static,
-) -> Result<notify::RecommendedWatcher, ConnectError> {
-    match std::fs::metadata(path) {
-        Ok(meta) if meta.is_dir() => {}
-        Ok(_) => {
-            let message = format!("path {} not a directory", path.display());
-            return Err(ConnectError::new(Code::InvalidArgument, message));
+impl Envd {
+    /// A watcher of `path` for `account`, its events (as envd's) handed to `deliver`, counted
+    /// in this listener's and the daemon's watch budget. Refused under a restricting
+    /// `--envd-sandbox`, as `fs/watch` refuses a restricting sandbox: inotify has no sandbox
+    /// rule, and a watch reports changes long after any check of its path.
+    async fn watcher(
+        &self,
+        account: &Account,
+        request: WatchRequest,
+        mut deliver: impl FnMut(FilesystemEvent) + Send + 'static,
+    ) -> Result<crate::fs::Watcher, ConnectError> {
+        if self.confined(account)?.is_some() {
+            return Err(ConnectError::new(
+                Code::FailedPrecondition,
+                "watches cannot be confined by a restricting --envd-sandbox; refusing to run \
+                 one unconfined",
+            ));
         }
-        Err(err) => {
-            let message = format!("path {} not found: {err}", path.display());
-            return Err(ConnectError::new(Code::NotFound, message));
-        }
+        let path = account.resolve(&request.path);
+        let (budget, used) = (self.daemon.watch_budget(), self.watchers.used.clone());
+        super::entry::blocking(move || {
+            match std::fs::metadata(&path) {
+                Ok(meta) if meta.is_dir() => {}
+                Ok(_) => {
+                    let message = format!("path {} not a directory", path.display());
+                    return Err(ConnectError::new(Code::InvalidArgument, message));
+                }
+                Err(err) => {
+                    let message = format!("path {} not found: {err}", path.display());
+                    return Err(ConnectError::new(Code::NotFound, message));
+                }
+            }
+            let root = path.clone();
+            let include_entry = request.include_entry;
+            let handler = move |event: notify::Result<notify::Event>| {
+                let Ok(event) = event else { return };
+                let Some(kind) = kind_of(&event.kind) else {
+                    return;
+                };
+                for path in &event.paths {
+                    deliver(event_of(&root, path, kind, include_entry));
+                }
+            };
+            let what = "the watch";
+            crate::fs::start_watcher(what, &path, request.recursive, &budget, &used, handler)
+                .map_err(|error| watch_error(&path, error))
+        })
+        .await
     }
-    let root = path.to_path_buf();
-    let include_entry = request.include_entry;
-    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        let Ok(event) = event else { return };
-        let Some(kind) = kind_of(&event.kind) else {
-            return;
-        };
-        for path in &event.paths {
-            deliver(event_of(&root, path, kind, include_entry));
+}
+
+/// The watch budget's refusals are `resource_exhausted`; the rest as envd words them.
+fn watch_error(path: &Path, error: FsError) -> ConnectError {
+    match error {
+        FsError::Refused(message) | FsError::BadParams(message) => {
+            ConnectError::new(Code::ResourceExhausted, message)
         }
-    })
-    .map_err(|err| ConnectError::new(Code::Internal, format!("error creating watcher: {err}")))?;
-    let mode = if request.recursive {
-        RecursiveMode::Recursive
-    } else {
-        RecursiveMode::NonRecursive
-    };
-    watcher.watch(path, mode).map_err(|err| {
-        let message = format!("error adding path {} to watcher: {err}", path.display());
-        ConnectError::new(Code::Internal, message)
-    })?;
-    Ok(watcher)
+        error => ConnectError::new(
+            Code::Internal,
+            format!("error adding path {} to watcher: {error}", path.display()),
+        ),
+    }
 }
 
 fn kind_of(kind: &EventKind) -> Option<EventType> {
@@ -95,37 +123,12 @@ fn event_of(root: &Path, path: &Path, kind: EventType, include_entry: bool) -> F
         name: name.display().to_string(),
         kind: kind.into(),
         entry: (include_entry && carries_entry)
-            .then(|| super::filesystem::entry_info(path).ok())
+            .then(|| super::entry::entry_info(path).ok())
             .flatten(),
     }
 }
 
 impl Watchers {
-    pub(super) async fn create(
-        &self,
-        path: PathBuf,
-        request: WatchRequest,
-    ) -> Result<WatcherId, ConnectError> {
-        let events: Arc<Mutex<Vec<FilesystemEvent>>> = Default::default();
-        let kept = events.clone();
-        let watcher = super::filesystem::blocking(move || {
-            watch(&path, &request, move |event| {
-                let mut events = kept.lock().unwrap();
-                if events.len() < KEPT {
-                    events.push(event);
-                }
-            })
-        })
-        .await?;
-        let id = format!("w{}", uuid::Uuid::new_v4().simple());
-        let entry = Kept {
-            _watcher: watcher,
-            events,
-        };
-        self.kept.lock().unwrap().insert(id.clone(), entry);
-        Ok(WatcherId { watcher_id: id })
-    }
-
     pub(super) fn events(&self, id: &str) -> Result<GetWatcherEventsResponse, ConnectError> {
         let kept = self.kept.lock().unwrap();
         let watcher = kept.get(id).ok_or_else(|| unknown(id))?;
@@ -144,6 +147,31 @@ fn unknown(id: &str) -> ConnectError {
 }
 
 impl Envd {
+    /// `CreateWatcher`: a watcher whose events are kept until `GetWatcherEvents` takes them.
+    pub(super) async fn create_watcher(
+        &self,
+        account: &Account,
+        request: WatchRequest,
+    ) -> Result<WatcherId, ConnectError> {
+        let events: Arc<Mutex<Vec<FilesystemEvent>>> = Default::default();
+        let kept = events.clone();
+        let watcher = self
+            .watcher(account, request, move |event| {
+                let mut events = kept.lock().unwrap();
+                if events.len() < KEPT {
+                    events.push(event);
+                }
+            })
+            .await?;
+        let id = format!("w{}", uuid::Uuid::new_v4().simple());
+        let entry = Kept {
+            _watcher: watcher,
+            events,
+        };
+        self.watchers.kept.lock().unwrap().insert(id.clone(), entry);
+        Ok(WatcherId { watcher_id: id })
+    }
+
     /// `WatchDir`: a start event, then the events as they come, until the client goes.
     pub(super) async fn watch_dir(
         self: Arc<Self>,
@@ -152,17 +180,12 @@ impl Envd {
         events: StreamSender<WatchDirResponse>,
     ) -> Result<(), ConnectError> {
         let account = self.accounts.of_request(&headers)?;
-        let path = account.resolve(&request.path);
-        if let Some(confined) = self.confined(&account)? {
-            super::confine::may_list(&confined, &path).await?;
-        }
         let (sender, mut receiver) = mpsc::channel(QUEUE);
-        let _watcher = super::filesystem::blocking(move || {
-            watch(&path, &request, move |event| {
+        let _watcher = self
+            .watcher(&account, request, move |event| {
                 let _ = sender.try_send(event);
             })
-        })
-        .await?;
+            .await?;
         events.send(WatchEvent::Start(Empty {})).await?;
         let keepalive = super::process::keepalive(&headers);
         loop {

@@ -1,8 +1,8 @@
 //! The fs operations a confined helper runs for sandboxed `fs/*` calls (`crate::child::fs_op`
 //! serves them once the sandbox is in place): the one-shot methods with their params (without
 //! `sandbox`), `fs/open` (the open file is passed back ahead of the reply, which describes it),
-//! and [`INSTALL_STAGED`], which renames a staged `replace` upload into place when its handle
-//! is closed. The same blocking code as the daemon's direct path; nothing here may need what
+//! [`INSTALL_STAGED`], which renames a staged `replace` upload into place when its handle
+//! is closed, and [`INSPECT`], which passes back a path opened for its metadata or listing. The same blocking code as the daemon's direct path; nothing here may need what
 //! the sandbox may not grant: no exec, no file read but the operation's own.
 
 use super::handles::Handle;
@@ -11,7 +11,7 @@ use super::oneshot::{follow, one_shots, OneShot, OneShotVisitor};
 use super::staged::StagedName;
 use super::transfer::{Transfer, WriteTransfer};
 use super::FsError;
-use crate::ipc::message::{FsReply, FsRequest, INSTALL_STAGED};
+use crate::ipc::message::{FsReply, FsRequest, Inspect, INSPECT, INSTALL_STAGED};
 use crate::rpc::{decode, RpcError};
 use exec_server_protocol::fs::OpenParams;
 use exec_server_protocol::rpc::method;
@@ -24,6 +24,21 @@ use std::path::PathBuf;
 struct InstallParams {
     temp: PathBuf,
     target: PathBuf,
+}
+
+/// Opens `inspect.path` as asked, in whatever confines the caller.
+fn open_for_inspection(inspect: &Inspect) -> Result<std::os::fd::OwnedFd, FsError> {
+    use nix::fcntl::OFlag;
+    let mut flags = OFlag::O_CLOEXEC;
+    flags |= match inspect.list {
+        true => OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+        false => OFlag::O_PATH,
+    };
+    if !inspect.follow {
+        flags |= OFlag::O_NOFOLLOW;
+    }
+    nix::fcntl::open(&inspect.path, flags, nix::sys::stat::Mode::empty())
+        .map_err(|errno| FsError::io(errno.into(), &inspect.path))
 }
 
 /// Runs one request; `pass_back` sends a file the operation opened to the daemon.
@@ -45,6 +60,14 @@ fn handle(
         .map_err(|err| FsError::internal(format!("malformed helper request: {err}")))?;
     match request.method.as_str() {
         method::FS_OPEN => open(request.params, pass_back),
+        INSPECT => {
+            let inspect: Inspect = decode(request.params)?;
+            let fd = open_for_inspection(&inspect)?;
+            pass_back(fd.as_fd()).map_err(|err| {
+                FsError::internal(format!("cannot pass the descriptor back: {err}"))
+            })?;
+            Ok(Value::Null)
+        }
         INSTALL_STAGED => {
             let params: InstallParams = decode(request.params)?;
             StagedName::new(params.temp, params.target).install()?;

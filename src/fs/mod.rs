@@ -33,7 +33,7 @@ pub(crate) use methods::{
     close, one_shot, open, read_block, run_routed, unwatch, watch, write_block,
 };
 pub(crate) use oneshot::{one_shots, OneShot, OneShotVisitor};
-pub(crate) use watch::{WatchBudget, WatchedDirectories};
+pub(crate) use watch::{start_watcher, WatchBudget, WatchLimits, WatchUse, Watcher, MAX_WATCHES};
 
 /// Per-connection filesystem state: open handles and watches. Dropped with the connection,
 /// which closes every file, discards staged writes and stops every watch.

@@ -13,7 +13,7 @@ use super::oneshot::{host_touches, OneShot};
 use super::staged::StagedName;
 use super::transfer::Transfer;
 use super::FsError;
-use crate::ipc::message::{FsReply, FsRequest, INSTALL_STAGED};
+use crate::ipc::message::{FsReply, FsRequest, Inspect, INSPECT, INSTALL_STAGED};
 use crate::launcher::fs_servers::{run_fs_op, FsOpOutput};
 use crate::rpc::RpcError;
 use crate::sandbox::denial::DenialContext;
@@ -24,6 +24,7 @@ use exec_server_protocol::sandbox::{
 };
 use serde_json::Value;
 use std::fs::File;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -143,6 +144,20 @@ impl Confined {
             ));
         };
         Ok((File::from(fd), transfer))
+    }
+
+    /// `inspect.path` opened in the sandbox, passed back: the caller reads what the sandbox
+    /// may (its metadata, its listing) from the descriptor, never resolving the path itself.
+    pub(crate) async fn inspect(&self, inspect: &Inspect) -> Result<OwnedFd, FsError> {
+        let touches = [(inspect.path.clone(), false)];
+        let params = serde_json::to_value(inspect).expect("wire types always serialize");
+        let (_, mut output) = self.call(INSPECT, params, &touches).await?;
+        match (output.fds.pop(), output.fds.is_empty()) {
+            (Some(fd), true) => Ok(fd),
+            _ => Err(FsError::internal(
+                "the sandboxed helper did not pass exactly one descriptor back",
+            )),
+        }
     }
 
     /// Renames a sealed staged file into place in the sandbox that staged it.

@@ -3,7 +3,8 @@
 //! Each watch owns a `notify` watcher (inotify on Linux). Its callback thread pushes into a
 //! bounded queue; a task drains it, coalesces what arrives within a short window into one
 //! notification, and says so when anything was lost (queue full, notification cap, kernel
-//! overflow). Watches are per connection and end with it.
+//! overflow). Watches are per connection and end with it. [`start_watcher`] is also envd's
+//! (`crate::envd`), so both listeners' watchers share one budget.
 
 use super::host::{blocking, with_path};
 use super::FsError;
@@ -14,14 +15,15 @@ use exec_server_protocol::PathUri;
 use notify::event::{EventKind, Flag, ModifyKind};
 use notify::{RecursiveMode, Watcher as _};
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
 
-/// Watches per connection; each holds an inotify instance, a system-wide scarce resource.
-pub(super) const MAX_WATCHES: usize = 32;
+/// Watches per connection (or envd listener); each holds an inotify instance, of which the
+/// user has /proc/sys/fs/inotify/max_user_instances shared with every other process.
+pub(crate) const MAX_WATCHES: usize = 32;
 /// Events queued between the watcher thread and the forwarding task.
 const QUEUE: usize = 4096;
 /// Changes in one notification; more within the window are dropped and flagged.
@@ -29,50 +31,76 @@ pub(super) const MAX_CHANGES: usize = 1024;
 /// How long changes are gathered into one notification after the first arrives.
 const COALESCE: Duration = Duration::from_millis(50);
 
-/// Directories watched (each an inotify watch, of which the user has
-/// /proc/sys/fs/inotify/max_user_watches shared with every other process), daemon-wide or by
-/// one connection.
+/// What watches hold, in one scope (the daemon, a connection, an envd listener): watchers
+/// (inotify instances) and the directories they watch (inotify watches, of which the user has
+/// /proc/sys/fs/inotify/max_user_watches shared with every other process).
 #[derive(Clone, Default)]
-pub(crate) struct WatchedDirectories(Arc<AtomicUsize>);
-
-/// Directories a watch counts in a [`WatchedDirectories`], given back when it is dropped.
-struct Counted {
-    of: Arc<AtomicUsize>,
-    directories: usize,
+pub(crate) struct WatchUse {
+    watchers: Arc<AtomicUsize>,
+    directories: Arc<AtomicUsize>,
 }
 
-impl WatchedDirectories {
-    /// Counts `directories` more, unless that would exceed `limit`.
-    fn count(&self, directories: usize, limit: usize, scope: &str) -> Result<Counted, FsError> {
-        self.0
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-                used.checked_add(directories)
-                    .filter(|&total| total <= limit)
-            })
-            .map_err(|used| over_budget(directories, scope, limit, used))?;
-        Ok(Counted {
-            of: self.0.clone(),
-            directories,
-        })
-    }
+/// How much of each a scope may hold.
+#[derive(Clone, Copy)]
+pub(crate) struct WatchLimits {
+    pub watchers: usize,
+    pub directories: usize,
+}
+
+/// One count taken in a [`WatchUse`], given back when it is dropped.
+struct Counted {
+    of: Arc<AtomicUsize>,
+    count: usize,
 }
 
 impl Drop for Counted {
     fn drop(&mut self) {
-        self.of.fetch_sub(self.directories, Ordering::AcqRel);
+        self.of.fetch_sub(self.count, Ordering::AcqRel);
     }
 }
 
-fn over_budget(directories: usize, scope: &str, limit: usize, used: usize) -> FsError {
-    FsError::bad_params(format!(
-        "fs/watch would exceed the limit of {limit} watched directories {scope}: the tree has \
-         at least {directories} and {used} are in use; watch a smaller tree, or unwatch others"
-    ))
+/// Takes `count` more of `of`, unless that would exceed `limit`; `Err` has what is in use.
+fn take(of: &Arc<AtomicUsize>, count: usize, limit: usize) -> Result<Counted, usize> {
+    of.fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+        used.checked_add(count).filter(|&total| total <= limit)
+    })?;
+    Ok(Counted {
+        of: of.clone(),
+        count,
+    })
+}
+
+impl WatchUse {
+    /// Counts one watcher (`what`) of `directories` more, unless that exceeds `limits`.
+    fn count(
+        &self,
+        what: &str,
+        directories: usize,
+        limits: WatchLimits,
+        scope: &str,
+    ) -> Result<[Counted; 2], FsError> {
+        let watcher = take(&self.watchers, 1, limits.watchers).map_err(|_| {
+            FsError::refused(format!(
+                "at most {} watches may be open {scope}",
+                limits.watchers
+            ))
+        })?;
+        let directories =
+            take(&self.directories, directories, limits.directories).map_err(|used| {
+                FsError::bad_params(format!(
+                    "{what} would exceed the limit of {} watched directories {scope}: the tree \
+                     has at least {directories} and {used} are in use; watch a smaller tree, or \
+                     unwatch others",
+                    limits.directories
+                ))
+            })?;
+        Ok([watcher, directories])
+    }
 }
 
 /// The directories a watch of `path` adds, stopping once past `limit` (the walk is bounded by
 /// the budget, not by the tree). Symlinks are not followed, as the watcher does not.
-fn directories_under(path: &std::path::Path, recursive: bool, limit: usize) -> usize {
+fn directories_under(path: &Path, recursive: bool, limit: usize) -> usize {
     let mut count = 1;
     let mut pending = vec![path.to_path_buf()];
     while recursive && count <= limit {
@@ -90,17 +118,62 @@ fn directories_under(path: &std::path::Path, recursive: bool, limit: usize) -> u
     count
 }
 
-/// The limits a watch is counted against.
+/// The daemon's watches (every listener's: `fs/watch` and envd's) and the limits of the daemon
+/// and of each connection; one budget, so neither listener can take what the other needs.
+#[derive(Clone)]
 pub(crate) struct WatchBudget {
-    pub daemon: WatchedDirectories,
-    pub daemon_limit: usize,
-    pub connection_limit: usize,
+    pub daemon: WatchUse,
+    pub daemon_limits: WatchLimits,
+    pub connection_limits: WatchLimits,
+}
+
+/// A running watcher, counted in its connection and the daemon until it is dropped.
+pub(crate) struct Watcher {
+    _watcher: notify::RecommendedWatcher,
+    _counted: [[Counted; 2]; 2],
+}
+
+/// Starts a watcher of `path` (for `what`, as its refusals name it) whose events go to
+/// `handler`, if `connection` and the daemon
+/// have room for it and the directories it watches, counted before any watch is added (so an
+/// over-budget tree costs none). Symbolic links are not followed. Blocking.
+pub(crate) fn start_watcher(
+    what: &str,
+    path: &Path,
+    recursive: bool,
+    budget: &WatchBudget,
+    connection: &WatchUse,
+    handler: impl notify::EventHandler,
+) -> Result<Watcher, FsError> {
+    // Report a missing path as the usual -32004 I/O error.
+    with_path(std::fs::symlink_metadata(path), path)?;
+    let walk_limit = (budget.daemon_limits.directories).min(budget.connection_limits.directories);
+    let directories = directories_under(path, recursive, walk_limit);
+    let counted = [
+        connection.count(
+            what,
+            directories,
+            budget.connection_limits,
+            "per connection",
+        )?,
+        (budget.daemon).count(what, directories, budget.daemon_limits, "for the daemon")?,
+    ];
+    let config = notify::Config::default().with_follow_symlinks(false);
+    let mut watcher = notify::RecommendedWatcher::new(handler, config).map_err(watch_error)?;
+    let mode = if recursive {
+        RecursiveMode::Recursive
+    } else {
+        RecursiveMode::NonRecursive
+    };
+    watcher.watch(path, mode).map_err(watch_error)?;
+    Ok(Watcher {
+        _watcher: watcher,
+        _counted: counted,
+    })
 }
 
 struct Watch {
-    _watcher: notify::RecommendedWatcher,
-    /// Held for as long as the watcher exists.
-    _counted: [Counted; 2],
+    _watcher: Watcher,
     /// True while notifications may be sent; unwatch clears it under the lock, so nothing is
     /// sent for a watch after its `fs/unwatch` reply.
     live: Arc<tokio::sync::Mutex<bool>>,
@@ -116,7 +189,7 @@ impl Drop for Watch {
 #[derive(Default)]
 pub(super) struct Watches {
     table: Mutex<HashMap<String, Watch>>,
-    directories: WatchedDirectories,
+    used: WatchUse,
 }
 
 impl Watches {
@@ -134,38 +207,25 @@ impl Watches {
         outbound: Outbound,
         budget: WatchBudget,
     ) -> Result<(), FsError> {
-        room(&self.table(), &id)?;
+        unused(&self.table(), &id)?;
         let (tx, rx) = mpsc::channel(QUEUE);
         let overflowed = Arc::new(AtomicBool::new(false));
         let flag = overflowed.clone();
-        let walk_limit = budget.daemon_limit.min(budget.connection_limit);
-        let connection = self.directories.clone();
-        let (watcher, counted) = blocking(move || {
-            // Report a missing path as the usual -32004 I/O error.
-            with_path(std::fs::symlink_metadata(&path), &path)?;
-            // Counted before any watch is added, so an over-budget tree costs no watches.
-            let directories = directories_under(&path, recursive, walk_limit);
-            let counted = [
-                connection.count(directories, budget.connection_limit, "per connection")?,
-                budget
-                    .daemon
-                    .count(directories, budget.daemon_limit, "for the daemon")?,
-            ];
+        let connection = self.used.clone();
+        let watcher = blocking(move || {
             let handler = move |event| {
                 if tx.try_send(event).is_err() {
                     flag.store(true, Ordering::Relaxed);
                 }
             };
-            let config = notify::Config::default().with_follow_symlinks(false);
-            let mut watcher =
-                notify::RecommendedWatcher::new(handler, config).map_err(watch_error)?;
-            let mode = if recursive {
-                RecursiveMode::Recursive
-            } else {
-                RecursiveMode::NonRecursive
-            };
-            watcher.watch(&path, mode).map_err(watch_error)?;
-            Ok((watcher, counted))
+            start_watcher(
+                method::FS_WATCH,
+                &path,
+                recursive,
+                &budget,
+                &connection,
+                handler,
+            )
         })
         .await?;
         let live = Arc::new(tokio::sync::Mutex::new(true));
@@ -173,13 +233,12 @@ impl Watches {
             .abort_handle();
         let watch = Watch {
             _watcher: watcher,
-            _counted: counted,
             live,
             forwarder,
         };
-        // Checked again: another watch may have taken the id or the last slot meanwhile.
+        // Checked again: another watch may have taken the id meanwhile.
         let mut table = self.table();
-        room(&table, &id)?;
+        unused(&table, &id)?;
         table.insert(id, watch);
         Ok(())
     }
@@ -193,14 +252,9 @@ impl Watches {
     }
 }
 
-fn room(table: &HashMap<String, Watch>, id: &str) -> Result<(), FsError> {
+fn unused(table: &HashMap<String, Watch>, id: &str) -> Result<(), FsError> {
     if table.contains_key(id) {
         return Err(FsError::refused(format!("watch `{id}` already exists")));
-    }
-    if table.len() >= MAX_WATCHES {
-        return Err(FsError::refused(format!(
-            "at most {MAX_WATCHES} watches may be open per connection"
-        )));
     }
     Ok(())
 }

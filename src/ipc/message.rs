@@ -374,7 +374,7 @@ pub(crate) struct Adopted {
 }
 
 /// Daemon → sandboxed fs operation, one frame: a one-shot method with its params (without
-/// `sandbox`), `fs/open`, or [`INSTALL_STAGED`].
+/// `sandbox`), `fs/open`, [`INSTALL_STAGED`] or [`INSPECT`].
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct FsRequest {
     pub(crate) method: String,
@@ -384,6 +384,19 @@ pub(crate) struct FsRequest {
 
 /// The fs operation's own request: commit a staged file (`{temp, target}`).
 pub(crate) const INSTALL_STAGED: &str = "installStaged";
+
+/// The fs operation's own request: open a path to read its metadata or list it, and pass the
+/// descriptor back ([`Inspect`]).
+pub(crate) const INSPECT: &str = "inspect";
+
+/// What [`INSPECT`] opens: `path` (its last component followed or not), for its metadata
+/// (`O_PATH`: what `stat` may see) or, with `list`, as a directory to read (what `ls` may).
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Inspect {
+    pub(crate) path: std::path::PathBuf,
+    pub(crate) follow: bool,
+    pub(crate) list: bool,
+}
 
 /// `{"ok": <result>}` or `{"error": {code, message, data}}`.
 #[derive(Debug, PartialEq, Serialize, Deserialize)]

@@ -53,12 +53,6 @@ impl RequestCtx {
 impl ConnectionShared {
     /// What this connection's `fs/watch`es may watch, beside the whole daemon's.
     pub(crate) fn watch_budget(&self) -> crate::fs::WatchBudget {
-        let daemon = &self.daemon;
-        let config = &daemon.config;
-        crate::fs::WatchBudget {
-            daemon: daemon.watched_directories.clone(),
-            daemon_limit: config.max_watched_directories,
-            connection_limit: config.max_watched_directories_per_connection,
-        }
+        self.daemon.watch_budget()
     }
 }

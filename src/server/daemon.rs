@@ -1,6 +1,6 @@
 //! What the whole daemon shares, built once by the transport and handed down to every
 //! listener, connection and request: the sessions, the settings, the audit log, the metrics
-//! and the directories all `fs/watch`es watch together.
+//! and the watchers of every listener together.
 
 use crate::audit::Audit;
 use crate::config::Config;
@@ -14,8 +14,8 @@ pub(crate) struct Daemon {
     pub(crate) config: Arc<Config>,
     pub(crate) audit: Audit,
     pub(crate) metrics: &'static Metrics,
-    /// Directories watched by every connection's `fs/watch`es together.
-    pub(crate) watched_directories: crate::fs::WatchedDirectories,
+    /// Watchers, and the directories they watch, of every listener's watches together.
+    pub(crate) watches: crate::fs::WatchUse,
     /// Refused and failed requests, logged once per cause at the default level.
     pub(crate) refusals: super::refusals::Refusals,
 }
@@ -34,9 +34,26 @@ impl Daemon {
             config,
             audit,
             metrics: crate::metrics::get(),
-            watched_directories: Default::default(),
+            watches: Default::default(),
             refusals: Default::default(),
         })
+    }
+
+    /// The watch budget of every listener: the daemon's watches and limits, and each
+    /// connection's limits.
+    pub(crate) fn watch_budget(&self) -> crate::fs::WatchBudget {
+        let config = &self.config;
+        crate::fs::WatchBudget {
+            daemon: self.watches.clone(),
+            daemon_limits: crate::fs::WatchLimits {
+                watchers: config.max_watchers,
+                directories: config.max_watched_directories,
+            },
+            connection_limits: crate::fs::WatchLimits {
+                watchers: crate::fs::MAX_WATCHES,
+                directories: config.max_watched_directories_per_connection,
+            },
+        }
     }
 
     /// `GET /metrics`'s text, with the sessions and processes counted now.

@@ -101,13 +101,17 @@ def test_reads_outside_the_readable_roots_are_refused(workdir):
         refused = [
             lambda: files.read(f"{denied}/secret.txt"),
             lambda: files.list(str(denied)),
-            lambda: files.watch_dir(str(denied)),
             lambda: files.remove(f"{denied}/secret.txt"),
         ]
         for operation in refused:
             with pytest.raises(Exception) as caught:
                 operation()
             assert "permission" in str(caught.value).lower() or "403" in str(caught.value)
+        # A watch cannot be confined: refused under a restricting profile, wherever it points.
+        for path in (allowed, denied):
+            with pytest.raises(Exception) as caught:
+                files.watch_dir(str(path))
+            assert "cannot be confined" in str(caught.value)
         assert (denied / "secret.txt").read_text() == "secret"
     finally:
         daemon.stop()

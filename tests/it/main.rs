@@ -34,6 +34,7 @@ mod environment;
 mod fs;
 mod fs_stream;
 mod fs_watch;
+mod hardening_envd;
 mod hardening_listeners;
 mod hardening_procs;
 mod hardening_state;
