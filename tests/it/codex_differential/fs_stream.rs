@@ -1,6 +1,6 @@
 //! Gaps 4 and 9 of issue 29: `fs/open` handle limits, write blocks and `replace`.
 
-use super::{assert_same, Scenario};
+use super::{assert_same, assert_same_but_errors, Scenario};
 use serde_json::json;
 use std::path::Path;
 
@@ -88,4 +88,77 @@ async fn file_handles_are_limited_per_connection() {
         "nothing created: {}",
         last[2]
     );
+}
+
+const BLOCK_SIZE: usize = 1024 * 1024;
+
+fn base64(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// Upstream: `write_blocks_support_non_sequential_offsets_and_enforce_bounds`: blocks land at
+/// their offsets in any order; an empty, an oversized and an overflowing block are refused; a
+/// read on the write handle is refused and closes it, so the next write fails too.
+#[tokio::test]
+async fn write_blocks_support_non_sequential_offsets_and_enforce_bounds() {
+    let (id, params) = open(1, "writer", "blocks.bin", "replace");
+    let mut scenario = Scenario::initialized()
+        .request(id, "fs/open", params)
+        .then();
+    let blocks = [
+        (BLOCK_SIZE as u64, vec![b'z'; 3]),
+        (0, vec![b'a'; BLOCK_SIZE]),
+        (1, b"bc".to_vec()),
+        (0, Vec::new()),
+        (0, vec![b'x'; BLOCK_SIZE + 1]),
+        (u64::MAX, b"x".to_vec()),
+    ];
+    for (at, (offset, chunk)) in blocks.into_iter().enumerate() {
+        let params = block("writer", offset, &base64(&chunk));
+        scenario = scenario
+            .request(2 + at as i64, "fs/writeBlock", params)
+            .then();
+    }
+    let read = json!({"handleId": "writer", "offset": 0, "len": 4});
+    let mut expected = vec![b'a'; BLOCK_SIZE];
+    expected[1..3].copy_from_slice(b"bc");
+    expected.extend_from_slice(b"zzz");
+    scenario = scenario
+        .request(10, "fs/readBlock", read)
+        .then()
+        .request(11, "fs/writeBlock", block("writer", 0, "eA=="))
+        .then()
+        .request(
+            12,
+            "fs/readFile",
+            json!({"path": "file://{root}/blocks.bin"}),
+        );
+    let replies = assert_same_but_errors(&scenario, |_| {}, &[10]).await;
+    assert_eq!(
+        replies[7]["error"]["message"],
+        "file handle `writer` is not open for reading"
+    );
+    assert_eq!(replies[9]["result"]["dataBase64"], base64(&expected));
+}
+
+/// Upstream: `read_block_supports_non_sequential_offsets_and_lengths`: a write on a read handle
+/// is refused (and leaves it open), then blocks are read at any offset, the last one short.
+#[tokio::test]
+async fn read_block_supports_non_sequential_offsets_and_lengths() {
+    let (id, params) = open(1, "reader", "f", "read");
+    let mut scenario = Scenario::initialized()
+        .request(id, "fs/open", params)
+        .then()
+        .request(2, "fs/writeBlock", block("reader", 0, "eA=="))
+        .then();
+    for (at, (offset, len)) in [(6, 3), (1, 2), (8, 4), (0, 2)].into_iter().enumerate() {
+        let read = json!({"handleId": "reader", "offset": offset, "len": len});
+        scenario = scenario.request(3 + at as i64, "fs/readBlock", read);
+    }
+    scenario = scenario
+        .then()
+        .request(7, "fs/close", json!({"handleId": "reader"}));
+    let fixture = |root: &Path| std::fs::write(root.join("f"), "0123456789").unwrap();
+    assert_same_but_errors(&scenario, fixture, &[2]).await;
 }
