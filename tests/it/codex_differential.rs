@@ -9,12 +9,15 @@
 //! live in the submodules, each named after the upstream test it follows.
 
 mod decoder;
+mod fs_escapes;
 mod fs_sandboxed;
+mod fs_shared;
 mod fs_stream;
 mod fs_walk;
 mod handshake;
 mod http_env;
 mod no_follow;
+mod process;
 
 use crate::common::codex_peer::CodexPeer;
 use crate::common::{Daemon, TIMEOUT};
@@ -34,6 +37,8 @@ pub struct Scenario {
     /// Whether the order of replies is part of what is compared. This daemon runs requests
     /// concurrently once the handshake is done, so by default replies are compared by id.
     wire_order: bool,
+    /// Whether notifications are compared: a process's own come whenever it runs.
+    skip_notifications: bool,
 }
 
 impl Scenario {
@@ -53,6 +58,12 @@ impl Scenario {
     /// Compares the replies in the order they came, not by id.
     pub fn in_wire_order(mut self) -> Self {
         self.wire_order = true;
+        self
+    }
+
+    /// Compares the replies only, not the notifications that came between them.
+    pub fn replies_only(mut self) -> Self {
+        self.skip_notifications = true;
         self
     }
 
@@ -113,8 +124,11 @@ impl Scenario {
                 None => {
                     while replies < sent {
                         let message = next_message(&mut ws).await;
-                        replies += usize::from(message.get("id").is_some());
-                        messages.push(normalise(message, root));
+                        let is_reply = message.get("id").is_some();
+                        replies += usize::from(is_reply);
+                        if is_reply || !self.skip_notifications {
+                            messages.push(normalise(message, root));
+                        }
                     }
                 }
             }
@@ -144,8 +158,22 @@ async fn next_message(
     }
 }
 
-/// Result members only this daemon sends, documented extensions a codex client ignores.
-const EXTENSION_MEMBERS: &[&str] = &["nextOffset"];
+/// Result members only this daemon sends, documented extensions a codex client ignores
+/// (docs/protocol.md: `fs/writeBlock`, `process/read`).
+const EXTENSION_MEMBERS: &[&str] = &[
+    "nextOffset",
+    "firstRetainedSeq",
+    "truncated",
+    "reason",
+    "signal",
+    "usage",
+    "cleanupUnconfirmed",
+    "liveDescendants",
+    "waitingForInput",
+    "retainedBytes",
+    "unreceivedBytes",
+    "paused",
+];
 
 /// The fixture directory, the peer address, timestamps and initialize results replaced by
 /// placeholders; an error's `data` and the [`EXTENSION_MEMBERS`] left out.

@@ -5,16 +5,30 @@
 use super::{assert_same, nothing, Scenario};
 use serde_json::{json, Value};
 
-/// Upstream's `workspace_write_sandbox(root)` (`tests/file_system/support.rs`): the fixture
-/// directory writable, no other entry.
-pub fn strict_workspace_write() -> Value {
+/// A restricted profile as upstream's tests build them (`tests/file_system/support.rs`):
+/// exactly these `(path under the fixture, access)` entries, nothing else readable.
+pub fn restricted(entries: &[(&str, &str)]) -> Value {
+    let entries: Vec<Value> = entries
+        .iter()
+        .map(|(path, access)| {
+            let uri = format!(
+                "file://{{root}}{}{path}",
+                if path.is_empty() { "" } else { "/" }
+            );
+            json!({"path": {"type": "path", "path": uri}, "access": access})
+        })
+        .collect();
     json!({
-        "permissions": {"type": "managed", "network": "restricted", "file_system": {
-            "type": "restricted",
-            "entries": [{"path": {"type": "path", "path": "file://{root}"}, "access": "write"}]}},
+        "permissions": {"type": "managed", "network": "restricted",
+            "file_system": {"type": "restricted", "entries": entries}},
         "cwd": "file://{root}",
         "windowsSandboxLevel": "disabled",
     })
+}
+
+/// Upstream's `workspace_write_sandbox(root)`: the fixture directory writable, no other entry.
+pub fn strict_workspace_write() -> Value {
+    restricted(&[("", "write")])
 }
 
 /// The variants every upstream case here runs: follow, no-follow, sandboxed no-follow; each

@@ -1,0 +1,130 @@
+//! Upstream's `codex-rs/exec-server/tests/file_system/shared.rs` and the plain cases of
+//! `file_system_unix.rs`, on the wire: each file operation against both daemons, with the
+//! files it left behind read back through the wire, so what landed on disk is compared too.
+
+use super::fs_sandboxed::restricted;
+use super::{assert_same, Scenario};
+use serde_json::{json, Value};
+use std::path::Path;
+
+fn at(path: &str) -> String {
+    format!("file://{{root}}/{path}")
+}
+
+fn path(path: &str) -> Value {
+    json!({"path": at(path)})
+}
+
+fn copy(source: &str, destination: &str, recursive: bool) -> Value {
+    json!({"sourcePath": at(source), "destinationPath": at(destination), "recursive": recursive})
+}
+
+fn write(root: &Path, relative: &str, contents: &str) {
+    let file = root.join(relative);
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(file, contents).unwrap();
+}
+
+fn mkfifo(path: &Path) {
+    let path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path; mkfifo touches nothing else.
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+}
+
+/// Upstream: `file_system_get_metadata_reports_files_and_directories`,
+/// `file_system_read_file_returns_bytes` (and `_read_file_text_returns_string`, the same call),
+/// `file_system_read_directory_lists_entries`, `file_system_write_file_reports_missing_parent`
+/// and `file_system_remove_removes_directory`.
+#[tokio::test]
+async fn file_system_basic_operations_match_upstream() {
+    let mut missing_parent = path("missing/note.txt");
+    missing_parent["dataBase64"] = json!("aGk=");
+    let scenario = Scenario::initialized()
+        .request(1, "fs/getMetadata", path("note.txt"))
+        .request(2, "fs/getMetadata", path("notes"))
+        .request(3, "fs/readFile", path("note.txt"))
+        .request(4, "fs/readDirectory", path("source"))
+        .request(5, "fs/writeFile", missing_parent)
+        .then()
+        .request(6, "fs/getMetadata", path("missing"))
+        .request(7, "fs/remove", path("remove-me"))
+        .then()
+        .request(8, "fs/getMetadata", path("remove-me"));
+    let replies = assert_same(&scenario, |root| {
+        write(root, "note.txt", "hello");
+        std::fs::create_dir(root.join("notes")).unwrap();
+        write(root, "source/root.txt", "hello");
+        std::fs::create_dir(root.join("source/nested")).unwrap();
+        write(root, "remove-me/nested/f", "x");
+    })
+    .await;
+    assert_eq!(replies[4]["error"]["code"], -32004, "{}", replies[4]);
+}
+
+/// Upstream: `file_system_copy_copies_file`, `_copies_directory_recursively`,
+/// `_rejects_directory_without_recursive`, `_rejects_copying_directory_into_descendant`,
+/// `_preserves_symlinks_in_recursive_copy`, `_ignores_unknown_special_files_in_recursive_copy`
+/// and `_rejects_standalone_fifo_source`.
+#[tokio::test]
+async fn file_system_copy_matches_upstream() {
+    let scenario = Scenario::initialized()
+        .request(1, "fs/copy", copy("source.txt", "copy.txt", false))
+        .request(2, "fs/copy", copy("source", "copied", true))
+        .request(3, "fs/copy", copy("source", "dest", false))
+        .request(4, "fs/copy", copy("source", "source/nested/copy", true))
+        .request(5, "fs/copy", copy("fifo", "fifo-copy", false))
+        .then()
+        .request(6, "fs/readFile", path("copy.txt"))
+        .request(7, "fs/readFile", path("copied/nested/note.txt"))
+        .request(8, "fs/getMetadata", path("copied/named-pipe"))
+        .request(
+            9,
+            "fs/getMetadata",
+            json!({"path": at("copied/nested-link"), "followSymlinks": true}),
+        )
+        .request(10, "fs/getMetadata", path("dest"))
+        .request(11, "fs/getMetadata", path("source/nested/copy"));
+    let replies = assert_same(&scenario, |root| {
+        write(root, "source.txt", "hello from trait");
+        write(root, "source/nested/note.txt", "hello from trait");
+        std::os::unix::fs::symlink("nested", root.join("source/nested-link")).unwrap();
+        mkfifo(&root.join("source/named-pipe"));
+        mkfifo(&root.join("fifo"));
+    })
+    .await;
+    assert_eq!(
+        replies[2]["error"]["message"],
+        "fs/copy requires recursive: true when sourcePath is a directory"
+    );
+}
+
+/// Upstream (`file_system_unix.rs`): `file_system_canonicalize_resolves_directory_symlink`,
+/// `file_system_sandboxed_canonicalize_resolves_directory_symlink` and
+/// `file_system_metadata_and_directory_listing_follow_symlinks`: a link is resolved by
+/// canonicalize (inside a read sandbox too), described by its target in getMetadata (a
+/// dangling one is -32004) and listed as its target's kind.
+#[tokio::test]
+async fn file_system_symlinks_resolve_as_upstream() {
+    let mut sandboxed = path("source-alias/nested/note.txt");
+    sandboxed["sandbox"] = restricted(&[("", "read")]);
+    let scenario = Scenario::initialized()
+        .request(1, "fs/canonicalize", path("source-alias/nested/note.txt"))
+        .request(2, "fs/canonicalize", sandboxed)
+        .request(3, "fs/getMetadata", path("note-link.txt"))
+        .request(4, "fs/getMetadata", path("notes-link"))
+        .request(5, "fs/getMetadata", path("dangling-link"))
+        .request(6, "fs/readDirectory", path("links"));
+    assert_same(&scenario, |root| {
+        write(root, "source/nested/note.txt", "canonical hello");
+        std::os::unix::fs::symlink(root.join("source"), root.join("source-alias")).unwrap();
+        write(root, "note.txt", "hello");
+        std::os::unix::fs::symlink(root.join("note.txt"), root.join("note-link.txt")).unwrap();
+        std::fs::create_dir(root.join("notes")).unwrap();
+        std::os::unix::fs::symlink(root.join("notes"), root.join("notes-link")).unwrap();
+        std::os::unix::fs::symlink(root.join("missing"), root.join("dangling-link")).unwrap();
+        std::fs::create_dir(root.join("links")).unwrap();
+        std::os::unix::fs::symlink("../note.txt", root.join("links/note-link.txt")).unwrap();
+        std::os::unix::fs::symlink("../notes", root.join("links/notes-link")).unwrap();
+    })
+    .await;
+}
