@@ -128,3 +128,64 @@ async fn file_system_symlinks_resolve_as_upstream() {
     })
     .await;
 }
+
+/// Upstream (`file_system_unix.rs`): `file_system_no_follow_write_rejects_fifo_without_blocking`
+/// and `file_system_no_follow_recursive_mkdir_handles_concurrent_creators`: a no-follow write
+/// to a FIFO fails at once and leaves it a FIFO; 16 concurrent recursive no-follow mkdirs of
+/// one path all succeed.
+#[tokio::test]
+async fn file_system_no_follow_fifo_write_and_concurrent_mkdir_match_upstream() {
+    let mut fifo_write = path("fifo");
+    fifo_write["dataBase64"] = json!("bXVzdCBub3QgYmUgd3JpdHRlbg==");
+    fifo_write["followSymlinks"] = json!(false);
+    let mut scenario = Scenario::initialized().request(1, "fs/writeFile", fifo_write);
+    for n in 0..16 {
+        let mut mkdir = path("shared/nested");
+        mkdir["followSymlinks"] = json!(false);
+        scenario = scenario.request(10 + n, "fs/createDirectory", mkdir);
+    }
+    scenario = scenario
+        .then()
+        .request(30, "fs/getMetadata", path("shared/nested"))
+        .request(31, "fs/readDirectory", json!({"path": "file://{root}"}));
+    let replies = assert_same(&scenario, |root| mkfifo(&root.join("fifo"))).await;
+    assert!(replies[0].get("error").is_some(), "{}", replies[0]);
+}
+
+/// Upstream (`file_system_unix.rs`): `remote_read_file_materializes_environment_workspace_roots`
+/// and `remote_read_file_preserves_empty_workspace_roots`: a `project_roots` read entry grants
+/// the sandbox's `workspaceRoots`, and none at all when that list is empty (not the cwd).
+#[tokio::test]
+async fn sandboxed_reads_materialize_workspace_roots_as_upstream() {
+    let project_roots = |roots: Value| {
+        json!({
+            "permissions": {"type": "managed", "network": "restricted", "file_system": {
+                "type": "restricted", "entries": [{"path": {"type": "special",
+                    "value": {"kind": "project_roots"}}, "access": "read"}]}},
+            "cwd": "file://{root}",
+            "workspaceRoots": roots,
+            "windowsSandboxLevel": "disabled",
+        })
+    };
+    let read =
+        |file: &str, roots: Value| json!({"path": at(file), "sandbox": project_roots(roots)});
+    let workspace = json!([at("workspace")]);
+    let scenario = Scenario::initialized()
+        .request(
+            1,
+            "fs/readFile",
+            read("workspace/included.txt", workspace.clone()),
+        )
+        .request(2, "fs/readFile", read("excluded.txt", workspace))
+        .request(3, "fs/readFile", read("excluded.txt", json!([])));
+    let fixture = |root: &Path| {
+        write(root, "workspace/included.txt", "included");
+        write(root, "excluded.txt", "excluded");
+    };
+    // The denials' codes differ on purpose (docs/protocol.md); both must be denials.
+    let replies = super::assert_same_but_errors(&scenario, fixture, &[2, 3]).await;
+    assert_eq!(replies[0]["result"]["dataBase64"], "aW5jbHVkZWQ=");
+    assert!(replies[1..]
+        .iter()
+        .all(|reply| reply.get("error").is_some()));
+}

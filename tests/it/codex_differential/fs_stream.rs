@@ -1,7 +1,7 @@
 //! Gaps 4 and 9 of issue 29: `fs/open` handle limits, write blocks and `replace`.
 
 use super::{assert_same, assert_same_but_errors, Scenario};
-use serde_json::json;
+use serde_json::{json, Value};
 use std::path::Path;
 
 fn file(root: &Path) {
@@ -161,4 +161,45 @@ async fn read_block_supports_non_sequential_offsets_and_lengths() {
         .request(7, "fs/close", json!({"handleId": "reader"}));
     let fixture = |root: &Path| std::fs::write(root.join("f"), "0123456789").unwrap();
     assert_same_but_errors(&scenario, fixture, &[2]).await;
+}
+
+/// Upstream: `stream_stops_after_an_exact_block_boundary` and
+/// `open_enforces_the_per_connection_limit_and_close_releases_capacity` (the release): a file
+/// of exactly two blocks reads as two full blocks, the second with `eof` only once a read
+/// comes back short; a closed handle's slot opens again.
+#[tokio::test]
+async fn stream_stops_after_an_exact_block_boundary() {
+    let read = |id: i64, offset: usize| {
+        (
+            id,
+            json!({"handleId": "r", "offset": offset, "len": BLOCK_SIZE}),
+        )
+    };
+    let (id, params) = open(1, "r", "exact-blocks.bin", "read");
+    let mut scenario = Scenario::initialized()
+        .request(id, "fs/open", params)
+        .then();
+    for (id, params) in [read(2, 0), read(3, BLOCK_SIZE), read(4, 2 * BLOCK_SIZE)] {
+        scenario = scenario.request(id, "fs/readBlock", params).then();
+    }
+    // With `r`, 128 handles: the table is full.
+    for n in 0..127 {
+        let (_, params) = open(0, &format!("h{n}"), "exact-blocks.bin", "read");
+        scenario = scenario.request(10 + n, "fs/open", params);
+    }
+    let (_, over) = open(0, "over", "exact-blocks.bin", "read");
+    let (_, again) = open(0, "over", "exact-blocks.bin", "read");
+    scenario = scenario
+        .then()
+        .request(199, "fs/open", over)
+        .then()
+        .request(200, "fs/close", json!({"handleId": "h0"}))
+        .then()
+        .request(201, "fs/open", again);
+    let replies = assert_same(&scenario, |root: &Path| {
+        std::fs::write(root.join("exact-blocks.bin"), vec![b'x'; 2 * BLOCK_SIZE]).unwrap();
+    })
+    .await;
+    let eof: Vec<&Value> = replies[1..4].iter().map(|r| &r["result"]["eof"]).collect();
+    assert_eq!(eof, [&json!(false), &json!(false), &json!(true)]);
 }

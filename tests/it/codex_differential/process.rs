@@ -106,3 +106,26 @@ async fn exec_server_dedupes_retried_process_write_ids() {
         replies[5]
     );
 }
+
+/// Upstream: `exec_process_signal_interrupts_process`: `process/signal` `interrupt` reaches
+/// the program's trap once it is ready, and its exit code is the trap's.
+#[tokio::test]
+async fn exec_process_signal_interrupts_process() {
+    let script = "trap 'printf \"signal:2\\n\"; exit 7' INT; printf 'ready\\n'; \
+        while :; do sleep 0.05; done";
+    let ready = json!({"processId": "p", "afterSeq": 0, "waitMs": 10_000});
+    let scenario = Scenario::initialized()
+        .replies_only()
+        .request(1, "process/start", start("p", script, None))
+        .then()
+        .request(2, "process/read", ready)
+        .then()
+        .request(
+            3,
+            "process/signal",
+            json!({"processId": "p", "signal": "interrupt"}),
+        )
+        .then();
+    let replies = assert_same(&read_when_closed(scenario, 4, "p", 4), nothing).await;
+    assert_eq!(replies[4]["result"]["exitCode"], 7, "{}", replies[4]);
+}
