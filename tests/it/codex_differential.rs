@@ -5,8 +5,10 @@
 //! after a completed handshake, then the messages read until the expected number of replies
 //! came. Each daemon gets a fresh fixture directory built by the test; `{root}` in the frames
 //! stands for it, and in the replies the directory, the peer's address and any session id are
-//! replaced by placeholders, so the two lists compare as values. The fidelity tests of issue 29
-//! live in the submodules, each named after the upstream test it follows.
+//! replaced by placeholders, so the two lists compare as values. The ports of upstream's own
+//! `codex-rs/exec-server/tests/` live in the submodules, each named after the upstream test it
+//! follows; `codex_differential/UPSTREAM.md` maps every upstream test to its port here, or says
+//! why it cannot run.
 
 mod decoder;
 mod fs_escapes;
