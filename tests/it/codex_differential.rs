@@ -17,6 +17,7 @@ mod fs_shared;
 mod fs_stream;
 mod fs_walk;
 mod handshake;
+mod http;
 mod http_env;
 mod no_follow;
 mod process;
@@ -192,6 +193,15 @@ fn normalise(message: Value, root: &str) -> Value {
             if member.ends_with("AtMs") {
                 *time = json!("{time}");
             }
+        }
+    }
+    // An HTTP response's `date` header says when, not what.
+    if let Some(headers) = value
+        .pointer_mut("/result/headers")
+        .and_then(Value::as_array_mut)
+    {
+        for header in headers.iter_mut().filter(|h| h["name"] == "date") {
+            header["value"] = json!("{date}");
         }
     }
     // An initialize result describes each daemon's own environment: only its shape compares.
