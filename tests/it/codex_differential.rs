@@ -21,6 +21,7 @@ mod http;
 mod http_env;
 mod no_follow;
 mod process;
+mod process_sandbox;
 
 use crate::common::codex_peer::CodexPeer;
 use crate::common::{Daemon, TIMEOUT};

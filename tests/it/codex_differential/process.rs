@@ -5,6 +5,8 @@
 //! that), so both daemons report the same chunks.
 
 use super::{assert_equal, assert_same, nothing, run_both, Scenario};
+use crate::common::codex_peer::CodexPeer;
+use crate::common::{Client, Daemon, TIMEOUT};
 use serde_json::{json, Value};
 
 fn start(id: &str, script: &str, pipe_stdin: Option<bool>) -> Value {
@@ -128,4 +130,132 @@ async fn exec_process_signal_interrupts_process() {
         .then();
     let replies = assert_same(&read_when_closed(scenario, 4, "p", 4), nothing).await;
     assert_eq!(replies[4]["result"]["exitCode"], 7, "{}", replies[4]);
+}
+
+/// Upstream: `exec_server_resumes_detached_session_without_killing_processes`: a process
+/// outlives its connection; a second connection resumes the session (retrying while the first
+/// is still attached, -32010), gets the same session id, finds the process running and
+/// terminates it.
+#[tokio::test]
+async fn exec_server_resumes_detached_session_without_killing_processes() {
+    let ours = Daemon::start();
+    let codex = CodexPeer::start(&[]);
+    let mut outcomes = Vec::new();
+    for url in [&ours.url, &codex.url] {
+        outcomes.push(resumed_session(url).await);
+    }
+    assert_equal(&outcomes[0], &outcomes[1]);
+    assert_eq!(
+        outcomes[0],
+        [
+            json!({"exited": false, "closed": false, "failure": null}),
+            json!({"running": true})
+        ]
+    );
+}
+
+/// What a resumed session says of the process its first connection started.
+async fn resumed_session(url: &str) -> Vec<Value> {
+    let first = Client::connect(url).await;
+    let session = first.initialize(None).await.unwrap();
+    let start = start("proc-resume", "IFS= read -r line", Some(true));
+    first.call("process/start", start).await;
+    first.close().await;
+    let second = Client::connect(url).await;
+    let resumed = tokio::time::timeout(TIMEOUT, async {
+        loop {
+            match second.initialize(Some(&session)).await {
+                Ok(resumed) => break resumed,
+                Err(error) if error["code"] == -32010 => {
+                    tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+                }
+                Err(error) => panic!("resume failed: {error}"),
+            }
+        }
+    })
+    .await
+    .expect("the session detaches in time");
+    assert_eq!(resumed, session);
+    let read = json!({"processId": "proc-resume", "afterSeq": null, "waitMs": 0});
+    let read = second.call("process/read", read).await;
+    let terminate = json!({"processId": "proc-resume"});
+    vec![
+        json!({"exited": read["exited"], "closed": read["closed"], "failure": read["failure"]}),
+        second.call("process/terminate", terminate).await,
+    ]
+}
+
+/// Everything `id` printed until it closed, read with long polls, and its exit code.
+async fn output_until_closed(client: &Client, id: &str) -> (String, Value) {
+    let (mut output, mut after_seq) = (Vec::new(), Value::Null);
+    loop {
+        let read = json!({"processId": id, "afterSeq": after_seq, "waitMs": 2_000});
+        let read = client.call("process/read", read).await;
+        for chunk in read["chunks"].as_array().unwrap() {
+            output.extend(crate::common::unb64(&chunk["chunk"]));
+        }
+        if read["closed"] == true {
+            return (
+                String::from_utf8_lossy(&output).into_owned(),
+                read["exitCode"].clone(),
+            );
+        }
+        after_seq = json!(read["nextSeq"].as_u64().unwrap() - 1);
+    }
+}
+
+/// Upstream: `exec_process_write_then_read` (tty): the line written reaches the program
+/// through the terminal, whose echo and answer come back joined (their chunks may split
+/// differently).
+#[tokio::test]
+async fn exec_process_write_then_read_on_a_tty() {
+    let ours = Daemon::start();
+    let codex = CodexPeer::start(&[]);
+    let mut outcomes = Vec::new();
+    for url in [&ours.url, &codex.url] {
+        let client = Client::connect(url).await;
+        client.initialize(None).await.unwrap();
+        let mut start = start(
+            "tty",
+            "IFS= read line; printf 'from-stdin:%s\\n' \"$line\"",
+            None,
+        );
+        start["tty"] = json!(true);
+        client.call("process/start", start).await;
+        client
+            .call("process/write", write("tty", "aGVsbG8K", "w"))
+            .await;
+        outcomes.push(output_until_closed(&client, "tty").await);
+    }
+    assert_eq!(outcomes[0], outcomes[1]);
+    assert!(outcomes[0].0.contains("from-stdin:hello"), "{outcomes:?}");
+}
+
+/// Upstream: `exec_process_retains_output_after_exit_until_streams_close` (a background child
+/// holding stdout in place of upstream's helper binary): the exit is reported before the
+/// output its child writes later, and the process closes only once that child is done.
+#[tokio::test]
+async fn exec_process_retains_output_after_exit_until_streams_close() {
+    let ours = Daemon::start();
+    let codex = CodexPeer::start(&[]);
+    let mut outcomes = Vec::new();
+    for url in [&ours.url, &codex.url] {
+        let client = Client::connect(url).await;
+        client.initialize(None).await.unwrap();
+        let script = "(sleep 0.3; printf 'late output after exit\\n') & exit 0";
+        client
+            .call("process/start", start("late", script, None))
+            .await;
+        let first = json!({"processId": "late", "afterSeq": null, "waitMs": 2_000});
+        let first = client.call("process/read", first).await;
+        let at_exit = json!({"chunks": first["chunks"], "exitCode": first["exitCode"],
+            "closed": first["closed"]});
+        outcomes.push((at_exit, output_until_closed(&client, "late").await));
+    }
+    assert_eq!(outcomes[0], outcomes[1]);
+    assert_eq!(
+        outcomes[0].0,
+        json!({"chunks": [], "exitCode": 0, "closed": false})
+    );
+    assert_eq!(outcomes[0].1 .0, "late output after exit\n");
 }
