@@ -238,15 +238,16 @@ pub async fn run_both(scenario: &Scenario, fixture: impl Fn(&Path)) -> (Vec<Valu
     run_on(scenario, fixture, &ours, &codex).await
 }
 
-/// [`run_both`] with extra environment for both daemons.
+/// [`run_both`] with extra arguments (the flags both CLIs share) and environment for both
+/// daemons.
 pub async fn run_both_with(
     scenario: &Scenario,
     fixture: impl Fn(&Path),
-    ours_args: &[&str],
+    args: &[&str],
     env: &[(&str, &str)],
 ) -> (Vec<Value>, Vec<Value>) {
-    let ours = Daemon::start_with(ours_args, env);
-    let codex = CodexPeer::start_with(&[], env);
+    let ours = Daemon::start_with(args, env);
+    let codex = CodexPeer::start_with(args, env);
     run_on(scenario, fixture, &ours, &codex).await
 }
 

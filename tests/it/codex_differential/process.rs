@@ -4,7 +4,7 @@
 //! compared; output is read once the process closed (a read after its last seq waits for
 //! that), so both daemons report the same chunks.
 
-use super::{assert_equal, assert_same, nothing, run_both, Scenario};
+use super::{assert_equal, assert_same, nothing, run_both, run_both_with, Scenario};
 use crate::common::codex_peer::CodexPeer;
 use crate::common::{Client, Daemon, TIMEOUT};
 use serde_json::{json, Value};
@@ -258,4 +258,46 @@ async fn exec_process_retains_output_after_exit_until_streams_close() {
         json!({"chunks": [], "exitCode": 0, "closed": false})
     );
     assert_eq!(outcomes[0].1 .0, "late output after exit\n");
+}
+
+/// Upstream: `exec_server_keeps_control_requests_live_during_long_reads_and_queued_requests`:
+/// with `--concurrent-requests 32`, 33 long-polling reads fill the connection's slots (one
+/// queued), yet `environment/info` and `environment/status` answer, and `process/terminate`
+/// ends the process, which completes every read, the queued one included.
+#[tokio::test]
+async fn exec_server_keeps_control_requests_live_during_long_reads_and_queued_requests() {
+    let read = json!({"id": 0, "method": "process/read", "params":
+        {"processId": "p", "afterSeq": null, "maxBytes": null, "waitMs": 600_000}});
+    let mut scenario = Scenario::initialized()
+        .replies_only()
+        .request(1, "process/start", start("p", "sleep 600", None))
+        .then();
+    for n in 0..33 {
+        let mut read = read.clone();
+        read["id"] = json!(100 + n);
+        // Awaited with the terminate below: they answer only once the process ended.
+        scenario = scenario.frame(read.to_string(), 0);
+    }
+    let terminate = json!({"id": 4, "method": "process/terminate", "params": {"processId": "p"}});
+    scenario = scenario
+        .request(2, "environment/info", json!({}))
+        .request(3, "environment/status", json!({}))
+        .then()
+        .frame(terminate.to_string(), 1 + 33);
+    let args = ["--concurrent-requests", "32"];
+    let (ours, codex) = run_both_with(&scenario, nothing, &args, &[]).await;
+    // What each daemon reports of itself and of the ended reads is its own; which requests
+    // answered, and what the control ones said, compares.
+    let outcome = |replies: &[Value]| -> Vec<Value> {
+        replies
+            .iter()
+            .map(|reply| match reply["id"].as_i64() {
+                Some(2) => json!({"id": 2, "answered": reply.get("result").is_some()}),
+                Some(id) if id >= 100 => json!({"id": id, "ended": reply["result"]["exited"]}),
+                _ => reply.clone(),
+            })
+            .collect()
+    };
+    assert_equal(&outcome(&ours), &outcome(&codex));
+    assert_eq!(ours.len(), 4 + 33, "{ours:?}");
 }
