@@ -315,6 +315,18 @@ pub fn lines(messages: &[Value]) -> String {
         .join("\n")
 }
 
+/// `path` under the fixture directory, as a wire path.
+pub fn at(path: &str) -> String {
+    format!("file://{{root}}/{path}")
+}
+
+/// A FIFO at `path` that nobody writes to.
+pub fn mkfifo(path: &Path) {
+    let path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path; mkfifo touches nothing else.
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+}
+
 /// No fixture: the scenario touches no files.
 pub fn nothing(_: &Path) {}
 

@@ -4,13 +4,11 @@
 //! daemons, and the outside files are read back afterwards to show nothing changed.
 
 use super::fs_sandboxed::restricted;
-use super::{assert_same_but_errors, Scenario};
+use super::{assert_same_but_errors, at, Scenario};
+use crate::common::codex_peer::CodexPeer;
+use crate::common::{Client, Daemon};
 use serde_json::{json, Value};
 use std::path::Path;
-
-fn at(path: &str) -> String {
-    format!("file://{{root}}/{path}")
-}
 
 /// `params` with the sandbox granting `entries`.
 fn inside(mut params: Value, entries: &[(&str, &str)]) -> Value {
@@ -42,7 +40,10 @@ fn escape_fixture(root: &Path) {
 async fn sandboxed_operations_reject_symlink_escapes() {
     let (read, write) = ([("allowed", "read")], [("allowed", "write")]);
     let escape = at("allowed/link/secret.txt");
-    let copy = |source: &str, destination: &str| json!({"sourcePath": at(source), "destinationPath": at(destination), "recursive": false});
+    let copy = |source: &str, destination: &str| {
+        let (source, destination) = (at(source), at(destination));
+        json!({"sourcePath": source, "destinationPath": destination, "recursive": false})
+    };
     let scenario = Scenario::initialized()
         .request(1, "fs/readFile", inside(json!({"path": escape}), &read))
         .request(
@@ -122,7 +123,8 @@ async fn sandboxed_operations_reject_symlink_escapes() {
 }
 
 /// Upstream: `file_system_sandboxed_metadata_and_read_allow_readable_root`,
-/// `file_system_walk_honors_read_sandbox`, `file_system_sandboxed_write_preserves_existing_hard_link`,
+/// `file_system_walk_honors_read_sandbox`,
+/// `file_system_sandboxed_write_preserves_existing_hard_link`,
 /// `file_system_remove_removes_symlink_not_target`, `file_system_copy_preserves_symlink_source`
 /// and `file_system_sandboxed_write_allows_additional_write_root`: what a sandbox grants works,
 /// links and hard links inside it are handled as themselves.
@@ -224,7 +226,10 @@ async fn writable_open_obeys_sandbox_write_permissions() {
             let entries = &mut sandbox["permissions"]["file_system"]["entries"];
             entries.as_array_mut().unwrap().push(full_disk.clone());
         }
-        let open = |handle: &str, path: &str| json!({"handleId": handle, "path": at(path), "mode": "replace", "sandbox": sandbox});
+        let open = |handle: &str, path: &str| {
+            let path = at(path);
+            json!({"handleId": handle, "path": path, "mode": "replace", "sandbox": sandbox})
+        };
         let first = 10 * n as i64;
         scenario = scenario
             .request(first + 1, "fs/open", open("denied", "outside/secret.txt"))
@@ -248,4 +253,64 @@ async fn writable_open_obeys_sandbox_write_permissions() {
         .request(22, "fs/readFile", json!({"path": at("outside/secret.txt")}));
     let replies = assert_same_but_errors(&scenario, escape_fixture, &[1, 11]).await;
     assert!(replies[0].get("error").is_some(), "{}", replies[0]);
+}
+
+/// Upstream: `file_system_sandboxed_read_rejects_symlink_parent_dotdot_escape`: a `..` after
+/// a link out of the grant is resolved in the URI, before any file is touched, so the read
+/// names `allowed/secret.txt`, which does not exist; nothing outside is read.
+#[tokio::test]
+async fn sandboxed_read_rejects_symlink_parent_dotdot_escape() {
+    let read = json!({"path": "file://{root}/allowed/link/../secret.txt"});
+    let scenario =
+        Scenario::initialized().request(1, "fs/readFile", inside(read, &[("allowed", "read")]));
+    let fixture = |root: &Path| {
+        escape_fixture(root);
+        std::fs::write(root.join("secret.txt"), "nope").unwrap();
+    };
+    let replies = assert_same_but_errors(&scenario, fixture, &[1]).await;
+    assert!(replies[0].get("error").is_some(), "{}", replies[0]);
+}
+
+/// Upstream: `file_stream.rs` `stream_keeps_reading_the_open_file_after_path_replacement`:
+/// a handle opened under a read sandbox keeps reading the file it opened after the path is
+/// replaced between two blocks.
+#[tokio::test]
+async fn stream_keeps_reading_the_open_file_after_path_replacement() {
+    let block = 1024 * 1024;
+    let ours = Daemon::start();
+    let codex = CodexPeer::start(&[]);
+    let mut outcomes = Vec::new();
+    for url in [&ours.url, &codex.url] {
+        let dir = crate::common::scratch_dir();
+        let path = dir.path().join("replaceable.bin");
+        std::fs::write(&path, vec![b'a'; block + 1]).unwrap();
+        let client = Client::connect(url).await;
+        client.initialize(None).await.unwrap();
+        let root = dir.path().to_str().unwrap();
+        let sandbox = serde_json::to_string(&restricted(&[("", "read")]))
+            .unwrap()
+            .replace("{root}", root);
+        let open = json!({"handleId": "r", "path": format!("file://{}", path.display()),
+            "sandbox": serde_json::from_str::<Value>(&sandbox).unwrap()});
+        client.call("fs/open", open).await;
+        let read = |offset: usize| json!({"handleId": "r", "offset": offset, "len": block});
+        let first = client.call("fs/readBlock", read(0)).await;
+        let replacement = dir.path().join("replacement.bin");
+        std::fs::write(&replacement, vec![b'b'; block + 1]).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        std::fs::rename(&replacement, &path).unwrap();
+        let second = client.call("fs/readBlock", read(block)).await;
+        let third = client.call("fs/readBlock", read(block + 1)).await;
+        let summary = |reply: &Value| {
+            let chunk = crate::common::unb64(&reply["chunk"]);
+            let distinct: std::collections::BTreeSet<&u8> = chunk.iter().collect();
+            json!({"len": chunk.len(), "distinct": distinct, "eof": reply["eof"]})
+        };
+        outcomes.push([summary(&first), summary(&second), summary(&third)]);
+    }
+    assert_eq!(outcomes[0], outcomes[1]);
+    assert_eq!(
+        outcomes[0][1],
+        json!({"len": 1, "distinct": [b'a'], "eof": true})
+    );
 }

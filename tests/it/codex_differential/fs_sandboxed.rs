@@ -2,7 +2,7 @@
 //! `followSymlinks` and inside upstream's strict workspace-write sandbox (one writable root, and
 //! nothing else readable, not even `/`): what an agent's file edits do in codex's everyday mode.
 
-use super::{assert_same, nothing, Scenario};
+use super::{assert_same, at, nothing, Scenario};
 use serde_json::{json, Value};
 
 /// A restricted profile as upstream's tests build them (`tests/file_system/support.rs`):
@@ -42,10 +42,6 @@ fn variants(params: Value) -> [Value; 3] {
         }
         params
     })
-}
-
-fn at(path: &str) -> String {
-    format!("file://{{root}}/{path}")
 }
 
 /// Upstream: `file_system_create_directory_creates_nested_directories` (local/remote ×

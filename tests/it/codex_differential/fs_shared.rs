@@ -3,13 +3,9 @@
 //! files it left behind read back through the wire, so what landed on disk is compared too.
 
 use super::fs_sandboxed::restricted;
-use super::{assert_same, Scenario};
+use super::{assert_same, at, mkfifo, Scenario};
 use serde_json::{json, Value};
 use std::path::Path;
-
-fn at(path: &str) -> String {
-    format!("file://{{root}}/{path}")
-}
 
 fn path(path: &str) -> Value {
     json!({"path": at(path)})
@@ -23,12 +19,6 @@ fn write(root: &Path, relative: &str, contents: &str) {
     let file = root.join(relative);
     std::fs::create_dir_all(file.parent().unwrap()).unwrap();
     std::fs::write(file, contents).unwrap();
-}
-
-fn mkfifo(path: &Path) {
-    let path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-    // SAFETY: a valid NUL-terminated path; mkfifo touches nothing else.
-    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
 }
 
 /// Upstream: `file_system_get_metadata_reports_files_and_directories`,

@@ -1,20 +1,13 @@
 //! Gap 5 of issue 29: no-follow reads and symlinks in any path component.
 
 use super::fs_sandboxed::strict_workspace_write;
-use super::{assert_same, assert_same_but_errors, lines, run_both, Scenario};
+use super::{assert_same, assert_same_but_errors, at, lines, mkfifo, run_both, Scenario};
 use serde_json::{json, Value};
-use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;
 
 /// A FIFO nobody writes to.
 fn fifo(root: &Path) {
-    let fifo = std::ffi::CString::new(root.join("fifo").as_os_str().as_bytes()).unwrap();
-    // SAFETY: a valid NUL-terminated path; mkfifo touches nothing else.
-    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
-}
-
-fn at(path: &str) -> String {
-    format!("file://{{root}}/{path}")
+    mkfifo(&root.join("fifo"));
 }
 
 /// Upstream: `codex-rs/exec-server/tests/file_stream.rs`
@@ -58,7 +51,10 @@ async fn file_system_operations_can_reject_symlinks_in_any_path_component() {
         .into_iter()
         .enumerate()
     {
-        let no_follow = |path: &str| json!({"path": at(path), "followSymlinks": false, "sandbox": sandbox.clone()});
+        let no_follow = |path: &str| {
+            let (path, sandbox) = (at(path), sandbox.clone());
+            json!({"path": path, "followSymlinks": false, "sandbox": sandbox})
+        };
         let write = |path: &str| {
             let mut params = no_follow(path);
             params["dataBase64"] = json!("Y2hhbmdlZA==");
@@ -155,7 +151,10 @@ async fn file_system_no_follow_non_recursive_root_creation_fails() {
 /// link inside it anyway. Outside a tree both agree.
 #[tokio::test]
 async fn recursive_no_follow_removal_is_a_documented_difference() {
-    let remove = |path: &str, recursive: bool| json!({"path": at(path), "followSymlinks": false, "recursive": recursive});
+    let remove = |path: &str, recursive: bool| {
+        let path = at(path);
+        json!({"path": path, "followSymlinks": false, "recursive": recursive})
+    };
     let scenario = Scenario::initialized()
         .request(1, "fs/remove", remove("tree", true))
         .request(2, "fs/remove", remove("missing/x", false));

@@ -23,7 +23,7 @@ fn write(id: &str, chunk: &str, write_id: &str) -> Value {
 }
 
 /// Reads `id` once its `closed` (seq `last`) is out, then all it retained.
-fn read_when_closed(scenario: Scenario, first_id: i64, id: &str, last: u64) -> Scenario {
+pub(super) fn read_when_closed(scenario: Scenario, first_id: i64, id: &str, last: u64) -> Scenario {
     let wait = json!({"processId": id, "afterSeq": last - 1, "waitMs": 10_000});
     scenario
         .request(first_id, "process/read", wait)
@@ -185,23 +185,34 @@ async fn resumed_session(url: &str) -> Vec<Value> {
     ]
 }
 
-/// Everything `id` printed until it closed, read with long polls, and its exit code.
-async fn output_until_closed(client: &Client, id: &str) -> (String, Value) {
-    let (mut output, mut after_seq) = (Vec::new(), Value::Null);
+/// Every chunk `id` sent until it closed, read with long polls, and the last read.
+pub(super) async fn chunks_until_closed(client: &Client, id: &str) -> (Vec<Value>, Value) {
+    let (mut chunks, mut after_seq) = (Vec::new(), Value::Null);
     loop {
         let read = json!({"processId": id, "afterSeq": after_seq, "waitMs": 2_000});
         let read = client.call("process/read", read).await;
-        for chunk in read["chunks"].as_array().unwrap() {
-            output.extend(crate::common::unb64(&chunk["chunk"]));
-        }
+        chunks.extend(read["chunks"].as_array().unwrap().iter().cloned());
         if read["closed"] == true {
-            return (
-                String::from_utf8_lossy(&output).into_owned(),
-                read["exitCode"].clone(),
-            );
+            return (chunks, read);
         }
         after_seq = json!(read["nextSeq"].as_u64().unwrap() - 1);
     }
+}
+
+/// The text of the `chunks` of `stream`, or of every stream.
+pub(super) fn text(chunks: &[Value], stream: Option<&str>) -> String {
+    let bytes: Vec<u8> = chunks
+        .iter()
+        .filter(|chunk| stream.is_none_or(|stream| chunk["stream"] == stream))
+        .flat_map(|chunk| crate::common::unb64(&chunk["chunk"]))
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// Everything `id` printed until it closed, and its exit code.
+async fn output_until_closed(client: &Client, id: &str) -> (String, Value) {
+    let (chunks, last) = chunks_until_closed(client, id).await;
+    (text(&chunks, None), last["exitCode"].clone())
 }
 
 /// Upstream: `exec_process_write_then_read` (tty): the line written reaches the program

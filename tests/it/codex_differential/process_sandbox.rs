@@ -3,13 +3,19 @@
 //! the program's own `arg0`, a tty, a hostile `PATH`, and a profile whose workspace roots are
 //! empty. Replies only; output is read once the process closed.
 
-use super::{assert_same, run_both, Scenario};
+use super::process::{chunks_until_closed, read_when_closed, text};
+use super::{assert_same, Scenario};
+use crate::common::codex_peer::CodexPeer;
+use crate::common::{Client, Daemon};
 use serde_json::{json, Value};
 use std::path::Path;
 
 /// Upstream's profile: `minimal` and `project_roots` readable, the workspace the only root.
 fn read_workspace(roots: Value) -> Value {
-    let entry = |kind: &str| json!({"path": {"type": "special", "value": {"kind": kind}}, "access": "read"});
+    let entry = |kind: &str| {
+        let path = json!({"type": "special", "value": {"kind": kind}});
+        json!({"path": path, "access": "read"})
+    };
     json!({
         "permissions": {"type": "managed", "network": "restricted", "file_system": {
             "type": "restricted", "entries": [entry("minimal"), entry("project_roots")]}},
@@ -22,15 +28,6 @@ fn read_workspace(roots: Value) -> Value {
 fn sandboxed(id: &str, argv: &[&str], env: Value, sandbox: Value) -> Value {
     json!({"processId": id, "argv": argv, "cwd": "file://{root}/workspace", "env": env,
         "tty": false, "sandbox": sandbox})
-}
-
-/// The reads of `id` once closed (its last event at `last`).
-fn read_when_closed(scenario: Scenario, first_id: i64, id: &str, last: u64) -> Scenario {
-    let wait = json!({"processId": id, "afterSeq": last - 1, "waitMs": 10_000});
-    scenario
-        .request(first_id, "process/read", wait)
-        .then()
-        .request(first_id + 1, "process/read", json!({"processId": id}))
 }
 
 fn workspace(root: &Path) {
@@ -94,33 +91,32 @@ async fn sandboxed_processes_read_the_workspace_only_as_upstream() {
 /// (docs/protocol.md: ours exits 126 as a shell would, upstream's launcher panics with 101).
 #[tokio::test]
 async fn remote_process_preserves_empty_workspace_roots() {
-    let mut sandbox = read_workspace(json!([]));
-    let entries = &mut sandbox["permissions"]["file_system"]["entries"];
-    entries.as_array_mut().unwrap().remove(0);
-    let script = "/bin/cat {root}/workspace/allowed.txt 2>/dev/null";
-    let argv = ["/bin/sh", "-c", script];
-    let path = json!({"PATH": std::env::var("PATH").unwrap()});
-    let scenario = Scenario::initialized()
-        .replies_only()
-        .request(1, "process/start", sandboxed("p", &argv, path, sandbox))
-        .then();
-    let (ours, codex) = run_both(&read_when_closed(scenario, 2, "p", 2), workspace).await;
-    let outcome = |replies: &[Value]| {
-        let last = &replies[2]["result"];
-        let stdout: Vec<&Value> = last["chunks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|chunk| chunk["stream"] == "stdout")
-            .collect();
-        json!({"started": replies[0]["result"], "stdout": stdout, "closed": last["closed"],
-            "failed": last["exitCode"] != 0, "sandboxDenied": last["sandboxDenied"]})
-    };
-    assert_eq!(
-        outcome(&ours),
-        outcome(&codex),
-        "ours: {ours:?}\ncodex: {codex:?}"
-    );
-    assert_eq!(outcome(&ours)["failed"], true);
-    assert_eq!(ours[2]["result"]["exitCode"], 126, "{}", ours[2]);
+    let ours = Daemon::start();
+    let codex = CodexPeer::start(&[]);
+    let mut outcomes = Vec::new();
+    for url in [&ours.url, &codex.url] {
+        let dir = crate::common::scratch_dir();
+        workspace(dir.path());
+        let root = dir.path().to_str().unwrap();
+        let mut sandbox = read_workspace(json!([]));
+        let entries = &mut sandbox["permissions"]["file_system"]["entries"];
+        entries.as_array_mut().unwrap().remove(0);
+        let script = format!("/bin/cat {root}/workspace/allowed.txt 2>/dev/null");
+        let path = json!({"PATH": std::env::var("PATH").unwrap()});
+        let start = sandboxed("p", &["/bin/sh", "-c", &script], path, sandbox);
+        let start: Value =
+            serde_json::from_str(&start.to_string().replace("{root}", root)).unwrap();
+        let client = Client::connect(url).await;
+        client.initialize(None).await.unwrap();
+        let started = client.call("process/start", start).await;
+        let (chunks, last) = chunks_until_closed(&client, "p").await;
+        let stdout = text(&chunks, Some("stdout"));
+        outcomes.push(json!({"started": started, "stdout": stdout,
+            "failed": last["exitCode"] != 0, "sandboxDenied": last["sandboxDenied"]}));
+        if outcomes.len() == 1 {
+            assert_eq!(last["exitCode"], 126, "{last}");
+        }
+    }
+    assert_eq!(outcomes[0], outcomes[1]);
+    assert_eq!(outcomes[0]["failed"], true);
 }
