@@ -44,61 +44,49 @@ async fn sandboxed_operations_reject_symlink_escapes() {
         let (source, destination) = (at(source), at(destination));
         json!({"sourcePath": source, "destinationPath": destination, "recursive": false})
     };
-    let scenario = Scenario::initialized()
-        .request(1, "fs/readFile", inside(json!({"path": escape}), &read))
-        .request(
-            2,
+    let escapes = [
+        ("fs/readFile", json!({"path": escape}), &read),
+        (
             "fs/writeFile",
-            inside(
-                json!({"path": at("allowed/link/blocked.txt"), "dataBase64": "bm9wZQ=="}),
-                &write,
-            ),
-        )
-        .request(
-            3,
+            json!({"path": at("allowed/link/blocked.txt"), "dataBase64": "bm9wZQ=="}),
+            &write,
+        ),
+        (
             "fs/createDirectory",
-            inside(
-                json!({"path": at("allowed/link/created"), "recursive": false}),
-                &write,
-            ),
-        )
-        .request(
-            4,
+            json!({"path": at("allowed/link/created"), "recursive": false}),
+            &write,
+        ),
+        (
             "fs/readDirectory",
-            inside(json!({"path": at("allowed/link")}), &read),
-        )
-        .request(
-            5,
+            json!({"path": at("allowed/link")}),
+            &read,
+        ),
+        (
             "fs/copy",
-            inside(
-                copy("allowed/source.txt", "allowed/link/copied.txt"),
-                &write,
-            ),
-        )
-        .request(
-            6,
+            copy("allowed/source.txt", "allowed/link/copied.txt"),
+            &write,
+        ),
+        (
             "fs/copy",
-            inside(
-                copy("allowed/link/secret.txt", "allowed/copied.txt"),
-                &write,
-            ),
-        )
-        .request(
-            7,
+            copy("allowed/link/secret.txt", "allowed/copied.txt"),
+            &write,
+        ),
+        (
             "fs/remove",
-            inside(
-                json!({"path": escape, "recursive": false, "force": false}),
-                &write,
-            ),
-        )
-        .request(
-            8,
+            json!({"path": escape, "recursive": false, "force": false}),
+            &write,
+        ),
+        (
             "fs/writeFile",
-            inside(
-                json!({"path": at("allowed/blocked.txt"), "dataBase64": "bm9wZQ=="}),
-                &read,
-            ),
-        )
+            json!({"path": at("allowed/blocked.txt"), "dataBase64": "bm9wZQ=="}),
+            &read,
+        ),
+    ];
+    let mut scenario = Scenario::initialized();
+    for (id, (method, params, grant)) in (1..).zip(escapes) {
+        scenario = scenario.request(id, method, inside(params, grant));
+    }
+    let scenario = scenario
         .then()
         .request(9, "fs/readDirectory", json!({"path": at("outside")}))
         .request(10, "fs/readFile", json!({"path": at("outside/secret.txt")}))
@@ -114,12 +102,10 @@ async fn sandboxed_operations_reject_symlink_escapes() {
         );
     let refused: Vec<i64> = (1..=8).collect();
     let replies = assert_same_but_errors(&scenario, escape_fixture, &refused).await;
-    assert!(
-        replies[..8]
-            .iter()
-            .all(|reply| reply.get("error").is_some()),
-        "{replies:?}"
-    );
+    let failed = replies[..8]
+        .iter()
+        .all(|reply| reply.get("error").is_some());
+    assert!(failed, "{replies:?}");
 }
 
 /// Upstream: `file_system_sandboxed_metadata_and_read_allow_readable_root`,
@@ -134,59 +120,37 @@ async fn sandboxed_operations_inside_the_grant_match_upstream() {
     let split = [("allowed/readable", "read"), ("allowed/writable", "write")];
     let walk_options = json!({"maxDepth": 1, "maxDirectories": 2, "maxEntries": 20,
         "followDirectorySymlinks": false});
-    let scenario = Scenario::initialized()
-        .request(
-            1,
-            "fs/getMetadata",
-            inside(json!({"path": at("allowed/note.txt")}), &read),
-        )
-        .request(
-            2,
-            "fs/readFile",
-            inside(json!({"path": at("allowed/note.txt")}), &read),
-        )
-        .request(
-            3,
+    let note = json!({"path": at("allowed/note.txt")});
+    let copy_link = json!({"sourcePath": at("allowed/file-link"),
+        "destinationPath": at("allowed/copied-link"), "recursive": false});
+    let granted = [
+        ("fs/getMetadata", note.clone(), &read[..]),
+        ("fs/readFile", note, &read),
+        (
             "fs/walk",
-            inside(
-                json!({"path": at("allowed"), "options": walk_options}),
-                &read,
-            ),
-        )
-        .request(
-            4,
+            json!({"path": at("allowed"), "options": walk_options}),
+            &read,
+        ),
+        (
             "fs/writeFile",
-            inside(
-                json!({"path": at("allowed/hard-link.txt"), "dataBase64": "dXBkYXRlZA=="}),
-                &write,
-            ),
-        )
-        .request(
-            5,
-            "fs/copy",
-            inside(
-                json!({"sourcePath": at("allowed/file-link"),
-                    "destinationPath": at("allowed/copied-link"), "recursive": false}),
-                &write,
-            ),
-        )
-        .request(
-            6,
+            json!({"path": at("allowed/hard-link.txt"), "dataBase64": "dXBkYXRlZA=="}),
+            &write,
+        ),
+        ("fs/copy", copy_link, &write),
+        (
             "fs/writeFile",
-            inside(
-                json!({"path": at("allowed/writable/note.txt"), "dataBase64": "Y3JlYXRlZA=="}),
-                &split,
-            ),
-        )
+            json!({"path": at("allowed/writable/note.txt"), "dataBase64": "Y3JlYXRlZA=="}),
+            &split,
+        ),
+    ];
+    let mut scenario = Scenario::initialized();
+    for (id, (method, params, grant)) in (1..).zip(granted) {
+        scenario = scenario.request(id, method, inside(params, grant));
+    }
+    let remove_link = json!({"path": at("allowed/file-link"), "recursive": false, "force": false});
+    let scenario = scenario
         .then()
-        .request(
-            7,
-            "fs/remove",
-            inside(
-                json!({"path": at("allowed/file-link"), "recursive": false, "force": false}),
-                &write,
-            ),
-        )
+        .request(7, "fs/remove", inside(remove_link, &write))
         .then()
         .request(8, "fs/readFile", json!({"path": at("outside/secret.txt")}))
         .request(
@@ -205,11 +169,8 @@ async fn sandboxed_operations_inside_the_grant_match_upstream() {
             json!({"path": at("allowed/writable/note.txt")}),
         );
     let replies = assert_same_but_errors(&scenario, escape_fixture, &[]).await;
-    assert_eq!(
-        replies[7]["result"]["dataBase64"], "dXBkYXRlZA==",
-        "{}",
-        replies[7]
-    );
+    let updated = &replies[7]["result"]["dataBase64"];
+    assert_eq!(updated, "dXBkYXRlZA==", "{}", replies[7]);
 }
 
 /// Upstream: `file_stream.rs` `writable_open_obeys_sandbox_write_permissions`: a `replace` open

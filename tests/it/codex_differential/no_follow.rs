@@ -37,6 +37,39 @@ fn component_links(root: &Path) {
     std::os::unix::fs::symlink("real/existing.txt", root.join("file-link")).unwrap();
 }
 
+/// Upstream's operations on the links of [`component_links`], each with `followSymlinks:
+/// false` under `sandbox` (null: none).
+fn no_follow_operations(sandbox: &Value) -> Vec<(&'static str, Value)> {
+    let no_follow = |path: &str| {
+        let (path, sandbox) = (at(path), sandbox.clone());
+        json!({"path": path, "followSymlinks": false, "sandbox": sandbox})
+    };
+    let write = |path: &str| {
+        let mut params = no_follow(path);
+        params["dataBase64"] = json!("Y2hhbmdlZA==");
+        params
+    };
+    let mut mkdir = no_follow("directory-link/created");
+    mkdir["recursive"] = json!(true);
+    let remove = |path: &str| {
+        let mut params = no_follow(path);
+        params["recursive"] = json!(false);
+        params["force"] = json!(false);
+        params
+    };
+    vec![
+        ("fs/readFile", no_follow("file-link")),
+        ("fs/readFile", no_follow("directory-link/existing.txt")),
+        ("fs/writeFile", write("file-link")),
+        ("fs/writeFile", write("directory-link/existing.txt")),
+        ("fs/getMetadata", no_follow("file-link")),
+        ("fs/getMetadata", no_follow("real")),
+        ("fs/createDirectory", mkdir),
+        ("fs/remove", remove("directory-link/removable.txt")),
+        ("fs/remove", remove("file-link")),
+    ]
+}
+
 /// Upstream: `codex-rs/exec-server/tests/file_system_unix.rs`
 /// `file_system_operations_can_reject_symlinks_in_any_path_component`, unsandboxed and inside
 /// upstream's strict workspace-write sandbox: with `followSymlinks: false` every operation on
@@ -51,36 +84,8 @@ async fn file_system_operations_can_reject_symlinks_in_any_path_component() {
         .into_iter()
         .enumerate()
     {
-        let no_follow = |path: &str| {
-            let (path, sandbox) = (at(path), sandbox.clone());
-            json!({"path": path, "followSymlinks": false, "sandbox": sandbox})
-        };
-        let write = |path: &str| {
-            let mut params = no_follow(path);
-            params["dataBase64"] = json!("Y2hhbmdlZA==");
-            params
-        };
-        let mut mkdir = no_follow("directory-link/created");
-        mkdir["recursive"] = json!(true);
-        let remove = |path: &str| {
-            let mut params = no_follow(path);
-            params["recursive"] = json!(false);
-            params["force"] = json!(false);
-            params
-        };
-        let operations = [
-            ("fs/readFile", no_follow("file-link")),
-            ("fs/readFile", no_follow("directory-link/existing.txt")),
-            ("fs/writeFile", write("file-link")),
-            ("fs/writeFile", write("directory-link/existing.txt")),
-            ("fs/getMetadata", no_follow("file-link")),
-            ("fs/getMetadata", no_follow("real")),
-            ("fs/createDirectory", mkdir),
-            ("fs/remove", remove("directory-link/removable.txt")),
-            ("fs/remove", remove("file-link")),
-        ];
         // One at a time, as upstream: a link removed early would change what the rest see.
-        for (step, (method, params)) in operations.into_iter().enumerate() {
+        for (step, (method, params)) in no_follow_operations(&sandbox).into_iter().enumerate() {
             scenario = scenario
                 .request(20 * n as i64 + step as i64 + 1, method, params)
                 .then();
