@@ -69,8 +69,8 @@ pub struct Args {
     #[arg(long, env = "EXEC_SERVER_MAX_MESSAGE_BYTES", default_value_t = 64 * 1024 * 1024)]
     pub max_message_bytes: usize,
 
-    /// Requests of one connection handled at once; beyond it the connection is not read
-    /// (backpressure, not errors).
+    /// Requests of one connection handled at once, and as many control requests (status checks,
+    /// terminate, close); past twice it the connection is not read (backpressure, not errors).
     /// (`--concurrent-requests`, codex's name, is the same limit; codex's default is 1.)
     #[arg(
         long,

@@ -5,7 +5,7 @@ use super::FsError;
 use exec_server_protocol::PathUri;
 use std::fs::{File, Metadata, OpenOptions};
 use std::io;
-use std::os::fd::{AsRawFd as _, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
@@ -63,30 +63,36 @@ pub(super) fn open_unless_link(path: &Path, options: &mut OpenOptions) -> Result
     })
 }
 
+/// Directories on the way are opened `O_PATH`, as upstream: a path-only descriptor needs no
+/// read right, so a sandbox that grants only a workspace (not `/` or its ancestors) still
+/// lets the walk reach it; Landlock checks the operation at the end instead.
+fn open_directory(dir: Option<&OwnedFd>, name: &Path) -> io::Result<OwnedFd> {
+    use nix::fcntl::OFlag;
+    let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let mode = nix::sys::stat::Mode::empty();
+    Ok(match dir {
+        Some(dir) => nix::fcntl::openat(dir, name, flags, mode),
+        None => nix::fcntl::open(name, flags, mode),
+    }?)
+}
+
 /// The directory holding `path`, opened from `/` one component at a time without following
 /// any symlink; a symlinked component is refused naming it.
 fn open_parent_nofollow(path: &Path) -> Result<OwnedFd, FsError> {
+    let mut dir = with_path(open_directory(None, Path::new("/")), path)?;
     let Some(parent) = path.parent() else {
-        return with_path(File::open("/"), path).map(OwnedFd::from);
+        return Ok(dir);
     };
     let mut walked = PathBuf::from("/");
-    let mut dir: OwnedFd = with_path(File::open("/"), path)?.into();
     for component in parent.components().skip(1) {
         walked.push(component);
-        let name = crate::path::cstring(Path::new(component.as_os_str()))
-            .map_err(|err| FsError::io(err, path))?;
-        let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
-        // SAFETY: `dir` is an open directory fd and `name` a NUL-terminated single component.
-        let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags) };
-        if fd < 0 {
-            let err = io::Error::last_os_error();
+        let fd = open_directory(Some(&dir), Path::new(component.as_os_str()));
+        dir = fd.map_err(|err| {
             if err.raw_os_error() == Some(libc::ENOTDIR) && refuse_symlink(&walked).is_err() {
-                return Err(symlink_refused(&walked));
+                return symlink_refused(&walked);
             }
-            return Err(FsError::io(err, path));
-        }
-        // SAFETY: the kernel returned a new fd that nothing else owns.
-        dir = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+            FsError::io(err, path)
+        })?;
     }
     Ok(dir)
 }

@@ -89,21 +89,18 @@ pub(crate) async fn read_block(
         .ok_or_else(|| FsError::UnknownHandle(handle_id.clone()))?;
     let id = handle_id.clone();
     let outcome = blocking(move || match &*handle {
-        Handle::Read(file) => Ok(read_stream::read_block(file, offset, len)),
+        Handle::Read(file) => read_stream::read_block(file, offset, len)
+            .map_err(|err| FsError::Io { err, path: None }),
         Handle::Write(_) => Err(not_open_for(&id, "reading")),
     })
-    .await?;
-    match outcome {
-        Ok((chunk, eof)) => Ok(Success::WithChunk {
-            result: serde_json::Map::from_iter([("eof".to_owned(), eof.into())]),
-            chunk,
-        }),
-        Err(err) => {
-            // A failed read closes the handle, as in the reference.
-            handles.remove(&handle_id);
-            Err(FsError::Io { err, path: None })
-        }
-    }
+    .await;
+    // A failed read closes the handle, as in the reference; so does a read a write handle
+    // refused (upstream's fails on the write-only descriptor), uncommitted blocks discarded.
+    let (chunk, eof) = outcome.inspect_err(|_| drop(handles.remove(&handle_id)))?;
+    Ok(Success::WithChunk {
+        result: serde_json::Map::from_iter([("eof".to_owned(), eof.into())]),
+        chunk,
+    })
 }
 
 fn not_open_for(handle_id: &str, what: &'static str) -> FsError {

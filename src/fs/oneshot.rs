@@ -169,9 +169,13 @@ impl OneShot for m::FsRemove {
     }
     fn run(params: RemoveParams) -> Result<Value, FsError> {
         let path = host_path(&params.path)?;
-        // The path itself is never followed; with followSymlinks false its parents are not
-        // either, as upstream.
-        super::host::refuse_symlinked_parents(&path, follow(params.follow_symlinks))?;
+        // The path itself is never followed: a symlink is unlinked, or, with followSymlinks
+        // false, refused (as upstream), and its parents are not followed either.
+        let follow = follow(params.follow_symlinks);
+        super::host::refuse_symlinked_parents(&path, follow)?;
+        if !follow {
+            super::host::refuse_symlink(&path)?;
+        }
         let recursive = params.recursive.unwrap_or(true);
         let force = params.force.unwrap_or(true);
         crate::sandbox::protected::remove_with(

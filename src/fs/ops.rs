@@ -1,7 +1,7 @@
 //! Single-step path operations: createDirectory, getMetadata, readDirectory, remove,
 //! canonicalize, rename.
 
-use super::host::{refuse_symlink, refuse_symlinked_parents, with_path};
+use super::host::{refuse_symlink, refuse_symlinked_parents, symlink_refused, with_path};
 use super::FsError;
 use exec_server_protocol::fs::{
     DirectoryEntry, DirectoryEntryError, Metadata, ReadDirectoryResult, MAX_DIRECTORY_ENTRIES,
@@ -25,13 +25,16 @@ pub(super) fn create_directory(path: &Path, recursive: bool, follow: bool) -> Re
     with_path(result, path)
 }
 
-/// isDirectory/isFile/size describe the target when following, the link itself when not;
-/// isSymlink always comes from lstat.
+/// isDirectory/isFile/size describe the target, isSymlink comes from lstat; without following,
+/// a symlink is refused, as upstream (nothing about it would be the target's).
 pub(super) fn metadata(path: &Path, follow: bool) -> Result<Metadata, FsError> {
     refuse_symlinked_parents(path, follow)?;
     let link = with_path(std::fs::symlink_metadata(path), path)?;
     let is_symlink = link.file_type().is_symlink();
-    let meta = if follow && is_symlink {
+    if is_symlink && !follow {
+        return Err(symlink_refused(path));
+    }
+    let meta = if is_symlink {
         with_path(std::fs::metadata(path), path)?
     } else {
         link

@@ -1,5 +1,5 @@
 //! One client connection: the handshake in order, then every request on its own task, so a
-//! long-poll never delays the requests behind it.
+//! long-poll never delays the requests behind it, in one of two lanes of slots ([`Lanes`]).
 
 use super::context::{ConnectionShared, RequestCtx};
 use super::routes::ROUTER;
@@ -16,6 +16,7 @@ use futures::{Stream, StreamExt as _};
 use serde_json::Value;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 /// Largest batch accepted.
@@ -39,7 +40,46 @@ struct Connection {
     session: Option<Arc<Session>>,
     initialized: bool,
     requests: JoinSet<()>,
+    lanes: Lanes,
     in_flight: InFlightIds,
+}
+
+/// Request slots of one connection, upstream's two lanes: ordinary requests, and health checks
+/// and cleanup (`environment/info`, `environment/status`, `process/signal`,
+/// `process/terminate`, `fs/close`), each with `--max-requests-in-flight`, so long polls that
+/// take every ordinary slot never hold up a status check or the terminate that ends them.
+/// With one slot (codex's default, `--concurrent-requests 1`) everything runs in turn.
+struct Lanes {
+    ordinary: Arc<Semaphore>,
+    control: Arc<Semaphore>,
+}
+
+impl Lanes {
+    fn new(slots: usize) -> Self {
+        let ordinary = Arc::new(Semaphore::new(slots));
+        let control = if slots == 1 {
+            ordinary.clone()
+        } else {
+            Arc::new(Semaphore::new(slots))
+        };
+        Self { ordinary, control }
+    }
+
+    fn of(&self, request_method: &str) -> Arc<Semaphore> {
+        let control = [
+            method::ENVIRONMENT_INFO,
+            method::ENVIRONMENT_STATUS,
+            method::PROCESS_SIGNAL,
+            method::PROCESS_TERMINATE,
+            method::FS_CLOSE,
+        ]
+        .contains(&request_method);
+        Arc::clone(if control {
+            &self.control
+        } else {
+            &self.ordinary
+        })
+    }
 }
 
 /// What becomes of requests still running when the client's messages end.
@@ -83,13 +123,16 @@ pub(crate) async fn serve(
         session: None,
         initialized: false,
         requests: JoinSet::new(),
+        lanes: Lanes::new(max_in_flight),
         in_flight: InFlightIds::default(),
     };
     let mut frames = std::pin::pin!(frames);
     loop {
         tokio::select! {
-            // At the cap the connection is not read: the client's requests wait in the socket.
-            frame = frames.next(), if connection.requests.len() < max_in_flight => {
+            // Read ahead of the running requests by one lane's worth, so a control request
+            // behind waiting ordinary ones is seen; past that the client's requests wait in
+            // the socket.
+            frame = frames.next(), if connection.requests.len() < 2 * max_in_flight => {
                 let Some(frame) = frame else { break };
                 if let Flow::Close = connection.handle_frame(frame).await {
                     break;
@@ -180,7 +223,10 @@ impl Connection {
                         return flow;
                     }
                 };
+                let lane = self.lanes.of(&method);
                 self.requests.spawn(async move {
+                    // The lanes are never closed: the permit is always granted.
+                    let _slot = lane.acquire_owned().await;
                     let outcome = ROUTER.dispatch(ctx.clone(), &method, params).await;
                     // Freed before the reply is queued: a client may reuse the id once it sees it.
                     drop(claim);
@@ -358,7 +404,10 @@ impl Connection {
             }
         }
         let outbound = self.shared.outbound.clone();
+        // A batch takes one ordinary slot, whatever it holds.
+        let lane = self.lanes.ordinary.clone();
         self.requests.spawn(async move {
+            let _slot = lane.acquire_owned().await;
             let (replies, admitted): (Vec<Value>, Vec<_>) =
                 futures::future::join_all(replies).await.into_iter().unzip();
             let (contexts, claims): (Vec<Arc<RequestCtx>>, Vec<Claim>) =

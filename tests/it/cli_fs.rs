@@ -139,6 +139,10 @@ fn fs_stat_cp_mv_rm_and_watch() {
     );
     let stat = ok(cli(&daemon, &["fs", "stat", &p("d")], b""));
     assert!(stat.starts_with("type: directory\n"), "{stat}");
+    std::os::unix::fs::symlink("d/sub/f", root.join("link")).unwrap();
+    let stat = ok(cli(&daemon, &["fs", "stat", &p("link")], b""));
+    assert!(stat.starts_with("type: symlink\nsize: 5\n"), "{stat}");
+    std::fs::remove_file(root.join("link")).unwrap();
 
     ok(cli(&daemon, &["fs", "cp", "-r", &p("d"), &p("copy")], b""));
     assert_eq!(

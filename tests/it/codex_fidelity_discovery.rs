@@ -228,3 +228,64 @@ async fn capability_roots_discover_reads_through_the_roots_sandbox() {
         "{ours:#}"
     );
 }
+
+/// Upstream: `sandboxed_discovery_follows_only_permitted_external_symlinks`: a skill and an
+/// MCP file reached through links out of the root are found only where the profile grants
+/// their targets: both with the external directory readable, neither without it, only the MCP
+/// file when the linked skill's directory is denied.
+#[tokio::test]
+async fn capability_roots_discover_follows_only_permitted_external_symlinks() {
+    let (root, external) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (root, external) = (root.path(), external.path());
+    write(
+        root,
+        ".codex-plugin/plugin.json",
+        r#"{"name":"linked-plugin","mcpServers":"./external-mcp.json"}"#,
+    );
+    write(
+        external,
+        "mcp.json",
+        r#"{"mcpServers":{"linked":{"command":"linked-server"}}}"#,
+    );
+    write(
+        external,
+        "skill/SKILL.md",
+        "---\nname: linked\ndescription: Linked.\n---\n",
+    );
+    std::fs::create_dir_all(root.join("skills")).unwrap();
+    std::os::unix::fs::symlink(external.join("skill"), root.join("skills/linked")).unwrap();
+    std::os::unix::fs::symlink(external.join("mcp.json"), root.join("external-mcp.json")).unwrap();
+    let path =
+        |path: &Path, access: &str| entry(json!({"type": "path", "path": uri(path)}), access);
+    let cases = [
+        (vec![path(root, "read"), path(external, "read")], 1, true),
+        (vec![path(root, "read")], 0, false),
+        (
+            vec![
+                path(root, "read"),
+                path(external, "read"),
+                path(&external.join("skill"), "deny"),
+            ],
+            0,
+            true,
+        ),
+    ];
+    for (entries, skills, has_mcp) in cases {
+        let mut linked = json!({"id": "linked", "path": uri(root)});
+        linked["sandbox"] = restricted(root, entries, "restricted");
+        let (ours, codex) = both_discover(&json!({"roots": [linked]})).await;
+        for reply in [ours.expect("ours"), codex.expect("codex")] {
+            let found = &reply["roots"][0];
+            assert_eq!(found["error"], Value::Null, "{found:#}");
+            assert_eq!(
+                found["skills"].as_array().unwrap().len(),
+                skills,
+                "{found:#}"
+            );
+            let mcp = found["plugin"]["mcpConfig"]["contents"]
+                .as_str()
+                .unwrap_or("");
+            assert_eq!(mcp.contains("linked-server"), has_mcp, "{found:#}");
+        }
+    }
+}

@@ -462,7 +462,10 @@ async fn write_and_append_modes_write_in_place() {
         .await
         .unwrap_err();
     assert_error(&error, -32600, "file handle `w` is not open for reading");
-    client.call("fs/close", json!({"handleId": "w"})).await;
+    // The refused read closed the handle, as upstream's failed reads do.
+    let error = write_block(&client, "w", None, b"x").await.unwrap_err();
+    assert_error(&error, -32004, "unknown file handle `w`");
+    assert_eq!(std::fs::read(&path).unwrap(), b"hello_____world!");
 
     open_write(&client, "a", &path, "append").await.unwrap();
     let result = write_block(&client, "a", None, b"+tail").await.unwrap();

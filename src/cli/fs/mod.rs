@@ -174,12 +174,13 @@ async fn ls(client: &Client, remote: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `type: file`, `size: N`, `modified: RFC 3339`, ... one per line. A symlink is described
-/// as itself, not as what it points to.
+/// `type: file`, `size: N`, `modified: RFC 3339`, ... one per line. A symlink's type is
+/// `symlink` and its size and times its target's: the wire describes a link only through its
+/// target (a no-follow `fs/getMetadata` refuses a link, as upstream).
 async fn stat(client: &Client, remote: &str) -> anyhow::Result<String> {
     let params = GetMetadataParams {
         path: path_uri(remote)?,
-        follow_symlinks: Some(false),
+        follow_symlinks: None,
         sandbox: None,
     };
     let metadata: Metadata = client.send::<methods::FsGetMetadata>(&params).await?;

@@ -1,6 +1,6 @@
 //! Gap 6 of issue 29: `fs/walk` as upstream walks (`codex-rs/file-system/src/lib.rs`).
 
-use super::{assert_same, Scenario};
+use super::{assert_same, mkfifo, Scenario};
 use serde_json::{json, Value};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;
@@ -31,13 +31,7 @@ fn tree(root: &Path) {
     std::os::unix::fs::symlink("root.txt", source.join("file-link")).unwrap();
     let invalid = std::ffi::OsStr::from_bytes(b"invalid-\xff");
     std::fs::write(source.join(invalid), "x").unwrap();
-    nix_mkfifo(&source.join("fifo"));
-}
-
-fn nix_mkfifo(path: &Path) {
-    let path = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
-    // SAFETY: a valid NUL-terminated path; mkfifo touches nothing else.
-    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+    mkfifo(&source.join("fifo"));
 }
 
 /// Upstream: the `fs/walk` cases of `codex-rs/exec-server/tests/file_system_unix.rs` and

@@ -26,10 +26,25 @@ async fn http_request_rejects_denied_missing_and_empty_header_env_vars() {
         header_from(5, "X-A", "EXEC_TEST_UNSET"),
         header_from(6, "X-A", "EXEC_TEST_EMPTY"),
         header_from(7, "bad name", "OPENAI_API_KEY"),
+        // `exec_server_http_request_rejects_protected_environment_headers`'s own list.
+        header_from(8, "authorization", "CODEX_EXEC_SERVER_NOISE_AUTH_TOKEN"),
+        header_from(9, "authorization", "codex_exec_server_noise_auth_token"),
+        header_from(10, "authorization", "CODEX_ACCESS_TOKEN"),
+        header_from(11, "authorization", "CODEX_CONNECTORS_TOKEN"),
+        header_from(12, "authorization", "AWS_SECRET_ACCESS_KEY"),
+        header_from(13, "authorization", "AZURE_FEDERATED_TOKEN_FILE"),
+        header_from(14, "authorization", "OPENAI_IDENTITY_TOKEN_FILE"),
     ] {
         scenario = scenario.request(id, "http/request", params);
     }
-    let env = [("OPENAI_API_KEY", "sk-test"), ("EXEC_TEST_EMPTY", "")];
+    let env = [
+        ("OPENAI_API_KEY", "sk-test"),
+        ("EXEC_TEST_EMPTY", ""),
+        (
+            "CODEX_EXEC_SERVER_NOISE_AUTH_TOKEN",
+            "executor-internal-token",
+        ),
+    ];
     let (ours, codex) = run_both_with(&scenario, |_| {}, &[], &env).await;
     assert_equal(&ours, &codex);
     assert_eq!(

@@ -1,23 +1,13 @@
 //! Gap 5 of issue 29: no-follow reads and symlinks in any path component.
 
-use super::{assert_same, lines, run_both, Scenario};
+use super::fs_sandboxed::strict_workspace_write;
+use super::{assert_same, assert_same_but_errors, at, lines, mkfifo, run_both, Scenario};
 use serde_json::{json, Value};
-use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;
 
-/// `real/file`, `dirlink -> real`, `filelink -> real/file`, and a FIFO nobody writes to.
-fn links(root: &Path) {
-    std::fs::create_dir(root.join("real")).unwrap();
-    std::fs::write(root.join("real/file"), "hi").unwrap();
-    std::os::unix::fs::symlink("real", root.join("dirlink")).unwrap();
-    std::os::unix::fs::symlink("real/file", root.join("filelink")).unwrap();
-    let fifo = std::ffi::CString::new(root.join("fifo").as_os_str().as_bytes()).unwrap();
-    // SAFETY: a valid NUL-terminated path; mkfifo touches nothing else.
-    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
-}
-
-fn at(path: &str) -> String {
-    format!("file://{{root}}/{path}")
+/// A FIFO nobody writes to.
+fn fifo(root: &Path) {
+    mkfifo(&root.join("fifo"));
 }
 
 /// Upstream: `codex-rs/exec-server/tests/file_stream.rs`
@@ -33,45 +23,152 @@ async fn file_reads_reject_fifo_without_waiting_for_a_writer() {
         )
         .request(2, "fs/readFile", json!({"path": at("fifo")}))
         .request(3, "fs/open", json!({"handleId": "f", "path": at("fifo")}));
-    let ours = assert_same(&scenario, links).await;
+    let ours = assert_same(&scenario, fifo).await;
     assert_eq!(ours[0]["error"]["message"], "path is not a regular file");
 }
 
+/// `real/{existing.txt, removable.txt}`, `directory-link -> real`, `file-link ->
+/// real/existing.txt`: upstream's fixture for the any-component case.
+fn component_links(root: &Path) {
+    std::fs::create_dir(root.join("real")).unwrap();
+    std::fs::write(root.join("real/existing.txt"), "unchanged").unwrap();
+    std::fs::write(root.join("real/removable.txt"), "keep").unwrap();
+    std::os::unix::fs::symlink("real", root.join("directory-link")).unwrap();
+    std::os::unix::fs::symlink("real/existing.txt", root.join("file-link")).unwrap();
+}
+
+/// Upstream's operations on the links of [`component_links`], each with `followSymlinks:
+/// false` under `sandbox` (null: none).
+fn no_follow_operations(sandbox: &Value) -> Vec<(&'static str, Value)> {
+    let no_follow = |path: &str| {
+        let (path, sandbox) = (at(path), sandbox.clone());
+        json!({"path": path, "followSymlinks": false, "sandbox": sandbox})
+    };
+    let write = |path: &str| {
+        let mut params = no_follow(path);
+        params["dataBase64"] = json!("Y2hhbmdlZA==");
+        params
+    };
+    let mut mkdir = no_follow("directory-link/created");
+    mkdir["recursive"] = json!(true);
+    let remove = |path: &str| {
+        let mut params = no_follow(path);
+        params["recursive"] = json!(false);
+        params["force"] = json!(false);
+        params
+    };
+    vec![
+        ("fs/readFile", no_follow("file-link")),
+        ("fs/readFile", no_follow("directory-link/existing.txt")),
+        ("fs/writeFile", write("file-link")),
+        ("fs/writeFile", write("directory-link/existing.txt")),
+        ("fs/getMetadata", no_follow("file-link")),
+        ("fs/getMetadata", no_follow("real")),
+        ("fs/createDirectory", mkdir),
+        ("fs/remove", remove("directory-link/removable.txt")),
+        ("fs/remove", remove("file-link")),
+    ]
+}
+
 /// Upstream: `codex-rs/exec-server/tests/file_system_unix.rs`
-/// `file_system_operations_can_reject_symlinks_in_any_path_component`: with
-/// `followSymlinks: false` every operation fails for `dirlink/...` as for `filelink`, and
-/// nothing is written, created or removed; a real directory still works. Upstream asserts only
-/// that these fail: its messages are the kernel's (ENOTDIR, ELOOP), ours name the link.
+/// `file_system_operations_can_reject_symlinks_in_any_path_component`, unsandboxed and inside
+/// upstream's strict workspace-write sandbox: with `followSymlinks: false` every operation on
+/// `file-link` or `directory-link/...` fails (`fs/getMetadata` and `fs/remove` of the link
+/// itself too) and nothing is written, created or removed; a real directory still works.
+/// Upstream asserts only that these fail: its messages are the kernel's (ENOTDIR, ELOOP) or
+/// `path contains a symbolic link`, ours name the link (docs/protocol.md).
 #[tokio::test]
 async fn file_system_operations_can_reject_symlinks_in_any_path_component() {
-    let no_follow = |path: &str| json!({"path": at(path), "followSymlinks": false});
-    let mut write = no_follow("dirlink/new");
-    write["dataBase64"] = json!("eA==");
-    let mut mkdir = no_follow("dirlink/a/b");
-    mkdir["recursive"] = json!(true);
-    let scenario = Scenario::initialized()
-        .request(1, "fs/readFile", no_follow("dirlink/file"))
-        .request(2, "fs/readFile", no_follow("filelink"))
-        .request(3, "fs/getMetadata", no_follow("dirlink/file"))
-        .request(4, "fs/writeFile", write)
-        .request(5, "fs/createDirectory", mkdir)
-        .request(6, "fs/remove", no_follow("dirlink/file"))
-        .request(7, "fs/getMetadata", no_follow("real"))
-        .request(8, "fs/readFile", no_follow("real/file"));
-    let (ours, codex) = run_both(&scenario, links).await;
+    let mut scenario = Scenario::initialized();
+    for (n, sandbox) in [Value::Null, strict_workspace_write()]
+        .into_iter()
+        .enumerate()
+    {
+        // One at a time, as upstream: a link removed early would change what the rest see.
+        for (step, (method, params)) in no_follow_operations(&sandbox).into_iter().enumerate() {
+            scenario = scenario
+                .request(20 * n as i64 + step as i64 + 1, method, params)
+                .then();
+        }
+    }
+    scenario = scenario
+        .request(91, "fs/readFile", json!({"path": at("real/existing.txt")}))
+        .request(92, "fs/readFile", json!({"path": at("real/removable.txt")}))
+        .request(93, "fs/getMetadata", json!({"path": at("real/created")}))
+        .request(
+            94,
+            "fs/getMetadata",
+            json!({"path": at("file-link"), "followSymlinks": false}),
+        );
+    let (ours, codex) = run_both(&scenario, component_links).await;
     let failed = |replies: &[Value]| -> Vec<bool> {
         replies.iter().map(|r| r.get("error").is_some()).collect()
     };
-    let expected = [true, true, true, true, true, true, false, false];
+    let per_sandbox = [true, true, true, true, true, false, true, true, true];
+    let expected: Vec<bool> = [
+        &per_sandbox[..],
+        &per_sandbox[..],
+        &[false, false, true, true],
+    ]
+    .concat();
     assert_eq!(failed(&codex), expected, "codex:\n{}", lines(&codex));
     assert_eq!(failed(&ours), expected, "ours:\n{}", lines(&ours));
-    assert_eq!(ours[6..], codex[6..]);
+    // The real directory's metadata, the untouched files, nothing created.
+    for at in [5, 14, 18, 19, 20] {
+        assert_eq!(
+            ours[at],
+            codex[at],
+            "ours:\n{}\ncodex:\n{}",
+            lines(&ours),
+            lines(&codex)
+        );
+    }
     assert!(
         ours[0]["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("dirlink` is a symbolic link"),
+            .contains("file-link` is a symbolic link"),
         "{}",
         ours[0]
     );
+}
+
+/// Upstream: `file_system_no_follow_non_recursive_root_creation_fails`, with the no-follow
+/// metadata of `/` from `file_system_no_follow_operations_support_search_only_ancestors`: the
+/// walk from `/` has no parent to open. Upstream says `directory already exists` for `/`
+/// where ours passes on the kernel's `File exists`; both are -32603.
+#[tokio::test]
+async fn file_system_no_follow_non_recursive_root_creation_fails() {
+    let root = json!({"path": "file:///", "recursive": false, "followSymlinks": false});
+    let scenario = Scenario::initialized()
+        .request(1, "fs/createDirectory", root)
+        .request(
+            2,
+            "fs/getMetadata",
+            json!({"path": "file:///", "followSymlinks": false}),
+        );
+    let replies = assert_same_but_errors(&scenario, fifo, &[1]).await;
+    assert_eq!(replies[0]["error"]["code"], -32603, "{}", replies[0]);
+}
+
+/// A deliberate difference (docs/protocol.md): upstream refuses every recursive no-follow
+/// removal (`recursive: true` is the default); ours removes the tree, which never follows a
+/// link inside it anyway. Outside a tree both agree.
+#[tokio::test]
+async fn recursive_no_follow_removal_is_a_documented_difference() {
+    let remove = |path: &str, recursive: bool| {
+        let path = at(path);
+        json!({"path": path, "followSymlinks": false, "recursive": recursive})
+    };
+    let scenario = Scenario::initialized()
+        .request(1, "fs/remove", remove("tree", true))
+        .request(2, "fs/remove", remove("missing/x", false));
+    let tree = |root: &Path| std::fs::create_dir_all(root.join("tree/nested")).unwrap();
+    let (ours, codex) = run_both(&scenario, tree).await;
+    assert_eq!(
+        codex[0]["error"]["message"],
+        "recursive no-follow removal is unsupported"
+    );
+    assert_eq!(ours[0]["result"], json!({}), "{}", ours[0]);
+    assert_eq!(ours[1], codex[1]);
 }
