@@ -1905,7 +1905,7 @@ fn markdown(table: &str, results: &Map<String, Value>) -> String {
          The bench builds and starts the release daemon itself, and a throwaway sshd on a loopback\n\
          port with throwaway keys (installing openssh-server, and bubblewrap for the bwrap baseline,\n\
          with apt-get when they are missing), and codex's own exec-server (npm `@openai/codex`\n\
-         0.169.0, installed under target/ with npm when missing; skipped with a note without npm),\n\
+         0.171.0, installed under target/ with npm when missing; skipped with a note without npm),\n\
          measured beside ours by one plain JSON-RPC client written for both, run by run.\n\n\
          ## All figures\n\n```json\n{}\n```\n",
         serde_json::to_string_pretty(results).unwrap_or_default()
