@@ -129,7 +129,13 @@ fn token_files_open_to_others_empty_or_missing_are_refused() {
         "{error}"
     );
     let path = token_file(&dir, "\n", 0o600);
-    assert!(startup_error(&["--connection-token-file", &path]).contains("must not be empty"));
+    let error = startup_error(&["--connection-token-file", &path]);
+    assert!(
+        error.contains(&format!(
+            "--connection-token-file {path} holds no token (it is empty or only whitespace)"
+        )),
+        "{error}"
+    );
     let missing = dir.path().join("missing");
     let error = startup_error(&["--connection-token-file", missing.to_str().unwrap()]);
     assert!(
