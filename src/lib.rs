@@ -38,6 +38,8 @@ mod session;
 mod state_dir;
 mod transport;
 mod ws_auth;
+#[doc(hidden)]
+pub use ws_auth::check_header as jwt_header;
 
 // What the binary needs; `rpc` is public for the fuzz targets.
 pub use child::main_if_supervisor;
