@@ -49,3 +49,6 @@ pub use config::{Args, LogFormat, RemoteArgs, RemoteConfig, RemoteTransport};
 pub use memory::map_large_buffers;
 pub use sandbox::guard::init as record_own_binary;
 pub use transport::{serve, Handover, ListenUrl};
+// The parsers of a peer's bytes, for the fuzz targets (fuzz/).
+#[doc(hidden)]
+pub use transport::registry_reply;
