@@ -93,12 +93,16 @@ pub(crate) async fn discover(params: DiscoverParams) -> Result<DiscoverResult, R
 /// What makes two roots one: the same directory, read the same way. A root read directly is
 /// known by its canonical directory; one read under a restricting sandbox by its path and its
 /// sandbox as given, since resolving its links outside the sandbox would tell the client what
-/// the sandbox hides. None: the root is discovered on its own (and fails there).
+/// the sandbox hides. None: the root is discovered on its own.
 async fn merge_key(root: &CapabilityRoot) -> Option<(std::path::PathBuf, String)> {
     match route(root.sandbox.clone()).ok()? {
         Route::Direct => {
-            let directory = tokio::fs::canonicalize(root.path.to_path().ok()?).await;
-            Some((directory.ok()?, String::new()))
+            let directory = tokio::fs::canonicalize(root.path.to_path().ok()?)
+                .await
+                .ok()?;
+            // Anything else fails on its own, with its own error.
+            let is_directory = tokio::fs::metadata(&directory).await.ok()?.is_dir();
+            is_directory.then_some((directory, String::new()))
         }
         Route::Confined(_) => {
             let sandbox = serde_json::to_string(&root.sandbox).ok()?;
