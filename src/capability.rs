@@ -578,3 +578,21 @@ fn parent(path: &PathUri) -> Option<PathUri> {
 fn join(directory: &PathUri, relative: &str) -> Option<PathUri> {
     PathUri::from_path(&directory.to_path().ok()?.join(relative)).ok()
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn json_len_is_the_length_serde_json_writes() {
+        let every_byte: String = (0..128u8).map(char::from).collect();
+        for text in [
+            "",
+            "plain",
+            "a \"quoted\" \\ path\n",
+            "\u{7f}é\u{1}",
+            &every_byte,
+        ] {
+            let written = serde_json::to_string(text).unwrap().len() as u64 - 2;
+            assert_eq!(super::json_len(text), written, "{text:?}");
+        }
+    }
+}
