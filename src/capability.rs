@@ -20,12 +20,20 @@ use exec_server_protocol::methods as m;
 use exec_server_protocol::PathUri;
 use futures::StreamExt as _;
 use serde::de::DeserializeOwned;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 const MAX_ROOTS: usize = 128;
 /// Roots discovered at once, as codex does.
 const CONCURRENT_ROOTS: usize = 8;
 const MAX_FILE_BYTES: u64 = 1024 * 1024;
 const MAX_BUNDLE_BYTES: u64 = 16 * 1024 * 1024;
+/// The files (paths, text, and their members' names) and the warnings of one call's reply, all
+/// roots together, as JSON (escapes counted): well below 16 MiB, the frame limit of a default
+/// tungstenite client, so that the whole reply reaches one.
+const MAX_REPLY_BYTES: u64 = 12 * 1024 * 1024;
+/// What a file adds to the reply besides its path and text: the members' names and quotes.
+const FILE_OVERHEAD: u64 = 64;
 const SKILL_FILE: &str = "SKILL.md";
 const SKILL_METADATA: &str = "agents/openai.yaml";
 const DEFAULT_MCP_CONFIG: &str = ".mcp.json";
@@ -51,15 +59,122 @@ pub(crate) async fn discover(params: DiscoverParams) -> Result<DiscoverResult, R
             "capability root discovery accepts at most {MAX_ROOTS} roots"
         )));
     }
-    let roots = futures::stream::iter(params.roots)
-        .map(discover_root)
+    // Each directory is discovered once: a root naming one already named answers with a
+    // pointer to the first instead of the same files again.
+    let mut first_of = HashMap::new();
+    let mut jobs = Vec::with_capacity(params.roots.len());
+    for (index, root) in params.roots.into_iter().enumerate() {
+        let first = match merge_key(&root).await {
+            Some(key) => first_of
+                .entry(key)
+                .or_insert((index, root.id.clone()))
+                .clone(),
+            None => (index, root.id.clone()),
+        };
+        jobs.push((root, (first.0 != index).then_some(first.1)));
+    }
+    let budget = CallBudget::default();
+    let roots = futures::stream::iter(jobs)
+        .map(|(root, first)| {
+            let budget = &budget;
+            async move {
+                match first {
+                    None => discover_root(root, budget).await,
+                    Some(first) => duplicate(root, &first, budget),
+                }
+            }
+        })
         .buffered(CONCURRENT_ROOTS)
         .collect()
         .await;
     Ok(DiscoverResult { roots })
 }
 
-async fn discover_root(root: CapabilityRoot) -> DiscoveredRoot {
+/// What makes two roots one: the same directory, read the same way. A root read directly is
+/// known by its canonical directory; one read under a restricting sandbox by its path and its
+/// sandbox as given, since resolving its links outside the sandbox would tell the client what
+/// the sandbox hides. None: the root is discovered on its own.
+async fn merge_key(root: &CapabilityRoot) -> Option<(std::path::PathBuf, String)> {
+    match route(root.sandbox.clone()).ok()? {
+        Route::Direct => {
+            let directory = tokio::fs::canonicalize(root.path.to_path().ok()?)
+                .await
+                .ok()?;
+            // Anything else fails on its own, with its own error.
+            let is_directory = tokio::fs::metadata(&directory).await.ok()?.is_dir();
+            is_directory.then_some((directory, String::new()))
+        }
+        Route::Confined(_) => {
+            let sandbox = serde_json::to_string(&root.sandbox).ok()?;
+            Some((root.path.to_path().ok()?, sandbox))
+        }
+    }
+}
+
+/// The answer for a root naming the directory of root `first`, discovered there.
+fn duplicate(root: CapabilityRoot, first: &str, budget: &CallBudget) -> DiscoveredRoot {
+    let mut warnings = Vec::new();
+    budget.warn(
+        &mut warnings,
+        format!(
+            "capability root {} is the directory of root `{first}`; its files are listed there",
+            root.path
+        ),
+    );
+    DiscoveredRoot {
+        id: root.id,
+        path: root.path,
+        plugin: None,
+        skills: Vec::new(),
+        namespace_manifests: Vec::new(),
+        warnings,
+        error: None,
+    }
+}
+
+/// The bytes one call's reply may spend on its roots' files and warnings, all roots together
+/// (beyond codex, whose bound is per root: 128 roots made 2 GiB).
+#[derive(Default)]
+struct CallBudget {
+    spent: AtomicU64,
+}
+
+impl CallBudget {
+    fn fits(&self, bytes: u64) -> bool {
+        self.spent.load(Ordering::Relaxed).saturating_add(bytes) <= MAX_REPLY_BYTES
+    }
+
+    /// Adds `warning` to `warnings` if it fits; once one does not, says so, once.
+    fn warn(&self, warnings: &mut Vec<String>, warning: String) {
+        if self.spend(json_len(&warning)) {
+            warnings.push(warning);
+        } else {
+            Self::full(warnings);
+        }
+    }
+
+    /// Notes in `warnings`, once, that something was left out for this budget.
+    fn full(warnings: &mut Vec<String>) {
+        let full = format!("capability discovery reply exceeds the {MAX_REPLY_BYTES}-byte limit");
+        if !warnings.contains(&full) {
+            warnings.push(full);
+        }
+    }
+
+    /// Spends `bytes` if they fit.
+    fn spend(&self, bytes: u64) -> bool {
+        let spend = |spent: u64| {
+            spent
+                .checked_add(bytes)
+                .filter(|&total| total <= MAX_REPLY_BYTES)
+        };
+        (self.spent)
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, spend)
+            .is_ok()
+    }
+}
+
+async fn discover_root(root: CapabilityRoot, budget: &CallBudget) -> DiscoveredRoot {
     let mut found = DiscoveredRoot {
         id: root.id,
         path: root.path.clone(),
@@ -83,6 +198,7 @@ async fn discover_root(root: CapabilityRoot) -> DiscoveredRoot {
     let mut reader = Reader {
         route,
         bytes: 0,
+        budget,
         warnings: Vec::new(),
     };
     match reader.metadata(&path).await {
@@ -121,15 +237,21 @@ struct Scanned {
     manifests: Vec<PathUri>,
 }
 
-/// One root's reads: through its sandbox route, within its byte budget, with its warnings.
-struct Reader {
+/// One root's reads: through its sandbox route, within its byte budget and the call's, with
+/// its warnings.
+struct Reader<'call> {
     route: Route,
     /// Bytes of the root's bundle so far.
     bytes: u64,
+    budget: &'call CallBudget,
     warnings: Vec<String>,
 }
 
-impl Reader {
+impl Reader<'_> {
+    fn warn(&mut self, warning: String) {
+        self.budget.warn(&mut self.warnings, warning);
+    }
+
     async fn call<M: OneShot, T: DeserializeOwned>(
         &self,
         params: M::Params,
@@ -156,13 +278,13 @@ impl Reader {
         };
         let walk: WalkResult = self.call::<m::FsWalk, _>(params).await?;
         for error in walk.errors {
-            self.warnings.push(format!(
+            self.warn(format!(
                 "failed to scan capability path {}: {}",
                 error.path, error.message
             ));
         }
         if walk.truncated {
-            self.warnings.push(format!(
+            self.warn(format!(
                 "capability scan reached its traversal limit (root: {root})"
             ));
         }
@@ -261,8 +383,7 @@ impl Reader {
             Some(serde_json::Value::String(path)) => match declared_file(root, path) {
                 Ok(path) => Some(path),
                 Err(why) => {
-                    self.warnings
-                        .push(format!("ignoring {field} in {}: {why}", manifest.path));
+                    self.warn(format!("ignoring {field} in {}: {why}", manifest.path));
                     None
                 }
             },
@@ -299,18 +420,22 @@ impl Reader {
         };
         let size = bytes.len() as u64;
         if self.bytes + size > MAX_BUNDLE_BYTES {
-            self.warnings.push(over_budget());
+            self.warn(over_budget());
             return None;
         }
         match String::from_utf8(bytes) {
             Ok(contents) => {
+                let cost = json_len(path.as_str()) + json_len(&contents) + FILE_OVERHEAD;
+                if !self.budget.spend(cost) {
+                    CallBudget::full(&mut self.warnings);
+                    return None;
+                }
                 self.bytes += size;
                 Some(TextFile { path, contents })
             }
             Err(err) => {
                 let err = err.utf8_error();
-                self.warnings
-                    .push(format!("capability file {path} is not UTF-8: {err}"));
+                self.warn(format!("capability file {path} is not UTF-8: {err}"));
                 None
             }
         }
@@ -324,33 +449,36 @@ impl Reader {
             Err(err) if is_not_found(&err) => return None,
             Err(err) => {
                 let message = err.message;
-                self.warnings.push(format!(
+                self.warn(format!(
                     "failed to inspect capability file {path}: {message}"
                 ));
                 return None;
             }
         };
         if meta.size > MAX_FILE_BYTES {
-            self.warnings.push(format!(
+            self.warn(format!(
                 "capability file {path} exceeds the {MAX_FILE_BYTES}-byte limit"
             ));
             return None;
         }
         if self.bytes + meta.size > MAX_BUNDLE_BYTES {
-            self.warnings.push(over_budget());
+            self.warn(over_budget());
+            return None;
+        }
+        // Not read at all when it cannot fit in the reply.
+        if !self.budget.fits(meta.size) {
+            CallBudget::full(&mut self.warnings);
             return None;
         }
         match self.read_file(path).await {
             Ok(bytes) if bytes.len() as u64 <= MAX_FILE_BYTES => Some(bytes),
             Ok(_) => {
-                self.warnings
-                    .push(format!("capability file {path} exceeded its read limit"));
+                self.warn(format!("capability file {path} exceeded its read limit"));
                 None
             }
             Err(err) => {
                 let message = err.message;
-                self.warnings
-                    .push(format!("failed to read capability file {path}: {message}"));
+                self.warn(format!("failed to read capability file {path}: {message}"));
                 None
             }
         }
@@ -363,12 +491,11 @@ impl Reader {
             Ok(bytes) => Some(bytes),
             Err(err) if is_not_found(&err) => None,
             Err(err) if err.message.starts_with(READ_FILE_TOO_LARGE) => {
-                self.warnings
-                    .push("capability file exceeded its authorized read limit".into());
+                self.warn("capability file exceeded its authorized read limit".into());
                 None
             }
             Err(_) => {
-                self.warnings.push(
+                self.warn(
                     "capability file could not be read through the authorized sandbox".into(),
                 );
                 None
@@ -386,6 +513,16 @@ impl Reader {
         let read: ReadFileResult = self.call::<m::FsReadFile, _>(params).await?;
         Ok(read.data_base64.0)
     }
+}
+
+/// The length of `text` inside a JSON string: what it adds to the reply (serde_json's escapes).
+fn json_len(text: &str) -> u64 {
+    let escaped = |byte: &u8| match byte {
+        b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
+        0..=0x1f => 6,
+        _ => 1,
+    };
+    text.as_bytes().iter().map(escaped).sum()
 }
 
 fn over_budget() -> String {
@@ -440,4 +577,22 @@ fn parent(path: &PathUri) -> Option<PathUri> {
 
 fn join(directory: &PathUri, relative: &str) -> Option<PathUri> {
     PathUri::from_path(&directory.to_path().ok()?.join(relative)).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn json_len_is_the_length_serde_json_writes() {
+        let every_byte: String = (0..128u8).map(char::from).collect();
+        for text in [
+            "",
+            "plain",
+            "a \"quoted\" \\ path\n",
+            "\u{7f}é\u{1}",
+            &every_byte,
+        ] {
+            let written = serde_json::to_string(text).unwrap().len() as u64 - 2;
+            assert_eq!(super::json_len(text), written, "{text:?}");
+        }
+    }
 }

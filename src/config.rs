@@ -117,14 +117,15 @@ pub struct Args {
     pub upgrade_timeout: Duration,
 
     /// Connections allowed in their HTTP phase at once (not yet upgraded to a WebSocket), per
-    /// listener; further ones are closed at once. Once more than half are taken, new ones get
-    /// a quarter of --upgrade-timeout. Default: 1024, or an eighth of the open-files limit if
+    /// listener; past it, a WebSocket listener closes the oldest of them for the new one (an
+    /// envd listener closes the new one). Once more than half are taken, new ones get a quarter
+    /// of --upgrade-timeout. Default: 1024, or an eighth of the open-files limit if
     /// lower.
     #[arg(long, env = "EXEC_SERVER_MAX_PENDING_CONNECTIONS")]
     pub max_pending_connections: Option<usize>,
 
     /// Connections in their HTTP phase at once from one peer (one IPv4 address, one IPv6 /64,
-    /// one uid on a Unix socket), per listener; further ones are closed at once. Default: 256,
+    /// one uid on a Unix socket), per listener; past it, as above, the peer's oldest. Default: 256,
     /// or a quarter of --max-pending-connections if lower (a hundred local clients connecting at
     /// once is an ordinary fan-out).
     #[arg(long, env = "EXEC_SERVER_MAX_PENDING_CONNECTIONS_PER_PEER")]

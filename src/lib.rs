@@ -38,6 +38,8 @@ mod session;
 mod state_dir;
 mod transport;
 mod ws_auth;
+#[doc(hidden)]
+pub use ws_auth::check_header as jwt_header;
 
 // What the binary needs; `rpc` is public for the fuzz targets.
 pub use child::main_if_supervisor;
@@ -47,3 +49,6 @@ pub use config::{Args, LogFormat, RemoteArgs, RemoteConfig, RemoteTransport};
 pub use memory::map_large_buffers;
 pub use sandbox::guard::init as record_own_binary;
 pub use transport::{serve, Handover, ListenUrl};
+// The parsers of a peer's bytes, for the fuzz targets (fuzz/).
+#[doc(hidden)]
+pub use transport::registry_reply;

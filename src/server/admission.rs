@@ -5,11 +5,11 @@
 //! alike: a TCP connection made inside a sandbox is closed before a byte of it is read.
 
 use crate::config::Config;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::oneshot;
 
 /// What a connection counts against: its source address (an IPv6 one by its /64, which one
 /// host typically holds whole), or its uid on a Unix socket.
@@ -33,20 +33,55 @@ impl Peer {
 
 /// The places of one listener.
 pub(crate) struct Admission {
-    places: Arc<Semaphore>,
-    per_peer: Arc<Mutex<HashMap<Peer, usize>>>,
+    pending: Arc<Mutex<Pending>>,
     max: usize,
     max_per_peer: usize,
     timeout: Duration,
+    /// At a cap, whether the oldest place there is taken back for the newcomer (a slow or
+    /// stalled connection yields to a new one, as a load balancer does) or the newcomer refused.
+    evict_oldest: bool,
+}
+
+/// The places held, by their number: numbers grow, so the first is the oldest.
+#[derive(Default)]
+struct Pending {
+    next: u64,
+    /// Each place's peer, and the sender whose drop tells its holder it was evicted.
+    places: BTreeMap<u64, (Peer, oneshot::Sender<()>)>,
+    /// Each peer's places, oldest first; a peer holding none has no entry.
+    per_peer: HashMap<Peer, BTreeSet<u64>>,
+}
+
+impl Pending {
+    /// Frees place `number` (nothing if it is already free); an evicted holder learns it.
+    fn free(&mut self, number: u64) {
+        let Some((peer, _evict)) = self.places.remove(&number) else {
+            return;
+        };
+        if let Some(held) = self.per_peer.get_mut(&peer) {
+            held.remove(&number);
+            if held.is_empty() {
+                self.per_peer.remove(&peer);
+            }
+        }
+    }
 }
 
 /// A connection's place, given back when dropped.
 pub(crate) struct Place {
-    _place: OwnedSemaphorePermit,
-    peer: Peer,
-    per_peer: Arc<Mutex<HashMap<Peer, usize>>>,
+    number: u64,
+    pending: Arc<Mutex<Pending>>,
+    evicted: oneshot::Receiver<()>,
     /// How long the connection may stay in its HTTP phase.
     pub timeout: Duration,
+}
+
+impl Place {
+    /// Resolves when a newer connection took this place: its connection must close then.
+    pub(crate) async fn evicted(&mut self) {
+        // The sender is dropped only when the place is taken back.
+        let _ = (&mut self.evicted).await;
+    }
 }
 
 /// Why a connection got no place.
@@ -59,37 +94,58 @@ pub(crate) enum Full {
 }
 
 impl Admission {
+    /// Places that, at a cap, refuse the newcomer.
     pub(crate) fn new(config: &Config) -> Self {
         Self {
-            places: Arc::new(Semaphore::new(config.max_pending_connections)),
-            per_peer: Default::default(),
+            pending: Default::default(),
             max: config.max_pending_connections,
             max_per_peer: config.max_pending_connections_per_peer,
             timeout: config.upgrade_timeout,
+            evict_oldest: false,
+        }
+    }
+
+    /// Places that, at a cap, evict the oldest connection there (the peer's own at its cap, the
+    /// listener's at the listener's) for the newcomer: whoever holds a place must then close
+    /// its connection when [`Place::evicted`] resolves.
+    pub(crate) fn evicting(config: &Config) -> Self {
+        Self {
+            evict_oldest: true,
+            ..Self::new(config)
         }
     }
 
     /// A place for a new connection from `peer`, if there is one.
     pub(crate) fn admit(&self, peer: Peer) -> Result<Place, Full> {
-        let place = self
-            .places
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| Full::Listener)?;
-        {
-            let mut per_peer = self.per_peer.lock().unwrap();
-            let held = per_peer.entry(peer).or_default();
-            if *held >= self.max_per_peer {
-                return Err(Full::Peer);
+        let mut pending = self.pending.lock().unwrap();
+        let of_peer = pending.per_peer.get(&peer);
+        let full = if of_peer.is_some_and(|held| held.len() >= self.max_per_peer) {
+            Some((Full::Peer, of_peer.and_then(|held| held.first().copied())))
+        } else if pending.places.len() >= self.max {
+            Some((Full::Listener, pending.places.keys().next().copied()))
+        } else {
+            None
+        };
+        if let Some((full, oldest)) = full {
+            match oldest {
+                Some(oldest) if self.evict_oldest => {
+                    tracing::debug!(?peer, "{full}: the oldest pending connection makes room");
+                    pending.free(oldest);
+                }
+                _ => return Err(full),
             }
-            *held += 1;
         }
+        let number = pending.next;
+        pending.next += 1;
+        let (evict, evicted) = oneshot::channel();
+        pending.places.insert(number, (peer, evict));
+        pending.per_peer.entry(peer).or_default().insert(number);
         // Under pressure: more than half of the places taken.
-        let pressed = self.places.available_permits() < self.max / 2;
+        let pressed = pending.places.len() > self.max - self.max / 2;
         Ok(Place {
-            _place: place,
-            peer,
-            per_peer: self.per_peer.clone(),
+            number,
+            pending: self.pending.clone(),
+            evicted,
             timeout: if pressed {
                 self.timeout / 4
             } else {
@@ -101,13 +157,7 @@ impl Admission {
 
 impl Drop for Place {
     fn drop(&mut self) {
-        let mut per_peer = self.per_peer.lock().unwrap();
-        if let Some(held) = per_peer.get_mut(&self.peer) {
-            *held -= 1;
-            if *held == 0 {
-                per_peer.remove(&self.peer);
-            }
-        }
+        self.pending.lock().unwrap().free(self.number);
     }
 }
 
@@ -156,6 +206,10 @@ mod tests {
     use super::*;
 
     fn admission(max: usize, max_per_peer: usize) -> Admission {
+        Admission::new(&config(max, max_per_peer))
+    }
+
+    fn config(max: usize, max_per_peer: usize) -> Config {
         use clap::Parser as _;
         let mut config = crate::Cli::parse_from(["exec-server"])
             .serve
@@ -164,7 +218,7 @@ mod tests {
         config.max_pending_connections = max;
         config.max_pending_connections_per_peer = max_per_peer;
         config.upgrade_timeout = Duration::from_secs(8);
-        Admission::new(&config)
+        config
     }
 
     fn ip(text: &str) -> Peer {
@@ -186,9 +240,27 @@ mod tests {
         drop(first);
         assert!(admission.admit(ip("10.0.0.1")).is_ok());
         assert!(
-            admission.per_peer.lock().unwrap().len() <= 2,
+            admission.pending.lock().unwrap().per_peer.len() <= 2,
             "no empty entries kept"
         );
+    }
+
+    #[tokio::test]
+    async fn at_a_cap_the_oldest_place_there_is_evicted() {
+        let admission = Admission::evicting(&config(4, 2));
+        let mut first = admission.admit(ip("10.0.0.1")).unwrap();
+        let mut second = admission.admit(ip("10.0.0.1")).unwrap();
+        // The peer's cap: its own oldest goes, not another's.
+        let _third = admission.admit(ip("10.0.0.1")).unwrap();
+        first.evicted().await;
+        let mut other = admission.admit(ip("10.0.0.2")).unwrap();
+        let _fourth = admission.admit(ip("10.0.0.2")).unwrap();
+        // The listener's cap: the oldest of all.
+        let _fifth = admission.admit(ip("10.0.0.3")).unwrap();
+        second.evicted().await;
+        assert!(futures::poll!(std::pin::pin!(other.evicted())).is_pending());
+        drop(first);
+        assert_eq!(admission.pending.lock().unwrap().places.len(), 4);
     }
 
     #[test]

@@ -16,6 +16,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 pub use handover::Handover;
+#[doc(hidden)]
+pub use remote::registry_reply;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ListenUrl {

@@ -115,7 +115,7 @@ impl Http {
     fn new(app: Router, config: &Config, connections: Connections) -> Self {
         Self {
             app: TowerToHyperService::new(app),
-            admission: Admission::new(config),
+            admission: Admission::evicting(config),
             connections,
         }
     }
@@ -186,11 +186,16 @@ impl Http {
                     Err(err) => tracing::debug!(%peer, "TLS handshake failed: {err}"),
                 }
             };
-            if tokio::time::timeout(place.timeout, connection)
-                .await
-                .is_err()
-            {
-                tracing::debug!(%peer, "HTTP phase timed out; closing");
+            let mut place = place;
+            tokio::select! {
+                served = tokio::time::timeout(place.timeout, connection) => {
+                    if served.is_err() {
+                        tracing::debug!(%peer, "HTTP phase timed out; closing");
+                    }
+                }
+                () = place.evicted() => {
+                    tracing::debug!(%peer, "HTTP phase cut short by a newer connection; closing");
+                }
             }
             drop(place);
         });

@@ -173,6 +173,52 @@ async fn signed_bearer_token_upgrade_checks_signature_expiry_issuer_and_audience
     same_answers(&args, &cases).await;
 }
 
+/// An HS256 token with this JOSE `header`, signed by hand: jsonwebtoken's `Header` cannot
+/// carry `crit`.
+fn jwt_with_header(secret: &str, header: serde_json::Value, claims: serde_json::Value) -> String {
+    use base64::Engine as _;
+    let encode = |value: serde_json::Value| {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(value.to_string())
+    };
+    let signed = format!("{}.{}", encode(header), encode(claims));
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret.as_bytes());
+    let signature = ring::hmac::sign(&key, signed.as_bytes());
+    let signature = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(signature.as_ref());
+    format!("{signed}.{signature}")
+}
+
+/// Issue 41, item 10: a token whose header names critical extensions (`crit`, RFC 7515
+/// §4.1.11) must be refused, since this daemon understands none; it was accepted, as codex
+/// still accepts it (jsonwebtoken ignores the member), so this is ours alone.
+#[tokio::test]
+async fn a_signed_token_naming_critical_header_extensions_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = "0123456789abcdef0123456789abcdef-shared";
+    let file = secret_file(&dir, "secret", secret);
+    let daemon = Daemon::start_with(
+        &[
+            "--ws-auth",
+            "signed-bearer-token",
+            "--ws-shared-secret-file",
+            &file,
+        ],
+        &[],
+    );
+    let claims = json!({"exp": now() + 300});
+    let plain = json!({"alg": "HS256", "typ": "JWT"});
+    let bearer = |header| format!("Bearer {}", jwt_with_header(secret, header, claims.clone()));
+    // The same token without `crit` is good: only the member makes the difference.
+    assert_eq!(upgrade(&daemon.url, Some(&bearer(plain))).await, Ok(()));
+    for crit in [json!(["exp"]), json!(["b64"]), json!([]), json!(null)] {
+        let header = json!({"alg": "HS256", "typ": "JWT", "crit": crit, "b64": true});
+        assert_eq!(
+            upgrade(&daemon.url, Some(&bearer(header))).await,
+            Err((401, "invalid websocket jwt".to_owned())),
+            "crit: {crit}"
+        );
+    }
+}
+
 /// The first line of stderr of `binary ARGS` that must refuse to start, and that it did.
 fn refusal(binary: &std::path::Path, prefix: &[&str], args: &[&str]) -> String {
     let home = tempfile::tempdir_in("/var/tmp").unwrap();

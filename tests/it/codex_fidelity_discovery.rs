@@ -289,3 +289,98 @@ async fn capability_roots_discover_follows_only_permitted_external_symlinks() {
         }
     }
 }
+
+/// 15 MiB of skills in `dir`: 16 `SKILL.md` of 960 KiB (each below the 1 MiB file limit).
+fn fifteen_mib_of_skills(dir: &Path) {
+    let text = "x".repeat(960 * 1024);
+    for skill in 0..16 {
+        write(dir, &format!("s{skill:02}/SKILL.md"), &text);
+    }
+}
+
+/// Our daemon's answer to `roots`, the reply's size in bytes, and the daemon's peak RSS (MiB).
+async fn discover_with_ours(roots: Vec<Value>) -> (Vec<Value>, usize, u64) {
+    let daemon = Daemon::start();
+    let client = Client::connect(&daemon.url).await;
+    client.initialize(None).await.expect("initialize");
+    let reply = tokio::time::timeout(TIMEOUT, client.request(METHOD, json!({"roots": roots})))
+        .await
+        .expect("reply in time")
+        .expect("discovered");
+    let size = reply.to_string().len();
+    let status = std::fs::read_to_string(format!("/proc/{}/status", daemon.pid())).unwrap();
+    let peak = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|kib| kib.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap()
+        / 1024;
+    eprintln!("reply {size} bytes, peak RSS {peak} MiB");
+    (reply["roots"].as_array().unwrap().clone(), size, peak)
+}
+
+/// Issue 41, item 8: one directory of 15 MiB of skills named as 20 roots made a 300 MiB reply
+/// and 960 MiB of RSS. The roots naming the same directory (by the same path or a link) are now
+/// one: discovered once, the others pointing to it; and the call's 12 MiB budget keeps the
+/// reply below a default client's 16 MiB frame.
+#[tokio::test]
+async fn a_directory_named_as_twenty_roots_is_discovered_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let skills = dir.path().join("skills");
+    fifteen_mib_of_skills(&skills);
+    let roots = (0..20)
+        .map(|index| match index % 2 {
+            0 => root(&format!("r{index}"), &skills),
+            _ => {
+                let link = dir.path().join(format!("link{index}"));
+                std::os::unix::fs::symlink(&skills, &link).unwrap();
+                root(&format!("r{index}"), &link)
+            }
+        })
+        .collect();
+    let (roots, size, peak) = discover_with_ours(roots).await;
+    assert_eq!(roots[0]["skills"].as_array().unwrap().len(), 12);
+    assert_eq!(roots[0]["warnings"], json!([REPLY_FULL]));
+    for duplicate in &roots[1..] {
+        assert_eq!(duplicate["skills"], json!([]), "{}", duplicate["id"]);
+        let warning = duplicate["warnings"][0].as_str().unwrap();
+        assert!(
+            warning.ends_with("is the directory of root `r0`; its files are listed there"),
+            "{warning}"
+        );
+    }
+    assert!(size < 13 * 1024 * 1024, "a reply of {size} bytes");
+    assert!(peak < 200, "the daemon's peak RSS reached {peak} MiB");
+}
+
+const REPLY_FULL: &str = "capability discovery reply exceeds the 12582912-byte limit";
+
+/// Issue 41, item 8: 20 directories holding the same 15 MiB of skills (hard links, distinct
+/// directories) share one reply budget of 12 MiB; each root left short says so.
+#[tokio::test]
+async fn twenty_directories_of_skills_share_one_reply_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = dir.path().join("d0");
+    fifteen_mib_of_skills(&first);
+    let mut roots = vec![root("d0", &first)];
+    for index in 1..20 {
+        let directory = dir.path().join(format!("d{index}"));
+        for skill in 0..16 {
+            let relative = format!("s{skill:02}/SKILL.md");
+            std::fs::create_dir_all(directory.join(format!("s{skill:02}"))).unwrap();
+            std::fs::hard_link(first.join(&relative), directory.join(&relative)).unwrap();
+        }
+        roots.push(root(&format!("d{index}"), &directory));
+    }
+    let (roots, size, peak) = discover_with_ours(roots).await;
+    let skills: usize = roots
+        .iter()
+        .map(|root| root["skills"].as_array().unwrap().len())
+        .sum();
+    assert_eq!(skills, 12, "skills of 960 KiB");
+    for root in &roots {
+        assert_eq!(root["warnings"], json!([REPLY_FULL]), "{}", root["id"]);
+    }
+    assert!(size < 13 * 1024 * 1024, "a reply of {size} bytes");
+    assert!(peak < 250, "the daemon's peak RSS reached {peak} MiB");
+}

@@ -200,6 +200,64 @@ async fn one_peer_with_stalled_requests_locks_out_no_one() {
     assert_eq!(open, 128, "the default per-peer share");
 }
 
+/// `count` half-sent upgrades to `daemon` from `from`, all connecting at once.
+async fn half_sent_upgrades(
+    daemon: &Daemon,
+    from: &str,
+    count: usize,
+) -> Vec<tokio::net::TcpStream> {
+    let to = address(&daemon.url);
+    futures::future::join_all((0..count).map(|_| stalled(from, to, HALF_UPGRADE))).await
+}
+
+/// Issue 41, item 9: `count` half-sent upgrades from one address, then a client from that same
+/// address (behind a NAT or a proxy every client is one peer): it is served within two seconds,
+/// the attacker's oldest pending connections closed to make room instead of the newcomer
+/// refused; the attacker keeps no more than `share` pending connections.
+async fn a_new_client_displaces_half_sent_upgrades(daemon: Daemon, count: usize, share: usize) {
+    let attack = half_sent_upgrades(&daemon, "127.0.0.1", count).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let begun = std::time::Instant::now();
+    let client = tokio::time::timeout(Duration::from_secs(2), async {
+        let client = daemon.client().await;
+        client.initialize(None).await.expect("initialize");
+        client
+    })
+    .await
+    .expect("a new client from the attacker's address is served within 2 s");
+    client
+        .call("process/start", start_params("p", &["echo", "in"]))
+        .await;
+    assert_eq!(output_of(&client.events_until_closed("p").await), b"in\n");
+    let served = begun.elapsed();
+    let closed = futures::future::join_all(
+        attack
+            .into_iter()
+            .map(|stream| closed_after(stream, Duration::from_secs(1))),
+    )
+    .await;
+    let open = closed.iter().filter(|closed| closed.is_none()).count();
+    assert!(
+        open <= share,
+        "{open} of {count} half-sent upgrades still open"
+    );
+    eprintln!("served in {served:?}; {open} of {count} half-sent upgrades still pending");
+}
+
+#[tokio::test]
+async fn half_sent_upgrades_from_one_address_yield_to_a_new_client() {
+    // 20,000 descriptors: the default caps, 1024 places, 256 per peer.
+    let daemon = daemon_with_fd_limits(&[], 20_000, 20_000);
+    a_new_client_displaces_half_sent_upgrades(daemon, 1_200, 256).await;
+}
+
+#[tokio::test]
+async fn half_sent_upgrades_yield_to_a_new_client_under_1024_descriptors() {
+    // 128 places, 32 per peer; 1,100 connections are more than the daemon's descriptors.
+    let daemon = daemon_with_fd_limits(&[], 1024, 1024);
+    a_new_client_displaces_half_sent_upgrades(daemon, 1_100, 32).await;
+}
+
 /// Item 10: once more than half of the places are taken, a stalled connection is closed after a
 /// quarter of `--upgrade-timeout`, not the whole.
 #[tokio::test]

@@ -85,6 +85,11 @@ impl Executor {
         }
     }
 
+    /// The executor's process id.
+    pub(crate) fn pid(&mut self) -> u32 {
+        self.child().id()
+    }
+
     fn child(&mut self) -> &mut Child {
         match self {
             Self::Ours { child, .. } => child,

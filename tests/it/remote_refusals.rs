@@ -207,3 +207,93 @@ async fn missing_aws_settings_are_fatal_ours() {
 async fn missing_aws_settings_are_fatal_codex() {
     missing_aws_settings_are_fatal(Binary::Codex).await;
 }
+
+/// Peak resident memory (VmHWM) of `pid` in MiB; None once it has exited.
+fn peak_mib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))?;
+    Some(
+        kib.trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse::<u64>()
+            .ok()?
+            / 1024,
+    )
+}
+
+/// Answers the one registration on `listener` with the start of a JSON reply and then
+/// `total` bytes more, with or without `content-length`, sampling the executor's peak memory
+/// as it goes; returns (bytes written before the executor stopped reading, highest peak seen).
+async fn answer_oversized(
+    listener: tokio::net::TcpListener,
+    pid: u32,
+    total: usize,
+    declared: bool,
+) -> (usize, u64) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let (mut stream, _) = tokio::time::timeout(TIMEOUT, listener.accept())
+        .await
+        .expect("the executor registers")
+        .unwrap();
+    let mut request = Vec::new();
+    while !request.ends_with(b"}") {
+        let mut buffer = [0; 4096];
+        let read = stream.read(&mut buffer).await.unwrap();
+        assert!(read > 0, "the request ended early");
+        request.extend_from_slice(&buffer[..read]);
+    }
+    let length = match declared {
+        true => format!("content-length: {}\r\n", total + 19),
+        false => "connection: close\r\n".to_owned(),
+    };
+    let head = format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n{length}\r\n");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(br#"{"environment_id":""#).await.unwrap();
+    let chunk = vec![b'a'; 1024 * 1024];
+    let (mut sent, mut peak) = (0, 0);
+    while sent < total {
+        let written = tokio::time::timeout(TIMEOUT, stream.write_all(&chunk)).await;
+        if !matches!(written, Ok(Ok(()))) {
+            break;
+        }
+        sent += chunk.len();
+        peak = peak.max(peak_mib(pid).unwrap_or(0));
+    }
+    (sent, peak)
+}
+
+/// Issue 41, item 7: the registration's reply was read whole, however large: a 384 MiB reply
+/// took the daemon to 782 MiB of RSS. It is now read as it arrives and refused past 64 KiB
+/// (at once when its declared length is larger), fatally, with a clear error.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_oversized_registry_reply_is_refused_without_being_held() {
+    const TOTAL: usize = 384 * 1024 * 1024;
+    for declared in [true, false] {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut registry = Registry::start().await;
+        // The registration goes to the oversized answer instead.
+        registry.url = format!("http://{}", listener.local_addr().unwrap());
+        let mut executor = Executor::start(Binary::Ours, &registry, &[]);
+        let pid = executor.pid();
+        let (sent, peak) = answer_oversized(listener, pid, TOTAL, declared).await;
+        // Memory first: before the fix the executor also failed, but only once it held it all.
+        assert!(
+            sent < TOTAL / 8,
+            "declared {declared}: {sent} bytes were taken before the executor stopped reading"
+        );
+        assert!(
+            peak < 64,
+            "declared {declared}: the executor's peak RSS reached {peak} MiB"
+        );
+        let (status, stderr) =
+            tokio::task::block_in_place(|| executor.exit(TIMEOUT)).expect("the executor exits");
+        assert_eq!(status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.contains("environment registry reply exceeds the 65536-byte limit"),
+            "{stderr}"
+        );
+    }
+}

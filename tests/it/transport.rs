@@ -251,8 +251,10 @@ async fn half_sent_upgrades_are_closed_after_the_upgrade_timeout() {
         .await;
 }
 
+/// Past the cap, the oldest pending connection makes room for the new one (issue 41, item 9):
+/// the places stay 4, and the newcomer keeps its own.
 #[tokio::test]
-async fn connections_beyond_the_pending_cap_are_closed_at_once() {
+async fn connections_beyond_the_pending_cap_close_the_oldest_at_once() {
     let daemon = Daemon::start_with(
         &[
             "--max-pending-connections",
@@ -268,13 +270,16 @@ async fn connections_beyond_the_pending_cap_are_closed_at_once() {
     for _ in 0..4 {
         stalled.push(half_sent_upgrade(&daemon).await);
     }
-    let excess = half_sent_upgrade(&daemon).await;
-    assert!(closed_within(excess, Duration::from_secs(5)).await);
-    // Closing the stalled ones frees their places.
-    drop(stalled);
+    let newest = half_sent_upgrade(&daemon).await;
+    let oldest = stalled.remove(0);
+    assert!(closed_within(oldest, Duration::from_secs(5)).await);
+    for held in stalled.into_iter().chain([newest]) {
+        assert!(!closed_within(held, Duration::from_millis(200)).await);
+    }
+    // And a new client is served.
     let deadline = tokio::time::Instant::now() + TIMEOUT;
     while upgrade_status_or_closed(&daemon.url).await.is_err() {
-        assert!(tokio::time::Instant::now() < deadline, "places freed");
+        assert!(tokio::time::Instant::now() < deadline, "served");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

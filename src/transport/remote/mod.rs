@@ -8,6 +8,9 @@ mod auth;
 mod dial;
 mod registry;
 
+#[doc(hidden)]
+pub use registry::parse_reply as registry_reply;
+
 use super::ws::Connections;
 use crate::audit::Identity;
 use crate::config::RemoteConfig;

@@ -13,6 +13,10 @@ const DIRECT_TRANSPORT: &str = "direct_jsonrpc_v1";
 /// codex's limit on a registry call.
 const REGISTRY_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The largest reply read: a registration is a few hundred bytes, and of an error reply only
+/// [`ERROR_PREVIEW_BYTES`] are shown.
+const MAX_REPLY_BYTES: usize = 64 * 1024;
+
 /// The longest piece of an error reply shown.
 const ERROR_PREVIEW_BYTES: usize = 4096;
 
@@ -62,14 +66,64 @@ pub(super) async fn register(
         .await
         .map_err(failed)?;
     let status = response.status();
-    let text = response.text().await.map_err(failed)?;
-    if !status.is_success() {
-        return Err(refusal(status, &text));
+    let body = read_capped(response, &endpoint).await?;
+    parse(status, &body, &remote.environment_id)
+}
+
+/// The reply's body, read as it arrives and refused once past [`MAX_REPLY_BYTES`]: a registry
+/// (or whoever answers in its place) must not make the daemon hold whatever it sends.
+async fn read_capped(mut response: reqwest::Response, endpoint: &str) -> anyhow::Result<Vec<u8>> {
+    let too_large = || {
+        tracing::error!(
+            endpoint,
+            limit = MAX_REPLY_BYTES,
+            "the environment registry's reply is too large; not read further"
+        );
+        anyhow::anyhow!("environment registry reply exceeds the {MAX_REPLY_BYTES}-byte limit")
+    };
+    if response
+        .content_length()
+        .is_some_and(|length| length > MAX_REPLY_BYTES as u64)
+    {
+        return Err(too_large());
     }
-    let reply: Reply = serde_json::from_str(&text).map_err(|err| {
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|err| anyhow::anyhow!("environment registry request failed: {err}"))?
+    {
+        if body.len() + chunk.len() > MAX_REPLY_BYTES {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// The registration a reply of `status` with `body` gives, or codex's error for it.
+fn parse(status: StatusCode, body: &[u8], environment_id: &str) -> anyhow::Result<Registration> {
+    if !status.is_success() {
+        return Err(refusal(status, &String::from_utf8_lossy(body)));
+    }
+    let reply: Reply = serde_json::from_slice(body).map_err(|err| {
         anyhow::anyhow!("failed to serialize or deserialize exec-server JSON: {err}")
     })?;
-    check(reply, &remote.environment_id)
+    check(reply, environment_id)
+}
+
+#[doc(hidden)]
+/// The registry reply's parser, for the fuzz target (fuzz/): the URL to dial and the
+/// registration id, or the error's text.
+pub fn parse_reply(
+    status: u16,
+    body: &[u8],
+    environment_id: &str,
+) -> Result<(String, String), String> {
+    let status = StatusCode::from_u16(status).map_err(|err| err.to_string())?;
+    parse(status, body, environment_id)
+        .map(|registration| (registration.url.into(), registration.registration_id))
+        .map_err(|err| format!("{err:#}"))
 }
 
 /// The reply's members, as codex requires them.
