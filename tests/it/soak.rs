@@ -88,7 +88,20 @@ async fn soak_one(
     dir: std::path::PathBuf,
 ) -> (usize, String) {
     let mut rng = Rng(seed | 1);
-    let client = Client::connect(ClientOptions::new(url)).await.unwrap();
+    // A restart may come before this client's first handshake is done: it connects again, as
+    // it would to a daemon that is starting (the client resumes by itself only once it has a
+    // session).
+    let deadline = tokio::time::Instant::now() + common::TIMEOUT;
+    let client = loop {
+        match Client::connect(ClientOptions::new(url.clone())).await {
+            Ok(client) => break client,
+            Err(err) if tokio::time::Instant::now() < deadline => {
+                eprintln!("client {seed}: connecting again after {err}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(err) => panic!("client {seed}: {err}"),
+        }
+    };
     let tee_file = dir.join(format!("{seed}.out"));
     // Numbered stdin echoes and a counter, interleaved; tee records exactly what was written.
     // A detached sleep outlives the process, and must not outlive its session.
