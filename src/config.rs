@@ -117,10 +117,9 @@ pub struct Args {
     pub upgrade_timeout: Duration,
 
     /// Connections allowed in their HTTP phase at once (not yet upgraded to a WebSocket), per
-    /// listener; past it, a WebSocket listener closes the oldest of them for the new one (an
-    /// envd listener closes the new one). Once more than half are taken, new ones get a quarter
-    /// of --upgrade-timeout. Default: 1024, or an eighth of the open-files limit if
-    /// lower.
+    /// listener; past it, the listener closes the oldest of them for the new one. Once more
+    /// than half are taken, new ones get a quarter of --upgrade-timeout. Default: 1024, or an
+    /// eighth of the open-files limit if lower.
     #[arg(long, env = "EXEC_SERVER_MAX_PENDING_CONNECTIONS")]
     pub max_pending_connections: Option<usize>,
 

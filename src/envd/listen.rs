@@ -126,7 +126,7 @@ impl Http {
     where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
-        let place = match self.admission.admit(from) {
+        let mut place = match self.admission.admit(from) {
             Ok(place) => place,
             Err(full) => {
                 tracing::debug!(?from, "envd: {full}; closing");
@@ -135,11 +135,11 @@ impl Http {
         };
         let deadline = place.timeout;
         let (arrived, first_request) = tokio::sync::oneshot::channel::<()>();
-        let first = std::sync::Mutex::new(Some((place, arrived)));
+        let arrived = std::sync::Mutex::new(Some(arrived));
         let app = self.app.clone();
         let service = hyper::service::service_fn(move |request| {
             // A request's head is in: the place and the deadline go (dropping the sender).
-            drop(first.lock().unwrap().take());
+            drop(arrived.lock().unwrap().take());
             app.call(request)
         });
         let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
@@ -151,14 +151,27 @@ impl Http {
             .keep_alive_interval(self.ping_interval);
         tokio::spawn(async move {
             let connection = builder.serve_connection(TokioIo::new(stream), service);
-            let first_request = async {
-                if tokio::time::timeout(deadline, first_request).await.is_ok() {
-                    std::future::pending::<()>().await;
+            // Held until the first request's head is in; closed at the deadline, or when a
+            // newer connection took the place back (at a cap the oldest pending one yields).
+            let first_request = async move {
+                tokio::select! {
+                    waited = tokio::time::timeout(deadline, first_request) => {
+                        if waited.is_err() {
+                            tracing::debug!(?from, "envd: no request in {deadline:?}; closing");
+                            return;
+                        }
+                    }
+                    () = place.evicted() => {
+                        tracing::debug!(?from, "envd: cut short by a newer connection; closing");
+                        return;
+                    }
                 }
+                drop(place);
+                std::future::pending::<()>().await
             };
             tokio::select! {
                 _ = connection => {}
-                () = first_request => tracing::debug!(?from, "envd: no request in {deadline:?}; closing"),
+                () = first_request => {}
             }
         });
     }

@@ -37,9 +37,6 @@ pub(crate) struct Admission {
     max: usize,
     max_per_peer: usize,
     timeout: Duration,
-    /// At a cap, whether the oldest place there is taken back for the newcomer (a slow or
-    /// stalled connection yields to a new one, as a load balancer does) or the newcomer refused.
-    evict_oldest: bool,
 }
 
 /// The places held, by their number: numbers grow, so the first is the oldest.
@@ -94,24 +91,15 @@ pub(crate) enum Full {
 }
 
 impl Admission {
-    /// Places that, at a cap, refuse the newcomer.
+    /// Places that, at a cap, evict the oldest connection there (the peer's own at its cap, the
+    /// listener's at the listener's) for the newcomer: whoever holds a place must then close
+    /// its connection when [`Place::evicted`] resolves.
     pub(crate) fn new(config: &Config) -> Self {
         Self {
             pending: Default::default(),
             max: config.max_pending_connections,
             max_per_peer: config.max_pending_connections_per_peer,
             timeout: config.upgrade_timeout,
-            evict_oldest: false,
-        }
-    }
-
-    /// Places that, at a cap, evict the oldest connection there (the peer's own at its cap, the
-    /// listener's at the listener's) for the newcomer: whoever holds a place must then close
-    /// its connection when [`Place::evicted`] resolves.
-    pub(crate) fn evicting(config: &Config) -> Self {
-        Self {
-            evict_oldest: true,
-            ..Self::new(config)
         }
     }
 
@@ -128,7 +116,8 @@ impl Admission {
         };
         if let Some((full, oldest)) = full {
             match oldest {
-                Some(oldest) if self.evict_oldest => {
+                // A slow or stalled connection yields to a new one, as a load balancer does.
+                Some(oldest) => {
                     tracing::debug!(?peer, "{full}: the oldest pending connection makes room");
                     pending.free(oldest);
                 }
@@ -231,8 +220,12 @@ mod tests {
         let first: Vec<Place> = (0..2)
             .map(|_| admission.admit(ip("10.0.0.1")).unwrap())
             .collect();
-        assert!(matches!(admission.admit(ip("10.0.0.1")), Err(Full::Peer)));
-        // The refused attempt held nothing.
+        // At its cap the peer's oldest yields; the count stays at its share.
+        let _evicting = admission.admit(ip("10.0.0.1")).unwrap();
+        assert_eq!(
+            admission.pending.lock().unwrap().per_peer[&ip("10.0.0.1")].len(),
+            2
+        );
         let second = admission.admit(ip("10.0.0.2")).unwrap();
         assert_eq!(second.timeout, Duration::from_secs(8));
         let third = admission.admit(ip("10.0.0.2")).unwrap();
@@ -247,7 +240,7 @@ mod tests {
 
     #[tokio::test]
     async fn at_a_cap_the_oldest_place_there_is_evicted() {
-        let admission = Admission::evicting(&config(4, 2));
+        let admission = admission(4, 2);
         let mut first = admission.admit(ip("10.0.0.1")).unwrap();
         let mut second = admission.admit(ip("10.0.0.1")).unwrap();
         // The peer's cap: its own oldest goes, not another's.

@@ -115,7 +115,7 @@ impl Http {
     fn new(app: Router, config: &Config, connections: Connections) -> Self {
         Self {
             app: TowerToHyperService::new(app),
-            admission: Admission::evicting(config),
+            admission: Admission::new(config),
             connections,
         }
     }

@@ -546,3 +546,31 @@ async fn watchers_of_every_listener_stop_at_half_the_users_inotify_instances() {
     let expected = format!("at most {limit} watches may be open for the daemon");
     assert_eq!(error["message"], json!(expected), "{error}");
 }
+
+/// Item 9 on the envd listener: 600 half-sent request heads from one address, then a request
+/// from that same address (behind a NAT or a proxy every client is one peer) is answered within
+/// two seconds: the attacker's oldest pending connections are closed to make room, instead of
+/// the newcomer, and no more than the per-peer share (256) stays open.
+#[tokio::test]
+async fn half_sent_requests_to_envd_yield_to_a_new_one() {
+    let (_daemon, address) = envd_daemon(&[]);
+    let head = b"POST /health HTTP/1.1\r\nHost: x\r\n";
+    let attack =
+        futures::future::join_all((0..600).map(|_| stalled("127.0.0.1", &address, head))).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, _) =
+        tokio::time::timeout(Duration::from_secs(2), http(&address, "/health", "", b""))
+            .await
+            .expect("a new request from the attacker's address is answered within 2 s");
+    assert_eq!(
+        status, 405,
+        "/health takes GET; what matters is that it was answered"
+    );
+    let closed =
+        futures::future::join_all(attack.into_iter().map(|stream| {
+            crate::hardening_listeners::closed_after(stream, Duration::from_secs(1))
+        }))
+        .await;
+    let open = closed.iter().filter(|closed| closed.is_none()).count();
+    assert!(open <= 256, "{open} of 600 half-sent requests still open");
+}
