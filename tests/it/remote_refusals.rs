@@ -297,3 +297,38 @@ async fn an_oversized_registry_reply_is_refused_without_being_held() {
         );
     }
 }
+
+/// Upstream: `shutdown_interrupts_in_flight_registration` (there in process, here at the binary
+/// level): SIGTERM while the registry has not answered the registration ends the executor
+/// within a few seconds, instead of after the registration's own timeout.
+async fn sigterm_interrupts_a_registration_in_flight(binary: Binary) {
+    let mut registry = Registry::start().await;
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    registry.url = format!("http://{}", silent.local_addr().unwrap());
+    let mut executor = Executor::start(binary, &registry, &[]);
+    let (held, _) = tokio::time::timeout(TIMEOUT, silent.accept())
+        .await
+        .expect("a registration in flight")
+        .unwrap();
+    // Its request is sent, and never answered.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pid = executor.pid() as i32;
+    // SAFETY: kill(2) of the executor this test started.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let exited = tokio::task::block_in_place(|| executor.exit(Duration::from_secs(5)));
+    assert!(
+        exited.is_some(),
+        "{binary:?}: still registering 5 s after SIGTERM"
+    );
+    drop(held);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_interrupts_a_registration_in_flight_ours() {
+    sigterm_interrupts_a_registration_in_flight(Binary::Ours).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_interrupts_a_registration_in_flight_codex() {
+    sigterm_interrupts_a_registration_in_flight(Binary::Codex).await;
+}
