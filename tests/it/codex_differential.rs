@@ -251,6 +251,17 @@ pub async fn run_both_with(
     run_on(scenario, fixture, &ours, &codex).await
 }
 
+/// [`run_both`] with both daemons running as `nobody`, where file modes bite (root bypasses
+/// them): the fixture must make what it builds reachable by that user.
+pub async fn run_both_unprivileged(
+    scenario: &Scenario,
+    fixture: impl Fn(&Path),
+) -> (Vec<Value>, Vec<Value>) {
+    let (ours, _binary) = Daemon::start_unprivileged();
+    let codex = CodexPeer::start_unprivileged();
+    run_on(scenario, fixture, &ours, &codex).await
+}
+
 async fn run_on(
     scenario: &Scenario,
     fixture: impl Fn(&Path),

@@ -1,7 +1,10 @@
 //! Gap 5 of issue 29: no-follow reads and symlinks in any path component.
 
 use super::fs_sandboxed::strict_workspace_write;
-use super::{assert_same, assert_same_but_errors, at, lines, mkfifo, run_both, Scenario};
+use super::{
+    assert_same, assert_same_but_errors, at, lines, mkfifo, run_both, run_both_unprivileged,
+    Scenario,
+};
 use serde_json::{json, Value};
 use std::path::Path;
 
@@ -171,4 +174,71 @@ async fn recursive_no_follow_removal_is_a_documented_difference() {
     );
     assert_eq!(ours[0]["result"], json!({}), "{}", ours[0]);
     assert_eq!(ours[1], codex[1]);
+}
+
+/// Upstream: `file_system_no_follow_operations_support_search_only_ancestors`: under a
+/// directory its user may search and write but not read (0300), every no-follow operation
+/// works, since the walk opens each component for search only. Both daemons run as `nobody`
+/// (as root the mode would not bite).
+#[tokio::test]
+async fn file_system_no_follow_operations_support_search_only_ancestors() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let nobody = |path: &Path| std::os::unix::fs::chown(path, Some(65534), Some(65534)).unwrap();
+    let fixture = |root: &Path| {
+        std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let search_only = root.join("search-only");
+        std::fs::create_dir(&search_only).unwrap();
+        for (name, contents) in [("existing.txt", "before"), ("removable.txt", "remove")] {
+            std::fs::write(search_only.join(name), contents).unwrap();
+            nobody(&search_only.join(name));
+        }
+        let unreadable = search_only.join("unreadable.txt");
+        std::fs::write(&unreadable, "metadata only").unwrap();
+        nobody(&unreadable);
+        std::fs::set_permissions(&unreadable, std::fs::Permissions::from_mode(0o000)).unwrap();
+        // A socket file stays one once its listener is closed.
+        drop(std::os::unix::net::UnixListener::bind(search_only.join("socket")).unwrap());
+        nobody(&search_only);
+        std::fs::set_permissions(&search_only, std::fs::Permissions::from_mode(0o300)).unwrap();
+    };
+    let no_follow = |path: &str| json!({"path": at(path), "followSymlinks": false});
+    let mut write = no_follow("search-only/existing.txt");
+    write["dataBase64"] = json!("YWZ0ZXI=");
+    let mut mkdir = no_follow("search-only/created/nested");
+    mkdir["recursive"] = json!(true);
+    let mut remove = no_follow("search-only/removable.txt");
+    remove["recursive"] = json!(false);
+    remove["force"] = json!(false);
+    let scenario = Scenario::initialized()
+        .request(
+            1,
+            "fs/getMetadata",
+            json!({"path": "file:///", "followSymlinks": false}),
+        )
+        .request(2, "fs/readFile", no_follow("search-only/existing.txt"))
+        .then()
+        .request(3, "fs/writeFile", write)
+        .then()
+        .request(4, "fs/readFile", no_follow("search-only/existing.txt"))
+        .request(5, "fs/getMetadata", no_follow("search-only/unreadable.txt"))
+        .request(6, "fs/getMetadata", no_follow("search-only/socket"))
+        .request(7, "fs/createDirectory", mkdir)
+        .then()
+        .request(8, "fs/getMetadata", no_follow("search-only/created/nested"))
+        .request(9, "fs/remove", remove)
+        .then()
+        .request(10, "fs/getMetadata", no_follow("search-only/removable.txt"));
+    let (ours, codex) = run_both_unprivileged(&scenario, fixture).await;
+    assert_eq!(
+        ours,
+        codex,
+        "ours:\n{}\ncodex:\n{}",
+        lines(&ours),
+        lines(&codex)
+    );
+    let failed: Vec<bool> = ours.iter().map(|r| r.get("error").is_some()).collect();
+    let mut expected = vec![false; 9];
+    expected.push(true);
+    assert_eq!(failed, expected, "{}", lines(&ours));
+    assert_eq!(ours[3]["result"]["dataBase64"], "YWZ0ZXI=", "{}", ours[3]);
 }

@@ -73,9 +73,26 @@ impl CodexPeer {
 
     /// As `start_with`, with the variables named in `removed` taken out of its environment.
     pub fn start_without(args: &[&str], env: &[(&str, &str)], removed: &[&str]) -> Self {
+        Self::start_as(None, args, env, removed)
+    }
+
+    /// As `start`, running as `nobody` (uid and gid 65534), whose home it is given.
+    pub fn start_unprivileged() -> Self {
+        Self::start_as(Some(65534), &[], &[], &[])
+    }
+
+    fn start_as(uid: Option<u32>, args: &[&str], env: &[(&str, &str)], removed: &[&str]) -> Self {
         // codex refuses a CODEX_HOME under /tmp for some operations; /var/tmp is outside it.
         let home = tempfile::tempdir_in("/var/tmp").expect("CODEX_HOME");
         let mut command = Command::new(codex_binary());
+        if let Some(uid) = uid {
+            std::os::unix::fs::chown(home.path(), Some(uid), Some(uid)).expect("chown its home");
+            command
+                .uid(uid)
+                .gid(uid)
+                .env("HOME", home.path())
+                .current_dir("/");
+        }
         command
             .args(["exec-server", "--listen", "ws://127.0.0.1:0"])
             .args(args)
