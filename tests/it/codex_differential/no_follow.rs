@@ -242,3 +242,39 @@ async fn file_system_no_follow_operations_support_search_only_ancestors() {
     assert_eq!(failed, expected, "{}", lines(&ours));
     assert_eq!(ours[3]["result"]["dataBase64"], "YWZ0ZXI=", "{}", ours[3]);
 }
+
+/// Upstream: `file_system_no_follow_metadata_preserves_linux_birthtime`: a no-follow
+/// `fs/getMetadata` reports the file's birth time (statx) as `createdAtMs`. The two fixtures'
+/// times differ, so each daemon is checked against its own file rather than against the other.
+#[tokio::test]
+async fn file_system_no_follow_metadata_preserves_linux_birthtime() {
+    let ours = crate::common::Daemon::start();
+    let codex = crate::common::codex_peer::CodexPeer::start(&[]);
+    for url in [&ours.url, &codex.url] {
+        let root = crate::common::scratch_dir();
+        let file = root.path().join("born.txt");
+        std::fs::write(&file, "x").unwrap();
+        let expected = match std::fs::metadata(&file).unwrap().created() {
+            Ok(created) => {
+                let since = created.duration_since(std::time::UNIX_EPOCH).unwrap();
+                i64::try_from(since.as_millis()).unwrap()
+            }
+            // No birth time on this file system: upstream expects 0 then.
+            Err(_) => 0,
+        };
+        let client = crate::common::Client::connect(url).await;
+        client.initialize(None).await.expect("initialize");
+        let path = format!("file://{}", file.display());
+        let metadata = client
+            .call(
+                "fs/getMetadata",
+                json!({"path": path, "followSymlinks": false}),
+            )
+            .await;
+        assert_eq!(
+            metadata["createdAtMs"],
+            json!(expected),
+            "{url}: {metadata}"
+        );
+    }
+}
