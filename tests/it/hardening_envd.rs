@@ -65,6 +65,41 @@ fn envd_daemon(args: &[&str]) -> (Daemon, String) {
     (Daemon::start_with(&all, &[]), address)
 }
 
+/// `a/flip` flipped between `a/shown` (holding a file `x`) and the denied `d` (holding a file of
+/// 4,242 bytes) as fast as the host can, on a thread of its own, until stopped.
+struct LinkFlipper {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<u64>,
+}
+
+impl LinkFlipper {
+    fn start(tenant: &Tenant) -> Self {
+        let (shown, denied) = (tenant.at("a/shown"), tenant.at("d"));
+        std::fs::create_dir(&shown).unwrap();
+        std::fs::write(shown.join("file"), "x").unwrap();
+        std::fs::write(denied.join("file"), vec![b's'; 4242]).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (stopped, flip, next) = (stop.clone(), tenant.at("a/flip"), tenant.at("a/next"));
+        let thread = std::thread::spawn(move || {
+            let mut flips = 0u64;
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                let target = if flips % 2 == 0 { &shown } else { &denied };
+                std::os::unix::fs::symlink(target, &next).unwrap();
+                std::fs::rename(&next, &flip).unwrap();
+                flips += 1;
+            }
+            flips
+        });
+        Self { stop, thread }
+    }
+
+    /// Stops flipping; the number of flips made.
+    fn stop(self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+}
+
 /// A tenant's directories: `a` it may write, `d` it may not see, `profile` the listener's
 /// `--envd-sandbox` (read everything, write `a`, deny `d`).
 struct Tenant {
@@ -144,25 +179,8 @@ async fn an_empty_envd_token_file_is_refused_at_start() {
 async fn listings_and_stats_racing_a_link_swap_never_show_a_denied_directory() {
     let tenant = Tenant::new();
     let (_daemon, address) = tenant.daemon();
-    let (shown, denied) = (tenant.at("a/shown"), tenant.at("d"));
-    std::fs::create_dir(&shown).unwrap();
-    std::fs::write(shown.join("file"), "x").unwrap();
-    std::fs::write(denied.join("file"), vec![b's'; 4242]).unwrap();
-    std::fs::write(denied.join("secret"), "s").unwrap();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flipper = {
-        let (stop, flip, next) = (stop.clone(), tenant.at("a/flip"), tenant.at("a/next"));
-        std::thread::spawn(move || {
-            let mut flips = 0u64;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let target = if flips % 2 == 0 { &shown } else { &denied };
-                std::os::unix::fs::symlink(target, &next).unwrap();
-                std::fs::rename(&next, &flip).unwrap();
-                flips += 1;
-            }
-            flips
-        })
-    };
+    std::fs::write(tenant.at("d/secret"), "s").unwrap();
+    let flipper = LinkFlipper::start(&tenant);
     let flip = tenant.at("a/flip").display().to_string();
     let calls = (0..8).map(|_| {
         let (address, flip) = (address.clone(), flip.clone());
@@ -198,8 +216,7 @@ async fn listings_and_stats_racing_a_link_swap_never_show_a_denied_directory() {
         })
     });
     let outcomes = futures::future::join_all(calls).await;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let flips = flipper.join().unwrap();
+    let flips = flipper.stop();
     let leaks: Vec<String> = outcomes
         .iter()
         .flat_map(|o| o.as_ref().unwrap().0.clone())
@@ -450,25 +467,7 @@ async fn download(address: &str, path: &str) -> String {
 async fn downloads_racing_a_link_swap_never_show_a_denied_file() {
     let tenant = Tenant::new();
     let (_daemon, address) = tenant.daemon();
-    let (shown, denied) = (tenant.at("a/shown"), tenant.at("d"));
-    std::fs::create_dir(&shown).unwrap();
-    std::fs::write(shown.join("file"), "x").unwrap();
-    std::fs::write(denied.join("file"), vec![b's'; 4242]).unwrap();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flipper = {
-        let (stop, flip, next) = (stop.clone(), tenant.at("a/flip"), tenant.at("a/next"));
-        std::thread::spawn(move || {
-            for flips in 0.. {
-                if stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    return flips;
-                }
-                let target = if flips % 2 == 0 { &shown } else { &denied };
-                std::os::unix::fs::symlink(target, &next).unwrap();
-                std::fs::rename(&next, &flip).unwrap();
-            }
-            unreachable!()
-        })
-    };
+    let flipper = LinkFlipper::start(&tenant);
     let file = format!("{}/file", tenant.at("a/flip").display());
     let calls = (0..8).map(|_| {
         let (address, file) = (address.clone(), file.clone());
@@ -483,8 +482,7 @@ async fn downloads_racing_a_link_swap_never_show_a_denied_file() {
     let answers: Vec<String> = (futures::future::join_all(calls).await.into_iter())
         .flat_map(Result::unwrap)
         .collect();
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let flips = flipper.join().unwrap();
+    let flips = flipper.stop();
     let served = answers.iter().filter(|a| a.ends_with("\r\n\r\nx")).count();
     let leaks: Vec<_> = answers
         .iter()
