@@ -80,6 +80,23 @@ fn detached_sleeps(tag: &str) -> usize {
         .count()
 }
 
+/// A connected client: a restart may come before its first handshake is done, and it connects
+/// again, as it would to a daemon that is starting (the client resumes by itself only once it
+/// has a session).
+async fn connect_through_restarts(url: &str, seed: u64) -> Client {
+    let deadline = tokio::time::Instant::now() + common::TIMEOUT;
+    loop {
+        match Client::connect(ClientOptions::new(url.to_owned())).await {
+            Ok(client) => return client,
+            Err(err) if tokio::time::Instant::now() < deadline => {
+                eprintln!("client {seed}: connecting again after {err}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(err) => panic!("client {seed}: {err}"),
+        }
+    }
+}
+
 /// One client's run; returns how many times its connection was dropped, and its session.
 async fn soak_one(
     url: String,
@@ -88,20 +105,7 @@ async fn soak_one(
     dir: std::path::PathBuf,
 ) -> (usize, String) {
     let mut rng = Rng(seed | 1);
-    // A restart may come before this client's first handshake is done: it connects again, as
-    // it would to a daemon that is starting (the client resumes by itself only once it has a
-    // session).
-    let deadline = tokio::time::Instant::now() + common::TIMEOUT;
-    let client = loop {
-        match Client::connect(ClientOptions::new(url.clone())).await {
-            Ok(client) => break client,
-            Err(err) if tokio::time::Instant::now() < deadline => {
-                eprintln!("client {seed}: connecting again after {err}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Err(err) => panic!("client {seed}: {err}"),
-        }
-    };
+    let client = connect_through_restarts(&url, seed).await;
     let tee_file = dir.join(format!("{seed}.out"));
     // Numbered stdin echoes and a counter, interleaved; tee records exactly what was written.
     // A detached sleep outlives the process, and must not outlive its session.
