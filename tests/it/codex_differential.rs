@@ -230,6 +230,34 @@ fn regex_lite_replace(text: &str, prefix: &str) -> String {
     out
 }
 
+/// This daemon and codex's own, for a test that drives each in turn with a client of its own;
+/// both live as long as this.
+pub struct Both {
+    ours: Daemon,
+    codex: CodexPeer,
+}
+
+impl Both {
+    pub fn start() -> Self {
+        Self {
+            ours: Daemon::start(),
+            codex: CodexPeer::start(&[]),
+        }
+    }
+
+    /// Their URLs, ours first.
+    pub fn urls(&self) -> [&str; 2] {
+        [&self.ours.url, &self.codex.url]
+    }
+}
+
+/// A client of the daemon at `url` that finished the handshake.
+pub async fn handshaken(url: &str) -> crate::common::Client {
+    let client = crate::common::Client::connect(url).await;
+    client.initialize(None).await.expect("initialize");
+    client
+}
+
 /// Both daemons' messages for `scenario`, each with its own fixture built by `fixture`:
 /// `(ours, codex)`.
 pub async fn run_both(scenario: &Scenario, fixture: impl Fn(&Path)) -> (Vec<Value>, Vec<Value>) {

@@ -2,8 +2,8 @@
 
 use super::fs_sandboxed::strict_workspace_write;
 use super::{
-    assert_same, assert_same_but_errors, at, lines, mkfifo, run_both, run_both_unprivileged,
-    Scenario,
+    assert_same, assert_same_but_errors, at, handshaken, lines, mkfifo, run_both,
+    run_both_unprivileged, Both, Scenario,
 };
 use serde_json::{json, Value};
 use std::path::Path;
@@ -248,9 +248,8 @@ async fn file_system_no_follow_operations_support_search_only_ancestors() {
 /// times differ, so each daemon is checked against its own file rather than against the other.
 #[tokio::test]
 async fn file_system_no_follow_metadata_preserves_linux_birthtime() {
-    let ours = crate::common::Daemon::start();
-    let codex = crate::common::codex_peer::CodexPeer::start(&[]);
-    for url in [&ours.url, &codex.url] {
+    let both = Both::start();
+    for url in both.urls() {
         let root = crate::common::scratch_dir();
         let file = root.path().join("born.txt");
         std::fs::write(&file, "x").unwrap();
@@ -262,8 +261,7 @@ async fn file_system_no_follow_metadata_preserves_linux_birthtime() {
             // No birth time on this file system: upstream expects 0 then.
             Err(_) => 0,
         };
-        let client = crate::common::Client::connect(url).await;
-        client.initialize(None).await.expect("initialize");
+        let client = handshaken(url).await;
         let path = format!("file://{}", file.display());
         let metadata = client
             .call(

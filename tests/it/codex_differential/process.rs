@@ -4,9 +4,10 @@
 //! compared; output is read once the process closed (a read after its last seq waits for
 //! that), so both daemons report the same chunks.
 
-use super::{assert_equal, assert_same, nothing, run_both, run_both_with, Scenario};
-use crate::common::codex_peer::CodexPeer;
-use crate::common::{Client, Daemon, TIMEOUT};
+use super::{
+    assert_equal, assert_same, handshaken, nothing, run_both, run_both_with, Both, Scenario,
+};
+use crate::common::{Client, TIMEOUT};
 use serde_json::{json, Value};
 
 fn start(id: &str, script: &str, pipe_stdin: Option<bool>) -> Value {
@@ -150,10 +151,9 @@ async fn exec_process_signal_interrupts_process() {
 /// terminates it.
 #[tokio::test]
 async fn exec_server_resumes_detached_session_without_killing_processes() {
-    let ours = Daemon::start();
-    let codex = CodexPeer::start(&[]);
+    let both = Both::start();
     let mut outcomes = Vec::new();
-    for url in [&ours.url, &codex.url] {
+    for url in both.urls() {
         outcomes.push(resumed_session(url).await);
     }
     assert_equal(&outcomes[0], &outcomes[1]);
@@ -232,12 +232,10 @@ async fn output_until_closed(client: &Client, id: &str) -> (String, Value) {
 /// differently).
 #[tokio::test]
 async fn exec_process_write_then_read_on_a_tty() {
-    let ours = Daemon::start();
-    let codex = CodexPeer::start(&[]);
+    let both = Both::start();
     let mut outcomes = Vec::new();
-    for url in [&ours.url, &codex.url] {
-        let client = Client::connect(url).await;
-        client.initialize(None).await.unwrap();
+    for url in both.urls() {
+        let client = handshaken(url).await;
         let mut start = start(
             "tty",
             "IFS= read line; printf 'from-stdin:%s\\n' \"$line\"",
@@ -259,12 +257,10 @@ async fn exec_process_write_then_read_on_a_tty() {
 /// output its child writes later, and the process closes only once that child is done.
 #[tokio::test]
 async fn exec_process_retains_output_after_exit_until_streams_close() {
-    let ours = Daemon::start();
-    let codex = CodexPeer::start(&[]);
+    let both = Both::start();
     let mut outcomes = Vec::new();
-    for url in [&ours.url, &codex.url] {
-        let client = Client::connect(url).await;
-        client.initialize(None).await.unwrap();
+    for url in both.urls() {
+        let client = handshaken(url).await;
         let script = "(sleep 0.3; printf 'late output after exit\\n') & exit 0";
         client
             .call("process/start", start("late", script, None))

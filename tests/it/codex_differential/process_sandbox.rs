@@ -4,9 +4,8 @@
 //! empty. Replies only; output is read once the process closed.
 
 use super::process::{chunks_until_closed, read_when_closed, text};
-use super::{assert_same, Scenario};
-use crate::common::codex_peer::CodexPeer;
-use crate::common::{Client, Daemon};
+use super::{assert_same, Both, Scenario};
+use crate::common::Client;
 use serde_json::{json, Value};
 use std::path::Path;
 
@@ -91,10 +90,9 @@ async fn sandboxed_processes_read_the_workspace_only_as_upstream() {
 /// (docs/protocol.md: ours exits 126 as a shell would, upstream's launcher panics with 101).
 #[tokio::test]
 async fn remote_process_preserves_empty_workspace_roots() {
-    let ours = Daemon::start();
-    let codex = CodexPeer::start(&[]);
+    let both = Both::start();
     let mut outcomes = Vec::new();
-    for url in [&ours.url, &codex.url] {
+    for url in both.urls() {
         let dir = crate::common::scratch_dir();
         workspace(dir.path());
         let root = dir.path().to_str().unwrap();
