@@ -522,8 +522,18 @@ fn mark(dir: &OwnedFd, name: &str) -> std::io::Result<()> {
 
 /// Whether `path` is a placeholder this daemon owns (it created it, or took it last).
 fn marked_by_us(path: &Path) -> bool {
+    mark_of(path).is_some_and(|mark| mark == OWNER.as_bytes())
+}
+
+fn is_marked(path: &Path) -> bool {
+    mark_of(path).is_some()
+}
+
+/// The value of `path`'s [`MARK`], if it has one (one longer than any daemon writes reads as
+/// empty: marked, and nobody's).
+fn mark_of(path: &Path) -> Option<Vec<u8>> {
     let (Ok(path), Ok(name)) = (cstring(path), std::ffi::CString::new(MARK)) else {
-        return false;
+        return None;
     };
     let mut value = [0u8; 64];
     // SAFETY: valid strings, and a buffer of the size given.
@@ -535,15 +545,13 @@ fn marked_by_us(path: &Path) -> bool {
             value.len(),
         )
     };
-    usize::try_from(len).is_ok_and(|len| value[..len] == *OWNER.as_bytes())
-}
-
-fn is_marked(path: &Path) -> bool {
-    let (Ok(path), Ok(name)) = (cstring(path), std::ffi::CString::new(MARK)) else {
-        return false;
-    };
-    // SAFETY: valid strings; a NULL buffer of size 0 asks for the value's size only.
-    unsafe { libc::lgetxattr(path.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) >= 0 }
+    match usize::try_from(len) {
+        Ok(len) => Some(value[..len].to_vec()),
+        Err(_) if std::io::Error::last_os_error().raw_os_error() == Some(libc::ERANGE) => {
+            Some(Vec::new())
+        }
+        Err(_) => None,
+    }
 }
 
 /// Which of `paths` some other mount namespace has a mount on.
