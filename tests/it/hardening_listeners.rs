@@ -42,6 +42,14 @@ pub(crate) async fn closed_after(
     .map(|()| begun.elapsed())
 }
 
+/// How many of `streams` the daemon left open for `wait` (all waited on at once).
+pub(crate) async fn still_open(streams: Vec<tokio::net::TcpStream>, wait: Duration) -> usize {
+    let closed =
+        futures::future::join_all(streams.into_iter().map(|stream| closed_after(stream, wait)))
+            .await;
+    closed.iter().filter(|closed| closed.is_none()).count()
+}
+
 fn address(url: &str) -> &str {
     url.split_once("://").unwrap().1
 }
@@ -190,13 +198,7 @@ async fn one_peer_with_stalled_requests_locks_out_no_one() {
     assert_eq!(output, b"before\n");
     fresh_session(&daemon).await;
     // The attacker's share stays open (until the upgrade timeout); the excess was closed.
-    let closed = futures::future::join_all(
-        attack
-            .into_iter()
-            .map(|stream| closed_after(stream, Duration::from_secs(1))),
-    )
-    .await;
-    let open = closed.iter().filter(|closed| closed.is_none()).count();
+    let open = still_open(attack, Duration::from_secs(1)).await;
     assert_eq!(open, 128, "the default per-peer share");
 }
 
@@ -230,13 +232,7 @@ async fn a_new_client_displaces_half_sent_upgrades(daemon: Daemon, count: usize,
         .await;
     assert_eq!(output_of(&client.events_until_closed("p").await), b"in\n");
     let served = begun.elapsed();
-    let closed = futures::future::join_all(
-        attack
-            .into_iter()
-            .map(|stream| closed_after(stream, Duration::from_secs(1))),
-    )
-    .await;
-    let open = closed.iter().filter(|closed| closed.is_none()).count();
+    let open = still_open(attack, Duration::from_secs(1)).await;
     assert!(
         open <= share,
         "{open} of {count} half-sent upgrades still open"
