@@ -254,6 +254,9 @@ pub(crate) fn process_start(params: &StartParams) -> Value {
             "network": network,
             "fileSystem": file_system,
             "enforced": sandbox.restricts(),
+            "backend": sandbox
+                .restricts()
+                .then(|| crate::sandbox::facilities::Enforcement::current().backend()),
         })
     });
     json!({

@@ -215,6 +215,22 @@ pub struct Args {
     #[arg(long, env = "EXEC_SERVER_ENVD_SANDBOX", value_name = "PROFILE.json")]
     pub envd_sandbox: Option<PathBuf>,
 
+    /// Which layer confines a sandbox's file system: `auto` (Landlock where the kernel has ABI
+    /// 2 or newer, else the mount view alone), `landlock` (refuse restricting intent without
+    /// it), or `mount-view` (the mount view alone, as bubblewrap does; Landlock still scopes
+    /// signals and abstract sockets where it can). See docs/sandbox.md, "Backends".
+    #[arg(
+        long,
+        env = "EXEC_SERVER_SANDBOX_BACKEND",
+        value_enum,
+        default_value = "auto"
+    )]
+    pub(crate) sandbox_backend: crate::sandbox::facilities::BackendChoice,
+
+    /// Use no Landlock ABI above this one (0: no Landlock): for tests of older kernels.
+    #[arg(long, env = "EXEC_SERVER_LANDLOCK_ABI_MAX", hide = true)]
+    pub landlock_abi_max: Option<i32>,
+
     /// Log format on stderr.
     #[arg(
         long,
@@ -275,6 +291,8 @@ pub struct Config {
     pub audit_required: bool,
     pub(crate) state_dir: crate::state_dir::StateDirSetting,
     pub envd: EnvdSettings,
+    /// How sandboxes are enforced on this host (`--sandbox-backend`, the kernel's Landlock).
+    pub(crate) sandbox: crate::sandbox::facilities::Enforcement,
 }
 
 /// Where and how the envd protocol is served (`--envd-*`).
@@ -369,6 +387,11 @@ impl Args {
                 std::env::var_os("XDG_RUNTIME_DIR").as_deref(),
             )?,
             envd: self.envd()?,
+            sandbox: crate::sandbox::facilities::Enforcement::decide(
+                crate::sandbox::landlock::kernel_abi(),
+                self.landlock_abi_max,
+                self.sandbox_backend,
+            ),
         })
     }
 

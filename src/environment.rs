@@ -79,6 +79,9 @@ pub(crate) fn info(config: &crate::config::Config) -> EnvironmentInfo {
                 .as_ref()
                 .map(|(_, profile)| profile.clone()),
         }),
+        sandbox: Some(crate::sandbox::facilities::report(
+            crate::sandbox::enforceable(),
+        )),
     }
 }
 

@@ -3,7 +3,7 @@
 //! up front, where the label set is fixed); what a walk of the sessions can tell (sessions and
 //! processes by state) is counted when scraped instead.
 
-use exec_server_protocol::process::ProcessState;
+use exec_server_protocol::process::{ProcessState, SandboxBackend};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -31,6 +31,8 @@ pub(crate) struct Metrics {
     pub(crate) output_evictions: Counter,
     errors: Family<[(&'static str, String); 1], Counter>,
     pub(crate) sandbox_denials: Counter,
+    /// Sandboxed launches by the backend that enforced them.
+    sandboxed_launches: Family<Labels, Counter>,
     fs_calls: Family<Labels, Counter>,
     pub(crate) http_calls: Counter,
     remote_dials: Family<Labels, Counter>,
@@ -61,6 +63,7 @@ impl Metrics {
             output_evictions: Counter::default(),
             errors: Family::default(),
             sandbox_denials: Counter::default(),
+            sandboxed_launches: Family::default(),
             fs_calls: Family::default(),
             http_calls: Counter::default(),
             remote_dials: Family::default(),
@@ -129,6 +132,11 @@ impl Metrics {
             "Processes and fs calls the sandbox denied",
             self.sandbox_denials.clone(),
         );
+        r.register(
+            "sandboxed_launches",
+            "Sandboxed processes launched, by the backend that enforced them (landlock, mountView)",
+            self.sandboxed_launches.clone(),
+        );
         r.register("fs_calls", "fs/* calls by method", self.fs_calls.clone());
         r.register("http_calls", "http/request calls", self.http_calls.clone());
         r.register(
@@ -151,8 +159,18 @@ impl Metrics {
         Open(&self.connections_open)
     }
 
-    /// A process was launched, `elapsed` after its request arrived.
-    pub(crate) fn launched(&self, sandboxed: bool, elapsed: Duration) {
+    /// A process was launched, `elapsed` after its request arrived; sandboxed by `backend`.
+    pub(crate) fn launched(&self, backend: Option<SandboxBackend>, elapsed: Duration) {
+        let sandboxed = backend.is_some();
+        if let Some(backend) = backend {
+            let name = match backend {
+                SandboxBackend::Landlock => "landlock",
+                SandboxBackend::MountView => "mountView",
+            };
+            self.sandboxed_launches
+                .get_or_create(&[("backend", name)])
+                .inc();
+        }
         self.launches[usize::from(sandboxed)].inc();
         self.launch_seconds[usize::from(sandboxed)].observe(elapsed.as_secs_f64());
     }

@@ -119,6 +119,27 @@ pub struct EnvironmentInfo {
     /// The E2B envd listeners (`--envd-listen`), when there are any (this daemon's addition).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub envd: Option<EnvdInfo>,
+    /// What this host offers the sandbox (this daemon's addition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxFacilities>,
+}
+
+/// What the host's kernel offers the sandbox, detected at start (this daemon's addition; also
+/// in `/readyz`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxFacilities {
+    /// The backend sandboxed starts use; null when no restricting intent can be enforced here.
+    pub backend: Option<crate::process::SandboxBackend>,
+    /// The kernel's Landlock ABI (0: none).
+    pub landlock_abi: i32,
+    /// The ABI the sandbox uses (lower when capped).
+    pub landlock_abi_used: i32,
+    pub user_namespaces: bool,
+    pub pid_namespaces: bool,
+    pub seccomp: bool,
+    /// A cgroup v2 directory the daemon may create groups in.
+    pub cgroup_delegation: bool,
 }
 
 /// What the daemon serves to E2B's SDKs (this daemon's addition).

@@ -198,11 +198,24 @@ pub enum SandboxType {
     WindowsRestrictedToken,
 }
 
+/// Which mechanism confines a sandboxed process's file system (this daemon's addition):
+/// Landlock, or the mount view alone where Landlock is missing or too old (docs/sandbox.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum SandboxBackend {
+    Landlock,
+    MountView,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StartResult {
     pub process_id: String,
     pub sandbox_type: SandboxType,
+    /// The backend that enforced a sandboxed start; absent when unsandboxed (this daemon's
+    /// addition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_backend: Option<SandboxBackend>,
     /// An `idempotent` start found the process already started by an identical start.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub existing: bool,

@@ -19,14 +19,15 @@ pub(super) fn main() -> ! {
     shield_from_signals();
     become_workload();
     let mut control = control_socket().unwrap_or_else(|failure| exit_for(&failure));
-    // The daemon's first frame: the paths every sandbox helper forked here hides.
-    let hidden = channel::read_frame(&mut &control, MAX_PLAN_BYTES)
+    // The daemon's first frame: the paths every sandbox helper forked here hides, and how
+    // they enforce.
+    let settings = channel::read_frame(&mut &control, MAX_PLAN_BYTES)
         .ok()
         .and_then(|frame| serde_json::from_slice(&frame).ok());
-    let Some(hidden) = hidden else {
+    let Some(settings) = settings else {
         std::process::exit(125);
     };
-    crate::sandbox::hide_from_sandboxes(hidden);
+    crate::sandbox::HelperSettings::install(settings);
     let ready = Answer::Ready { program: None }.encode();
     // Its own session, so that nothing aimed at the daemon's group or terminal reaches it.
     // SAFETY: setsid takes no arguments and only changes this process's session.

@@ -74,7 +74,7 @@ fn spawn_plain(control: &UnixStream, stdio: Vec<OwnedFd>, launch: &PlainLaunch) 
                 pid,
                 supervisor: own_pid(),
             };
-            Ahead { pid, sigchld }.supervise(control, Some(started))
+            Ahead { pid, sigchld }.supervise(control, Some(started), None)
         }
         Err(err) => refuse(control, Stage::Exec.os(err)),
     }
@@ -242,15 +242,22 @@ impl Ahead {
     }
 
     /// Supervises the child's tree until it is confirmed gone, first reporting `started`
-    /// when the daemon learns of the exec from this process.
-    pub(super) fn supervise(self, control: &UnixStream, started: Option<Report>) {
+    /// when the daemon learns of the exec from this process. `program_status`: the child is
+    /// the init of a PID namespace, which writes the program's status there
+    /// (`super::init`).
+    pub(super) fn supervise(
+        self,
+        control: &UnixStream,
+        started: Option<Report>,
+        program_status: Option<OwnedFd>,
+    ) {
         if let Some(started) = started {
             report(control, &started);
         }
         let control = control
             .try_clone()
             .unwrap_or_else(|err| refuse(control, Stage::Supervisor.os(err)));
-        Supervisor::new(control, self.sigchld, self.pid).serve()
+        Supervisor::new(control, self.sigchld, self.pid, program_status).serve()
     }
 }
 
@@ -286,7 +293,7 @@ fn run(
         },
         (Ok(()), None) => Report::Started { pid, supervisor },
     };
-    ahead.supervise(control, Some(started))
+    ahead.supervise(control, Some(started), None)
 }
 
 /// Sends a launch: the descriptors with the first bytes, then the rest.

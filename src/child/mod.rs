@@ -9,6 +9,7 @@
 pub(crate) mod bridge;
 mod fork_server;
 pub(crate) mod fs_op;
+mod init;
 mod launch;
 pub(crate) mod sandbox;
 mod signals;

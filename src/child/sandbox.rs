@@ -40,8 +40,9 @@ use crate::ipc::channel;
 use crate::ipc::message::{self, Answer, ChildSetup, Order};
 use crate::os::scheduling::Scheduling;
 use crate::sandbox::capabilities::{bound_capabilities, clear_capabilities};
+use crate::sandbox::facilities::Enforcement;
 use crate::sandbox::plan::{
-    Failure, Grant, Identities, Identity, NetworkMode, Plan, Stage, HELPER_NAME,
+    Failure, FsPlan, Grant, Identities, Identity, NetworkMode, Plan, Stage, HELPER_NAME,
 };
 use crate::sandbox::{landlock, mounts, open, seccomp};
 use std::ffi::CString;
@@ -81,10 +82,31 @@ pub(super) fn serve(
             _ => std::process::exit(0),
         }
     });
+    // Where Landlock cannot scope signals, the program's process is the init of a PID namespace
+    // of the launch's own (`super::init`), which tells the program's status on a pipe.
+    let (status, init_status) = match Enforcement::current().own_pid_namespace() {
+        true => match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
+            Ok((read, write)) => (Some(read), Some(write)),
+            Err(errno) => refuse_early(&control, Stage::Supervisor.os(errno)),
+        },
+        false => (None, None),
+    };
     // The program's process is forked now, off the launch path.
     let ahead = late.and_then(|late| {
-        let waiting = || bound_capabilities().map_err(|err| Stage::Capabilities.os(err));
+        let own_pid_namespace = init_status.is_some();
+        let waiting = move || {
+            bound_capabilities().map_err(|err| Stage::Capabilities.os(err))?;
+            match own_pid_namespace {
+                true => super::init::prepare(),
+                false => Ok(()),
+            }
+        };
         launch::fork_ahead(&control, launch, waiting, move |setup, text| {
+            if let Some(status) = init_status {
+                if let Err(failure) = super::init::fork_program(status) {
+                    return failure;
+                }
+            }
             confine_and_exec(&text, network, &late, setup)
         })
     });
@@ -113,9 +135,15 @@ pub(super) fn serve(
             launch::refuse(&control, failure)
         }
     }
-    ahead.supervise(&control, None);
+    ahead.supervise(&control, None, status);
     // A helper's namespaces were made for its one launch.
     std::process::exit(0)
+}
+
+/// A failure before the program's process exists: written instead of READY.
+fn refuse_early(mut control: &UnixStream, failure: Failure) -> ! {
+    let _ = control.write_all(&serde_json::to_vec(&failure).unwrap_or_default());
+    exit_for(&failure)
 }
 
 /// In the program's process, with its launch: applies the plan `text` and executes the program,
@@ -123,7 +151,7 @@ pub(super) fn serve(
 fn confine_and_exec(
     text: &[u8],
     network: NetworkMode,
-    late_filter: &seccomp::BpfProgram,
+    late_filter: &seccomp::Late,
     setup: &ChildSetup,
 ) -> Failure {
     let plan = match parse(text, network) {
@@ -172,7 +200,7 @@ fn parse(text: &[u8], network: NetworkMode) -> Result<Plan, Failure> {
 struct FsOp;
 
 /// Everything that does not depend on the plan; returns the seccomp filter still to attach.
-fn start(network: NetworkMode) -> Result<seccomp::BpfProgram, Failure> {
+fn start(network: NetworkMode) -> Result<seccomp::Late, Failure> {
     // SAFETY: getsid, getpid and setsid take integers only and change at most this
     // process's session.
     if unsafe { libc::getsid(0) != libc::getpid() } && unsafe { libc::setsid() } < 0 {
@@ -196,6 +224,14 @@ fn start(network: NetworkMode) -> Result<seccomp::BpfProgram, Failure> {
     for hidden in crate::sandbox::hidden() {
         mounts::hide(&hidden.path).map_err(|err| Stage::Mounts.setup(err))?;
     }
+    // The next fork, the program's process, is pid 1 of a namespace of its own
+    // (`super::init`).
+    // SAFETY: unshare takes flags only; it changes only where this process's children go.
+    if Enforcement::current().own_pid_namespace()
+        && unsafe { libc::unshare(libc::CLONE_NEWPID) } < 0
+    {
+        return Err(Stage::Namespaces.os(std::io::Error::last_os_error()));
+    }
     // The supervisor of the program's tree (`super::supervisor`).
     if !launch::become_subreaper() {
         return Err(Stage::Supervisor.os(std::io::Error::last_os_error()));
@@ -205,11 +241,7 @@ fn start(network: NetworkMode) -> Result<seccomp::BpfProgram, Failure> {
 }
 
 /// The child's part, in the supervisor's fork (which gave it its stdio and session): the plan.
-fn run(
-    mut plan: Plan,
-    late_filter: &seccomp::BpfProgram,
-    setup: &ChildSetup,
-) -> Result<FsOp, Failure> {
+fn run(mut plan: Plan, late_filter: &seccomp::Late, setup: &ChildSetup) -> Result<FsOp, Failure> {
     let argv: Vec<CString> = plan
         .argv
         .iter()
@@ -220,19 +252,12 @@ fn run(
     // At the launch, not when the helper started: the host may have bind-mounted them since.
     mounts::hide_aliases(crate::sandbox::hidden()).map_err(|err| Stage::Mounts.setup(err))?;
 
+    // Hidden by a view without Landlock, a program reads as missing, not as refused.
+    let hidden_by_view = plan.fs.is_some()
+        && !Enforcement::current().landlock_fs
+        && executable_by_mode(&plan.program, plan.env.get("PATH").map(String::as_str));
     if let Some(fs) = &mut plan.fs {
-        mounts::apply(&fs.mounts, &fs.identities)
-            .and_then(|()| mounts::hide_sockets(&fs.hidden_sockets))
-            .map_err(|err| Stage::Mounts.setup(err))?;
-        proc_identities_from_own_proc(&mut fs.identities);
-        if let Some((grant, id)) = setup.tty.then(own_terminal).flatten() {
-            fs.identities.insert(grant.path.clone(), id);
-            fs.grants.push(grant);
-        }
-        // The cwd the daemon resolved, not a directory or link put in its place since.
-        let (dir, _) =
-            open::open_verified(&plan.cwd, &fs.identities).map_err(|err| Stage::Cwd.setup(err))?;
-        nix::unistd::fchdir(&dir).map_err(|errno| Stage::Cwd.os(errno))?;
+        enter_view(fs, &plan.cwd, setup.tty)?;
     } else {
         // The old cwd may sit on a mount that the view has since covered.
         std::env::set_current_dir(&plan.cwd).map_err(|err| Stage::Cwd.os(err))?;
@@ -242,6 +267,7 @@ fn run(
         .as_ref()
         .is_some_and(|managed| !managed.allow_local_binding);
     landlock::restrict(
+        Enforcement::current(),
         plan.fs.as_ref().map(|fs| (&fs.grants[..], &fs.identities)),
         no_tcp_bind,
     )
@@ -256,6 +282,7 @@ fn run(
     if unsafe { libc::close_range(3, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC as i32) } != 0 {
         return Err(Stage::Fds.os(std::io::Error::last_os_error()));
     }
+    let late_filter = late_filter.for_plan(no_tcp_bind);
     seccomp::apply(std::slice::from_ref(late_filter)).map_err(|err| Stage::Seccomp.setup(err))?;
     launch::apply_limits(setup)?;
     if plan.fs_op {
@@ -270,23 +297,58 @@ fn run(
         std::env::set_var(key, value);
     }
 
-    let err = nix::unistd::execvp(&program, &argv).unwrap_err();
+    let mut err = nix::unistd::execvp(&program, &argv).unwrap_err();
+    if err == nix::errno::Errno::ENOENT && hidden_by_view {
+        // The same refusal as Landlock's, where the view alone hides what it does not grant.
+        err = nix::errno::Errno::EACCES;
+    }
     let errno = err as i32;
     Err(Failure {
         stage: Stage::Exec,
         message: format!("cannot execute `{}`: {}", plan.program, err.desc()),
         errno: Some(errno),
-        denied: matches!(errno, libc::EACCES | libc::EPERM) && executable_by_mode(&plan.program),
+        denied: match errno {
+            libc::EACCES | libc::EPERM => {
+                hidden_by_view
+                    || executable_by_mode(&plan.program, plan.env.get("PATH").map(String::as_str))
+            }
+            _ => false,
+        },
     })
 }
 
-/// Whether the program, looked up on PATH, is executable by its mode bits: then an EACCES from
-/// exec came from the sandbox (`access(2)` is not subject to Landlock).
-fn executable_by_mode(program: &str) -> bool {
+/// Builds the view of `fs` and enters `cwd` in it; `tty`: the process runs on a PTY.
+fn enter_view(fs: &mut FsPlan, cwd: &std::path::Path, tty: bool) -> Result<(), Failure> {
+    // Before the view, whose binds of `/proc` paths come from this instance.
+    proc_identities_from_own_proc(&mut fs.identities);
+    mounts::apply(&fs.mounts, &fs.identities)
+        .and_then(|()| mounts::hide_sockets(&fs.hidden_sockets))
+        .map_err(|err| Stage::Mounts.setup(err))?;
+    if let Some((grant, id)) = tty.then(own_terminal).flatten() {
+        fs.identities.insert(grant.path.clone(), id);
+        fs.grants.push(grant);
+    }
+    // The cwd the daemon resolved, not a directory or link put in its place since. The mount
+    // view alone shows a cwd outside every grant as a bare directory of its own, which grants
+    // nothing to swap in.
+    let granted = Enforcement::current().landlock_fs
+        || fs.grants.iter().any(|grant| cwd.starts_with(&grant.path));
+    let dir = match granted {
+        true => open::open_verified(cwd, &fs.identities)
+            .map(|(dir, _)| dir)
+            .map_err(|err| Stage::Cwd.setup(err))?,
+        false => open::open_nofollow(cwd).map_err(|err| Stage::Cwd.os(err))?,
+    };
+    nix::unistd::fchdir(&dir).map_err(|errno| Stage::Cwd.os(errno))
+}
+
+/// Whether the program, looked up on `path_var`, is executable by its mode bits: then an
+/// EACCES from exec came from the sandbox (`access(2)` is not subject to Landlock).
+fn executable_by_mode(program: &str, path_var: Option<&str>) -> bool {
     let candidates: Vec<std::path::PathBuf> = if program.contains('/') {
         vec![program.into()]
     } else {
-        std::env::var_os("PATH")
+        path_var
             .map(|path| {
                 std::env::split_paths(&path)
                     .map(|dir| dir.join(program))

@@ -58,6 +58,9 @@ pub(super) struct Supervisor {
     leader: i32,
     /// The program's wait status, once reaped.
     leader_exit: Option<libc::c_int>,
+    /// With a PID namespace of the launch's own, the leader is the namespace's init, which
+    /// writes the program's status here when the program exits (`super::init`).
+    program_status: Option<OwnedFd>,
     exit_reported: bool,
     usage: TreeUsage,
     held: Option<Held>,
@@ -65,12 +68,19 @@ pub(super) struct Supervisor {
 
 impl Supervisor {
     /// Supervises the tree of the program `leader`, with SIGCHLD readable on `sigchld`.
-    pub(super) fn new(control: UnixStream, sigchld: OwnedFd, leader: i32) -> Self {
+    /// `program_status`: see [`super::init`].
+    pub(super) fn new(
+        control: UnixStream,
+        sigchld: OwnedFd,
+        leader: i32,
+        program_status: Option<OwnedFd>,
+    ) -> Self {
         Self {
             control,
             sigchld,
             leader,
             leader_exit: None,
+            program_status,
             exit_reported: false,
             usage: TreeUsage::default(),
             held: None,
@@ -86,12 +96,19 @@ impl Supervisor {
             if self.leader_exit.is_some() && !self.exit_reported {
                 self.report_exit();
             }
+            let status = self.program_status.as_ref().map_or(-1, AsRawFd::as_raw_fd);
             let mut fds = [
                 readable(self.control.as_raw_fd()),
                 readable(self.sigchld.as_raw_fd()),
+                // Negative (none): poll skips it.
+                readable(status),
             ];
-            // SAFETY: two valid pollfds.
-            if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } < 0 {
+            // SAFETY: three pollfds.
+            if unsafe { libc::poll(fds.as_mut_ptr(), 3, -1) } < 0 {
+                continue;
+            }
+            if fds[2].revents != 0 {
+                self.take_program_status();
                 continue;
             }
             if fds[1].revents != 0 {
@@ -336,10 +353,22 @@ impl Supervisor {
                 }
                 p => {
                     if p == self.leader {
-                        self.leader_exit = Some(status);
+                        // An init's own status, only when it wrote none for the program.
+                        self.take_program_status();
+                        self.leader_exit.get_or_insert(status);
                     }
                     self.usage.add(&usage);
                 }
+            }
+        }
+    }
+
+    /// The program's status from the init of its PID namespace, if it wrote it; the pipe is
+    /// done with either way (the init writes once, and its end closes with it).
+    fn take_program_status(&mut self) {
+        if let Some(status) = self.program_status.take() {
+            if let Some(status) = super::init::read_status(&status) {
+                self.leader_exit.get_or_insert(status);
             }
         }
     }

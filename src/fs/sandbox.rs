@@ -197,6 +197,7 @@ impl Confined {
                     data: error.data,
                 };
                 if caused_by_sandbox(&output.context, &error, touches) {
+                    as_refusal(&mut error);
                     mark_denied(&mut error);
                 }
                 Err(FsError::Rpc(error))
@@ -250,6 +251,21 @@ fn caused_by_sandbox(
         .cloned()
         .chain(reported)
         .any(|(path, write)| context.explains_errno(errno, &path, write))
+}
+
+/// A path the mount view alone leaves out reads as missing (ENOENT): the client gets the
+/// refusal Landlock gives for it instead (EACCES), so an operation fails alike on either
+/// backend.
+fn as_refusal(error: &mut RpcError) {
+    let data = error.data.take().unwrap_or_default();
+    if data.get("errno").and_then(Value::as_i64) != Some(libc::ENOENT.into()) {
+        error.data = Some(data);
+        return;
+    }
+    *error = RpcError::from_io(&std::io::Error::from_raw_os_error(libc::EACCES));
+    if let (Some(Value::Object(refused)), Some(path)) = (&mut error.data, data.get("path")) {
+        refused.insert("path".into(), path.clone());
+    }
 }
 
 /// Marks `error` as the sandbox's doing (and counts the denial).

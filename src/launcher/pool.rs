@@ -293,10 +293,10 @@ async fn start_fork_server() -> Result<ForkServer, LaunchError> {
     let ready = async {
         let mut control = nonblocking(ours)?;
         // Its first frame: what every sandbox helper it forks must hide
-        // (`crate::sandbox::hidden`).
-        let hidden = serde_json::to_vec(crate::sandbox::hidden())?;
+        // (`crate::sandbox::hidden`), and how it enforces.
+        let settings = serde_json::to_vec(&crate::sandbox::HelperSettings::current())?;
         control
-            .write_all(&channel::message(None, &[&hidden]))
+            .write_all(&channel::message(None, &[&settings]))
             .await?;
         let mut ready = [0u8; 1];
         control.read_exact(&mut ready).await?;

@@ -99,11 +99,16 @@ impl Launch {
             let bridge = bridge::Bridge::start(listeners, ports).map_err(LaunchError::Bridge)?;
             self.sandboxed.bridge = Some(bridge);
         }
-        // The supervisor lives in the sandbox's mount namespace as long as the tree does.
-        self.sandboxed.mount_namespace =
-            std::fs::File::open(format!("/proc/{}/ns/mnt", tree.supervisor_pid))
-                .ok()
-                .map(OwnedFd::from);
+        // The supervisor lives in the sandbox's mount namespace as long as the tree does; with
+        // a PID namespace of its own, the tree's init (its program process) does, in one of
+        // its own.
+        let holder = match crate::sandbox::facilities::Enforcement::current().own_pid_namespace() {
+            true => tree.program_pid,
+            false => tree.supervisor_pid,
+        };
+        self.sandboxed.mount_namespace = std::fs::File::open(format!("/proc/{holder}/ns/mnt"))
+            .ok()
+            .map(OwnedFd::from);
         Ok(Spawned { tree, io })
     }
 

@@ -453,6 +453,7 @@ impl ManagedProcess {
         Ok(StartResult {
             process_id: self.id.clone(),
             sandbox_type: self.origin.sandbox_type,
+            sandbox_backend: crate::sandbox::backend_for(self.origin.sandbox_type),
             existing: true,
         })
     }

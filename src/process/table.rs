@@ -128,6 +128,7 @@ impl ProcessTable {
             forgotten::Found::Same(sandbox_type) => Ok(StartResult {
                 process_id: id.clone(),
                 sandbox_type,
+                sandbox_backend: crate::sandbox::backend_for(sandbox_type),
                 existing: true,
             }),
             forgotten::Found::Different => Err(ProcessError::StartConflict {

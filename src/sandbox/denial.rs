@@ -14,6 +14,9 @@
 //!    produces, while plain `Permission denied` without a path is not attributable. `File
 //!    exists` and `Is a directory` count for a protected name (what creating it reports when a
 //!    placeholder holds it).
+//!    Without Landlock, where the mount view alone leaves out what is not granted, also `No
+//!    such file or directory` naming a path the policy does not let the process read that
+//!    exists on the host.
 //! 4. With network restricted: network failure messages ("Network is unreachable", "Could not
 //!    resolve host", "Temporary failure in name resolution", ...) and curl's exit codes 6/7 and
 //!    wget's 4. With a managed network also "Connection refused" (any loopback port but the
@@ -23,6 +26,7 @@
 //! A process that exits 0 was not denied, and neither is any unsandboxed process. Output is
 //! scanned as it arrives, line by line, so the verdict does not depend on output retention.
 
+use super::facilities::Enforcement;
 use super::plan::ManagedPlan;
 use super::policy::{effective, Rule};
 use exec_server_protocol::process::OutputStream;
@@ -43,6 +47,10 @@ const FS_DENIALS: &[&str] = &[
 
 /// Messages that mean the sandbox without naming a path.
 const PATHLESS_DENIALS: &[&str] = &["operation not permitted", "read-only file system"];
+
+/// How a path the mount view alone leaves out fails (`super::facilities`): it counts for a
+/// path the policy does not let the process read, which exists on the host.
+const HIDDEN_MESSAGE: &str = "no such file or directory";
 
 /// How creating a protected name fails when a placeholder holds it; they count only for such
 /// names.
@@ -161,6 +169,11 @@ impl DenialContext {
                 return true;
             }
         }
+        if lower.contains(HIDDEN_MESSAGE) {
+            return candidate_paths(line)
+                .iter()
+                .any(|path| self.hidden_by_view(Path::new(path)));
+        }
         if PLACEHOLDER_MESSAGES.iter().any(|p| lower.contains(p)) {
             return candidate_paths(line)
                 .iter()
@@ -192,9 +205,20 @@ impl DenialContext {
                     self.blocks_reading(path)
                 }
             }
-            libc::EEXIST | libc::EISDIR => self.is_carve_out(path),
+            libc::EEXIST | libc::EISDIR => self.is_carve_out(path) || self.hidden_by_view(path),
+            libc::ENOENT => self.hidden_by_view(path),
             _ => false,
         }
+    }
+
+    /// A path the mount view alone leaves out (no Landlock: what is not granted is not there),
+    /// which exists on the host, or whose directory does (a file to create there).
+    fn hidden_by_view(&self, path: &Path) -> bool {
+        let path = resolve(&self.cwd, path);
+        let on_host = |path: &Path| std::fs::symlink_metadata(path).is_ok();
+        !Enforcement::current().landlock_fs
+            && self.blocks_reading(&path)
+            && (on_host(&path) || path.parent().is_some_and(on_host))
     }
 
     fn blocks_writing(&self, path: &Path) -> bool {

@@ -96,11 +96,6 @@ pub(crate) struct Unsupported {
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum Missing {
     #[error(
-        "Landlock ABI {required} or newer is required, the kernel offers {}",
-        if *offered > 0 { offered.to_string() } else { "none".into() }
-    )]
-    LandlockAbi { required: i32, offered: i32 },
-    #[error(
         "the daemon cannot create mount and network namespaces ({0}); it needs root \
          (CAP_SYS_ADMIN)"
     )]

@@ -1,25 +1,24 @@
-//! Landlock: the file-system allow-list, the signal / abstract-socket scopes, and TCP binding.
+//! Landlock: the file-system allow-list, the signal / abstract-socket scopes, and TCP binding,
+//! each where the ABI in use has it (`super::facilities` says which layer carries what
+//! otherwise).
 //!
-//! Handled: every file-system right of the running ABI (at least [`MIN_ABI`]) when the file
-//! system is restricted, both scopes in every sandboxed mode, and `BindTcp` (with no rule) for
-//! a managed network without local binding. Read grants get
+//! Handled: every file-system right of the ABI in use when the file system is restricted and
+//! Landlock carries it, both scopes from ABI 6 in every sandboxed mode, and `BindTcp` (with no
+//! rule) for a managed network without local binding. Read grants get
 //! Execute|ReadFile|ReadDir; write grants get everything except MakeChar and MakeBlock (no
 //! device nodes even where writing is allowed). The ruleset is created with
 //! `HardRequirement`, every grant path is opened by the helper itself, without following
 //! symbolic links (a path that cannot be opened fails the launch instead of being skipped), and
 //! anything but `FullyEnforced` fails.
 
-use super::error::{Missing, SetupError, Unsupported};
+use super::error::SetupError;
+use super::facilities::Enforcement;
 use super::open::{is_dir, open_verified};
 use super::plan::{Grant, Identities};
 use landlock::{
     Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset,
     RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
-
-/// Scopes (ABI 6) keep a sandboxed root process from signalling the daemon; truncation (3) and
-/// device ioctls (5) come with it.
-pub(crate) const MIN_ABI: i32 = 6;
 
 /// Device files always usable as in any Unix process (written: /dev/null and friends).
 pub(crate) const DEVICES: &[(&str, bool)] = &[
@@ -45,21 +44,14 @@ pub(crate) fn kernel_abi() -> i32 {
     i32::try_from(version).unwrap_or(0)
 }
 
-/// Why the kernel cannot enforce the intent, if it cannot.
-pub(crate) fn unsupported() -> Option<Unsupported> {
-    let offered = kernel_abi();
-    (offered < MIN_ABI).then(|| {
-        Missing::LandlockAbi {
-            required: MIN_ABI,
-            offered,
-        }
-        .into()
-    })
-}
-
 fn crate_abi(version: i32) -> ABI {
     match version {
-        ..=6 => ABI::V6,
+        ..=1 => ABI::V1,
+        2 => ABI::V2,
+        3 => ABI::V3,
+        4 => ABI::V4,
+        5 => ABI::V5,
+        6 => ABI::V6,
         7 => ABI::V7,
         8 => ABI::V8,
         9 => ABI::V9,
@@ -67,17 +59,22 @@ fn crate_abi(version: i32) -> ABI {
     }
 }
 
-/// Restricts the calling (single) thread. `grants`: None when the file system is unrestricted.
-/// `no_tcp_bind`: binding TCP sockets is refused (a managed network without local binding).
+/// Restricts the calling (single) thread as far as `enforcement` has Landlock carry it.
+/// `grants`: None when the file system is unrestricted. `no_tcp_bind`: binding TCP sockets is
+/// refused (a managed network without local binding; the daemon refused it without ABI 4).
 pub(crate) fn restrict(
+    enforcement: Enforcement,
     grants: Option<(&[Grant], &Identities)>,
     no_tcp_bind: bool,
 ) -> Result<(), SetupError> {
-    if let Some(unsupported) = unsupported() {
-        return Err(unsupported.into());
+    let grants = grants.filter(|_| enforcement.landlock_fs);
+    // Below ABI 4 seccomp refuses binds instead (`super::seccomp::Late`).
+    let no_tcp_bind = no_tcp_bind && enforcement.tcp_bind();
+    if grants.is_none() && !no_tcp_bind && !enforcement.scopes() {
+        // Nothing for Landlock here: the other layers carry it all.
+        return Ok(());
     }
-    let version = kernel_abi();
-    let abi = crate_abi(version);
+    let abi = crate_abi(enforcement.landlock_abi);
     let all = AccessFs::from_all(abi);
     let write = all & !(AccessFs::MakeChar | AccessFs::MakeBlock);
     let read = AccessFs::from_read(abi);
@@ -89,7 +86,10 @@ pub(crate) fn restrict(
         // Handled without any rule: every explicit bind(2) of a TCP socket fails (EACCES).
         ruleset = ruleset.handle_access(AccessNet::BindTcp)?;
     }
-    let mut created = ruleset.scope(Scope::from_all(ABI::V6))?.create()?;
+    if enforcement.scopes() {
+        ruleset = ruleset.scope(Scope::from_all(ABI::V6))?;
+    }
+    let mut created = ruleset.create()?;
     for (grant, ids) in grants
         .into_iter()
         .flat_map(|(grants, ids)| grants.iter().map(move |grant| (grant, ids)))

@@ -14,6 +14,7 @@ mod anchor;
 pub(crate) mod capabilities;
 pub(crate) mod denial;
 mod error;
+pub(crate) mod facilities;
 mod glob;
 pub(crate) mod guard;
 pub(crate) mod landlock;
@@ -46,4 +47,35 @@ pub(crate) fn hide_from_sandboxes(paths: Vec<mounts::Hidden>) {
 
 pub(crate) fn hidden() -> &'static [mounts::Hidden] {
     HIDDEN.get().map_or(&[], Vec::as_slice)
+}
+
+/// What the daemon tells its fork server for every helper: the paths to hide, the enforcement.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(crate) struct HelperSettings {
+    hidden: Vec<mounts::Hidden>,
+    enforcement: facilities::Enforcement,
+}
+
+impl HelperSettings {
+    pub(crate) fn current() -> Self {
+        Self {
+            hidden: hidden().to_vec(),
+            enforcement: facilities::Enforcement::current(),
+        }
+    }
+
+    /// In the fork server, before any helper.
+    pub(crate) fn install(self) {
+        hide_from_sandboxes(self.hidden);
+        self.enforcement.install();
+    }
+}
+
+/// The backend that enforces a process started with `sandbox_type` (this daemon's is one for
+/// all its sandboxes, decided at start).
+pub(crate) fn backend_for(
+    sandbox_type: exec_server_protocol::process::SandboxType,
+) -> Option<exec_server_protocol::process::SandboxBackend> {
+    (sandbox_type != exec_server_protocol::process::SandboxType::None)
+        .then(|| facilities::Enforcement::current().backend())
 }

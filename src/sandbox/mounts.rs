@@ -97,7 +97,11 @@ pub(crate) fn apply(ops: &[MountOp], ids: &Identities) -> Result<(), SetupError>
                 })?
             }
             (MountOp::Mask { path, keep }, _) => {
-                mask(path, keep, &kinds).map_err(|source| SetupError::Mask {
+                let masked = match path.parent() {
+                    None => mask_tree(path, keep, &kinds).and_then(|tree| enter_root(&tree)),
+                    Some(_) => mask(path, keep, &kinds),
+                };
+                masked.map_err(|source| SetupError::Mask {
                     path: path.clone(),
                     source,
                 })?
@@ -253,6 +257,35 @@ fn mask(
     keep: &[PathBuf],
     kinds: &std::collections::HashMap<PathBuf, bool>,
 ) -> std::io::Result<()> {
+    attach(&mask_tree(path, keep, kinds)?, path)
+}
+
+/// Makes `tree` the root of this mount namespace, and of this process (`pivot_root`, as runc
+/// does it): the mount view alone masking `/`, whose grants are bound onto it afterwards from
+/// sources cloned before. The old root is detached; nothing of the host is left in reach but
+/// what those binds bring. `tree` is attached on `/proc` first, which every helper's view has,
+/// because `pivot_root` takes a mount point of this namespace.
+fn enter_root(tree: &OwnedFd) -> std::io::Result<()> {
+    let old_root = open_nofollow(Path::new("/"))?;
+    attach(tree, Path::new("/proc"))?;
+    let new_root = open_nofollow(Path::new("/proc"))?;
+    nix::unistd::fchdir(&new_root)?;
+    let here = cstring(Path::new("."))?;
+    // SAFETY: two valid NUL-terminated paths.
+    check(unsafe { libc::syscall(libc::SYS_pivot_root, here.as_ptr(), here.as_ptr()) })?;
+    // The old root is now stacked on the new one, at `/`: detach it from there.
+    nix::unistd::fchdir(&old_root)?;
+    // SAFETY: a valid NUL-terminated path.
+    check(unsafe { libc::umount2(here.as_ptr(), libc::MNT_DETACH) }.into())?;
+    std::env::set_current_dir("/")
+}
+
+/// A detached mask for `path` (see [`mask`]), ready to attach.
+fn mask_tree(
+    path: &Path,
+    keep: &[PathBuf],
+    kinds: &std::collections::HashMap<PathBuf, bool>,
+) -> std::io::Result<OwnedFd> {
     let is_dir = kinds.get(path).copied().unwrap_or(true);
     let mode = if keep.is_empty() { "0" } else { "111" };
     let fs = fsopen("tmpfs", &[("mode", if is_dir { mode } else { "755" })])?;
@@ -277,6 +310,9 @@ fn mask(
         make_file(&mnt, Path::new("masked"), 0o000)?;
         open_tree_at(&mnt, Path::new("masked"), 0)?
     };
+    if path.parent().is_none() {
+        copy_root_links(&tree, keep)?;
+    }
     set_attr(
         tree.as_raw_fd(),
         Path::new(""),
@@ -284,7 +320,26 @@ fn mask(
         libc::MOUNT_ATTR_RDONLY,
         0,
     )?;
-    attach(&tree, path)
+    Ok(tree)
+}
+
+/// The host root's symbolic links (`/bin` -> `usr/bin` on a merged-/usr system), made again in
+/// a new root: Landlock lets a path pass through any link, so `/bin/sh` works wherever its
+/// target is granted, and the mount view alone must say the same. A link grants nothing: what
+/// it names is in the view or not. Names the view mounts on are left as they are.
+fn copy_root_links(root: &OwnedFd, keep: &[PathBuf]) -> std::io::Result<()> {
+    for entry in std::fs::read_dir("/")?.flatten() {
+        let name = Path::new("/").join(entry.file_name());
+        let is_link = entry.file_type().is_ok_and(|kind| kind.is_symlink());
+        if !is_link || keep.iter().any(|kept| kept.starts_with(&name)) {
+            continue;
+        }
+        let target = cstring(&std::fs::read_link(&name)?)?;
+        let name = cstring(Path::new(&entry.file_name()))?;
+        // SAFETY: valid fd and NUL-terminated strings.
+        check(unsafe { libc::symlinkat(target.as_ptr(), root.as_raw_fd(), name.as_ptr()) }.into())?;
+    }
+    Ok(())
 }
 
 /// Sets the propagation of every mount (`MS_PRIVATE`, `MS_SLAVE`).

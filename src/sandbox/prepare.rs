@@ -7,6 +7,7 @@
 
 use super::denial::DenialContext;
 use super::error::{Missing, Unsupported};
+use super::facilities::{Enforcement, Form};
 use super::plan::{FsPlan, Grant, Identities, Identity, ManagedPlan, Plan, MAX_PORTS};
 use super::policy::{self, Policy, PolicyError, Rule};
 use super::protected::{self, ProtectError};
@@ -48,9 +49,9 @@ pub(crate) enum PrepareError {
     OwnPort(u16),
     #[error("argv must not be empty")]
     EmptyArgv,
-    /// The kernel's Landlock is missing or too old.
-    #[error(transparent)]
-    Landlock(Unsupported),
+    /// The intent has a form this host's facilities cannot enforce (`super::facilities`).
+    #[error("sandbox intent cannot be enforced on this executor: {0}")]
+    Form(#[from] Form),
     /// The daemon cannot build namespaces here (probed once).
     #[error(transparent)]
     Namespaces(&'static Unsupported),
@@ -85,16 +86,16 @@ pub(crate) fn enforceable() -> bool {
 
 /// Why no restricting intent can be enforced here, if none can.
 fn unsupported() -> Option<PrepareError> {
-    landlock::unsupported()
-        .map(PrepareError::Landlock)
-        .or_else(|| {
-            namespaces_unavailable()
-                .as_ref()
-                .map(PrepareError::Namespaces)
-        })
+    if Enforcement::current().landlock_required {
+        return Some(Form::LandlockRequired.into());
+    }
+    namespaces_unavailable()
+        .as_ref()
+        .map(PrepareError::Namespaces)
 }
 
-/// Whether the daemon may build a sandbox: make the mount and network namespaces (it needs
+/// Whether the daemon may build a sandbox: make the mount and network namespaces (and a PID
+/// namespace where Landlock cannot scope signals; it needs
 /// CAP_SYS_ADMIN in its user namespace, and nothing such as a container's seccomp profile or a
 /// namespace limit in the way), mount in them (an AppArmor profile may forbid it), and drop
 /// every capability (CAP_SETPCAP). Probed once, by doing what a helper does, on a throwaway
@@ -105,7 +106,11 @@ fn namespaces_unavailable() -> &'static Option<Unsupported> {
         let probe = std::thread::spawn(|| {
             // SAFETY: unshare takes flags only; it changes only this thread's namespaces (and file-system
             // attributes, which CLONE_NEWNS unshares), and the thread ends right after.
-            if unsafe { libc::unshare(libc::CLONE_NEWNS | libc::CLONE_NEWNET) } < 0 {
+            let pid = match Enforcement::current().own_pid_namespace() {
+                true => libc::CLONE_NEWPID,
+                false => 0,
+            };
+            if unsafe { libc::unshare(libc::CLONE_NEWNS | libc::CLONE_NEWNET | pid) } < 0 {
                 return Some(Missing::Namespaces(std::io::Error::last_os_error()));
             }
             if let Err(err) = mounts::follow_host().and_then(|()| mounts::own_proc()) {
@@ -272,7 +277,10 @@ fn record(identities: &mut Identities, path: &Path) -> Result<(), PrepareError> 
 /// Mounts and grants for `rules`, with the identity of each of their paths and of `cwd`, and
 /// the host's sockets to hide when `hide_sockets` (network restricted).
 fn fs_plan(rules: &[Rule], cwd: &Path, hide_sockets: bool) -> Result<FsPlan, PrepareError> {
-    let mounts = view::plan(rules);
+    let mounts = match Enforcement::current().landlock_fs {
+        true => view::plan(rules),
+        false => view::plan_alone(rules, cwd),
+    };
     let mut identities = Identities::new();
     let mut grants = Vec::new();
     for rule in rules.iter().filter(|rule| rule.access != FsAccess::Deny) {

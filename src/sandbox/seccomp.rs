@@ -15,11 +15,15 @@
 //! stay allowed so local IPC (socketpairs, asyncio's self-pipe) works, and the empty network
 //! namespace leaves nothing else to reach. With a managed network, `socket` also allows
 //! AF_INET/AF_INET6 TCP stream sockets, and nothing else of those families (no UDP, no raw).
+//! `ioctl` TIOCSTI and TIOCLINUX are denied in every mode.
+//! On the host's network where Landlock has no abstract-socket scope (below ABI 6), `socket`
+//! is also denied for AF_UNIX (`socketpair` is not).
 //! seccompiler's architecture check kills any non-native call (i386 `int 0x80`); a second,
 //! hand-written filter kills x32 calls, which carry a bit in the syscall number that a
 //! number-keyed filter would not see.
 
 use super::error::SetupError;
+use super::facilities::Enforcement;
 use super::plan::NetworkMode;
 pub(crate) use seccompiler::BpfProgram;
 use seccompiler::{
@@ -56,6 +60,9 @@ const DENIED_AFTER_SETUP: &[libc::c_long] = &[
     libc::SYS_unshare,
     libc::SYS_setns,
 ];
+
+const TIOCSTI: u64 = 0x5412;
+const TIOCLINUX: u64 = 0x541c;
 
 /// Calls whose first argument is a pid (0: the caller).
 const OWN_PROCESS_ONLY: &[libc::c_long] = &[
@@ -145,7 +152,26 @@ fn tcp_only() -> Result<Vec<SeccompRule>, SetupError> {
 /// last, after the view is built: the mount API, `unshare`, `setns`, and `openat2`.
 pub(crate) struct Filters {
     pub early: Vec<BpfProgram>,
-    pub late: BpfProgram,
+    pub late: Late,
+}
+
+/// The filter attached last, in two forms: the second also denies `bind` (EPERM), for a
+/// managed network without local binding where Landlock cannot refuse TCP binds (below ABI 4):
+/// seccomp cannot tell a TCP bind from a Unix one, so every bind is refused, narrower than the
+/// intent and never wider.
+pub(crate) struct Late {
+    plain: BpfProgram,
+    no_bind: BpfProgram,
+}
+
+impl Late {
+    /// The form for a plan; `no_tcp_bind`: it refuses TCP binds.
+    pub(crate) fn for_plan(&self, no_tcp_bind: bool) -> &BpfProgram {
+        match no_tcp_bind && !Enforcement::current().tcp_bind() {
+            true => &self.no_bind,
+            false => &self.plain,
+        }
+    }
 }
 
 pub(crate) fn filters(network: NetworkMode) -> Result<Filters, SetupError> {
@@ -158,9 +184,25 @@ pub(crate) fn filters(network: NetworkMode) -> Result<Filters, SetupError> {
     for nr in [libc::SYS_socket, libc::SYS_socketpair] {
         rules.insert(nr, vec![rule(&[(0, op.clone(), family as u64)])?]);
     }
+    if network == NetworkMode::Enabled && !Enforcement::current().scopes() {
+        // On the host's network without Landlock's scope, nothing else can keep the sandbox
+        // from the host's abstract Unix sockets (their names are the network namespace's, and
+        // seccomp cannot read a `connect` address): no Unix socket is made but by
+        // `socketpair`, which has no address.
+        let unix = rule(&[(0, SeccompCmpOp::Eq, libc::AF_UNIX as u64)])?;
+        rules.entry(libc::SYS_socket).or_default().push(unix);
+    }
     if network == NetworkMode::Managed {
         rules.insert(libc::SYS_socket, tcp_only()?);
     }
+    // Typing into a terminal (the daemon's, an administrator's) and the console's own calls,
+    // as bubblewrap refuses them: below Landlock ABI 5 nothing else refuses them on a tty the
+    // intent lets the sandbox open, and kernels before 6.2 allow TIOCSTI without privilege.
+    let typing = [TIOCSTI, TIOCLINUX].map(|request| rule(&[(1, SeccompCmpOp::Eq, request)]));
+    rules.insert(
+        libc::SYS_ioctl,
+        typing.into_iter().collect::<Result<_, _>>()?,
+    );
     for &nr in OWN_PROCESS_ONLY {
         rules.insert(nr, vec![rule(&[(0, SeccompCmpOp::Ne, 0)])?]);
     }
@@ -197,20 +239,22 @@ pub(crate) fn filters(network: NetworkMode) -> Result<Filters, SetupError> {
     early.extend(x32_filter());
     Ok(Filters {
         early,
-        late: late_filter(),
+        late: Late {
+            plain: late_filter(&[]),
+            no_bind: late_filter(&[libc::SYS_bind]),
+        },
     })
 }
 
-/// EPERM for [`DENIED_AFTER_SETUP`], ENOSYS for `openat2` (an action the first filter cannot
-/// give besides EPERM). A plain list of comparisons: the early filter already kills every
-/// non-native call, so the number needs no architecture check.
-fn late_filter() -> BpfProgram {
+/// EPERM for [`DENIED_AFTER_SETUP`] and `also`, ENOSYS for `openat2` (an action the first
+/// filter cannot give besides EPERM). A plain list of comparisons: the early filter already
+/// kills every non-native call, so the number needs no architecture check.
+fn late_filter(also: &[libc::c_long]) -> BpfProgram {
     const LD_W_ABS: u16 = 0x20;
     const JEQ_K: u16 = 0x15;
     const RET_K: u16 = 0x06;
     let op = |code, jt, jf, k| sock_filter { code, jt, jf, k };
-    let calls: Vec<(libc::c_long, u8)> = DENIED_AFTER_SETUP
-        .iter()
+    let calls: Vec<(libc::c_long, u8)> = (DENIED_AFTER_SETUP.iter().chain(also))
         .map(|&nr| (nr, 0))
         .chain([(libc::SYS_openat2, 1)])
         .collect();

@@ -5,13 +5,59 @@
 //! masked (keeping mount points for the binds below it), and each directory between a writable
 //! area and a mask pinned ([`pins`]).
 
+use super::landlock::DEVICES;
 use super::plan::MountOp;
 use super::policy::{effective, Rule};
 use exec_server_protocol::sandbox::FsAccess;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The mount operations that carve the rules out of a read-only view, in application order.
 pub(super) fn plan(rules: &[Rule]) -> Vec<MountOp> {
+    carve(rules, false)
+}
+
+/// The same for the mount view alone, without Landlock (`super::facilities`): where the root
+/// is not readable, the view has nothing but what the rules grant (a mask of `/` becomes the
+/// new root, with bare mount points for the grants), and the devices every Unix process uses.
+/// A `cwd` outside every rule is a bare directory of the new root (search only, as Landlock
+/// lets a process sit in a directory it cannot read).
+pub(super) fn plan_alone(rules: &[Rule], cwd: &Path) -> Vec<MountOp> {
+    let root = Path::new("/");
+    if matches!(
+        effective(rules, root),
+        Some(FsAccess::Read | FsAccess::Write)
+    ) {
+        return plan(rules);
+    }
+    let mut alone: Vec<Rule> = rules.iter().filter(|r| r.path != root).cloned().collect();
+    for (device, write) in DEVICES {
+        let device = Path::new(device);
+        if effective(rules, device).is_none() && device.exists() {
+            alone.push(Rule {
+                path: device.to_path_buf(),
+                access: if *write {
+                    FsAccess::Write
+                } else {
+                    FsAccess::Read
+                },
+            });
+        }
+    }
+    alone.push(Rule {
+        path: root.to_path_buf(),
+        access: FsAccess::Deny,
+    });
+    let mut ops = carve(&alone, true);
+    if effective(rules, cwd).is_none() {
+        if let Some(MountOp::Mask { keep, .. }) = ops.first_mut() {
+            keep.push(cwd.to_path_buf());
+        }
+    }
+    ops
+}
+
+/// `root_masked`: a deny rule on `/` masks it (the mount view alone).
+fn carve(rules: &[Rule], root_masked: bool) -> Vec<MountOp> {
     let mut sorted: Vec<&Rule> = rules.iter().collect();
     sorted.sort_by_key(|rule| (rule.path.components().count(), rule.path.clone()));
     let mut ops = Vec::new();
@@ -38,6 +84,12 @@ pub(super) fn plan(rules: &[Rule]) -> Vec<MountOp> {
                 path: rule.path.clone(),
                 keep: Vec::new(),
             }),
+            (FsAccess::Deny, None) if root_masked && rule.path.parent().is_none() => {
+                Some(MountOp::Mask {
+                    path: rule.path.clone(),
+                    keep: Vec::new(),
+                })
+            }
             _ => None,
         };
         ops.extend(op);
@@ -137,6 +189,26 @@ mod tests {
                 mask("/w/a/.git/hooks/x"),
             ]
         );
+    }
+
+    #[test]
+    fn alone_a_root_that_is_not_readable_becomes_a_new_root_of_the_grants() {
+        let rules = vec![
+            rule("/usr", FsAccess::Read),
+            rule("/w", FsAccess::Write),
+            rule("/w/.git", FsAccess::Read),
+        ];
+        let ops = plan_alone(&rules, Path::new("/w"));
+        let MountOp::Mask { path, keep } = &ops[0] else {
+            panic!("{ops:?}")
+        };
+        assert_eq!(path, Path::new("/"));
+        for kept in ["/usr", "/w", "/dev/null"] {
+            assert!(keep.contains(&PathBuf::from(kept)), "{keep:?}");
+        }
+        assert!(!keep.contains(&PathBuf::from("/w/.git")), "{keep:?}");
+        let readable = vec![rule("/", FsAccess::Read), rule("/w", FsAccess::Write)];
+        assert_eq!(plan_alone(&readable, Path::new("/w")), plan(&readable));
     }
 
     #[test]

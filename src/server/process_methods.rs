@@ -139,6 +139,7 @@ pub(crate) async fn launch(
     Ok(StartResult {
         process_id: params.process_id.clone(),
         sandbox_type,
+        sandbox_backend: crate::sandbox::backend_for(sandbox_type),
         existing: false,
     })
 }

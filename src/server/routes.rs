@@ -7,7 +7,6 @@ use crate::rpc::RpcError;
 use crate::{audit, capability, environment, fs, http, process};
 use exec_server_protocol::fs::OpenMode;
 use exec_server_protocol::methods::{self as m, Method};
-use exec_server_protocol::process::SandboxType;
 use serde_json::json;
 use std::convert::Infallible;
 use std::sync::LazyLock;
@@ -24,11 +23,10 @@ fn build() -> Router {
                 .await?;
             let started = process_methods::start(&c.session, &c.call, p).await?;
             if !started.existing {
-                let sandboxed = started.sandbox_type != SandboxType::None;
                 c.connection
                     .daemon
                     .metrics
-                    .launched(sandboxed, arrived.elapsed());
+                    .launched(started.sandbox_backend, arrived.elapsed());
                 audit_exit(&c, &started.process_id);
             }
             Ok::<_, RpcError>(started)

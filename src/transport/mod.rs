@@ -115,6 +115,8 @@ pub async fn serve(
     config: Config,
     mut handover: Handover,
 ) -> anyhow::Result<()> {
+    // Before any helper exists: every sandbox of this daemon is enforced alike.
+    config.sandbox.install();
     let inherited = handover.take_inherited()?;
     let upgrade_requests = handover::requests()?;
     // First: a daemon that cannot have the state dir it was told to use must not bind anything.

@@ -137,7 +137,7 @@ impl Http {
         super::systemd::notify_serving(start.took_over);
         let config = daemon.config.clone();
         let app = Router::new()
-            .route("/readyz", get(|| async { StatusCode::OK }))
+            .route("/readyz", get(readyz))
             .route("/metrics", get(guarded_metrics))
             .route("/", any(upgrade))
             .with_state(daemon);
@@ -465,4 +465,11 @@ fn frames(
                 _ => None,
             })
         })
+}
+
+/// 200 with what this host offers the sandbox (`environment/info`'s `sandbox`), so a fleet
+/// sees which nodes can enforce which intent before sending any.
+async fn readyz() -> axum::Json<serde_json::Value> {
+    let facilities = crate::sandbox::facilities::report(crate::sandbox::enforceable());
+    axum::Json(serde_json::json!({ "status": "ready", "sandbox": facilities }))
 }

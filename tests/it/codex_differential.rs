@@ -177,6 +177,7 @@ const EXTENSION_MEMBERS: &[&str] = &[
     "retainedBytes",
     "unreceivedBytes",
     "paused",
+    "sandboxBackend",
 ];
 
 /// The fixture directory, the peer address, timestamps and initialize results replaced by

@@ -37,6 +37,69 @@ pub fn daemon_with_fd_limits(args: &[&str], soft: u64, hard: u64) -> Daemon {
     Daemon::launch(command)
 }
 
+/// Set in the test process's environment, every daemon a test starts runs as on another host:
+/// `none` (a seccomp filter answers the Landlock syscalls with ENOSYS, as gVisor does), an ABI
+/// number (the daemon uses no newer one), or `mount-view` (the operator's choice of backend).
+/// The sandbox suites run again in each (`.ci/run`), asserting the same outcomes.
+pub const LANDLOCK_MODE_VAR: &str = "EXEC_SERVER_TEST_LANDLOCK";
+
+/// Whether the daemons of this run give each sandboxed launch a PID namespace (Landlock has
+/// no signal scope in their [`LANDLOCK_MODE_VAR`] mode): pids inside are the namespace's, and
+/// another process is not there to signal (ESRCH rather than EPERM).
+pub fn own_pid_namespaces() -> bool {
+    landlock_abi() < 6
+}
+
+/// The Landlock ABI the daemons of this run use (0: none), and whether Landlock carries their
+/// file-system rules (else the mount view alone does: what is not granted is not there, and
+/// reads as missing).
+pub fn landlock_abi() -> i32 {
+    match std::env::var(LANDLOCK_MODE_VAR).as_deref() {
+        Ok("none") => 0,
+        Ok(abi) => abi.parse().unwrap_or(7),
+        Err(_) => 7,
+    }
+}
+
+pub fn landlock_fs() -> bool {
+    landlock_abi() >= 2 && std::env::var(LANDLOCK_MODE_VAR).as_deref() != Ok("mount-view")
+}
+
+fn landlock_mode(command: &mut Command) {
+    use std::os::unix::process::CommandExt as _;
+    match std::env::var(LANDLOCK_MODE_VAR).as_deref() {
+        Err(_) | Ok("") => {}
+        Ok("none") => {
+            let calls = [
+                libc::SYS_landlock_create_ruleset,
+                libc::SYS_landlock_add_rule,
+                libc::SYS_landlock_restrict_self,
+            ];
+            let filter = seccompiler::SeccompFilter::new(
+                calls.into_iter().map(|call| (call, vec![])).collect(),
+                seccompiler::SeccompAction::Allow,
+                seccompiler::SeccompAction::Errno(libc::ENOSYS as u32),
+                std::env::consts::ARCH.try_into().unwrap(),
+            )
+            .unwrap();
+            let program: seccompiler::BpfProgram = filter.try_into().unwrap();
+            // SAFETY: applying a filter is a prctl and a seccomp call, no allocation.
+            unsafe {
+                command.pre_exec(move || {
+                    seccompiler::apply_filter(&program).map_err(std::io::Error::other)
+                });
+            }
+        }
+        Ok("mount-view") => {
+            command.env("EXEC_SERVER_SANDBOX_BACKEND", "mount-view");
+        }
+        Ok(abi) => {
+            assert!(abi.parse::<u8>().is_ok(), "{LANDLOCK_MODE_VAR}={abi}");
+            command.env("EXEC_SERVER_LANDLOCK_ABI_MAX", abi);
+        }
+    }
+}
+
 pub struct Daemon {
     child: Child,
     pub url: String,
@@ -82,9 +145,11 @@ impl Daemon {
         (Self::launch(command), dir)
     }
 
-    /// The command that starts `binary` as a daemon, for [`Daemon::launch`].
+    /// The command that starts `binary` as a daemon, for [`Daemon::launch`], in the Landlock
+    /// mode of [`LANDLOCK_MODE_VAR`].
     pub fn command(binary: &str, args: &[&str], env: &[(&str, &str)]) -> Command {
         let mut command = Command::new(binary);
+        landlock_mode(&mut command);
         command
             .args(["--listen", "ws://127.0.0.1:0"])
             .args(args)

@@ -213,3 +213,63 @@ def syscall(nr, *args):
     if libc.syscall(nr, *args) < 0:
         e = ctypes.get_errno(); raise OSError(e, os.strerror(e))
 "#;
+
+/// The host pids of `pids` as a sandbox of `daemon` wrote them: the same, unless the sandbox
+/// has a PID namespace of its own ([`own_pid_namespaces`]), where they are found among the
+/// daemon's descendants by their pid in the namespace (`NSpid`).
+pub fn host_pids(daemon: i32, pids: &[i32]) -> Vec<i32> {
+    if !own_pid_namespaces() {
+        return pids.to_vec();
+    }
+    let mut pending = vec![daemon];
+    let mut found = Vec::new();
+    while let Some(pid) = pending.pop() {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let nspid: Vec<i32> = status
+            .lines()
+            .find_map(|line| line.strip_prefix("NSpid:"))
+            .map(|ids| {
+                ids.split_whitespace()
+                    .filter_map(|id| id.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        if nspid.len() > 1 && pids.contains(nspid.last().unwrap()) {
+            found.push(pid);
+        }
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten();
+        for task in tasks.flatten() {
+            let children = std::fs::read_to_string(task.path().join("children"));
+            pending.extend(
+                (children.unwrap_or_default().split_whitespace())
+                    .filter_map(|c| c.parse::<i32>().ok()),
+            );
+        }
+    }
+    assert_eq!(
+        found.len(),
+        pids.len(),
+        "{pids:?} in the daemon's tree: {found:?}"
+    );
+    found
+}
+
+/// How reading a path outside every grant fails: Landlock refuses it, the mount view alone
+/// leaves it out ([`landlock_fs`]).
+pub fn unreadable() -> &'static str {
+    match landlock_fs() {
+        true => "Permission denied",
+        false => "No such file or directory",
+    }
+}
+
+/// How a TCP bind fails under a managed network without local binding: Landlock refuses it
+/// (EACCES) from ABI 4, seccomp refuses every bind (EPERM) below.
+pub fn bind_refusal() -> (&'static str, &'static str) {
+    match landlock_abi() >= 4 {
+        true => ("EACCES", "Permission denied"),
+        false => ("EPERM", "Operation not permitted"),
+    }
+}
