@@ -5,6 +5,7 @@ use exec_server_protocol::environment::*;
 use exec_server_protocol::PathUri;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
 
 /// The daemon answers, so it is ready: there is nothing it waits for.
 pub(crate) fn status() -> EnvironmentStatus {
@@ -19,11 +20,20 @@ pub(crate) fn capabilities() -> EnvironmentCapabilities {
     let sandbox = crate::sandbox::enforceable();
     EnvironmentCapabilities {
         network_proxy_launch: false,
+        network_proxy_review_domains: false,
+        network_proxy_transparent_tcp: false,
+        credential_masking: false,
+        credential_masking_custom_providers: false,
         capability_discovery_sandbox: true,
+        fs_watch_missing: false,
+        capability_discovery_v2: false,
         environment_config_read: false,
         http_header_env_vars: true,
         sandboxed_file_streaming: sandbox,
         shell_snapshot_v2: false,
+        windows_mxc: false,
+        linux_root_write_preserves_devices: false,
+        linux_approved_root_write_preserves_restrictions: false,
         process_resize: true,
         process_close_stdin: true,
         process_signals: true,
@@ -44,6 +54,23 @@ pub(crate) fn capabilities() -> EnvironmentCapabilities {
     }
 }
 
+/// Which build serves this environment: `sha256:` and the digest of this daemon's own
+/// executable. Upstream digests its build commit and target, which this crate does not embed;
+/// the executable's bytes identify the build as well (a rebuild or upgrade changes it, a move or
+/// another user does not). Read once, at startup ([`warm_provider_id`]); `None` when the
+/// executable cannot be read.
+static PROVIDER_ID: LazyLock<Option<String>> = LazyLock::new(|| {
+    let bytes = std::fs::read("/proc/self/exe").ok()?;
+    let digest = ring::digest::digest(&ring::digest::SHA256, &bytes);
+    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    Some(format!("sha256:{hex}"))
+});
+
+/// Digests the executable off the serving path, so the first `initialize` does not wait for it.
+pub fn warm_provider_id() {
+    std::thread::spawn(|| LazyLock::force(&PROVIDER_ID));
+}
+
 /// Computed on each call: it is cheap, and reflects the daemon's environment as it is.
 pub(crate) fn info(config: &crate::config::Config) -> EnvironmentInfo {
     let cwd = std::env::current_dir().ok();
@@ -51,9 +78,13 @@ pub(crate) fn info(config: &crate::config::Config) -> EnvironmentInfo {
     EnvironmentInfo {
         shell: detect_shell(std::env::var_os("SHELL"), |path| path.is_file()),
         executor_version: env!("CARGO_PKG_VERSION").to_owned(),
+        provider_id: PROVIDER_ID.clone(),
         cwd: cwd.clone().and_then(uri),
         user_home_dir: home_dir().and_then(uri),
         platform_os: Some(std::env::consts::OS.to_owned()),
+        // This daemon ships no helper executables (codex lists its bundled `rg`): upstream
+        // leaves the field out when it has none.
+        prepend_path_dirs: None,
         // Unix has one variable, so there is nothing to de-duplicate (Windows merges TEMP and
         // TMP).
         temporary_directories: Some(

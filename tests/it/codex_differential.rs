@@ -11,6 +11,7 @@
 //! why it cannot run.
 
 mod decoder;
+mod environment;
 mod fs_escapes;
 mod fs_sandboxed;
 mod fs_shared;
