@@ -25,7 +25,7 @@ pub(crate) fn capabilities() -> EnvironmentCapabilities {
         credential_masking: false,
         credential_masking_custom_providers: false,
         capability_discovery_sandbox: true,
-        fs_watch_missing: false,
+        fs_watch_missing: true,
         capability_discovery_v2: false,
         environment_config_read: false,
         http_header_env_vars: true,

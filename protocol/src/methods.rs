@@ -146,6 +146,8 @@ methods! {
             fs::WatchParams => fs::WatchResult, Never;
         FsUnwatch, FS_UNWATCH = "fs/unwatch":
             fs::UnwatchParams => fs::EmptyResult, Never;
+        FsWatchMissing, FS_WATCH_MISSING = "fs/watchMissing":
+            fs::WatchMissingParams => fs::WatchMissingResult, Never;
         EnvironmentInfo, ENVIRONMENT_INFO = "environment/info":
             () => environment::EnvironmentInfo, Safe;
         EnvironmentStatus, ENVIRONMENT_STATUS = "environment/status":
@@ -163,6 +165,8 @@ methods! {
         ProcessInputWait, PROCESS_INPUT_WAIT = "process/inputWait":
             process::InputWaitNotification;
         FsChanged, FS_CHANGED = "fs/changed": fs::ChangedNotification;
+        FsMissingChanged, FS_MISSING_CHANGED = "fs/missingChanged":
+            fs::MissingChangedNotification;
         HttpRequestBodyDelta, HTTP_REQUEST_BODY_DELTA = "http/request/bodyDelta":
             http::HttpBodyDelta;
     }

@@ -100,6 +100,11 @@ fn fs_methods(router: &mut Router) {
     });
     router
         .request::<m::FsUnwatch>(|c: Ctx, p| async move { fs::unwatch(&c.connection.fs, p).await });
+    router.request::<m::FsWatchMissing>(|c: Ctx, p| async move {
+        let connection = &c.connection;
+        let budget = connection.watch_budget();
+        fs::watch_missing(&connection.fs, budget, &connection.outbound, p).await
+    });
 }
 
 /// `environment/*` and `http/request`.

@@ -17,6 +17,7 @@ mod fs_sandboxed;
 mod fs_shared;
 mod fs_stream;
 mod fs_walk;
+mod fs_watch_missing;
 mod handshake;
 mod http;
 mod http_env;

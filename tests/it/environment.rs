@@ -47,7 +47,7 @@ async fn info_describes_the_host_the_daemon_runs_on() {
             "credentialMasking": false,
             "credentialMaskingCustomProviders": false,
             "capabilityDiscoverySandbox": true,
-            "fsWatchMissing": false,
+            "fsWatchMissing": true,
             "capabilityDiscoveryV2": false,
             "environmentConfigRead": false,
             "httpHeaderEnvVars": true,
