@@ -46,7 +46,6 @@ pub use child::main_if_supervisor;
 pub use cli::main as run_command;
 pub use cli::Cli;
 pub use config::{Args, LogFormat, RemoteArgs, RemoteConfig, RemoteTransport};
-pub use environment::warm_provider_id;
 pub use memory::map_large_buffers;
 pub use sandbox::guard::init as record_own_binary;
 pub use transport::{serve, Handover, ListenUrl};

@@ -28,7 +28,6 @@ fn serve(args: &Args, token_on_argv: bool, listen_given: bool) -> std::process::
     let handover = exec_server::Handover::capture(args.upgrade_from_start_binary);
     init_logging(args);
     exec_server::record_own_binary().warn();
-    exec_server::warm_provider_id();
     if token_on_argv {
         tracing::warn!(
             "--connection-token is readable by every local user in /proc/PID/cmdline; \
