@@ -16,8 +16,10 @@ enum Step {
     Watch(u64, &'static [&'static str], Option<&'static str>),
     /// Done to the fixture directory, in a shell.
     Shell(&'static str),
-    /// The next notification (or none within [`QUIET`]) is recorded.
-    Notification,
+    /// The next notification, awaited as long as any reply, is recorded.
+    Notified,
+    /// Whatever notification comes within [`QUIET`] (none, when all is well) is recorded.
+    Quiet,
 }
 
 use Step::*;
@@ -38,7 +40,8 @@ async fn story(url: &str, steps: &[Step]) -> Vec<Value> {
                 told.push(client.call("fs/watchMissing", params).await);
             }
             Shell(command) => shell(root.path(), command),
-            Notification => told.push(json!(client.try_next_notification(QUIET).await)),
+            Notified => told.push(client.next_notification().await),
+            Quiet => told.push(json!(client.try_next_notification(QUIET).await)),
         }
     }
     told
@@ -72,11 +75,11 @@ async fn a_missing_path_or_a_directory_on_its_way_appearing_fires_once() {
     let told = same_story(&[
         Watch(1, &["a/b"], None),
         Shell("touch ab other"),
-        Notification,
+        Quiet,
         Shell("mkdir a"),
-        Notification,
+        Notified,
         Shell("touch a/b"),
-        Notification,
+        Quiet,
     ])
     .await;
     assert_eq!(told[0], json!({"watching": true}));
@@ -92,9 +95,9 @@ async fn present_going_away_fires() {
         Shell("mkdir -p kept/p"),
         Watch(7, &["a"], Some("kept/p")),
         Shell("touch kept/q"),
-        Notification,
+        Quiet,
         Shell("rmdir kept/p"),
-        Notification,
+        Notified,
     ])
     .await;
     assert_eq!(told[0], json!({"watching": true}));
@@ -111,9 +114,9 @@ async fn a_newer_id_replaces_the_watch_and_a_stale_one_is_refused() {
         Watch(6, &["again"], None),
         Watch(2, &["stale"], None),
         Shell("touch old stale again"),
-        Notification,
+        Quiet,
         Shell("touch new"),
-        Notification,
+        Notified,
     ])
     .await;
     let watching = |w: bool| json!({"watching": w});
@@ -145,7 +148,7 @@ async fn paths_not_as_described_or_too_many_are_not_watched() {
         Watch(7, &["c", "d"], None),
         Watch(8, &NAMES, None),
         Shell("touch c"),
-        Notification,
+        Quiet,
     ])
     .await;
     let watching: Vec<bool> = told[..8]
