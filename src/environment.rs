@@ -27,7 +27,7 @@ pub(crate) fn capabilities() -> EnvironmentCapabilities {
         capability_discovery_sandbox: true,
         fs_watch_missing: true,
         capability_discovery_v2: false,
-        environment_config_read: false,
+        environment_config_read: true,
         http_header_env_vars: true,
         sandboxed_file_streaming: sandbox,
         shell_snapshot_v2: false,

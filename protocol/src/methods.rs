@@ -2,7 +2,7 @@
 //! for a request, whether a client may send it again after the connection dropped before the
 //! reply. The client, the schema, the fuzz target and the tests take their lists from here.
 
-use crate::{capability, environment, fs, http, process, session};
+use crate::{capability, environment, environment_config, fs, http, process, session};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -152,6 +152,9 @@ methods! {
             () => environment::EnvironmentInfo, Safe;
         EnvironmentStatus, ENVIRONMENT_STATUS = "environment/status":
             () => environment::EnvironmentStatus, Safe;
+        EnvironmentConfigRead, ENVIRONMENT_CONFIG_READ = "environmentConfig/read":
+            environment_config::EnvironmentConfigReadParams
+                => environment_config::EnvironmentConfigReadResponse, Safe;
         HttpRequest, HTTP_REQUEST = "http/request":
             http::HttpRequestParams => http::HttpRequestResult, Never;
         CapabilityRootsDiscover, CAPABILITY_ROOTS_DISCOVER = "capabilityRoots/discoverV1":

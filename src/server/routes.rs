@@ -4,7 +4,7 @@
 use super::process_methods;
 use super::router::{Ctx, Router};
 use crate::rpc::RpcError;
-use crate::{audit, capability, environment, fs, http, process};
+use crate::{audit, capability, environment, environment_config, fs, http, process};
 use exec_server_protocol::fs::OpenMode;
 use exec_server_protocol::methods::{self as m, Method};
 use exec_server_protocol::process::SandboxType;
@@ -115,6 +115,7 @@ fn environment_and_http_methods(router: &mut Router) {
     router.request::<m::EnvironmentStatus>(|_: Ctx, ()| async {
         Ok::<_, Infallible>(environment::status())
     });
+    router.request::<m::EnvironmentConfigRead>(|_: Ctx, p| environment_config::read(p));
 
     router.request::<m::HttpRequest>(|c: Ctx, p: <m::HttpRequest as Method>::Params| async move {
         let connection = &c.connection;

@@ -12,6 +12,7 @@
 //! A new capability adds a scenario in one of the submodules.
 
 mod commands;
+mod config;
 
 mod patches;
 mod sandboxes;
@@ -72,6 +73,8 @@ pub struct Turn {
     /// Count the methods codex sends the executor whose names start with this (a relay in
     /// between), and compare them too.
     pub record_methods: Option<&'static str>,
+    /// The executor's own codex `config.toml` (in its `CODEX_HOME`, which is empty otherwise).
+    pub executor_config: Option<&'static str>,
 }
 
 impl Turn {
@@ -85,7 +88,13 @@ impl Turn {
             cut_after: None,
             timing_dependent: false,
             record_methods: None,
+            executor_config: None,
         }
+    }
+
+    pub fn executor_config(mut self, config: &'static str) -> Self {
+        self.executor_config = Some(config);
+        self
     }
 
     /// Counts the methods starting with `prefix` ([`Turn::record_methods`]).
@@ -187,10 +196,13 @@ struct Dirs {
 impl Dirs {
     fn new(turn: &Turn) -> Self {
         let root = tempfile::tempdir_in("/var/tmp").expect("run directory");
-        for dir in ["work", "outside", "home", "tmp"] {
+        for dir in ["work", "outside", "home", "tmp", "executor-home"] {
             std::fs::create_dir(root.path().join(dir)).unwrap();
         }
         let dirs = Self { root };
+        if let Some(config) = turn.executor_config {
+            std::fs::write(dirs.path("executor-home").join("config.toml"), config).unwrap();
+        }
         for (path, contents) in &turn.files {
             let path = dirs.work().join(path);
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -248,10 +260,12 @@ impl Running {
             return Self::Spawned;
         }
         let tmpdir = dirs.path("tmp");
-        let env: Vec<(&str, &str)> = match turn.tmpdir {
-            true => vec![("TMPDIR", tmpdir.to_str().unwrap())],
-            false => Vec::new(),
-        };
+        let executor_home = dirs.path("executor-home");
+        // Each executor reads its own codex home (environmentConfig/read): this run's.
+        let mut env = vec![("CODEX_HOME", executor_home.to_str().unwrap())];
+        if turn.tmpdir {
+            env.push(("TMPDIR", tmpdir.to_str().unwrap()));
+        }
         match executor {
             Executor::Ours => {
                 let mut command = Daemon::command(env!("CARGO_BIN_EXE_exec-server"), &[], &env);

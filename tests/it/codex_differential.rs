@@ -12,6 +12,7 @@
 
 mod decoder;
 mod environment;
+mod environment_config;
 mod fs_escapes;
 mod fs_sandboxed;
 mod fs_shared;

@@ -49,7 +49,7 @@ async fn info_describes_the_host_the_daemon_runs_on() {
             "capabilityDiscoverySandbox": true,
             "fsWatchMissing": true,
             "capabilityDiscoveryV2": false,
-            "environmentConfigRead": false,
+            "environmentConfigRead": true,
             "httpHeaderEnvVars": true,
             "sandboxedFileStreaming": true,
             "shellSnapshotV2": false,

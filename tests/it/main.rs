@@ -32,6 +32,7 @@ mod codex_fidelity_http;
 mod envd_listener;
 mod envd_proto;
 mod environment;
+mod environment_config;
 mod fs;
 mod fs_stream;
 mod fs_watch;
