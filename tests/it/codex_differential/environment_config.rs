@@ -41,6 +41,22 @@ fn fixture(root: &Path) {
     );
     write("untrusted/.git/HEAD", "ref: refs/heads/main\n");
     write("untrusted/.codex/config.toml", "alpha = 9\n");
+    // A linked worktree of `trusted`: trusted through its repository root.
+    let git = |args: &[&str]| {
+        let status = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .current_dir(root.join("trusted"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "git {args:?}");
+    };
+    git(&["init", "-q", "-b", "main", "."]);
+    git(&["commit", "-q", "--allow-empty", "-m", "init"]);
+    git(&["worktree", "add", "-q", "../linked"]);
+    write("linked/.codex/config.toml", "gamma = 4\n");
 }
 
 /// What each daemon answered to `reads` (params, `{root}` standing for the fixture).
@@ -152,6 +168,17 @@ async fn untrusted_and_unknown_projects_add_no_layer() {
         let layers = reply["config"]["layers"].as_array().unwrap();
         assert_eq!(layers.len(), 1, "{reply}");
     }
+}
+
+/// A linked worktree (whose own path no `projects` entry names) is trusted through its main
+/// checkout.
+#[tokio::test]
+async fn a_linked_worktree_is_trusted_through_its_main_checkout() {
+    let told = same_replies(&[read("linked", json!([["gamma"]]), json!([]))]).await;
+    assert_eq!(
+        told[0]["config"]["layers"][0]["toml"], "gamma = 4\n",
+        "{told:?}"
+    );
 }
 
 /// The refusals: no path at all, an empty path, a cwd that is not an absolute file URI, a
