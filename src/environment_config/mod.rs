@@ -139,9 +139,14 @@ fn read_toml(file: &Path) -> io::Result<Option<Table>> {
         return Ok(None);
     };
     toml::from_str(&text).map(Some).map_err(|err| {
+        // codex's form: `<file>:<line>:<column>: <message>`, 1-based.
+        let at = err.span().map_or(0, |span| span.start);
+        let before = &text[..at.min(text.len())];
+        let line = before.matches('\n').count() + 1;
+        let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
         io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("Error parsing config file {}: {err}", file.display()),
+            format!("{}:{line}:{column}: {}", file.display(), err.message()),
         )
     })
 }

@@ -78,8 +78,13 @@ async fn replies(url: &str, root: &Path, reads: &[Value]) -> Vec<Value> {
 
 /// Both daemons' replies to `reads`, asserted equal; returns them.
 async fn same_replies(reads: &[Value]) -> Vec<Value> {
+    same_replies_in(reads, fixture).await
+}
+
+/// [`same_replies`] in the fixture `build` makes.
+async fn same_replies_in(reads: &[Value], build: impl Fn(&Path)) -> Vec<Value> {
     let root = tempfile::tempdir_in("/var/tmp").unwrap();
-    fixture(root.path());
+    build(root.path());
     let home = root.path().join("home");
     let env = [
         ("CODEX_HOME", home.to_str().unwrap()),
@@ -205,5 +210,21 @@ async fn bad_reads_are_refused_as_codex_refuses_them() {
     assert!(
         told.iter().all(|t| t["error"]["code"] == -32602),
         "{told:?}"
+    );
+}
+
+/// A user config that is not TOML fails the read, naming the file, line and column (counted in
+/// characters, past a multi-byte one).
+#[tokio::test]
+async fn a_broken_user_config_is_named_where_it_breaks() {
+    let told = same_replies_in(&[read("", json!([["a"]]), json!([]))], |root| {
+        std::fs::create_dir(root.join("home")).unwrap();
+        std::fs::write(root.join("home/config.toml"), "ok = 1\nnamé = \"x\" = 1\n").unwrap();
+    })
+    .await;
+    assert_eq!(
+        told[0]["error"],
+        json!({"code": -32603, "message": "failed to load executor-local config: \
+            {root}/home/config.toml:2:12: unexpected key or value, expected newline, `#`"})
     );
 }
