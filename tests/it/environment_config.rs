@@ -74,3 +74,23 @@ async fn a_fifo_config_is_refused_without_blocking() {
     let message = error["message"].as_str().unwrap();
     assert!(message.contains("not a regular file"), "{message}");
 }
+
+/// `..` cannot walk a read out of the directory it names: plain or percent-encoded, a dot
+/// segment in `cwd` is resolved before anything is read (as a URL's path is), so the read names
+/// the directory it lands in, which no trust entry covers.
+#[tokio::test]
+async fn dot_segments_in_cwd_do_not_reach_an_untrusted_directory() {
+    let root = tempfile::tempdir_in("/var/tmp").unwrap();
+    let root = root.path();
+    let daemon = trusted_repo(root);
+    std::fs::create_dir_all(root.join("secrets/.codex")).unwrap();
+    std::fs::write(root.join("secrets/.codex/config.toml"), "secret = 1\n").unwrap();
+    for cwd in [
+        "repo/%2E%2E/secrets",
+        "repo/../secrets",
+        "repo/.%2e/secrets",
+    ] {
+        let reply = read(&daemon, &root.join(cwd)).await.expect(cwd);
+        assert_eq!(reply["config"]["layers"], json!([]), "{cwd}: {reply}");
+    }
+}
