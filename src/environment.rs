@@ -5,6 +5,7 @@ use exec_server_protocol::environment::*;
 use exec_server_protocol::PathUri;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
 
 /// The daemon answers, so it is ready: there is nothing it waits for.
 pub(crate) fn status() -> EnvironmentStatus {
@@ -19,11 +20,20 @@ pub(crate) fn capabilities() -> EnvironmentCapabilities {
     let sandbox = crate::sandbox::enforceable();
     EnvironmentCapabilities {
         network_proxy_launch: false,
+        network_proxy_review_domains: false,
+        network_proxy_transparent_tcp: false,
+        credential_masking: false,
+        credential_masking_custom_providers: false,
         capability_discovery_sandbox: true,
-        environment_config_read: false,
+        fs_watch_missing: true,
+        capability_discovery_v2: false,
+        environment_config_read: true,
         http_header_env_vars: true,
         sandboxed_file_streaming: sandbox,
         shell_snapshot_v2: false,
+        windows_mxc: false,
+        linux_root_write_preserves_devices: false,
+        linux_approved_root_write_preserves_restrictions: false,
         process_resize: true,
         process_close_stdin: true,
         process_signals: true,
@@ -44,6 +54,72 @@ pub(crate) fn capabilities() -> EnvironmentCapabilities {
     }
 }
 
+/// Which build serves this environment: `sha256:` and the digest of the GNU build ID the linker
+/// stamped on this executable (itself a digest of the linked output). Upstream digests its build
+/// commit and target, which this crate does not embed; the build ID names the build as well (a
+/// rebuild or upgrade changes it, a restart, a move or another user does not). `None` when the
+/// executable carries no build ID (linked with `--build-id=none`).
+static PROVIDER_ID: LazyLock<Option<String>> = LazyLock::new(|| {
+    let digest = ring::digest::digest(&ring::digest::SHA256, &own_build_id()?);
+    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    Some(format!("sha256:{hex}"))
+});
+
+/// This executable's GNU build ID, read from its note segment as loaded in memory: no file is
+/// read, so it is the running build's even after the file was replaced.
+fn own_build_id() -> Option<Vec<u8>> {
+    /// Called for each loaded object, the executable first; stops after it.
+    unsafe extern "C" fn executable(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        found: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: the loader passes a valid `info` whose program headers and PT_NOTE segments
+        // are mapped for the call; `found` is the `Option` `own_build_id` passed.
+        unsafe {
+            let (info, found) = (&*info, &mut *found.cast::<Option<Vec<u8>>>());
+            let headers = std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum));
+            for header in headers
+                .iter()
+                .filter(|header| header.p_type == libc::PT_NOTE)
+            {
+                let start = (info.dlpi_addr + header.p_vaddr) as *const u8;
+                let notes = std::slice::from_raw_parts(start, header.p_memsz as usize);
+                if let Some(id) = gnu_build_id(notes) {
+                    *found = Some(id.to_vec());
+                }
+            }
+        }
+        1
+    }
+    let mut found: Option<Vec<u8>> = None;
+    // SAFETY: the callback only reads what the loader hands it and writes `found`, which
+    // outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(executable), (&raw mut found).cast()) };
+    found
+}
+
+/// The descriptor of the `NT_GNU_BUILD_ID` note among ELF `notes` (records of name size,
+/// descriptor size and type, then the name and the descriptor, each padded to 4 bytes).
+fn gnu_build_id(mut notes: &[u8]) -> Option<&[u8]> {
+    const NT_GNU_BUILD_ID: usize = 3;
+    let word = |at: usize, notes: &[u8]| -> Option<usize> {
+        let bytes = notes.get(at..at + 4)?.try_into().ok()?;
+        usize::try_from(u32::from_ne_bytes(bytes)).ok()
+    };
+    while notes.len() >= 12 {
+        let (name_size, desc_size) = (word(0, notes)?, word(4, notes)?);
+        let desc_start = 12 + name_size.next_multiple_of(4);
+        let name = notes.get(12..12 + name_size)?;
+        let desc = notes.get(desc_start..desc_start + desc_size)?;
+        if word(8, notes)? == NT_GNU_BUILD_ID && name == b"GNU\0" {
+            return Some(desc);
+        }
+        notes = notes.get(desc_start + desc_size.next_multiple_of(4)..)?;
+    }
+    None
+}
+
 /// Computed on each call: it is cheap, and reflects the daemon's environment as it is.
 pub(crate) fn info(config: &crate::config::Config) -> EnvironmentInfo {
     let cwd = std::env::current_dir().ok();
@@ -51,9 +127,13 @@ pub(crate) fn info(config: &crate::config::Config) -> EnvironmentInfo {
     EnvironmentInfo {
         shell: detect_shell(std::env::var_os("SHELL"), |path| path.is_file()),
         executor_version: env!("CARGO_PKG_VERSION").to_owned(),
+        provider_id: PROVIDER_ID.clone(),
         cwd: cwd.clone().and_then(uri),
         user_home_dir: home_dir().and_then(uri),
         platform_os: Some(std::env::consts::OS.to_owned()),
+        // This daemon ships no helper executables (codex lists its bundled `rg`): upstream
+        // leaves the field out when it has none.
+        prepend_path_dirs: None,
         // Unix has one variable, so there is nothing to de-duplicate (Windows merges TEMP and
         // TMP).
         temporary_directories: Some(
@@ -127,6 +207,27 @@ fn resolve(path: PathBuf, cwd: Option<&Path>) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_gnu_build_id_is_found_among_notes() {
+        let note = |name: &[u8], kind: u32, desc: &[u8]| {
+            let mut bytes = Vec::new();
+            for word in [name.len() as u32, desc.len() as u32, kind] {
+                bytes.extend(word.to_ne_bytes());
+            }
+            bytes.extend(name);
+            bytes.resize(bytes.len().next_multiple_of(4), 0);
+            bytes.extend(desc);
+            bytes.resize(bytes.len().next_multiple_of(4), 0);
+            bytes
+        };
+        let mut notes = note(b"GNU\0", 1, b"abi-tag-ish");
+        notes.extend(note(b"Go\0", 3, b"other vendor"));
+        notes.extend(note(b"GNU\0", 3, b"\x01\x02\x03\x04\x05"));
+        assert_eq!(gnu_build_id(&notes), Some(&b"\x01\x02\x03\x04\x05"[..]));
+        assert_eq!(gnu_build_id(&notes[..notes.len() - 4]), None, "cut short");
+        assert!(own_build_id().is_some_and(|id| !id.is_empty()));
+    }
 
     #[test]
     fn shell_prefers_an_existing_shell_var_then_bash_then_sh() {

@@ -21,6 +21,7 @@ mod envd;
 #[doc(hidden)]
 pub use envd::fuzz as envd_fuzz;
 mod environment;
+mod environment_config;
 mod fs;
 mod http;
 mod ipc;

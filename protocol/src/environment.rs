@@ -23,8 +23,20 @@ pub struct ShellInfo {
 pub struct EnvironmentCapabilities {
     /// `process/start` can launch a child behind a managed network proxy.
     pub network_proxy_launch: bool,
+    /// The launched proxy can hold domains for the user's review.
+    pub network_proxy_review_domains: bool,
+    /// The launched proxy can carry transparent TCP.
+    pub network_proxy_transparent_tcp: bool,
+    /// Commands see placeholders for provider credentials, which the proxy puts on the wire.
+    pub credential_masking: bool,
+    /// Credential masking for custom model providers too.
+    pub credential_masking_custom_providers: bool,
     /// Sandbox capabilities can be discovered before launching.
     pub capability_discovery_sandbox: bool,
+    /// `fs/watchMissing` and `fs/missingChanged`: one watch for paths that do not exist yet.
+    pub fs_watch_missing: bool,
+    /// The second form of capability discovery.
+    pub capability_discovery_v2: bool,
     /// Executor environment configuration can be read remotely.
     pub environment_config_read: bool,
     /// `http/request` headers accept `valueEnvVar` (value read from the executor's environment).
@@ -34,6 +46,12 @@ pub struct EnvironmentCapabilities {
     pub sandboxed_file_streaming: bool,
     /// Version 2 of shell snapshots.
     pub shell_snapshot_v2: bool,
+    /// Windows sandboxing through MXC.
+    pub windows_mxc: bool,
+    /// A root-level write grant keeps `/dev` as it was.
+    pub linux_root_write_preserves_devices: bool,
+    /// An approved root-level write grant keeps the profile's other restrictions.
+    pub linux_approved_root_write_preserves_restrictions: bool,
     /// `process/resize` changes a tty child's terminal size (this daemon's addition).
     pub process_resize: bool,
     /// `process/closeStdin` closes a piped child's stdin (this daemon's addition).
@@ -96,6 +114,10 @@ pub struct EnvironmentInfo {
     /// The daemon's crate version.
     #[serde(default = "legacy_executor_version")]
     pub executor_version: String,
+    /// Identifies the build serving this environment: `sha256:<hex>`, stable across restarts,
+    /// install paths and users; absent from peers that cannot tell.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_id: Option<String>,
     /// The daemon's own working directory; null when it has none.
     #[serde(default)]
     pub cwd: Option<PathUri>,
@@ -105,6 +127,10 @@ pub struct EnvironmentInfo {
     /// `std::env::consts::OS`, e.g. `linux`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub platform_os: Option<String>,
+    /// Directories of the executor's helper executables, put first on `PATH` for commands;
+    /// absent when it has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prepend_path_dirs: Option<Vec<PathUri>>,
     /// From `TMPDIR` (a relative value resolved against `cwd`), de-duplicated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temporary_directories: Option<Vec<PathUri>>,
@@ -205,39 +231,52 @@ mod tests {
 
     #[test]
     fn environment_info_preserves_executor_metadata() {
+        // Two macros: one would pass `json!`'s recursion limit.
+        let capabilities = json!({
+            "networkProxyLaunch": false,
+            "capabilityDiscoverySandbox": false,
+            "environmentConfigRead": false,
+            "httpHeaderEnvVars": true,
+            "sandboxedFileStreaming": false,
+            "shellSnapshotV2": false,
+            "networkProxyReviewDomains": false,
+            "networkProxyTransparentTcp": false,
+            "credentialMasking": false,
+            "credentialMaskingCustomProviders": false,
+            "fsWatchMissing": false,
+            "capabilityDiscoveryV2": false,
+            "windowsMxc": false,
+            "linuxRootWritePreservesDevices": false,
+            "linuxApprovedRootWritePreservesRestrictions": false,
+            "processResize": true,
+            "processCloseStdin": true,
+            "processSignals": true,
+            "outputRetentionIndicator": true,
+            "retentionPause": true,
+            "fileWriteStreaming": true,
+            "fsAtomicWrite": true,
+            "fsRename": true,
+            "fsReadDirectoryErrors": true,
+            "fsWatch": true,
+            "linuxSandbox": true,
+            "processLimits": true,
+            "processTreeLimits": false,
+            "processStartIdempotent": true,
+            "processList": true,
+            "sessionDisconnectPolicy": true,
+            "processInputWait": true
+        });
         let wire = json!({
             "shell": {"name": "zsh", "path": "/bin/zsh"},
             "executorVersion": "1.2.3",
+            "providerId": "sha256:00ff",
+            "prependPathDirs": ["file:///opt/tools/bin"],
             "cwd": "file:///work",
             "userHomeDir": "file:///home/remote",
             "platformOs": "linux",
             "temporaryDirectories": ["file:///tmp/a", "file:///var/tmp"],
             "tempDir": "file:///tmp/a",
-            "capabilities": {
-                "networkProxyLaunch": false,
-                "capabilityDiscoverySandbox": false,
-                "environmentConfigRead": false,
-                "httpHeaderEnvVars": true,
-                "sandboxedFileStreaming": false,
-                "shellSnapshotV2": false,
-                "processResize": true,
-                "processCloseStdin": true,
-                "processSignals": true,
-                "outputRetentionIndicator": true,
-                "retentionPause": true,
-                "fileWriteStreaming": true,
-                "fsAtomicWrite": true,
-                "fsRename": true,
-                "fsReadDirectoryErrors": true,
-                "fsWatch": true,
-                "linuxSandbox": true,
-                "processLimits": true,
-                "processTreeLimits": false,
-                "processStartIdempotent": true,
-                "processList": true,
-                "sessionDisconnectPolicy": true,
-                "processInputWait": true
-            },
+            "capabilities": capabilities,
             "limits": {"maxProcesses": 1875, "maxProcessesPerSession": 468}
         });
         let info: EnvironmentInfo = serde_json::from_value(wire.clone()).unwrap();

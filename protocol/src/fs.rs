@@ -345,6 +345,35 @@ pub struct UnwatchParams {
     pub watch_id: String,
 }
 
+/// `fs/watchMissing`: one watch, per connection, for paths that do not exist yet. A newer
+/// `watchId` replaces the connection's watch; an older or equal one is ignored.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WatchMissingParams {
+    pub watch_id: u64,
+    /// Paths that must not exist now; any of them, or a directory on the way to one, appearing
+    /// ends the watch with `fs/missingChanged`.
+    pub missing: Vec<PathUri>,
+    /// A path that must exist now; its removal or replacement ends the watch too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub present: Option<PathUri>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WatchMissingResult {
+    /// False: nothing is watched (the paths were not as described, too many, or the id is
+    /// stale), and the client should look for itself.
+    pub watching: bool,
+}
+
+/// `fs/missingChanged`: something a missing-path watch covers changed; the watch is over.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MissingChangedNotification {
+    pub watch_id: u64,
+}
+
 /// `fs/changed`: changes seen under a watch, coalesced over a short window.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

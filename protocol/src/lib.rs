@@ -8,6 +8,7 @@ pub mod base64_bytes;
 pub mod binary;
 pub mod capability;
 pub mod environment;
+pub mod environment_config;
 pub mod fs;
 pub mod http;
 pub mod methods;

@@ -2,7 +2,7 @@
 //! for a request, whether a client may send it again after the connection dropped before the
 //! reply. The client, the schema, the fuzz target and the tests take their lists from here.
 
-use crate::{capability, environment, fs, http, process, session};
+use crate::{capability, environment, environment_config, fs, http, process, session};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -146,10 +146,15 @@ methods! {
             fs::WatchParams => fs::WatchResult, Never;
         FsUnwatch, FS_UNWATCH = "fs/unwatch":
             fs::UnwatchParams => fs::EmptyResult, Never;
+        FsWatchMissing, FS_WATCH_MISSING = "fs/watchMissing":
+            fs::WatchMissingParams => fs::WatchMissingResult, Never;
         EnvironmentInfo, ENVIRONMENT_INFO = "environment/info":
             () => environment::EnvironmentInfo, Safe;
         EnvironmentStatus, ENVIRONMENT_STATUS = "environment/status":
             () => environment::EnvironmentStatus, Safe;
+        EnvironmentConfigRead, ENVIRONMENT_CONFIG_READ = "environmentConfig/read":
+            environment_config::EnvironmentConfigReadParams
+                => environment_config::EnvironmentConfigReadResponse, Safe;
         HttpRequest, HTTP_REQUEST = "http/request":
             http::HttpRequestParams => http::HttpRequestResult, Never;
         CapabilityRootsDiscover, CAPABILITY_ROOTS_DISCOVER = "capabilityRoots/discoverV1":
@@ -163,6 +168,8 @@ methods! {
         ProcessInputWait, PROCESS_INPUT_WAIT = "process/inputWait":
             process::InputWaitNotification;
         FsChanged, FS_CHANGED = "fs/changed": fs::ChangedNotification;
+        FsMissingChanged, FS_MISSING_CHANGED = "fs/missingChanged":
+            fs::MissingChangedNotification;
         HttpRequestBodyDelta, HTTP_REQUEST_BODY_DELTA = "http/request/bodyDelta":
             http::HttpBodyDelta;
     }

@@ -80,8 +80,15 @@ impl Envd {
                 }
             };
             let what = "the watch";
-            crate::fs::start_watcher(what, &path, request.recursive, &budget, &used, handler)
-                .map_err(|error| watch_error(&path, error))
+            crate::fs::start_watcher(
+                what,
+                std::slice::from_ref(&path),
+                request.recursive,
+                &budget,
+                &used,
+                handler,
+            )
+            .map_err(|error| watch_error(&path, error))
         })
         .await
     }

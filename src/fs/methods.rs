@@ -188,6 +188,18 @@ pub(crate) async fn watch(
     Ok(WatchResult { watch_id })
 }
 
+/// A missing-path watch fires `fs/missingChanged` on `outbound`, within `budget`.
+pub(crate) async fn watch_missing(
+    fs: &ConnectionFs,
+    budget: WatchBudget,
+    outbound: &Outbound,
+    params: WatchMissingParams,
+) -> Result<WatchMissingResult, FsError> {
+    let used = fs.watches.used();
+    let watching = fs.missing.watch(params, used, budget, outbound).await?;
+    Ok(WatchMissingResult { watching })
+}
+
 pub(crate) async fn unwatch(
     fs: &ConnectionFs,
     params: UnwatchParams,

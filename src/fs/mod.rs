@@ -6,7 +6,7 @@
 //! `oneshot` is every one-shot method as one value that either side runs; `host` converts
 //! paths, maps errors and opens files (never blocking on a FIFO); `file`, `ops`, `copy`, `walk`
 //! do the one-shot work; `handles`, `read_stream`, `write_stream`, `staged` and `transfer` serve `fs/open`
-//! streams; `watch` serves `fs/watch`. What the module adds to the reference protocol is
+//! streams; `watch` serves `fs/watch`, `watch_missing` `fs/watchMissing`. What the module adds to the reference protocol is
 //! advertised in `environment/info` (`fileWriteStreaming`, `fsAtomicWrite`, `fsRename`,
 //! `fsReadDirectoryErrors`, `fsWatch`, `sandboxedFileStreaming`).
 
@@ -25,12 +25,13 @@ mod staged;
 mod transfer;
 mod walk;
 mod watch;
+mod watch_missing;
 mod write_stream;
 
 pub(crate) use error::FsError;
 pub(crate) use file::TOO_LARGE as READ_FILE_TOO_LARGE;
 pub(crate) use methods::{
-    close, one_shot, open, read_block, run_routed, unwatch, watch, write_block,
+    close, one_shot, open, read_block, run_routed, unwatch, watch, watch_missing, write_block,
 };
 pub(crate) use oneshot::{one_shots, OneShot, OneShotVisitor};
 pub(crate) use watch::{start_watcher, WatchBudget, WatchLimits, WatchUse, Watcher, MAX_WATCHES};
@@ -41,4 +42,5 @@ pub(crate) use watch::{start_watcher, WatchBudget, WatchLimits, WatchUse, Watche
 pub(crate) struct ConnectionFs {
     handles: handles::Handles,
     watches: watch::Watches,
+    missing: watch_missing::MissingWatch,
 }

@@ -133,22 +133,25 @@ pub(crate) struct Watcher {
     _counted: [[Counted; 2]; 2],
 }
 
-/// Starts a watcher of `path` (for `what`, as its refusals name it) whose events go to
-/// `handler`, if `connection` and the daemon
-/// have room for it and the directories it watches, counted before any watch is added (so an
-/// over-budget tree costs none). Symbolic links are not followed. Blocking.
+/// Starts one watcher of `paths` (for `what`, as its refusals name it) whose events go to
+/// `handler`, if `connection` and the daemon have room for it and the directories it watches,
+/// counted before any watch is added (so an over-budget tree costs none). Symbolic links are not
+/// followed. Blocking.
 pub(crate) fn start_watcher(
     what: &str,
-    path: &Path,
+    paths: &[PathBuf],
     recursive: bool,
     budget: &WatchBudget,
     connection: &WatchUse,
     handler: impl notify::EventHandler,
 ) -> Result<Watcher, FsError> {
-    // Report a missing path as the usual -32004 I/O error.
-    with_path(std::fs::symlink_metadata(path), path)?;
     let walk_limit = (budget.daemon_limits.directories).min(budget.connection_limits.directories);
-    let directories = directories_under(path, recursive, walk_limit);
+    let mut directories = 0;
+    for path in paths {
+        // Report a missing path as the usual -32004 I/O error.
+        with_path(std::fs::symlink_metadata(path), path)?;
+        directories += directories_under(path, recursive, walk_limit);
+    }
     let counted = [
         connection.count(
             what,
@@ -165,7 +168,9 @@ pub(crate) fn start_watcher(
     } else {
         RecursiveMode::NonRecursive
     };
-    watcher.watch(path, mode).map_err(watch_error)?;
+    for path in paths {
+        watcher.watch(path, mode).map_err(watch_error)?;
+    }
     Ok(Watcher {
         _watcher: watcher,
         _counted: counted,
@@ -193,6 +198,11 @@ pub(super) struct Watches {
 }
 
 impl Watches {
+    /// What this connection's watches hold, which its missing-path watch shares.
+    pub(super) fn used(&self) -> &WatchUse {
+        &self.used
+    }
+
     fn table(&self) -> std::sync::MutexGuard<'_, HashMap<String, Watch>> {
         self.table
             .lock()
@@ -220,7 +230,7 @@ impl Watches {
             };
             start_watcher(
                 method::FS_WATCH,
-                &path,
+                &[path],
                 recursive,
                 &budget,
                 &connection,

@@ -4,7 +4,7 @@
 use super::process_methods;
 use super::router::{Ctx, Router};
 use crate::rpc::RpcError;
-use crate::{audit, capability, environment, fs, http, process};
+use crate::{audit, capability, environment, environment_config, fs, http, process};
 use exec_server_protocol::fs::OpenMode;
 use exec_server_protocol::methods::{self as m, Method};
 use serde_json::json;
@@ -98,6 +98,11 @@ fn fs_methods(router: &mut Router) {
     });
     router
         .request::<m::FsUnwatch>(|c: Ctx, p| async move { fs::unwatch(&c.connection.fs, p).await });
+    router.request::<m::FsWatchMissing>(|c: Ctx, p| async move {
+        let connection = &c.connection;
+        let budget = connection.watch_budget();
+        fs::watch_missing(&connection.fs, budget, &connection.outbound, p).await
+    });
 }
 
 /// `environment/*` and `http/request`.
@@ -108,6 +113,7 @@ fn environment_and_http_methods(router: &mut Router) {
     router.request::<m::EnvironmentStatus>(|_: Ctx, ()| async {
         Ok::<_, Infallible>(environment::status())
     });
+    router.request::<m::EnvironmentConfigRead>(|_: Ctx, p| environment_config::read(p));
 
     router.request::<m::HttpRequest>(|c: Ctx, p: <m::HttpRequest as Method>::Params| async move {
         let connection = &c.connection;

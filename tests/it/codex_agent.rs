@@ -12,10 +12,12 @@
 //! A new capability adds a scenario in one of the submodules.
 
 mod commands;
+mod config;
 
 mod patches;
 mod sandboxes;
 mod transports;
+mod watches;
 
 use crate::common::codex_peer::{codex_binary, CodexPeer};
 use crate::common::Daemon;
@@ -68,6 +70,11 @@ pub struct Turn {
     /// How a command's output splits between the calls that read it depends on timing: the
     /// runs are compared on the whole output of each command (codex's items) instead.
     pub timing_dependent: bool,
+    /// Count the methods codex sends the executor whose names start with this (a relay in
+    /// between), and compare them too.
+    pub record_methods: Option<&'static str>,
+    /// The executor's own codex `config.toml` (in its `CODEX_HOME`, which is empty otherwise).
+    pub executor_config: Option<&'static str>,
 }
 
 impl Turn {
@@ -80,7 +87,20 @@ impl Turn {
             files: Vec::new(),
             cut_after: None,
             timing_dependent: false,
+            record_methods: None,
+            executor_config: None,
         }
+    }
+
+    pub fn executor_config(mut self, config: &'static str) -> Self {
+        self.executor_config = Some(config);
+        self
+    }
+
+    /// Counts the methods starting with `prefix` ([`Turn::record_methods`]).
+    pub fn recording_methods(mut self, prefix: &'static str) -> Self {
+        self.record_methods = Some(prefix);
+        self
     }
 
     pub fn timing_dependent(mut self) -> Self {
@@ -127,6 +147,9 @@ pub struct Outcome {
     pub files: BTreeMap<String, String>,
     /// Whether `codex exec` exited 0.
     pub succeeded: bool,
+    /// How often codex sent each method to the executor, when the turn records them
+    /// ([`Turn::record_methods`]).
+    pub methods: Option<BTreeMap<String, usize>>,
 }
 
 /// Runs `turn` on both executors and asserts the outcomes are the same; returns ours.
@@ -156,6 +179,10 @@ pub async fn assert_same(turn: &Turn) -> Outcome {
         "AGENTS.md as the model saw it"
     );
     assert_eq!(ours.succeeded, codex.succeeded, "codex exec's exit");
+    assert_eq!(
+        ours.methods, codex.methods,
+        "what codex asked: of this daemon (left), of its own exec-server (right)"
+    );
     ours
 }
 
@@ -169,10 +196,13 @@ struct Dirs {
 impl Dirs {
     fn new(turn: &Turn) -> Self {
         let root = tempfile::tempdir_in("/var/tmp").expect("run directory");
-        for dir in ["work", "outside", "home", "tmp"] {
+        for dir in ["work", "outside", "home", "tmp", "executor-home"] {
             std::fs::create_dir(root.path().join(dir)).unwrap();
         }
         let dirs = Self { root };
+        if let Some(config) = turn.executor_config {
+            std::fs::write(dirs.path("executor-home").join("config.toml"), config).unwrap();
+        }
         for (path, contents) in &turn.files {
             let path = dirs.work().join(path);
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -230,10 +260,12 @@ impl Running {
             return Self::Spawned;
         }
         let tmpdir = dirs.path("tmp");
-        let env: Vec<(&str, &str)> = match turn.tmpdir {
-            true => vec![("TMPDIR", tmpdir.to_str().unwrap())],
-            false => Vec::new(),
-        };
+        let executor_home = dirs.path("executor-home");
+        // Each executor reads its own codex home (environmentConfig/read): this run's.
+        let mut env = vec![("CODEX_HOME", executor_home.to_str().unwrap())];
+        if turn.tmpdir {
+            env.push(("TMPDIR", tmpdir.to_str().unwrap()));
+        }
         match executor {
             Executor::Ours => {
                 let mut command = Daemon::command(env!("CARGO_BIN_EXE_exec-server"), &[], &env);
@@ -266,14 +298,8 @@ pub async fn run(turn: &Turn, executor: Executor) -> Outcome {
     let dirs = Dirs::new(turn);
     let model = Model::start(script_for(turn, &dirs)).await;
     let running = Running::start(turn, executor, &dirs);
-    let proxy = match (running.url(), turn.cut_after) {
-        (Some(url), Some(_)) => Some(crate::support::proxy::Proxy::start(url).await),
-        _ => None,
-    };
-    let url = proxy
-        .as_ref()
-        .map(|proxy| proxy.url.as_str())
-        .or(running.url());
+    let between = Between::start(turn, &running).await;
+    let url = between.url().or(running.url());
     write_config(turn, executor, &dirs, &model, url);
     let mut command = tokio::process::Command::new(codex_binary());
     command
@@ -291,7 +317,7 @@ pub async fn run(turn: &Turn, executor: Executor) -> Outcome {
         command.env("CODEX_EXEC_SERVER_URL", url.expect("a listening executor"));
     }
     let child = command.spawn().expect("start codex exec");
-    if let (Some(proxy), Some(delay)) = (&proxy, turn.cut_after) {
+    if let (Between::Proxy(proxy), Some(delay)) = (&between, turn.cut_after) {
         tokio::time::sleep(delay).await;
         proxy.cut();
     }
@@ -322,6 +348,39 @@ pub async fn run(turn: &Turn, executor: Executor) -> Outcome {
             .collect(),
         files: files(&dirs),
         succeeded: output.status.success(),
+        methods: match &between {
+            Between::Recorder(recorder) => Some(recorder.methods()),
+            _ => None,
+        },
+    }
+}
+
+/// What sits between codex and a listening executor.
+enum Between {
+    Nothing,
+    /// Cuts the connections ([`Turn::cut_after`]).
+    Proxy(crate::support::proxy::Proxy),
+    /// Counts the methods ([`Turn::record_methods`]).
+    Recorder(crate::support::recorder::Recorder),
+}
+
+impl Between {
+    async fn start(turn: &Turn, running: &Running) -> Self {
+        match (running.url(), turn.cut_after, turn.record_methods) {
+            (Some(url), Some(_), _) => Self::Proxy(crate::support::proxy::Proxy::start(url).await),
+            (Some(url), None, Some(prefix)) => {
+                Self::Recorder(crate::support::recorder::Recorder::start(url, prefix).await)
+            }
+            _ => Self::Nothing,
+        }
+    }
+
+    fn url(&self) -> Option<&str> {
+        match self {
+            Self::Nothing => None,
+            Self::Proxy(proxy) => Some(&proxy.url),
+            Self::Recorder(recorder) => Some(&recorder.url),
+        }
     }
 }
 

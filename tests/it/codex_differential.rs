@@ -11,11 +11,14 @@
 //! why it cannot run.
 
 mod decoder;
+mod environment;
+mod environment_config;
 mod fs_escapes;
 mod fs_sandboxed;
 mod fs_shared;
 mod fs_stream;
 mod fs_walk;
+mod fs_watch_missing;
 mod handshake;
 mod http;
 mod http_env;

@@ -9,7 +9,6 @@ use crate::hardening_listeners::stalled;
 use crate::metrics::free_port;
 use crate::sandbox_support::{entry, path, special};
 use serde_json::{json, Value};
-use std::path::Path;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
@@ -288,14 +287,6 @@ async fn a_recursive_envd_watch_does_not_follow_links() {
         events.contains("inside") && !events.contains("outside"),
         "{events}"
     );
-}
-
-/// The inotify instances `pid` holds.
-fn inotify_instances(pid: i32) -> usize {
-    (std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap())
-        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
-        .filter(|target| target == Path::new("anon_inode:inotify"))
-        .count()
 }
 
 /// Item 4: 128 `CreateWatcher`s (from many connections at once) took every inotify instance of

@@ -12,6 +12,7 @@ mod sandbox_support;
 mod support {
     pub mod http_proxy;
     pub mod proxy;
+    pub mod recorder;
     pub mod registry;
     pub mod tls_intercept;
 }
@@ -31,9 +32,11 @@ mod codex_fidelity_http;
 mod envd_listener;
 mod envd_proto;
 mod environment;
+mod environment_config;
 mod fs;
 mod fs_stream;
 mod fs_watch;
+mod fs_watch_missing;
 mod hardening_envd;
 mod hardening_listeners;
 mod hardening_procs;

@@ -711,3 +711,11 @@ pub fn kept_processes(processes: &std::path::Path) -> usize {
         .filter(|entry| !entry.file_name().to_string_lossy().starts_with('.'))
         .count()
 }
+
+/// The inotify instances `pid` holds.
+pub fn inotify_instances(pid: i32) -> usize {
+    (std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap())
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter(|target| target == std::path::Path::new("anon_inode:inotify"))
+        .count()
+}
