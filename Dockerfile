@@ -5,6 +5,10 @@
 #   docker build -t exec-server .          # builds the binary too (rust:1-bookworm)
 #   deploy/build-image.sh                  # a binary built beforehand, any base (--target prebuilt)
 #
+# The state dir (/run/exec-server, the default for root) belongs on tmpfs, which the image
+# cannot declare: run with `--tmpfs /run/exec-server:rw,mode=0700` (on the overlay, which is
+# disk, launches are several times slower; the daemon warns at start). docs/operations.md.
+#
 # The Linux sandbox needs CAP_SYS_ADMIN and a few syscalls the default seccomp profile refuses:
 # docs/operations.md says which flags and why; without them processes run unsandboxed and
 # sandboxed requests are refused.

@@ -4,7 +4,8 @@
 //! the figure is the turn's wall time, codex's start to its exit.
 
 use crate::codex::CodexServer;
-use crate::{stats, Results};
+use crate::harness::{stats, Results};
+use crate::report::Row;
 use codex_scripted_model::{Model, Step};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -108,3 +109,13 @@ pub(crate) async fn compare(ours_url: &str, runs: usize, r: &mut Results) {
         "codex_agent_turn_codex_ms",
     );
 }
+
+pub(crate) const ROWS: &[Row] = &[
+    Row {
+        what: "the codex agent (`codex exec`, scripted model): a workspace-write turn of 20 commands and 5 patches, wall time, ms",
+        ours: "codex_agent_turn_ms",
+        baselines: &[("on codex's exec-server", "codex_agent_turn_codex_ms"), ("× codex", "codex_agent_turn_vs_codex")],
+        target: "≤ 0.9× codex",
+        met: |r| Some(r.get("codex_agent_turn_vs_codex")? <= 0.9),
+    },
+];

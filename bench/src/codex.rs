@@ -3,7 +3,8 @@
 //! interleaving the two daemons run by run. Exec round trips of `true`, sandboxed ones, and
 //! streaming output, with the output bytes the `process/output` notifications missed.
 
-use crate::{micros, stats, Results, Size, Workspace, PATH};
+use crate::harness::{micros, stats, Results, Size, Workspace, PATH};
+use crate::report::Row;
 use base64::{engine::general_purpose::STANDARD as BASE64, Engine as _};
 use futures::{SinkExt as _, StreamExt as _};
 use serde_json::{json, Value};
@@ -289,7 +290,10 @@ async fn stream(clients: &mut [Plain; 2], size: &Size, r: &mut Results) -> anyho
     for run in 0..size.stream_runs {
         for (side, client) in clients.iter_mut().enumerate() {
             let done = client.run(&format!("z{run}"), &argv, None).await?;
-            rates.push(side, crate::mb_per_s(done.output_bytes, done.elapsed));
+            rates.push(
+                side,
+                crate::harness::mb_per_s(done.output_bytes, done.elapsed),
+            );
             missing[side] += STREAM_BYTES.saturating_sub(done.output_bytes);
         }
     }
@@ -323,3 +327,34 @@ impl Pair {
         }
     }
 }
+
+pub(crate) const ROWS: &[Row] = &[
+    Row {
+        what: "beside codex's exec-server 0.171.0 (one plain client, interleaved): exec round trip of `true`, µs",
+        ours: "exec_beside_codex_rtt_us",
+        baselines: &[("codex", "codex_exec_rtt_us"), ("× codex", "exec_vs_codex")],
+        target: "≤ codex",
+        met: |r| Some(r.get("exec_vs_codex")? <= 1.0),
+    },
+    Row {
+        what: "beside codex: sandboxed exec round trip (workspace-write, one launch in three), µs",
+        ours: "sandbox_beside_codex_rtt_us",
+        baselines: &[("codex", "codex_sandbox_rtt_us"), ("× codex", "sandbox_vs_codex")],
+        target: "≤ codex",
+        met: |r| Some(r.get("sandbox_vs_codex")? <= 1.0),
+    },
+    Row {
+        what: "beside codex: streaming `head -c 200M /dev/zero` through process/output, MB/s",
+        ours: "stream_beside_codex_mb_s",
+        baselines: &[("codex", "codex_stream_mb_s"), ("× codex", "stream_vs_codex")],
+        target: "≥ codex",
+        met: |r| Some(r.get("stream_vs_codex")? >= 1.0),
+    },
+    Row {
+        what: "beside codex: output bytes the process/output notifications missed, MB (of codex_streamed_mb each)",
+        ours: "stream_beside_codex_missing_mb",
+        baselines: &[("codex", "codex_stream_missing_mb")],
+        target: "0",
+        met: |r| Some(r.get("stream_beside_codex_missing_mb")? == 0.0),
+    },
+];

@@ -1,8 +1,11 @@
 //! The envd listener (`--envd-listen`) measured as the E2B SDKs use it: Connect
 //! `process.Process/Start` with the JSON codec, over one HTTP/1.1 keep-alive connection.
 
+use crate::harness::{exec_once, stats, Results};
+use crate::report::Row;
 use anyhow::{bail, Context as _};
 use base64::Engine as _;
+use exec_server_client::Client;
 use futures::StreamExt as _;
 use serde_json::{json, Value};
 use std::time::Instant;
@@ -31,7 +34,7 @@ impl Envd {
     pub(crate) async fn exec_once(&self) -> anyhow::Result<f64> {
         let started = Instant::now();
         self.run(&["/bin/true"]).await?;
-        Ok(super::micros(started.elapsed()))
+        Ok(crate::harness::micros(started.elapsed()))
     }
 
     /// MB/s of `bytes` of stdout delivered as data events.
@@ -40,7 +43,7 @@ impl Envd {
         let head = format!("head -c {bytes} /dev/zero");
         let got = self.run(&["/bin/sh", "-c", &head]).await?;
         anyhow::ensure!(got == bytes, "envd streamed {got} of {bytes} bytes");
-        Ok(super::mb_per_s(got, started.elapsed()))
+        Ok(crate::harness::mb_per_s(got, started.elapsed()))
     }
 
     /// Starts `argv` and reads its events to the end; returns the stdout byte count, or why
@@ -96,3 +99,46 @@ fn envelope(data: &[u8]) -> Vec<u8> {
     framed.extend_from_slice(data);
     framed
 }
+
+/// `true` through the envd listener as the E2B SDKs call it, interleaved with the same through
+/// the WebSocket (the first tenth warms up): `envd_exec_rtt_us`, and `envd_vs_ws_rtt`, the
+/// ratio of the two medians.
+pub(crate) async fn round_trips(
+    client: &Client,
+    envd: &Envd,
+    runs: usize,
+    r: &mut Results,
+) -> anyhow::Result<()> {
+    eprintln!("bench: envd round trips (interleaved with the WebSocket's)");
+    let (mut ws, mut ours) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
+    for run in 0..runs / 10 + runs {
+        let (a, b) = (exec_once(client, None).await?, envd.exec_once().await?);
+        if run >= runs / 10 {
+            ws.push(a);
+            ours.push(b);
+        }
+    }
+    r.put_rtt("envd_exec", &mut ours);
+    r.put(
+        "envd_vs_ws_rtt",
+        Some(stats(&mut ours).0 / stats(&mut ws).0),
+    );
+    Ok(())
+}
+
+pub(crate) const ROWS: &[Row] = &[
+    Row {
+        what: "exec round trip of `true` through the envd listener (Connect JSON, as the E2B SDKs call it), µs",
+        ours: "envd_exec_rtt_us",
+        baselines: &[("× the WebSocket's, interleaved", "envd_vs_ws_rtt")],
+        target: "≤ 1.2× the WebSocket's",
+        met: |r| Some(r.get("envd_vs_ws_rtt")? <= 1.2),
+    },
+    Row {
+        what: "stdout of `head -c` streamed through the envd listener (base64 data events), MB/s",
+        ours: "envd_stream_mb_s",
+        baselines: &[("the WebSocket's", "stream_mb_s")],
+        target: "",
+        met: |_| None,
+    },
+];

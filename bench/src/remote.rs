@@ -12,7 +12,7 @@ use tokio::net::TcpListener;
 /// A daemon in remote mode and the client over the socket it dialed.
 pub(crate) struct Remote {
     pub(crate) client: Client,
-    _daemon: super::Daemon,
+    _daemon: crate::daemon::Daemon,
     _token: tempfile::TempDir,
 }
 
@@ -34,7 +34,7 @@ impl Remote {
             &token_file,
             std::os::unix::fs::PermissionsExt::from_mode(0o600),
         )?;
-        let daemon = super::Daemon::start(
+        let daemon = crate::daemon::Daemon::start(
             binary,
             &[
                 "--remote",

@@ -26,6 +26,7 @@ mod policy;
 pub(crate) mod prepare;
 pub(crate) mod protected;
 pub(crate) mod seccomp;
+mod sock_diag;
 mod sockets;
 mod view;
 

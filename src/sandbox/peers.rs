@@ -16,9 +16,9 @@
 //! listener or a TIME_WAIT entry) is refused as well: a sandbox could otherwise send its
 //! requests and close before the check.
 
+use super::sock_diag::{self, SOCK_DIAG_BY_FAMILY, TCP_LISTEN};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
 use std::os::unix::fs::MetadataExt as _;
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -124,10 +124,8 @@ fn is_local(ip: IpAddr) -> bool {
     ip.is_loopback() || std::net::UdpSocket::bind((ip, 0)).is_ok()
 }
 
-const SOCK_DIAG_BY_FAMILY: u16 = 20;
 const INET_DIAG_CGROUP_ID: u16 = 21;
 const TCP_TIME_WAIT: u8 = 6;
-const TCP_LISTEN: u8 = 10;
 /// `nlmsghdr` + `inet_diag_req_v2`.
 const REQUEST_BYTES: usize = 16 + 56;
 /// Where `inet_diag_msg`'s attributes start: `nlmsghdr` + the message.
@@ -136,46 +134,9 @@ const ATTRIBUTES_AT: usize = 16 + 72;
 /// The cgroup id recorded on the connecting socket of the TCP connection `peer` → `local`,
 /// None when there is no such live connected socket in this network namespace.
 fn peer_socket_cgroup(local: SocketAddr, peer: SocketAddr) -> io::Result<Option<u64>> {
-    // SAFETY: socket takes integers only; the descriptor it returns is checked and owned below.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
-            libc::NETLINK_SOCK_DIAG,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a new fd we own.
-    let socket = unsafe { OwnedFd::from_raw_fd(fd) };
-    let request = request(local, peer);
-    // SAFETY: a valid buffer; the kernel is the default destination of a netlink socket.
-    if unsafe {
-        libc::send(
-            socket.as_raw_fd(),
-            request.as_ptr().cast(),
-            request.len(),
-            0,
-        )
-    } < 0
-    {
-        return Err(io::Error::last_os_error());
-    }
-    let mut reply = [0u8; 4096];
-    // SAFETY: a valid buffer.
-    let len = unsafe {
-        libc::recv(
-            socket.as_raw_fd(),
-            reply.as_mut_ptr().cast(),
-            reply.len(),
-            0,
-        )
-    };
-    if len < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(cgroup_of(&reply[..len as usize]))
+    let mut found = None;
+    sock_diag::query(&request(local, peer), |reply| found = cgroup_of(reply))?;
+    Ok(found)
 }
 
 /// An exact sock_diag lookup of the socket whose own end is `peer` and remote end `local`.
@@ -192,11 +153,7 @@ fn request(local: SocketAddr, peer: SocketAddr) -> Vec<u8> {
         // Mapped IPv4 addresses are looked up among IPv4 sockets by the kernel itself.
         (src, dst) => (libc::AF_INET6, v6(src), v6(dst)),
     };
-    let mut message = Vec::with_capacity(REQUEST_BYTES);
-    message.extend((REQUEST_BYTES as u32).to_ne_bytes());
-    message.extend(SOCK_DIAG_BY_FAMILY.to_ne_bytes());
-    message.extend((libc::NLM_F_REQUEST as u16).to_ne_bytes());
-    message.extend([0u8; 8]); // sequence, port id
+    let mut message = sock_diag::header(REQUEST_BYTES, false);
     message.extend([family as u8, libc::IPPROTO_TCP as u8, 0, 0]);
     message.extend(u32::MAX.to_ne_bytes()); // every state
     message.extend(peer.port().to_be_bytes());

@@ -235,3 +235,40 @@ async fn none_keeps_no_state() {
     client.close().await;
     assert!(!dir.exists());
 }
+
+/// Whether `dir` lies on tmpfs.
+fn on_tmpfs(dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt as _;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statfs(path.as_ptr(), &mut fs) }, 0);
+    fs.f_type == libc::TMPFS_MAGIC
+}
+
+/// A state dir on a disk file system, which makes launches slow, is said so once at start,
+/// with where to put it instead; one on tmpfs is not.
+#[test]
+fn a_state_dir_on_disk_is_warned_about_once_and_one_on_tmpfs_is_not() {
+    use std::io::Read as _;
+    let disk = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let tmpfs = tempfile::tempdir_in("/dev/shm").unwrap();
+    if on_tmpfs(disk.path()) {
+        eprintln!("skipped: the build directory lies on tmpfs, there is no disk to try");
+        return;
+    }
+    for (top, warnings) in [(&disk, 1), (&tmpfs, 0)] {
+        let dir = top.path().join("state");
+        let mut command = Daemon::command(BIN, &["--state-dir", dir.to_str().unwrap()], &[]);
+        command.stderr(Stdio::piped());
+        let mut daemon = Daemon::launch(command);
+        let mut stderr = daemon.take_stderr().unwrap();
+        drop(daemon);
+        let mut log = String::new();
+        stderr.read_to_string(&mut log).unwrap();
+        let said = log.matches("not tmpfs").count();
+        assert_eq!(said, warnings, "{}: {log}", dir.display());
+        if warnings > 0 {
+            assert!(log.contains("emptyDir with medium: Memory"), "{log}");
+        }
+    }
+}
