@@ -388,7 +388,7 @@ impl Args {
             )?,
             envd: self.envd()?,
             sandbox: crate::sandbox::facilities::Enforcement::decide(
-                crate::sandbox::landlock::kernel_abi(),
+                crate::sandbox::facilities::kernel_abi(),
                 self.landlock_abi_max,
                 self.sandbox_backend,
             ),

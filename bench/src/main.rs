@@ -12,6 +12,7 @@
 
 mod agent;
 mod attacks;
+mod backends;
 mod codex;
 mod daemon;
 mod envd;
@@ -166,6 +167,8 @@ async fn run(size: &Size, part: Part, binary: &Path) -> anyhow::Result<Map<Strin
         &mut r,
     )
     .await?;
+    eprintln!("bench: sandboxed round trips on each backend, beside bwrap (interleaved)");
+    backends::measure(binary, size, &workspace, &mut r).await?;
     if part == Part::Launch {
         return Ok(r.0);
     }

@@ -2,7 +2,7 @@
 //! and docs/benchmarks.md around it.
 
 use crate::harness::Results;
-use crate::{agent, attacks, codex, envd, fanout, launch, memory, restart, streaming};
+use crate::{agent, attacks, backends, codex, envd, fanout, launch, memory, restart, streaming};
 use serde_json::{Map, Value};
 
 /// One line of the table: a figure, its baselines, its target and whether it is met (None:
@@ -21,6 +21,7 @@ const FAMILIES: &[&[Row]] = &[
     agent::ROWS,
     envd::ROWS,
     launch::ROWS,
+    backends::ROWS,
     fanout::ROWS,
     streaming::ROWS,
     memory::ROWS,

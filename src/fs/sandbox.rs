@@ -189,7 +189,20 @@ impl Confined {
         };
         let mut output = run_fs_op(&self.0.sandbox, &self.0.cwd, &request).await?;
         match output.reply.take() {
-            Some(FsReply::Ok(result)) => Ok((result, output)),
+            Some(FsReply::Ok(result)) => match touches
+                .iter()
+                .find(|(path, _)| output.context.hidden_by_view(path))
+            {
+                // What the view hid could not be touched (a forced remove of it "succeeds"):
+                // refused as Landlock refuses it.
+                Some((path, _)) => {
+                    let uri = exec_server_protocol::PathUri::from_path(path).ok();
+                    let mut error = landlock_refusal(uri.map(|uri| uri.to_string().into()));
+                    mark_denied(&mut error);
+                    Err(FsError::Rpc(error))
+                }
+                None => Ok((result, output)),
+            },
             Some(FsReply::Error(error)) => {
                 let mut error = RpcError {
                     code: error.code,
@@ -262,10 +275,16 @@ fn as_refusal(error: &mut RpcError) {
         error.data = Some(data);
         return;
     }
-    *error = RpcError::from_io(&std::io::Error::from_raw_os_error(libc::EACCES));
-    if let (Some(Value::Object(refused)), Some(path)) = (&mut error.data, data.get("path")) {
-        refused.insert("path".into(), path.clone());
+    *error = landlock_refusal(data.get("path").cloned());
+}
+
+/// Landlock's refusal (EACCES) of `path` (its URI), as an fs call reports it.
+fn landlock_refusal(path: Option<Value>) -> RpcError {
+    let mut error = RpcError::from_io(&std::io::Error::from_raw_os_error(libc::EACCES));
+    if let (Some(Value::Object(data)), Some(path)) = (&mut error.data, path) {
+        data.insert("path".into(), path);
     }
+    error
 }
 
 /// Marks `error` as the sandbox's doing (and counts the denial).

@@ -213,7 +213,7 @@ impl DenialContext {
 
     /// A path the mount view alone leaves out (no Landlock: what is not granted is not there),
     /// which exists on the host, or whose directory does (a file to create there).
-    fn hidden_by_view(&self, path: &Path) -> bool {
+    pub(crate) fn hidden_by_view(&self, path: &Path) -> bool {
         let path = resolve(&self.cwd, path);
         let on_host = |path: &Path| std::fs::symlink_metadata(path).is_ok();
         !Enforcement::current().landlock_fs

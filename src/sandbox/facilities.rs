@@ -72,7 +72,7 @@ impl Enforcement {
     /// This process's enforcement: as installed, else what the kernel offers.
     pub(crate) fn current() -> Self {
         *ENFORCEMENT
-            .get_or_init(|| Self::decide(super::landlock::kernel_abi(), None, BackendChoice::Auto))
+            .get_or_init(|| Self::decide(kernel_abi(), None, BackendChoice::Auto))
     }
 
     pub(crate) fn backend(self) -> SandboxBackend {
@@ -114,7 +114,7 @@ pub(crate) fn report(enforceable: bool) -> SandboxFacilities {
     let enforcement = Enforcement::current();
     SandboxFacilities {
         backend: (enforceable && !enforcement.landlock_required).then(|| enforcement.backend()),
-        landlock_abi: super::landlock::kernel_abi().max(0),
+        landlock_abi: kernel_abi().max(0),
         landlock_abi_used: enforcement.landlock_abi,
         user_namespaces: read_number("/proc/sys/user/max_user_namespaces").is_some_and(|n| n > 0),
         pid_namespaces: std::path::Path::new("/proc/self/ns/pid").exists(),
@@ -123,6 +123,20 @@ pub(crate) fn report(enforceable: bool) -> SandboxFacilities {
             && std::path::Path::new("/proc/sys/kernel/seccomp/actions_avail").exists(),
         cgroup_delegation: cgroup_delegated(),
     }
+}
+
+/// The kernel's Landlock ABI version (0 or negative: unavailable).
+pub(crate) fn kernel_abi() -> i32 {
+    // SAFETY: the documented version query: NULL attributes, size 0.
+    let version = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            1u32, // LANDLOCK_CREATE_RULESET_VERSION
+        )
+    };
+    i32::try_from(version).unwrap_or(0)
 }
 
 fn read_number(path: &str) -> Option<u64> {

@@ -30,20 +30,6 @@ pub(crate) const DEVICES: &[(&str, bool)] = &[
     ("/dev/urandom", false),
 ];
 
-/// The kernel's Landlock ABI version (0 or negative: unavailable).
-pub(crate) fn kernel_abi() -> i32 {
-    // SAFETY: the documented version query: NULL attributes, size 0.
-    let version = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<libc::c_void>(),
-            0usize,
-            1u32, // LANDLOCK_CREATE_RULESET_VERSION
-        )
-    };
-    i32::try_from(version).unwrap_or(0)
-}
-
 fn crate_abi(version: i32) -> ABI {
     match version {
         ..=1 => ABI::V1,

@@ -74,14 +74,22 @@ fn tree_script(n: u32) -> String {
 }
 
 /// Starts the tree of `tree_script(n)` with `params`; returns its id, its supervisor's pid (the
-/// first line it prints) and the pids of its sleeps.
+/// first line it prints, but in a PID namespace of its own) and the pids of its sleeps.
 async fn start_tree(client: &Client, params: Value, n: u32) -> (String, i32, Vec<i32>) {
     let id = params["processId"].as_str().unwrap().to_owned();
+    let sandboxed = params.get("sandbox").is_some();
     client.call("process/start", params).await;
     let read = read_until(client, &id, 0, |bytes| bytes.contains(&b'\n')).await;
     let text = String::from_utf8_lossy(&read.bytes);
-    let supervisor = text.lines().next().unwrap().trim().parse().unwrap();
-    (id, supervisor, all_running(&tags(n)).await)
+    let pids = all_running(&tags(n)).await;
+    let supervisor = match sandboxed && own_pid_namespaces() {
+        // In a PID namespace of the launch's own the shell's parent is the namespace's init
+        // (pid 1 there), which the detached sleeps are re-parented to; its parent is the
+        // supervisor.
+        true => parent(parent(pids[0])),
+        false => text.lines().next().unwrap().trim().parse().unwrap(),
+    };
+    (id, supervisor, pids)
 }
 
 #[tokio::test]

@@ -55,6 +55,7 @@ mod remote_refusals;
 mod restart;
 mod robustness;
 mod sandbox;
+mod sandbox_backends;
 mod sandbox_fs;
 mod sandbox_fs_ops;
 mod sandbox_managed_net;

@@ -106,7 +106,9 @@ async fn remote_process_preserves_empty_workspace_roots() {
             serde_json::from_str(&start.to_string().replace("{root}", root)).unwrap();
         let client = Client::connect(url).await;
         client.initialize(None).await.unwrap();
-        let started = client.call("process/start", start).await;
+        let mut started = client.call("process/start", start).await;
+        // This daemon's addition: which backend enforced it.
+        started.as_object_mut().unwrap().remove("sandboxBackend");
         let (chunks, last) = chunks_until_closed(&client, "p").await;
         let stdout = text(&chunks, Some("stdout"));
         outcomes.push(json!({"started": started, "stdout": stdout,

@@ -66,10 +66,17 @@ pub fn landlock_fs() -> bool {
 }
 
 fn landlock_mode(command: &mut Command) {
+    if let Ok(mode) = std::env::var(LANDLOCK_MODE_VAR) {
+        in_landlock_mode(command, &mode);
+    }
+}
+
+/// Makes `command` start its daemon as in Landlock `mode` (see [`LANDLOCK_MODE_VAR`]).
+pub fn in_landlock_mode(command: &mut Command, mode: &str) {
     use std::os::unix::process::CommandExt as _;
-    match std::env::var(LANDLOCK_MODE_VAR).as_deref() {
-        Err(_) | Ok("") => {}
-        Ok("none") => {
+    match mode {
+        "" => {}
+        "none" => {
             let calls = [
                 libc::SYS_landlock_create_ruleset,
                 libc::SYS_landlock_add_rule,
@@ -90,10 +97,10 @@ fn landlock_mode(command: &mut Command) {
                 });
             }
         }
-        Ok("mount-view") => {
+        "mount-view" => {
             command.env("EXEC_SERVER_SANDBOX_BACKEND", "mount-view");
         }
-        Ok(abi) => {
+        abi => {
             assert!(abi.parse::<u8>().is_ok(), "{LANDLOCK_MODE_VAR}={abi}");
             command.env("EXEC_SERVER_LANDLOCK_ABI_MAX", abi);
         }
