@@ -205,6 +205,11 @@ pub struct Args {
     #[arg(long, env = "EXEC_SERVER_ENVD_ACCESS_TOKEN_FILE")]
     pub envd_access_token_file: Option<PathBuf>,
 
+    /// This sandbox's name (on Kubernetes, the pod's, from the downward API): a request whose
+    /// `X-Sandbox-ID` names another is refused (421), so a stale route cannot reach this pod.
+    #[arg(long, env = "EXEC_SERVER_SANDBOX_ID")]
+    pub sandbox_id: Option<String>,
+
     /// Serve envd on a non-loopback TCP address without --envd-access-token-file: whoever
     /// reaches the port runs commands as any user of this host.
     #[arg(long, env = "EXEC_SERVER_ENVD_ALLOW_UNAUTHENTICATED")]
@@ -291,6 +296,8 @@ pub struct Config {
     pub audit_required: bool,
     pub(crate) state_dir: crate::state_dir::StateDirSetting,
     pub envd: EnvdSettings,
+    /// `--sandbox-id`: the `X-Sandbox-ID` requests routed here must name, if they name one.
+    pub(crate) sandbox_id: Option<String>,
     /// How sandboxes are enforced on this host (`--sandbox-backend`, the kernel's Landlock).
     pub(crate) sandbox: crate::sandbox::facilities::Enforcement,
 }
@@ -379,6 +386,7 @@ impl Args {
             allow_uids: self.allow_uids.clone(),
             tls: self.tls_cert.clone().zip(self.tls_key.clone()),
             metrics_listen: self.metrics_listen,
+            sandbox_id: self.sandbox_id.clone(),
             audit_log: self.audit_log.clone(),
             audit_required: self.audit_required,
             state_dir: crate::state_dir::StateDirSetting::resolve(

@@ -269,11 +269,22 @@ fn refusal(daemon: &Daemon, headers: &HeaderMap) -> Option<Response> {
     if headers.contains_key(header::ORIGIN) {
         return Some((StatusCode::FORBIDDEN, "browser origins may not connect").into_response());
     }
+    if let Some(refused) = misrouted(&daemon, headers) {
+        return Some(refused);
+    }
     let auth = daemon.config.upgrade_auth.as_ref()?;
-    match auth.check(headers.get(header::AUTHORIZATION)) {
+    match auth.check(headers) {
         Ok(()) => None,
         Err(why) => Some((StatusCode::UNAUTHORIZED, why).into_response()),
     }
+}
+
+/// 421 (Misdirected Request) for a request routed for another sandbox than this one, when
+/// `--sandbox-id` names it.
+pub(crate) fn misrouted(daemon: &Daemon, headers: &HeaderMap) -> Option<Response> {
+    let this_sandbox = daemon.config.sandbox_id.as_deref()?;
+    let why = crate::ws_auth::misrouted(this_sandbox, headers)?;
+    Some((StatusCode::MISDIRECTED_REQUEST, why).into_response())
 }
 
 async fn guarded_metrics(State(daemon): State<Arc<Daemon>>, headers: HeaderMap) -> Response {

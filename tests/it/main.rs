@@ -17,6 +17,7 @@ mod support {
     pub mod tls_intercept;
 }
 
+mod agent_sandbox;
 mod audit;
 mod binary;
 mod cli;
