@@ -1,5 +1,5 @@
 //! The WebSocket listener: `/` upgrades and `/metrics` (both guarded against browsers and, when
-//! configured, by a bearer token), `/readyz` answers 200. One JSON-RPC message per frame, Text or
+//! configured, by a bearer token), and agent-sandbox's routes (`crate::runtime_api`). One JSON-RPC message per frame, Text or
 //! Binary. And the optional plain `/metrics` listener.
 
 use super::zero_copy;
@@ -137,9 +137,13 @@ impl Http {
         super::systemd::notify_serving(start.took_over);
         let config = daemon.config.clone();
         let app = Router::new()
-            .route("/readyz", get(readyz))
             .route("/metrics", get(guarded_metrics))
             .route("/", any(upgrade))
+            .merge(crate::runtime_api::routes())
+            .layer(axum::middleware::from_fn_with_state(
+                daemon.clone(),
+                crate::runtime_api::guard,
+            ))
             .with_state(daemon);
         Ok(Self::new(app, &config, start.connections))
     }
@@ -269,22 +273,11 @@ fn refusal(daemon: &Daemon, headers: &HeaderMap) -> Option<Response> {
     if headers.contains_key(header::ORIGIN) {
         return Some((StatusCode::FORBIDDEN, "browser origins may not connect").into_response());
     }
-    if let Some(refused) = misrouted(&daemon, headers) {
-        return Some(refused);
-    }
     let auth = daemon.config.upgrade_auth.as_ref()?;
     match auth.check(headers) {
         Ok(()) => None,
         Err(why) => Some((StatusCode::UNAUTHORIZED, why).into_response()),
     }
-}
-
-/// 421 (Misdirected Request) for a request routed for another sandbox than this one, when
-/// `--sandbox-id` names it.
-pub(crate) fn misrouted(daemon: &Daemon, headers: &HeaderMap) -> Option<Response> {
-    let this_sandbox = daemon.config.sandbox_id.as_deref()?;
-    let why = crate::ws_auth::misrouted(this_sandbox, headers)?;
-    Some((StatusCode::MISDIRECTED_REQUEST, why).into_response())
 }
 
 async fn guarded_metrics(State(daemon): State<Arc<Daemon>>, headers: HeaderMap) -> Response {
@@ -327,8 +320,13 @@ async fn upgrade(
     Extension(connections): Extension<Connections>,
     Extension(plain): Extension<Option<zero_copy::Socket>>,
     headers: HeaderMap,
+    method: axum::http::Method,
     ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> Response {
+    // agent-sandbox's legacy runtimes answer their health on `GET /`, where we upgrade.
+    if method == axum::http::Method::GET && !headers.contains_key(header::UPGRADE) {
+        return crate::runtime_api::legacy_health(&daemon);
+    }
     if let Some(refused) = refusal(&daemon, &headers) {
         return refused;
     }
@@ -476,11 +474,4 @@ fn frames(
                 _ => None,
             })
         })
-}
-
-/// 200 with what this host offers the sandbox (`environment/info`'s `sandbox`), so a fleet
-/// sees which nodes can enforce which intent before sending any.
-async fn readyz() -> axum::Json<serde_json::Value> {
-    let facilities = crate::sandbox::facilities::report(crate::sandbox::enforceable());
-    axum::Json(serde_json::json!({ "status": "ready", "sandbox": facilities }))
 }

@@ -8,11 +8,21 @@ use std::io::{Read as _, Write as _};
 
 /// Sends `method path` with `headers` on `stream` and returns the status and the body.
 fn exchange(
-    mut stream: impl std::io::Read + std::io::Write,
+    stream: impl std::io::Read + std::io::Write,
     method: &str,
     path: &str,
     headers: &[(&str, &str)],
 ) -> (u16, String) {
+    try_exchange(stream, method, path, headers).expect("an answer")
+}
+
+/// `exchange`, or None when the connection ends with no answer.
+fn try_exchange(
+    mut stream: impl std::io::Read + std::io::Write,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Option<(u16, String)> {
     let mut request = format!("{method} {path} HTTP/1.1\r\nHost: sandbox\r\n");
     if !headers.iter().any(|(name, _)| *name == "Connection") {
         request.push_str("Connection: close\r\n");
@@ -21,20 +31,34 @@ fn exchange(
         request.push_str(&format!("{name}: {value}\r\n"));
     }
     request.push_str("\r\n");
-    stream.write_all(request.as_bytes()).unwrap();
+    stream.write_all(request.as_bytes()).ok()?;
     let mut response = Vec::new();
     let mut chunk = [0u8; 4096];
-    // Up to the end (Connection: close), or the head of a 101: an upgraded connection stays open.
+    // Up to the end of the answer: an upgraded or kept-alive connection stays open.
     while let Ok(read @ 1..) = stream.read(&mut chunk) {
         response.extend_from_slice(&chunk[..read]);
-        if response.starts_with(b"HTTP/1.1 101") && response.windows(4).any(|w| w == b"\r\n\r\n") {
+        if answer_complete(&response) {
             break;
         }
     }
     let response = String::from_utf8_lossy(&response).into_owned();
-    let status = response.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let status = response.split_whitespace().nth(1)?.parse().ok()?;
     let body = response.split_once("\r\n\r\n").map_or("", |(_, body)| body);
-    (status, body.to_owned())
+    Some((status, body.to_owned()))
+}
+
+/// Whether `response` holds a whole answer: its head, and as much body as it announced.
+fn answer_complete(response: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(response);
+    let Some((head, body)) = text.split_once("\r\n\r\n") else {
+        return false;
+    };
+    let head = head.to_ascii_lowercase();
+    let length = head
+        .lines()
+        .find_map(|line| line.strip_prefix("content-length:"))
+        .and_then(|length| length.trim().parse::<usize>().ok());
+    head.starts_with("http/1.1 101") || length.is_some_and(|length| body.len() >= length)
 }
 
 fn tcp(daemon: &Daemon) -> std::net::TcpStream {
@@ -149,3 +173,97 @@ fn a_request_routed_for_another_sandbox_is_refused() {
     // Straight to the pod, naming no sandbox.
     assert_eq!(upgrade_status(tcp(&daemon), &[token]), 101);
 }
+
+fn json_of(body: &str) -> serde_json::Value {
+    serde_json::from_str(body).unwrap_or_else(|err| panic!("{err}: {body}"))
+}
+
+#[test]
+fn every_health_route_answers_on_the_serving_port_without_the_token() {
+    let daemon = Daemon::start_with(&["--connection-token", "s3cret"], &[]);
+    let (status, body) = exchange(tcp(&daemon), "GET", "/", &[]);
+    assert_eq!(status, 200);
+    assert_eq!(json_of(&body)["status"], "ok");
+    let (status, body) = exchange(tcp(&daemon), "GET", "/v1/health", &[]);
+    assert_eq!(status, 200);
+    let health = json_of(&body);
+    assert_eq!(health["status"], "ok");
+    assert!(health["uptime_seconds"].is_u64(), "{health}");
+    assert_eq!(exchange(tcp(&daemon), "GET", "/health", &[]).0, 204);
+    let (status, body) = exchange(tcp(&daemon), "GET", "/readyz", &[]);
+    assert_eq!(status, 200);
+    let ready = json_of(&body);
+    assert_eq!(ready["status"], "ready");
+    assert!(ready["sandbox"].is_object(), "{ready}");
+}
+
+/// A client that started a loud process and stopped reading: the drain waits (bounded) for it
+/// to take its processes' last events, which keeps the daemon draining long enough to probe.
+async fn frozen_client(url: &str) -> impl Sized {
+    use futures::SinkExt as _;
+    use tokio_tungstenite::tungstenite::Message;
+    let (mut socket, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+    let initialize =
+        serde_json::json!({"id": 1, "method": "initialize", "params": {"clientName": "frozen"}});
+    let start = serde_json::json!({"id": 2, "method": "process/start", "params": start_params("loud", &["yes"])});
+    for message in [
+        initialize,
+        serde_json::json!({"method": "initialized", "params": {}}),
+        start,
+    ] {
+        socket
+            .send(Message::text(message.to_string()))
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    socket
+}
+
+#[tokio::test]
+async fn from_sigterm_until_exit_the_health_routes_answer_503() {
+    let mut daemon = Daemon::start();
+    let _frozen = frozen_client(&daemon.url).await;
+    let addr = daemon.url["ws://".len()..].to_owned();
+    daemon.send_signal(libc::SIGTERM);
+    let probes = tokio::task::spawn_blocking(move || {
+        let mut answers = Vec::new();
+        for path in HEALTH_PATHS.iter().cycle() {
+            // Until the daemon is gone (no connection, or no answer).
+            let probe = |path: &str, headers: &[(&str, &str)]| {
+                let stream = std::net::TcpStream::connect(&addr).ok()?;
+                try_exchange(stream, "GET", path, headers).map(|(status, _)| status)
+            };
+            let Some(status) = probe(path, &[]) else { break };
+            answers.push((*path, status));
+            // And a new connection is refused its upgrade.
+            let Some(status) = probe("/", &UPGRADE) else { break };
+            answers.push(("upgrade", status));
+        }
+        answers
+    })
+    .await
+    .unwrap();
+    assert!(daemon
+        .wait_exit(std::time::Duration::from_secs(10))
+        .is_some());
+    // Answers may precede the signal's handling; from the first 503 on, every one is 503.
+    let draining: Vec<_> = probes
+        .iter()
+        .skip_while(|(_, status)| *status != 503)
+        .collect();
+    for path in HEALTH_PATHS.iter().chain(&["upgrade"]) {
+        assert!(
+            draining.iter().any(|(probed, _)| probed == path),
+            "{path} never probed while draining: {:?}",
+            &probes[..probes.len().min(20)]
+        );
+    }
+    let passed: Vec<_> = draining
+        .iter()
+        .filter(|(_, status)| *status != 503)
+        .collect();
+    assert!(passed.is_empty(), "answered while draining: {passed:?}");
+}
+
+const HEALTH_PATHS: [&str; 4] = ["/", "/v1/health", "/health", "/readyz"];
