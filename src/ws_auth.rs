@@ -159,6 +159,20 @@ impl UpgradeAuth {
     }
 }
 
+/// Why a request to a route behind `auth` is refused, if it is: a browser page's (403; it must
+/// never drive this daemon: cross-site WebSocket hijacking), or one without the token (401).
+pub(crate) fn refusal(
+    auth: Option<&UpgradeAuth>,
+    headers: &HeaderMap,
+) -> Option<(axum::http::StatusCode, &'static str)> {
+    use axum::http::StatusCode;
+    if headers.contains_key(header::ORIGIN) {
+        return Some((StatusCode::FORBIDDEN, "browser origins may not connect"));
+    }
+    let why = auth?.check(headers).err()?;
+    Some((StatusCode::UNAUTHORIZED, why))
+}
+
 /// The header agent-sandbox's router forwards a token in (and envd reads).
 const ACCESS_TOKEN: &str = "x-access-token";
 

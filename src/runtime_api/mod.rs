@@ -1,14 +1,20 @@
 //! The daemon as the runtime image of kubernetes-sigs/agent-sandbox (issue #45), on the serving
-//! port beside the WebSocket: the health routes its templates, router and SDKs probe, and the
-//! guard every request of the port passes (the `X-Sandbox-ID` check, the drain). See
-//! docs/agent-sandbox.md.
+//! port beside the WebSocket: the health routes its templates, router and SDKs probe, the
+//! legacy runtime API its SDK calls (`execute`, `files`), and the guard every request of the
+//! port passes (the `X-Sandbox-ID` check, the drain). See docs/agent-sandbox.md.
+
+mod execute;
+mod files;
 
 use crate::server::Daemon;
+use crate::session::Session;
+use axum::extract::DefaultBodyLimit;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum::routing::post;
 use axum::{Json, Router};
 use serde_json::json;
 use std::sync::Arc;
@@ -16,11 +22,86 @@ use std::sync::Arc;
 /// The health routes, which answer 503 from SIGTERM until exit.
 const HEALTH: [&str; 4] = ["/", "/readyz", "/v1/health", "/health"];
 
-pub(crate) fn routes() -> Router<Arc<Daemon>> {
-    Router::new()
+/// The largest `/execute` request (a command line as JSON).
+const MAX_EXECUTE_BODY_BYTES: usize = 1024 * 1024;
+
+/// The legacy runtime API's state: the session its commands are processes of, held by the
+/// daemon (never attached, never expiring), as an envd listener's.
+struct Runtime {
+    daemon: Arc<Daemon>,
+    session: Arc<Session>,
+}
+
+/// The health routes and the legacy runtime API.
+pub(crate) fn routes(daemon: &Arc<Daemon>) -> anyhow::Result<Router<Arc<Daemon>>> {
+    if let Some((path, profile)) = &daemon.config.runtime.sandbox {
+        crate::envd::check_sandbox(profile).map_err(|err| {
+            anyhow::anyhow!(
+                "--runtime-sandbox {} is not a sandbox profile: {err}",
+                path.display()
+            )
+        })?;
+    }
+    let runtime = Arc::new(Runtime {
+        daemon: daemon.clone(),
+        session: daemon.sessions.hold("agent-sandbox runtime")?,
+    });
+    // A body that stalls is cut at the listener's HTTP-phase deadline; one that runs on, at
+    // its size limit.
+    let stalled = tower_http::timeout::RequestBodyTimeoutLayer::new(daemon.config.upgrade_timeout);
+    let legacy = Router::new()
+        .route(
+            "/execute",
+            post(execute::execute).layer(DefaultBodyLimit::max(MAX_EXECUTE_BODY_BYTES)),
+        )
+        .route("/upload", post(files::upload))
+        .route("/download/{*path}", get(files::download))
+        .route("/list/{*path}", get(files::list))
+        .route("/exists/{*path}", get(files::exists))
+        .layer(stalled)
+        .layer(axum::middleware::from_fn_with_state(
+            runtime.clone(),
+            authenticate,
+        ))
+        .with_state(runtime);
+    Ok(Router::new()
         .route("/readyz", get(readyz))
         .route("/v1/health", get(sandboxd_health))
         .route("/health", get(envd_health))
+        .merge(legacy))
+}
+
+/// Refuses a request of the legacy API from a browser or without the connection token; an
+/// accepted one takes its connection out of the HTTP phase (`Authenticated`).
+async fn authenticate(
+    State(runtime): State<Arc<Runtime>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let auth = runtime.daemon.config.upgrade_auth.as_ref();
+    if let Some((status, why)) = crate::ws_auth::refusal(auth, request.headers()) {
+        return message(status, why);
+    }
+    if let Some(authenticated) = request.extensions().get::<Authenticated>() {
+        authenticated.0.cancel();
+    }
+    next.run(request).await
+}
+
+/// The reference's error shape: `{"message": ...}`.
+fn message(status: StatusCode, text: &str) -> Response {
+    (status, Json(json!({ "message": text }))).into_response()
+}
+
+/// Set by the first authenticated request of a connection: the listener then lifts its
+/// HTTP-phase deadline and gives its place back, as an upgrade does.
+#[derive(Clone, Default)]
+pub(crate) struct Authenticated(tokio_util::sync::CancellationToken);
+
+impl Authenticated {
+    pub(crate) async fn wait(&self) {
+        self.0.cancelled().await
+    }
 }
 
 /// Refuses, before any route: a request routed for another sandbox (421, when `--sandbox-id`

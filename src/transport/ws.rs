@@ -10,7 +10,7 @@ use crate::server::admission::{accept_tcp, retry_accept, Admission, Peer};
 use crate::server::{self, AtEnd, Daemon, Frame};
 use axum::extract::ws::{Message, WebSocketUpgrade};
 use axum::extract::State;
-use axum::http::{header, HeaderMap, Request, StatusCode};
+use axum::http::{header, HeaderMap, Request};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use axum::Extension;
@@ -36,6 +36,9 @@ const MESSAGE_TOO_BIG: u16 = 1009;
 
 /// How long a connection closed for a hand-over waits for the peer's Close.
 const CLOSE_DRAIN: Duration = Duration::from_secs(1);
+
+/// How long a connection past its HTTP phase may take to send its next request's head.
+const IDLE_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Initial WebSocket read buffer per connection.
 const READ_BUFFER_BYTES: usize = 8 * 1024;
@@ -139,7 +142,7 @@ impl Http {
         let app = Router::new()
             .route("/metrics", get(guarded_metrics))
             .route("/", any(upgrade))
-            .merge(crate::runtime_api::routes())
+            .merge(crate::runtime_api::routes(&daemon)?)
             .layer(axum::middleware::from_fn_with_state(
                 daemon.clone(),
                 crate::runtime_api::guard,
@@ -171,10 +174,13 @@ impl Http {
         };
         let app = self.app.clone();
         let connections = self.connections.clone();
+        let authenticated = crate::runtime_api::Authenticated::default();
+        let signal = authenticated.clone();
         let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
             request.extensions_mut().insert(who.clone());
             request.extensions_mut().insert(connections.clone());
             request.extensions_mut().insert(plain.clone());
+            request.extensions_mut().insert(signal.clone());
             app.call(request)
         });
         self.connections.tracker.spawn(async move {
@@ -183,6 +189,10 @@ impl Http {
                 match stream.await {
                     Ok(stream) => {
                         let _ = hyper::server::conn::http1::Builder::new()
+                            .timer(hyper_util::rt::TokioTimer::new())
+                            // Bounds a kept-alive connection's wait for its next request once
+                            // it left the HTTP phase (an authenticated runtime API request).
+                            .header_read_timeout(IDLE_REQUEST_TIMEOUT)
                             .serve_connection(TokioIo::new(stream), service)
                             .with_upgrades()
                             .await;
@@ -190,15 +200,23 @@ impl Http {
                     Err(err) => tracing::debug!(%peer, "TLS handshake failed: {err}"),
                 }
             };
+            let mut connection = std::pin::pin!(connection);
             let mut place = place;
             tokio::select! {
-                served = tokio::time::timeout(place.timeout, connection) => {
+                served = tokio::time::timeout(place.timeout, connection.as_mut()) => {
                     if served.is_err() {
                         tracing::debug!(%peer, "HTTP phase timed out; closing");
                     }
                 }
                 () = place.evicted() => {
                     tracing::debug!(%peer, "HTTP phase cut short by a newer connection; closing");
+                }
+                // An authenticated request (a command that runs for minutes, an upload) is
+                // past the HTTP phase, as an upgraded connection is: it gives its place back.
+                () = authenticated.wait() => {
+                    drop(place);
+                    connection.await;
+                    return;
                 }
             }
             drop(place);
@@ -269,15 +287,8 @@ pub(super) async fn serve_unix(
 
 /// Why a request to an authenticated route (the upgrade, `/metrics`) is refused, if it is.
 fn refusal(daemon: &Daemon, headers: &HeaderMap) -> Option<Response> {
-    // A browser page must never drive this daemon (cross-site WebSocket hijacking).
-    if headers.contains_key(header::ORIGIN) {
-        return Some((StatusCode::FORBIDDEN, "browser origins may not connect").into_response());
-    }
-    let auth = daemon.config.upgrade_auth.as_ref()?;
-    match auth.check(headers) {
-        Ok(()) => None,
-        Err(why) => Some((StatusCode::UNAUTHORIZED, why).into_response()),
-    }
+    let refused = crate::ws_auth::refusal(daemon.config.upgrade_auth.as_ref(), headers)?;
+    Some(refused.into_response())
 }
 
 async fn guarded_metrics(State(daemon): State<Arc<Daemon>>, headers: HeaderMap) -> Response {

@@ -234,10 +234,14 @@ async fn from_sigterm_until_exit_the_health_routes_answer_503() {
                 let stream = std::net::TcpStream::connect(&addr).ok()?;
                 try_exchange(stream, "GET", path, headers).map(|(status, _)| status)
             };
-            let Some(status) = probe(path, &[]) else { break };
+            let Some(status) = probe(path, &[]) else {
+                break;
+            };
             answers.push((*path, status));
             // And a new connection is refused its upgrade.
-            let Some(status) = probe("/", &UPGRADE) else { break };
+            let Some(status) = probe("/", &UPGRADE) else {
+                break;
+            };
             answers.push(("upgrade", status));
         }
         answers
@@ -267,3 +271,280 @@ async fn from_sigterm_until_exit_the_health_routes_answer_503() {
 }
 
 const HEALTH_PATHS: [&str; 4] = ["/", "/v1/health", "/health", "/readyz"];
+
+/// A daemon serving the legacy runtime API on `base`, behind the token `s3cret`.
+fn runtime_daemon(base: &std::path::Path, extra: &[&str]) -> Daemon {
+    let base = base.to_str().unwrap();
+    let args = [
+        &["--connection-token", "s3cret", "--runtime-base-dir", base],
+        extra,
+    ]
+    .concat();
+    Daemon::start_with(&args, &[])
+}
+
+const TOKEN: (&str, &str) = ("X-Access-Token", "s3cret");
+
+/// Sends `body` to `path` with `headers` and the token; the status and the body.
+fn send(
+    daemon: &Daemon,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, String) {
+    let mut stream = tcp(daemon);
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    let length = body.len().to_string();
+    let all = [headers, &[TOKEN, ("Content-Length", &length)]].concat();
+    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: sandbox\r\nConnection: close\r\n");
+    for (name, value) in &all {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    let mut bytes = request.into_bytes();
+    bytes.extend_from_slice(body);
+    // The daemon may answer (and close) before taking a refused body whole.
+    let _ = stream.write_all(&bytes);
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    let response = String::from_utf8_lossy(&response).into_owned();
+    let status = response.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let body = response.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+    (status, body.to_owned())
+}
+
+fn execute(daemon: &Daemon, request: serde_json::Value) -> serde_json::Value {
+    let (status, body) = send(
+        daemon,
+        "POST",
+        "/execute",
+        &[("Content-Type", "application/json")],
+        request.to_string().as_bytes(),
+    );
+    assert_eq!(status, 200, "{body}");
+    json_of(&body)
+}
+
+#[test]
+fn execute_runs_a_split_command_with_no_shell_in_the_base_dir() {
+    let base = scratch_dir();
+    let daemon = runtime_daemon(base.path(), &[]);
+    let answer = execute(
+        &daemon,
+        serde_json::json!({"command": "echo 'hello world' $HOME ; ls"}),
+    );
+    assert_eq!(answer["stdout"], "hello world $HOME ; ls\n", "{answer}");
+    assert_eq!(answer["exit_code"], 0);
+    assert_eq!(answer["timed_out"], false);
+    let answer = execute(&daemon, serde_json::json!({"command": "pwd"}));
+    let pwd = std::fs::canonicalize(base.path()).unwrap();
+    assert_eq!(answer["stdout"], format!("{}\n", pwd.display()));
+    let answer = execute(
+        &daemon,
+        serde_json::json!({"command": "sh -c 'echo out; echo err >&2; exit 3'"}),
+    );
+    assert_eq!(
+        (
+            answer["stdout"].as_str(),
+            answer["stderr"].as_str(),
+            answer["exit_code"].as_i64()
+        ),
+        (Some("out\n"), Some("err\n"), Some(3))
+    );
+    let answer = execute(
+        &daemon,
+        serde_json::json!({"command": "no-such-program-here"}),
+    );
+    assert_eq!(answer["exit_code"], 1);
+    assert!(
+        answer["stderr"]
+            .as_str()
+            .unwrap()
+            .starts_with("Failed to execute command: "),
+        "{answer}"
+    );
+    let answer = execute(&daemon, serde_json::json!({"command": "echo 'unclosed"}));
+    assert_eq!(answer["exit_code"], 1);
+    // Without the token, nothing runs.
+    let mut stream = tcp(&daemon);
+    let body = r#"{"command": "touch ran"}"#;
+    write!(stream, "POST /execute HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    assert!(response.starts_with("HTTP/1.1 401"), "{response}");
+    assert!(!base.path().join("ran").exists());
+}
+
+#[test]
+fn execute_timeout_kills_the_whole_tree() {
+    let base = scratch_dir();
+    let daemon = runtime_daemon(base.path(), &["--runtime-exec-timeout-seconds", "1"]);
+    let started = std::time::Instant::now();
+    let answer = execute(
+        &daemon,
+        serde_json::json!({"command": "sh -c 'setsid sleep 1000 & echo $! > pid; sleep 1000'", "timeout_seconds": 60}),
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    assert_eq!(answer["timed_out"], true, "{answer}");
+    assert_ne!(answer["exit_code"], 0);
+    let pid: i32 = std::fs::read_to_string(base.path().join("pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // Even the one that left the process group.
+    assert!(!pid_alive(pid), "the detached grandchild survived");
+}
+
+fn multipart(name: &str, content: &[u8]) -> (String, Vec<u8>) {
+    let boundary = "XyZzY";
+    let mut body = format!("--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\nContent-Type: application/octet-stream\r\n\r\n").into_bytes();
+    body.extend_from_slice(content);
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    (format!("multipart/form-data; boundary={boundary}"), body)
+}
+
+fn upload(daemon: &Daemon, name: &str, content: &[u8]) -> (u16, String) {
+    let (content_type, body) = multipart(name, content);
+    send(
+        daemon,
+        "POST",
+        "/upload",
+        &[("Content-Type", &content_type)],
+        &body,
+    )
+}
+
+#[test]
+fn files_round_trip_under_the_base_dir() {
+    let base = scratch_dir();
+    let daemon = runtime_daemon(base.path(), &[]);
+    assert_eq!(upload(&daemon, "data/in put.csv", b"a,b\n").0, 200);
+    assert_eq!(
+        std::fs::read(base.path().join("data/in put.csv")).unwrap(),
+        b"a,b\n"
+    );
+    let (status, body) = send(&daemon, "GET", "/download/data/in%20put.csv", &[], b"");
+    assert_eq!((status, body.as_str()), (200, "a,b\n"));
+    // A leading slash is the base's, as the reference strips it.
+    assert_eq!(
+        send(&daemon, "GET", "/download//data/in%20put.csv", &[], b"").0,
+        200
+    );
+    assert_eq!(send(&daemon, "GET", "/download/missing", &[], b"").0, 404);
+    let (status, body) = send(&daemon, "GET", "/list/data", &[], b"");
+    assert_eq!(status, 200);
+    let listing = json_of(&body);
+    assert_eq!(listing[0]["name"], "in put.csv");
+    assert_eq!(listing[0]["size"], 4);
+    assert_eq!(listing[0]["type"], "file");
+    assert_eq!(
+        send(&daemon, "GET", "/list/data/in%20put.csv", &[], b"").0,
+        404
+    );
+    let (_, body) = send(&daemon, "GET", "/exists/data", &[], b"");
+    assert_eq!(json_of(&body)["exists"], true);
+    let (_, body) = send(&daemon, "GET", "/exists/nothing", &[], b"");
+    assert_eq!(json_of(&body)["exists"], false);
+}
+
+#[test]
+fn file_routes_refuse_every_way_out_of_the_base_dir() {
+    let outside = scratch_dir();
+    std::fs::write(outside.path().join("secret"), "s3cret data").unwrap();
+    let base = scratch_dir();
+    std::os::unix::fs::symlink(outside.path(), base.path().join("link")).unwrap();
+    std::os::unix::fs::symlink("../..", base.path().join("up")).unwrap();
+    let daemon = runtime_daemon(base.path(), &[]);
+    let secret = format!("{}/secret", outside.path().display());
+    for path in [
+        "/download/..%2F..%2F..%2Fetc%2Fpasswd".to_owned(),
+        "/download/%252e%252e%252f%252e%252e%252fetc%252fpasswd".to_owned(),
+        "/download/link/secret".to_owned(),
+        "/download/up/etc/passwd".to_owned(),
+        "/list/link".to_owned(),
+        "/list/..%2F".to_owned(),
+        "/exists/link/secret".to_owned(),
+    ] {
+        let (status, body) = send(&daemon, "GET", &path, &[], b"");
+        assert_eq!(status, 403, "{path}: {body}");
+        assert!(!body.contains("s3cret data") && !body.contains("root:"));
+    }
+    // An absolute path is the base's own.
+    assert_eq!(
+        send(&daemon, "GET", &format!("/download/{secret}"), &[], b"").0,
+        404
+    );
+    for name in [
+        "../escaped",
+        "link/planted",
+        "link/new/planted",
+        "up/tmp/planted",
+    ] {
+        assert_eq!(upload(&daemon, name, b"x").0, 403, "{name}");
+    }
+    assert!(!outside.path().join("planted").exists());
+    assert!(!outside.path().join("new").exists());
+}
+
+#[test]
+fn oversized_and_endless_bodies_are_refused() {
+    let base = scratch_dir();
+    let daemon = runtime_daemon(
+        base.path(),
+        &[
+            "--runtime-max-upload-bytes",
+            "1024",
+            "--upgrade-timeout",
+            "2s",
+        ],
+    );
+    assert_eq!(upload(&daemon, "big", &[b'x'; 4096]).0, 413);
+    assert!(
+        !base.path().join("big").exists()
+            || std::fs::metadata(base.path().join("big")).unwrap().len() <= 1024
+    );
+    let command = format!(r#"{{"command": "echo {}"}}"#, "x".repeat(2 << 20));
+    assert_eq!(
+        send(
+            &daemon,
+            "POST",
+            "/execute",
+            &[("Content-Type", "application/json")],
+            command.as_bytes()
+        )
+        .0,
+        413
+    );
+    assert_eq!(
+        send(
+            &daemon,
+            "POST",
+            "/execute",
+            &[("Content-Type", "application/json")],
+            b"{not json"
+        )
+        .0,
+        400
+    );
+    // A body announced and never sent: refused at the deadline, not held forever.
+    let mut stream = tcp(&daemon);
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    let (content_type, body) = multipart("stalled", b"partial");
+    write!(stream, "POST /upload HTTP/1.1\r\nHost: x\r\nX-Access-Token: s3cret\r\nContent-Type: {content_type}\r\nContent-Length: 1000000\r\n\r\n").unwrap();
+    stream.write_all(&body[..body.len() - 10]).unwrap();
+    let started = std::time::Instant::now();
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(15),
+        "held {:?}",
+        started.elapsed()
+    );
+    assert!(!response.starts_with("HTTP/1.1 200"), "{response}");
+}
