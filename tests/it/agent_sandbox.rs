@@ -548,3 +548,43 @@ fn oversized_and_endless_bodies_are_refused() {
     );
     assert!(!response.starts_with("HTTP/1.1 200"), "{response}");
 }
+
+#[test]
+fn the_runtime_sandbox_profile_confines_execute() {
+    use crate::sandbox_support::{entry, path, special};
+    let dir = scratch_dir();
+    let (base, outside) = (dir.path().join("app"), dir.path().join("outside"));
+    for made in [&base, &outside] {
+        std::fs::create_dir(made).unwrap();
+    }
+    let profile = serde_json::json!({"type": "managed", "network": "restricted", "file_system": {
+    "type": "restricted", "entries": [
+        entry(special("root"), "read"),
+        entry(path(&base), "write"),
+    ]}});
+    let profile_path = dir.path().join("profile.json");
+    std::fs::write(&profile_path, profile.to_string()).unwrap();
+    let daemon = runtime_daemon(
+        &base,
+        &["--runtime-sandbox", profile_path.to_str().unwrap()],
+    );
+    let planted = outside.join("planted");
+    let answer = execute(
+        &daemon,
+        serde_json::json!({"command": format!("sh -c 'touch inside && touch {}'", planted.display())}),
+    );
+    assert_ne!(answer["exit_code"], 0, "{answer}");
+    assert!(base.join("inside").exists(), "{answer}");
+    assert!(!planted.exists(), "the profile did not apply to /execute");
+}
+
+#[test]
+fn a_command_outlasting_the_http_phase_deadline_completes() {
+    let base = scratch_dir();
+    let daemon = runtime_daemon(base.path(), &["--upgrade-timeout", "1s"]);
+    let answer = execute(
+        &daemon,
+        serde_json::json!({"command": "sh -c 'sleep 3; echo done'"}),
+    );
+    assert_eq!(answer["stdout"], "done\n", "{answer}");
+}
