@@ -174,7 +174,7 @@ fn a_request_routed_for_another_sandbox_is_refused() {
     assert_eq!(upgrade_status(tcp(&daemon), &[token]), 101);
 }
 
-fn json_of(body: &str) -> serde_json::Value {
+pub(crate) fn json_of(body: &str) -> serde_json::Value {
     serde_json::from_str(body).unwrap_or_else(|err| panic!("{err}: {body}"))
 }
 
@@ -293,7 +293,17 @@ fn send(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> (u16, String) {
-    let mut stream = tcp(daemon);
+    send_to(tcp(daemon), method, path, headers, body)
+}
+
+/// `send` on `stream`.
+pub(crate) fn send_to(
+    mut stream: std::net::TcpStream,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, String) {
     stream
         .set_read_timeout(Some(std::time::Duration::from_secs(30)))
         .unwrap();
@@ -399,7 +409,7 @@ fn execute_timeout_kills_the_whole_tree() {
     assert!(!pid_alive(pid), "the detached grandchild survived");
 }
 
-fn multipart(name: &str, content: &[u8]) -> (String, Vec<u8>) {
+pub(crate) fn multipart(name: &str, content: &[u8]) -> (String, Vec<u8>) {
     let boundary = "XyZzY";
     let mut body = format!("--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\nContent-Type: application/octet-stream\r\n\r\n").into_bytes();
     body.extend_from_slice(content);
