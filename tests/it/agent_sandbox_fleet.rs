@@ -16,7 +16,7 @@ const TOKEN: &str = "s3cret";
 /// The fleet's pods: sandbox `sandbox-K` on 127.0.45.(10+K):8888, its base dir holding `id`.
 struct Fleet {
     daemons: Vec<Daemon>,
-    _bases: Vec<tempfile::TempDir>,
+    bases: Vec<tempfile::TempDir>,
 }
 
 fn address(index: usize) -> String {
@@ -43,10 +43,7 @@ impl Fleet {
             starts.push(started.elapsed());
             bases.push(base);
         }
-        let fleet = Self {
-            daemons,
-            _bases: bases,
-        };
+        let fleet = Self { daemons, bases };
         (fleet, starts)
     }
 }
@@ -232,7 +229,7 @@ async fn fifty_sandboxes_behind_a_router_by_sandbox_id() {
         .header("X-Sandbox-ID", "sandbox-3");
     let client = exec_server_client::Client::connect(options).await.unwrap();
     let command = exec_server_client::Command::new(["sh", "-c", "cat id; sleep 2; echo ' after'"])
-        .cwd(&*fleet._bases[3].path().to_string_lossy())
+        .cwd(&fleet.bases[3].path().to_string_lossy())
         .unwrap();
     let mut process = client.start(command).await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
