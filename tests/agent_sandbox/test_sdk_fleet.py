@@ -70,6 +70,7 @@ def test_files_round_trip(router, fleet):
 
 
 def test_a_wrong_token_is_refused(router, fleet):
-    with pytest.raises(Exception, match="401"):
+    with pytest.raises(Exception, match="Failed to communicate") as refused:
         sandbox(router, "sandbox-4", token="wrong").commands.run("touch ran")
+    assert refused.value.__cause__.response.status_code == 401
     assert not (fleet["sandbox-4"] / "ran").exists()
