@@ -71,12 +71,16 @@ pub(super) async fn execute(
         Ok(params) => params,
         Err(why) => return failed(why),
     };
+    let session = match runtime.session() {
+        Ok(session) => session,
+        Err(err) => return failed(err),
+    };
     // Nobody is attached to the session: the output is only read here.
     let (_, on_reply) = tokio::sync::oneshot::channel();
-    if let Err(err) = crate::server::launch(&runtime.session, &params, None, on_reply).await {
+    if let Err(err) = crate::server::launch(session, &params, None, on_reply).await {
         return failed(err);
     }
-    let Some(process) = runtime.session.processes.settled(&params.process_id).await else {
+    let Some(process) = session.processes.settled(&params.process_id).await else {
         return failed("the process vanished at its start");
     };
     Json(collect(&process).await).into_response()

@@ -26,10 +26,23 @@ const HEALTH: [&str; 4] = ["/", "/readyz", "/v1/health", "/health"];
 const MAX_EXECUTE_BODY_BYTES: usize = 1024 * 1024;
 
 /// The legacy runtime API's state: the session its commands are processes of, held by the
-/// daemon (never attached, never expiring), as an envd listener's.
+/// daemon (never attached, never expiring), as an envd listener's; made at the first command,
+/// so a daemon nobody calls this way holds none.
 struct Runtime {
     daemon: Arc<Daemon>,
-    session: Arc<Session>,
+    session: tokio::sync::OnceCell<Arc<Session>>,
+}
+
+impl Runtime {
+    fn session(&self) -> Result<&Arc<Session>, crate::session::SessionError> {
+        if let Some(session) = self.session.get() {
+            return Ok(session);
+        }
+        let held = self.daemon.sessions.hold("agent-sandbox runtime")?;
+        // A concurrent first command held the same session (one id): either is it.
+        let _ = self.session.set(held);
+        Ok(self.session.get().expect("set above"))
+    }
 }
 
 /// The health routes and the legacy runtime API.
@@ -44,7 +57,7 @@ pub(crate) fn routes(daemon: &Arc<Daemon>) -> anyhow::Result<Router<Arc<Daemon>>
     }
     let runtime = Arc::new(Runtime {
         daemon: daemon.clone(),
-        session: daemon.sessions.hold("agent-sandbox runtime")?,
+        session: Default::default(),
     });
     // A body that stalls is cut at the listener's HTTP-phase deadline; one that runs on, at
     // its size limit.
