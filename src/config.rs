@@ -1,6 +1,7 @@
 //! Command-line flags (each also settable from the environment) and the resolved settings.
 
 mod remote;
+mod runtime;
 
 use clap::Parser;
 use std::path::{Path, PathBuf};
@@ -8,6 +9,7 @@ use std::time::Duration;
 
 pub(crate) use remote::{require_secure, RemoteAuth};
 pub use remote::{RemoteArgs, RemoteConfig, RemoteTransport};
+pub(crate) use runtime::{RuntimeArgs, RuntimeSettings};
 
 #[derive(Debug, Clone, Parser)]
 #[command(
@@ -205,6 +207,11 @@ pub struct Args {
     #[arg(long, env = "EXEC_SERVER_ENVD_ACCESS_TOKEN_FILE")]
     pub envd_access_token_file: Option<PathBuf>,
 
+    /// This sandbox's name (on Kubernetes, the pod's, from the downward API): a request whose
+    /// `X-Sandbox-ID` names another is refused (421), so a stale route cannot reach this pod.
+    #[arg(long, env = "EXEC_SERVER_SANDBOX_ID")]
+    pub sandbox_id: Option<String>,
+
     /// Serve envd on a non-loopback TCP address without --envd-access-token-file: whoever
     /// reaches the port runs commands as any user of this host.
     #[arg(long, env = "EXEC_SERVER_ENVD_ALLOW_UNAUTHENTICATED")]
@@ -246,6 +253,9 @@ pub struct Args {
 
     #[command(flatten)]
     pub remote_mode: RemoteArgs,
+
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
 
     #[command(flatten)]
     pub codex: crate::codex_args::CodexArgs,
@@ -291,6 +301,9 @@ pub struct Config {
     pub audit_required: bool,
     pub(crate) state_dir: crate::state_dir::StateDirSetting,
     pub envd: EnvdSettings,
+    pub runtime: RuntimeSettings,
+    /// `--sandbox-id`: the `X-Sandbox-ID` requests routed here must name, if they name one.
+    pub(crate) sandbox_id: Option<String>,
     /// How sandboxes are enforced on this host (`--sandbox-backend`, the kernel's Landlock).
     pub(crate) sandbox: crate::sandbox::facilities::Enforcement,
 }
@@ -379,6 +392,8 @@ impl Args {
             allow_uids: self.allow_uids.clone(),
             tls: self.tls_cert.clone().zip(self.tls_key.clone()),
             metrics_listen: self.metrics_listen,
+            sandbox_id: self.sandbox_id.clone(),
+            runtime: self.runtime.settings()?,
             audit_log: self.audit_log.clone(),
             audit_required: self.audit_required,
             state_dir: crate::state_dir::StateDirSetting::resolve(
@@ -415,17 +430,7 @@ impl Args {
                 );
             }
         }
-        let sandbox = match &self.envd_sandbox {
-            Some(path) => {
-                use anyhow::Context as _;
-                let text = std::fs::read(path)
-                    .with_context(|| format!("cannot read --envd-sandbox {}", path.display()))?;
-                let profile: serde_json::Value = serde_json::from_slice(&text)
-                    .with_context(|| format!("--envd-sandbox {} is not JSON", path.display()))?;
-                Some((path.clone(), profile))
-            }
-            None => None,
-        };
+        let sandbox = runtime::read_profile(self.envd_sandbox.as_ref(), "--envd-sandbox")?;
         Ok(EnvdSettings {
             listen,
             access_token,

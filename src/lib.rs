@@ -33,6 +33,7 @@ mod path;
 mod pidfd;
 mod process;
 pub mod rpc;
+mod runtime_api;
 mod sandbox;
 mod server;
 mod session;

@@ -3,7 +3,7 @@
 //! shared secret (codex's `--ws-auth signed-bearer-token`). The refusals carry codex's messages
 //! and its status (401), so a client written against codex reads the same answer from us.
 
-use axum::http::HeaderValue;
+use axum::http::{header, HeaderMap, HeaderValue};
 use subtle::ConstantTimeEq as _;
 
 /// The shortest shared secret accepted for signed tokens (codex's minimum; HS256 keys shorter
@@ -110,9 +110,29 @@ impl UpgradeAuth {
         })
     }
 
-    /// Whether `authorization` may upgrade; the refusal's text (sent with 401) if not.
-    pub(crate) fn check(&self, authorization: Option<&HeaderValue>) -> Result<(), &'static str> {
-        let token = bearer(authorization)?;
+    /// Whether a request with `headers` may pass; the refusal's text (sent with 401) if not.
+    /// The token travels in `Authorization: Bearer T` or in `X-Access-Token: T` (envd's header,
+    /// the one agent-sandbox's router passes on: it drops `Authorization`); each one present
+    /// must hold, so a wrong token is refused in either.
+    pub(crate) fn check(&self, headers: &HeaderMap) -> Result<(), &'static str> {
+        let access_token = headers.get(ACCESS_TOKEN);
+        if let Some(value) = access_token {
+            let token = value
+                .to_str()
+                .map(str::trim)
+                .ok()
+                .filter(|token| !token.is_empty())
+                .ok_or("invalid x-access-token header")?;
+            self.check_token(token)?;
+        }
+        let authorization = headers.get(header::AUTHORIZATION);
+        if authorization.is_some() || access_token.is_none() {
+            self.check_token(bearer(authorization)?)?;
+        }
+        Ok(())
+    }
+
+    fn check_token(&self, token: &str) -> Result<(), &'static str> {
         match self {
             Self::Token { sha256: expected } => {
                 if bool::from(sha256(token.as_bytes()).ct_eq(expected)) {
@@ -137,6 +157,40 @@ impl UpgradeAuth {
             }
         }
     }
+}
+
+/// Why a request to a route behind `auth` is refused, if it is: a browser page's (403; it must
+/// never drive this daemon: cross-site WebSocket hijacking), or one without the token (401).
+pub(crate) fn refusal(
+    auth: Option<&UpgradeAuth>,
+    headers: &HeaderMap,
+) -> Option<(axum::http::StatusCode, &'static str)> {
+    use axum::http::StatusCode;
+    if headers.contains_key(header::ORIGIN) {
+        return Some((StatusCode::FORBIDDEN, "browser origins may not connect"));
+    }
+    let why = auth?.check(headers).err()?;
+    Some((StatusCode::UNAUTHORIZED, why))
+}
+
+/// The header agent-sandbox's router forwards a token in (and envd reads).
+const ACCESS_TOKEN: &str = "x-access-token";
+
+/// The header naming the sandbox (pod) a request was routed for.
+const SANDBOX_ID: &str = "x-sandbox-id";
+
+/// Why a request routed for another sandbox than `this_sandbox` (its `X-Sandbox-ID`) is refused,
+/// if it is: a stale route must not reach another tenant's pod. A request naming no sandbox
+/// came straight to this pod and passes.
+pub(crate) fn misrouted(this_sandbox: &str, headers: &HeaderMap) -> Option<String> {
+    let named = headers.get(SANDBOX_ID)?;
+    if named.as_bytes() == this_sandbox.as_bytes() {
+        return None;
+    }
+    Some(format!(
+        "this is sandbox {this_sandbox:?}; the request was routed for {:?}",
+        String::from_utf8_lossy(named.as_bytes())
+    ))
 }
 
 /// The token of a `Bearer` credential (the scheme's name is case-insensitive, RFC 7235).

@@ -68,11 +68,20 @@ impl Connection {
         let mut request = uri
             .into_client_request()
             .map_err(|err| Error::Connect(format!("invalid URL `{url}`: {err}")))?;
+        let invalid = |what: &str| Error::Connect(format!("{what} is not a valid header value"));
         if let Some(token) = token {
-            let value = format!("Bearer {token}")
-                .parse()
-                .map_err(|_| Error::Connect("the token is not a valid header value".into()))?;
-            request.headers_mut().insert("authorization", value);
+            let bearer = format!("Bearer {token}").parse();
+            let headers = request.headers_mut();
+            headers.insert("authorization", bearer.map_err(|_| invalid("the token"))?);
+            let plain = token.parse().map_err(|_| invalid("the token"))?;
+            headers.insert("x-access-token", plain);
+        }
+        for (name, value) in &options.headers {
+            let name =
+                tokio_tungstenite::tungstenite::http::HeaderName::from_bytes(name.as_bytes())
+                    .map_err(|_| Error::Connect(format!("`{name}` is not a valid header name")))?;
+            let value = value.parse().map_err(|_| invalid("a header"))?;
+            request.headers_mut().insert(name, value);
         }
         // The daemon bounds what it sends; replies such as fs/readFile may be large.
         let config = WebSocketConfig::default()

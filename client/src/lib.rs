@@ -95,8 +95,11 @@ impl Error {
 #[derive(Clone, Debug)]
 pub struct ClientOptions {
     pub url: String,
-    /// Sent as `Authorization: Bearer <token>`.
+    /// Sent as `Authorization: Bearer <token>` and as `X-Access-Token: <token>` (the header a
+    /// router that drops `Authorization`, such as agent-sandbox's, passes on).
     pub token: Option<String>,
+    /// More headers for the upgrade, e.g. `X-Sandbox-ID` for agent-sandbox's router.
+    pub headers: Vec<(String, String)>,
     pub client_name: String,
     /// Take over this detached session instead of creating one.
     pub resume_session_id: Option<String>,
@@ -119,6 +122,7 @@ impl ClientOptions {
         Self {
             url: url.into(),
             token: None,
+            headers: Vec::new(),
             client_name: "exec-server-client".into(),
             resume_session_id: None,
             reconnect_deadline: Some(DEFAULT_RECONNECT_DEADLINE),
@@ -136,6 +140,11 @@ impl ClientOptions {
 
     pub fn token(mut self, token: Option<String>) -> Self {
         self.token = token;
+        self
+    }
+
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
         self
     }
 }

@@ -226,10 +226,9 @@ fn start(network: NetworkMode) -> Result<seccomp::Late, Failure> {
     }
     // The next fork, the program's process, is pid 1 of a namespace of its own
     // (`super::init`).
+    let own_pid_namespace = Enforcement::current().own_pid_namespace();
     // SAFETY: unshare takes flags only; it changes only where this process's children go.
-    if Enforcement::current().own_pid_namespace()
-        && unsafe { libc::unshare(libc::CLONE_NEWPID) } < 0
-    {
+    if own_pid_namespace && unsafe { libc::unshare(libc::CLONE_NEWPID) } < 0 {
         return Err(Stage::Namespaces.os(std::io::Error::last_os_error()));
     }
     // The supervisor of the program's tree (`super::supervisor`).

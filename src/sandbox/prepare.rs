@@ -110,6 +110,7 @@ fn namespaces_unavailable() -> &'static Option<Unsupported> {
                 true => libc::CLONE_NEWPID,
                 false => 0,
             };
+            // SAFETY: unshare takes flags only, on this thread, which ends right after.
             if unsafe { libc::unshare(libc::CLONE_NEWNS | libc::CLONE_NEWNET | pid) } < 0 {
                 return Some(Missing::Namespaces(std::io::Error::last_os_error()));
             }

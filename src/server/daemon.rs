@@ -18,6 +18,11 @@ pub(crate) struct Daemon {
     pub(crate) watches: crate::fs::WatchUse,
     /// Refused and failed requests, logged once per cause at the default level.
     pub(crate) refusals: super::refusals::Refusals,
+    /// Set on SIGTERM (or SIGINT): from then until exit the health routes answer 503, so the
+    /// pod leaves its Service while its processes are drained.
+    stopping: std::sync::atomic::AtomicBool,
+    /// When it started: `/v1/health` reports the uptime.
+    pub(crate) started: std::time::Instant,
 }
 
 impl Daemon {
@@ -36,7 +41,19 @@ impl Daemon {
             metrics: crate::metrics::get(),
             watches: Default::default(),
             refusals: Default::default(),
+            stopping: Default::default(),
+            started: std::time::Instant::now(),
         })
+    }
+
+    /// From now on the daemon is shutting down.
+    pub(crate) fn stop(&self) {
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub(crate) fn is_stopping(&self) -> bool {
+        self.stopping.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The watch budget of every listener: the daemon's watches and limits, and each

@@ -245,17 +245,18 @@ async fn serve_clients(
     };
     let listener = serving.listener;
     let remote = connections.clone();
-    tokio::select! {
-        outcome = async {
-            match listener {
-                Some(Listener::Unix(socket)) => ws::serve_unix(socket, daemon.clone(), start).await,
-                Some(Listener::Tcp(listener)) => {
-                    ws::serve_tcp(listener, tls, daemon.clone(), start).await
-                }
-                None if serving.stdio => stdio::serve(daemon.clone()).await,
-                None => std::future::pending().await,
+    let mut listening = std::pin::pin!(async {
+        match listener {
+            Some(Listener::Unix(socket)) => ws::serve_unix(socket, daemon.clone(), start).await,
+            Some(Listener::Tcp(listener)) => {
+                ws::serve_tcp(listener, tls, daemon.clone(), start).await
             }
-        } => outcome,
+            None if serving.stdio => stdio::serve(daemon.clone()).await,
+            None => std::future::pending().await,
+        }
+    });
+    tokio::select! {
+        outcome = &mut listening => outcome,
         outcome = async {
             match serving.remote {
                 Some(config) => remote::serve(config, daemon.clone(), remote).await,
@@ -264,6 +265,13 @@ async fn serve_clients(
         } => outcome,
         signal = shutdown_signal() => {
             tracing::info!("received {signal}; shutting down");
+            // Still listening while the processes are drained: probes and a router read 503
+            // (the pod is not ready) rather than a refused connection.
+            daemon.stop();
+            tokio::select! {
+                _ = &mut listening => {}
+                () = daemon.sessions.shutdown() => {}
+            }
             Ok(())
         }
         successor = handover::successor_on_signal(

@@ -1,5 +1,5 @@
 //! The WebSocket listener: `/` upgrades and `/metrics` (both guarded against browsers and, when
-//! configured, by a bearer token), `/readyz` answers 200. One JSON-RPC message per frame, Text or
+//! configured, by a bearer token), and agent-sandbox's routes (`crate::runtime_api`). One JSON-RPC message per frame, Text or
 //! Binary. And the optional plain `/metrics` listener.
 
 use super::zero_copy;
@@ -10,7 +10,7 @@ use crate::server::admission::{accept_tcp, retry_accept, Admission, Peer};
 use crate::server::{self, AtEnd, Daemon, Frame};
 use axum::extract::ws::{Message, WebSocketUpgrade};
 use axum::extract::State;
-use axum::http::{header, HeaderMap, Request, StatusCode};
+use axum::http::{header, HeaderMap, Request};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use axum::Extension;
@@ -36,6 +36,9 @@ const MESSAGE_TOO_BIG: u16 = 1009;
 
 /// How long a connection closed for a hand-over waits for the peer's Close.
 const CLOSE_DRAIN: Duration = Duration::from_secs(1);
+
+/// How long a connection past its HTTP phase may take to send its next request's head.
+const IDLE_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Initial WebSocket read buffer per connection.
 const READ_BUFFER_BYTES: usize = 8 * 1024;
@@ -137,9 +140,13 @@ impl Http {
         super::systemd::notify_serving(start.took_over);
         let config = daemon.config.clone();
         let app = Router::new()
-            .route("/readyz", get(readyz))
             .route("/metrics", get(guarded_metrics))
             .route("/", any(upgrade))
+            .merge(crate::runtime_api::routes(&daemon)?)
+            .layer(axum::middleware::from_fn_with_state(
+                daemon.clone(),
+                crate::runtime_api::guard,
+            ))
             .with_state(daemon);
         Ok(Self::new(app, &config, start.connections))
     }
@@ -167,10 +174,13 @@ impl Http {
         };
         let app = self.app.clone();
         let connections = self.connections.clone();
+        let authenticated = crate::runtime_api::Authenticated::default();
+        let signal = authenticated.clone();
         let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
             request.extensions_mut().insert(who.clone());
             request.extensions_mut().insert(connections.clone());
             request.extensions_mut().insert(plain.clone());
+            request.extensions_mut().insert(signal.clone());
             app.call(request)
         });
         self.connections.tracker.spawn(async move {
@@ -179,6 +189,10 @@ impl Http {
                 match stream.await {
                     Ok(stream) => {
                         let _ = hyper::server::conn::http1::Builder::new()
+                            .timer(hyper_util::rt::TokioTimer::new())
+                            // Bounds a kept-alive connection's wait for its next request once
+                            // it left the HTTP phase (an authenticated runtime API request).
+                            .header_read_timeout(IDLE_REQUEST_TIMEOUT)
                             .serve_connection(TokioIo::new(stream), service)
                             .with_upgrades()
                             .await;
@@ -186,15 +200,23 @@ impl Http {
                     Err(err) => tracing::debug!(%peer, "TLS handshake failed: {err}"),
                 }
             };
+            let mut connection = std::pin::pin!(connection);
             let mut place = place;
             tokio::select! {
-                served = tokio::time::timeout(place.timeout, connection) => {
+                served = tokio::time::timeout(place.timeout, connection.as_mut()) => {
                     if served.is_err() {
                         tracing::debug!(%peer, "HTTP phase timed out; closing");
                     }
                 }
                 () = place.evicted() => {
                     tracing::debug!(%peer, "HTTP phase cut short by a newer connection; closing");
+                }
+                // An authenticated request (a command that runs for minutes, an upload) is
+                // past the HTTP phase, as an upgraded connection is: it gives its place back.
+                () = authenticated.wait() => {
+                    drop(place);
+                    connection.await;
+                    return;
                 }
             }
             drop(place);
@@ -265,15 +287,8 @@ pub(super) async fn serve_unix(
 
 /// Why a request to an authenticated route (the upgrade, `/metrics`) is refused, if it is.
 fn refusal(daemon: &Daemon, headers: &HeaderMap) -> Option<Response> {
-    // A browser page must never drive this daemon (cross-site WebSocket hijacking).
-    if headers.contains_key(header::ORIGIN) {
-        return Some((StatusCode::FORBIDDEN, "browser origins may not connect").into_response());
-    }
-    let auth = daemon.config.upgrade_auth.as_ref()?;
-    match auth.check(headers.get(header::AUTHORIZATION)) {
-        Ok(()) => None,
-        Err(why) => Some((StatusCode::UNAUTHORIZED, why).into_response()),
-    }
+    let refused = crate::ws_auth::refusal(daemon.config.upgrade_auth.as_ref(), headers)?;
+    Some(refused.into_response())
 }
 
 async fn guarded_metrics(State(daemon): State<Arc<Daemon>>, headers: HeaderMap) -> Response {
@@ -316,8 +331,13 @@ async fn upgrade(
     Extension(connections): Extension<Connections>,
     Extension(plain): Extension<Option<zero_copy::Socket>>,
     headers: HeaderMap,
+    method: axum::http::Method,
     ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> Response {
+    // agent-sandbox's legacy runtimes answer their health on `GET /`, where we upgrade.
+    if method == axum::http::Method::GET && !headers.contains_key(header::UPGRADE) {
+        return crate::runtime_api::legacy_health(&daemon);
+    }
     if let Some(refused) = refusal(&daemon, &headers) {
         return refused;
     }
@@ -465,11 +485,4 @@ fn frames(
                 _ => None,
             })
         })
-}
-
-/// 200 with what this host offers the sandbox (`environment/info`'s `sandbox`), so a fleet
-/// sees which nodes can enforce which intent before sending any.
-async fn readyz() -> axum::Json<serde_json::Value> {
-    let facilities = crate::sandbox::facilities::report(crate::sandbox::enforceable());
-    axum::Json(serde_json::json!({ "status": "ready", "sandbox": facilities }))
 }

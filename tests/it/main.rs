@@ -17,6 +17,8 @@ mod support {
     pub mod tls_intercept;
 }
 
+mod agent_sandbox;
+mod agent_sandbox_fleet;
 mod audit;
 mod binary;
 mod cli;
