@@ -71,8 +71,7 @@ impl Enforcement {
 
     /// This process's enforcement: as installed, else what the kernel offers.
     pub(crate) fn current() -> Self {
-        *ENFORCEMENT
-            .get_or_init(|| Self::decide(kernel_abi(), None, BackendChoice::Auto))
+        *ENFORCEMENT.get_or_init(|| Self::decide(kernel_abi(), None, BackendChoice::Auto))
     }
 
     pub(crate) fn backend(self) -> SandboxBackend {

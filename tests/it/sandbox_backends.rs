@@ -65,19 +65,38 @@ async fn without_landlock_the_mount_view_enforces_and_every_report_names_it() {
     let started = client
         .call(
             "process/start",
-            params("w", &["sh", "-c", "echo in > inside"], &d.ws, sandbox.clone()),
+            params(
+                "w",
+                &["sh", "-c", "echo in > inside"],
+                &d.ws,
+                sandbox.clone(),
+            ),
         )
         .await;
     assert_eq!(started["sandboxBackend"], "mountView", "{started}");
     read_all(&client, "w").await;
     assert_eq!(std::fs::read_to_string(d.ws("inside")).unwrap(), "in\n");
     let outside = d.out("f").display().to_string();
-    let denied = sh(&client, "o", &d.ws, &sandbox, &format!("echo x > {outside}")).await;
+    let denied = sh(
+        &client,
+        "o",
+        &d.ws,
+        &sandbox,
+        &format!("echo x > {outside}"),
+    )
+    .await;
     assert_denied(&denied, "Read-only file system");
     d.assert_outside_untouched();
     // No pid names the daemon from inside: the sandbox has a PID namespace of its own.
     let pid = daemon.pid();
-    let kill = sh(&client, "k", &d.ws, &sandbox, &format!("kill -9 {pid}; echo $$")).await;
+    let kill = sh(
+        &client,
+        "k",
+        &d.ws,
+        &sandbox,
+        &format!("kill -9 {pid}; echo $$"),
+    )
+    .await;
     assert!(kill.output.contains("No such process"), "{kill:?}");
     assert!(kill.output.trim_end().ends_with('2'), "{kill:?}");
     assert!(pid_alive(pid));
@@ -117,7 +136,14 @@ async fn a_profile_that_does_not_read_the_root_sees_only_its_grants() {
     let root = sh(&client, "root", &d.ws, &sandbox, "ls /; echo rc=$?").await;
     assert!(root.output.contains("Permission denied"), "{root:?}");
     // The host's links are there (`/bin` -> `usr/bin`), so `/bin/sh` runs.
-    let listed = sh(&client, "ls", &d.ws, &sandbox, "/bin/ls -d /usr /etc/passwd /bin/sh").await;
+    let listed = sh(
+        &client,
+        "ls",
+        &d.ws,
+        &sandbox,
+        "/bin/ls -d /usr /etc/passwd /bin/sh",
+    )
+    .await;
     assert_ok(&listed);
     let hidden = sh(&client, "home", &d.ws, &sandbox, "cat /etc/hostname").await;
     assert_denied(&hidden, "No such file or directory");
@@ -129,7 +155,12 @@ async fn a_profile_that_does_not_read_the_root_sees_only_its_grants() {
     assert_eq!(exec.code, 0, "{exec:?}");
     let refused = run(
         &client,
-        params("r", &[&env!("CARGO_BIN_EXE_exec-server"), "--version"], &d.ws, sandbox),
+        params(
+            "r",
+            &[env!("CARGO_BIN_EXE_exec-server"), "--version"],
+            &d.ws,
+            sandbox,
+        ),
     )
     .await;
     assert_eq!(refused.code, 126, "{refused:?}");
