@@ -215,6 +215,16 @@ pub struct Args {
     #[arg(long, env = "EXEC_SERVER_ENVD_SANDBOX", value_name = "PROFILE.json")]
     pub envd_sandbox: Option<PathBuf>,
 
+    /// The directory the sandboxd REST API (`/v1/files/{path}` on the listener) resolves its
+    /// sandbox-relative paths under: nothing outside it is reachable there, by `..` or by a
+    /// symbolic link. See docs/operations.md, "On kubernetes-sigs/agent-sandbox".
+    #[arg(long, env = "EXEC_SERVER_SANDBOXD_ROOT", default_value = "/")]
+    pub sandboxd_root: PathBuf,
+
+    /// The largest file `PUT /v1/files/{path}` writes; a longer body is refused (413).
+    #[arg(long, env = "EXEC_SERVER_SANDBOXD_MAX_FILE_BYTES", default_value_t = 1 << 30)]
+    pub sandboxd_max_file_bytes: u64,
+
     /// Which layer confines a sandbox's file system: `auto` (Landlock where the kernel has ABI
     /// 2 or newer, else the mount view alone), `landlock` (refuse restricting intent without
     /// it), or `mount-view` (the mount view alone, as bubblewrap does; Landlock still scopes
@@ -291,6 +301,9 @@ pub struct Config {
     pub audit_required: bool,
     pub(crate) state_dir: crate::state_dir::StateDirSetting,
     pub envd: EnvdSettings,
+    /// `--sandboxd-root`, `--sandboxd-max-file-bytes`.
+    pub(crate) sandboxd_root: PathBuf,
+    pub(crate) sandboxd_max_file_bytes: u64,
     /// How sandboxes are enforced on this host (`--sandbox-backend`, the kernel's Landlock).
     pub(crate) sandbox: crate::sandbox::facilities::Enforcement,
 }
@@ -387,6 +400,8 @@ impl Args {
                 std::env::var_os("XDG_RUNTIME_DIR").as_deref(),
             )?,
             envd: self.envd()?,
+            sandboxd_root: self.sandboxd_root.clone(),
+            sandboxd_max_file_bytes: self.sandboxd_max_file_bytes,
             sandbox: crate::sandbox::facilities::Enforcement::decide(
                 crate::sandbox::landlock::kernel_abi(),
                 self.landlock_abi_max,

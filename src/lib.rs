@@ -34,6 +34,7 @@ mod pidfd;
 mod process;
 pub mod rpc;
 mod sandbox;
+mod sandboxd;
 mod server;
 mod session;
 mod state_dir;

@@ -136,11 +136,18 @@ impl Http {
         tracing::info!("exec-server listening on {url}");
         super::systemd::notify_serving(start.took_over);
         let config = daemon.config.clone();
+        // The sandboxd REST contract (agent-sandbox's runtime API) behind the same check as the
+        // upgrade; its health probe without it.
+        let sandboxd = crate::sandboxd::guarded_routes(daemon.clone()).route_layer(
+            axum::middleware::from_fn_with_state(daemon.clone(), guarded),
+        );
         let app = Router::new()
             .route("/readyz", get(readyz))
             .route("/metrics", get(guarded_metrics))
             .route("/", any(upgrade))
-            .with_state(daemon);
+            .with_state::<()>(daemon.clone())
+            .merge(sandboxd)
+            .merge(crate::sandboxd::health_route(daemon));
         Ok(Self::new(app, &config, start.connections))
     }
 
@@ -273,6 +280,18 @@ fn refusal(daemon: &Daemon, headers: &HeaderMap) -> Option<Response> {
     match auth.check(headers.get(header::AUTHORIZATION)) {
         Ok(()) => None,
         Err(why) => Some((StatusCode::UNAUTHORIZED, why).into_response()),
+    }
+}
+
+/// The listener's refusal (a browser origin, a missing or wrong token) in front of a route.
+async fn guarded(
+    State(daemon): State<Arc<Daemon>>,
+    request: Request<axum::body::Body>,
+    next: axum::middleware::Next,
+) -> Response {
+    match refusal(&daemon, request.headers()) {
+        Some(refused) => refused,
+        None => next.run(request).await,
     }
 }
 
