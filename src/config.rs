@@ -221,6 +221,11 @@ pub struct Args {
     #[arg(long, env = "EXEC_SERVER_SANDBOXD_ROOT", default_value = "/")]
     pub sandboxd_root: PathBuf,
 
+    /// Serve agent-sandbox's gRPC `process.v1.ProcessService` (h2c) on this address, behind
+    /// the listener's token.
+    #[arg(long, env = "EXEC_SERVER_SANDBOXD_GRPC_LISTEN", value_name = "IP:PORT")]
+    pub sandboxd_grpc_listen: Option<std::net::SocketAddr>,
+
     /// The largest file `PUT /v1/files/{path}` writes; a longer body is refused (413).
     #[arg(long, env = "EXEC_SERVER_SANDBOXD_MAX_FILE_BYTES", default_value_t = 1 << 30)]
     pub sandboxd_max_file_bytes: u64,
@@ -301,9 +306,10 @@ pub struct Config {
     pub audit_required: bool,
     pub(crate) state_dir: crate::state_dir::StateDirSetting,
     pub envd: EnvdSettings,
-    /// `--sandboxd-root`, `--sandboxd-max-file-bytes`.
+    /// `--sandboxd-root`, `--sandboxd-max-file-bytes`, `--sandboxd-grpc-listen`.
     pub(crate) sandboxd_root: PathBuf,
     pub(crate) sandboxd_max_file_bytes: u64,
+    pub(crate) sandboxd_grpc_listen: Option<std::net::SocketAddr>,
     /// How sandboxes are enforced on this host (`--sandbox-backend`, the kernel's Landlock).
     pub(crate) sandbox: crate::sandbox::facilities::Enforcement,
 }
@@ -402,6 +408,7 @@ impl Args {
             envd: self.envd()?,
             sandboxd_root: self.sandboxd_root.clone(),
             sandboxd_max_file_bytes: self.sandboxd_max_file_bytes,
+            sandboxd_grpc_listen: self.sandboxd_grpc_listen,
             sandbox: crate::sandbox::facilities::Enforcement::decide(
                 crate::sandbox::landlock::kernel_abi(),
                 self.landlock_abi_max,

@@ -2,9 +2,11 @@
 //! on the listener beside the WebSocket upgrade: `/v1/files/{path}` (GET, HEAD, PUT, DELETE,
 //! in `files`), `/v1/metadata` behind the listener's token, and `/v1/health` without it, 503
 //! from SIGTERM until the daemon exits (what a probe and a router's pooled connection see).
-//! Errors are the contract's `{"code", "message"}` at the HTTP status it names.
+//! Errors are the contract's `{"code", "message"}` at the HTTP status it names. The gRPC
+//! ProcessService is `grpc`, on a port of its own.
 
 mod files;
+pub(crate) mod grpc;
 mod tree;
 
 use crate::server::Daemon;
