@@ -221,6 +221,15 @@ pub struct Args {
     #[arg(long, env = "EXEC_SERVER_SANDBOXD_ROOT", default_value = "/")]
     pub sandboxd_root: PathBuf,
 
+    /// A permission profile (as `--envd-sandbox` takes) applied to every command the sandboxd
+    /// gRPC ProcessService starts, anchored at its cwd.
+    #[arg(
+        long,
+        env = "EXEC_SERVER_SANDBOXD_SANDBOX",
+        value_name = "PROFILE.json"
+    )]
+    pub sandboxd_sandbox: Option<PathBuf>,
+
     /// Serve agent-sandbox's gRPC `process.v1.ProcessService` (h2c) on this address, behind
     /// the listener's token.
     #[arg(long, env = "EXEC_SERVER_SANDBOXD_GRPC_LISTEN", value_name = "IP:PORT")]
@@ -310,6 +319,8 @@ pub struct Config {
     pub(crate) sandboxd_root: PathBuf,
     pub(crate) sandboxd_max_file_bytes: u64,
     pub(crate) sandboxd_grpc_listen: Option<std::net::SocketAddr>,
+    /// `--sandboxd-sandbox`: the profile, checked at start.
+    pub(crate) sandboxd_sandbox: Option<serde_json::Value>,
     /// How sandboxes are enforced on this host (`--sandbox-backend`, the kernel's Landlock).
     pub(crate) sandbox: crate::sandbox::facilities::Enforcement,
 }
@@ -409,6 +420,7 @@ impl Args {
             sandboxd_root: self.sandboxd_root.clone(),
             sandboxd_max_file_bytes: self.sandboxd_max_file_bytes,
             sandboxd_grpc_listen: self.sandboxd_grpc_listen,
+            sandboxd_sandbox: self.sandboxd_sandbox()?,
             sandbox: crate::sandbox::facilities::Enforcement::decide(
                 crate::sandbox::landlock::kernel_abi(),
                 self.landlock_abi_max,
@@ -437,22 +449,28 @@ impl Args {
                 );
             }
         }
-        let sandbox = match &self.envd_sandbox {
-            Some(path) => {
-                use anyhow::Context as _;
-                let text = std::fs::read(path)
-                    .with_context(|| format!("cannot read --envd-sandbox {}", path.display()))?;
-                let profile: serde_json::Value = serde_json::from_slice(&text)
-                    .with_context(|| format!("--envd-sandbox {} is not JSON", path.display()))?;
-                Some((path.clone(), profile))
-            }
-            None => None,
-        };
+        let sandbox = (self.envd_sandbox.as_deref())
+            .map(|path| read_profile("--envd-sandbox", path))
+            .transpose()?;
         Ok(EnvdSettings {
             listen,
             access_token,
             sandbox,
         })
+    }
+
+    fn sandboxd_sandbox(&self) -> anyhow::Result<Option<serde_json::Value>> {
+        let Some(path) = self.sandboxd_sandbox.as_deref() else {
+            return Ok(None);
+        };
+        let (_, profile) = read_profile("--sandboxd-sandbox", path)?;
+        crate::sandbox::profile::check(&profile).map_err(|err| {
+            anyhow::anyhow!(
+                "--sandboxd-sandbox {} is not a sandbox profile: {err}",
+                path.display()
+            )
+        })?;
+        Ok(Some(profile))
     }
 
     /// What an upgrade must present: our token, or codex's `--ws-auth`, not both.
@@ -591,4 +609,14 @@ fn inotify_limit(name: &str, default: usize) -> usize {
         .ok()
         .and_then(|text| text.trim().parse().ok())
         .unwrap_or(default)
+}
+
+/// A profile file's path and its JSON, for `flag`.
+fn read_profile(flag: &str, path: &Path) -> anyhow::Result<(PathBuf, serde_json::Value)> {
+    use anyhow::Context as _;
+    let text =
+        std::fs::read(path).with_context(|| format!("cannot read {flag} {}", path.display()))?;
+    let profile = serde_json::from_slice(&text)
+        .with_context(|| format!("{flag} {} is not JSON", path.display()))?;
+    Ok((path.to_path_buf(), profile))
 }

@@ -26,7 +26,7 @@ use subtle::ConstantTimeEq as _;
 pub(crate) async fn spawn(daemon: &Arc<Daemon>) -> anyhow::Result<()> {
     let settings = &daemon.config.envd;
     if let Some((path, profile)) = &settings.sandbox {
-        super::check_sandbox(profile).map_err(|err| {
+        crate::sandbox::profile::check(profile).map_err(|err| {
             anyhow::anyhow!(
                 "--envd-sandbox {} is not a sandbox profile: {err}",
                 path.display()

@@ -42,21 +42,7 @@ impl Envd {
     /// there, as `run --sandbox PROFILE.json` does); None without one.
     fn sandbox(&self, cwd: &PathUri) -> Option<FileSystemSandboxContext> {
         let (_, profile) = self.daemon.config.envd.sandbox.as_ref()?;
-        if profile.get("permissions").is_some() {
-            return serde_json::from_value(profile.clone()).ok();
-        }
-        Some(FileSystemSandboxContext {
-            permissions: serde_json::from_value(profile.clone()).ok()?,
-            cwd: Some(cwd.clone()),
-            workspace_roots: vec![cwd.clone()],
-            policy_context: None,
-            windows_sandbox_level: Default::default(),
-            windows_sandbox_private_desktop: false,
-            use_legacy_landlock: false,
-            user_home_dir: None,
-            temporary_directories: Vec::new(),
-            windows_sandbox_proxy_settings_mode: None,
-        })
+        crate::sandbox::profile::anchored(profile, cwd)
     }
 }
 
@@ -153,18 +139,6 @@ pub mod fuzz {
             .map_err(|error| error.to_string())?;
         Ok(parts.into_inner())
     }
-}
-
-/// Whether `profile` is a permission profile the envd listeners can apply (checked at start).
-pub(crate) fn check_sandbox(profile: &serde_json::Value) -> anyhow::Result<()> {
-    if profile.get("permissions").is_some() {
-        serde_json::from_value::<FileSystemSandboxContext>(profile.clone())?;
-    } else {
-        serde_json::from_value::<exec_server_protocol::sandbox::PermissionProfile>(
-            profile.clone(),
-        )?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

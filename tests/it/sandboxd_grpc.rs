@@ -2,10 +2,11 @@
 //! tonic client over h2c: commands run with their output, stdin, signals, a terminal and their
 //! exit; and attacks, each a clear gRPC status: malformed protobuf, an oversized message, a
 //! missing or wrong token, an unknown method, a client that abandons `Execute` (its command
-//! is killed, not left running).
+//! is killed, not left running); and `--sandboxd-sandbox` confining what the commands write.
 
 use crate::common::*;
 use crate::metrics::free_port;
+use crate::sandbox_support::{entry, path, special};
 use exec_server::sandboxd_process_v1::*;
 use std::os::unix::fs::PermissionsExt as _;
 use std::time::Duration;
@@ -22,13 +23,13 @@ struct Fixture {
 }
 
 impl Fixture {
-    async fn start() -> Self {
+    async fn start(extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let token = dir.path().join("token");
         std::fs::write(&token, TOKEN).unwrap();
         std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
         let address = format!("127.0.0.1:{}", free_port());
-        let args = [
+        let mut args = vec![
             "--connection-token-file",
             token.to_str().unwrap(),
             "--sandboxd-grpc-listen",
@@ -36,6 +37,7 @@ impl Fixture {
             "--sandboxd-root",
             dir.path().to_str().unwrap(),
         ];
+        args.extend_from_slice(extra);
         let daemon = Daemon::start_with(&args, &[]);
         let channel = Channel::from_shared(format!("http://{address}"))
             .unwrap()
@@ -142,7 +144,7 @@ async fn pid_of(events: &mut tonic::Streaming<StartResponse>) -> i32 {
 
 #[tokio::test]
 async fn execute_and_start_run_commands_with_stdin_signals_a_terminal_and_exit_codes() {
-    let fx = Fixture::start().await;
+    let fx = Fixture::start(&[]).await;
     let script = "echo out; echo err >&2; pwd; exit 3";
     let request = ExecuteRequest {
         config: Some(config(&["sh", "-c", script])),
@@ -267,7 +269,7 @@ impl Decoder for RawCodec {
 
 #[tokio::test]
 async fn malformed_protobuf_oversized_messages_bad_tokens_and_unknown_methods_are_refused() {
-    let fx = Fixture::start().await;
+    let fx = Fixture::start(&[]).await;
     let raw = |method, bytes: Vec<u8>, token| fx.call_as(method, bytes, RawCodec, token);
     for (method, garbage) in [
         // A length-delimited field running past the end.
@@ -347,7 +349,7 @@ async fn malformed_protobuf_oversized_messages_bad_tokens_and_unknown_methods_ar
 
 #[tokio::test]
 async fn an_abandoned_execute_kills_its_command() {
-    let fx = Fixture::start().await;
+    let fx = Fixture::start(&[]).await;
     // A duration no other process has, to find this one.
     let marker = "61.4321";
     let request = ExecuteRequest {
@@ -381,4 +383,31 @@ fn procfs_cmdlines() -> Vec<String> {
         .filter_map(|entry| std::fs::read(entry.path().join("cmdline")).ok())
         .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
         .collect()
+}
+
+#[tokio::test]
+async fn the_sandboxd_profile_confines_every_command() {
+    let outside = tempfile::tempdir().unwrap();
+    let granted = tempfile::tempdir().unwrap();
+    let profile = serde_json::json!({"type": "managed", "network": "restricted", "file_system": {
+    "type": "restricted", "entries": [
+        entry(special("root"), "read"),
+        entry(path(granted.path()), "write"),
+    ]}});
+    let profile_file = outside.path().join("profile.json");
+    std::fs::write(&profile_file, profile.to_string()).unwrap();
+    let fx = Fixture::start(&["--sandboxd-sandbox", profile_file.to_str().unwrap()]).await;
+    let write = |dir: &std::path::Path| {
+        let target = dir.join("written");
+        let script = format!("echo x > {}", target.display());
+        ExecuteRequest {
+            config: Some(config(&["sh", "-c", &script])),
+        }
+    };
+    let refused: ExecuteResponse = fx.call("Execute", write(outside.path())).await.unwrap();
+    assert_ne!(refused.exit_code, 0, "{refused:?}");
+    assert!(!outside.path().join("written").exists());
+    let allowed: ExecuteResponse = fx.call("Execute", write(granted.path())).await.unwrap();
+    assert_eq!(allowed.exit_code, 0, "{allowed:?}");
+    assert!(granted.path().join("written").exists());
 }

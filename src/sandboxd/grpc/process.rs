@@ -146,7 +146,8 @@ impl Processes {
     }
 
     /// The command's start: argv as given (no shell), in `cwd` (relative to the sandboxd root,
-    /// which is the default), the request's variables over the core of the daemon's environment.
+    /// which is the default), the request's variables over the core of the daemon's environment,
+    /// in the `--sandboxd-sandbox` profile when there is one.
     fn start_params(
         &self,
         config: ProcessConfig,
@@ -164,6 +165,8 @@ impl Processes {
         }
         let cwd =
             PathUri::from_path(&cwd).map_err(|err| Status::invalid_argument(err.to_string()))?;
+        let sandbox = (self.daemon.config.sandboxd_sandbox.as_ref())
+            .and_then(|profile| crate::sandbox::profile::anchored(profile, &cwd));
         let size = match pty {
             Some(pty) => Some(terminal_size(pty.cols, pty.rows)?),
             None => None,
@@ -185,7 +188,7 @@ impl Processes {
                 include_only: Vec::new(),
             }),
             size,
-            sandbox: None,
+            sandbox,
             enforce_managed_network: false,
             managed_network: None,
             trace: None,
