@@ -2,7 +2,8 @@
 //! tonic client over h2c: commands run with their output, stdin, signals, a terminal and their
 //! exit; and attacks, each a clear gRPC status: malformed protobuf, an oversized message, a
 //! missing or wrong token, an unknown method, a client that abandons `Execute` (its command
-//! is killed, not left running); and `--sandboxd-sandbox` confining what the commands write.
+//! is killed, not left running), idle connections; and `--sandboxd-sandbox` confining what
+//! the commands write.
 
 use crate::common::*;
 use crate::metrics::free_port;
@@ -19,6 +20,7 @@ const TOKEN: &str = "sandboxd-grpc-token-0123456789";
 struct Fixture {
     _daemon: Daemon,
     channel: Channel,
+    address: String,
     _dir: tempfile::TempDir,
 }
 
@@ -47,6 +49,7 @@ impl Fixture {
         Self {
             _daemon: daemon,
             channel,
+            address,
             _dir: dir,
         }
     }
@@ -410,4 +413,40 @@ async fn the_sandboxd_profile_confines_every_command() {
     let allowed: ExecuteResponse = fx.call("Execute", write(granted.path())).await.unwrap();
     assert_eq!(allowed.exit_code, 0, "{allowed:?}");
     assert!(granted.path().join("written").exists());
+}
+
+#[tokio::test]
+async fn idle_connections_are_closed_at_the_deadline_and_never_keep_a_client_out() {
+    let fx = Fixture::start(&["--upgrade-timeout", "2s"]).await;
+    let address = fx.address.clone();
+    // Many connections at once that never send a byte (more than a peer's places).
+    let mut idle = Vec::new();
+    for _ in 0..400 {
+        idle.push(tokio::net::TcpStream::connect(&address).await.unwrap());
+    }
+    // A client still gets in, past them.
+    let fresh = Channel::from_shared(format!("http://{address}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let fx = Fixture {
+        channel: fresh,
+        ..fx
+    };
+    let request = ExecuteRequest {
+        config: Some(config(&["true"])),
+    };
+    let done: ExecuteResponse = fx.call("Execute", request).await.unwrap();
+    assert_eq!(done.exit_code, 0);
+    // Every idle one is closed by the daemon, within the deadline and a margin.
+    for mut stream in idle {
+        use tokio::io::AsyncReadExt as _;
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut byte)).await;
+        assert!(
+            matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+            "an idle connection stayed open"
+        );
+    }
 }

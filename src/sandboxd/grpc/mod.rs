@@ -8,12 +8,10 @@ pub mod messages;
 mod process;
 
 use crate::server::admission::{accept_tcp, Peer};
+use crate::server::pending_http::PendingHttp;
 use crate::server::Daemon;
 use axum::http::{header, Request, Response};
-use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use process::Processes;
-use std::convert::Infallible;
 use std::sync::Arc;
 use tonic::body::Body;
 use tonic::Status;
@@ -39,36 +37,25 @@ pub(crate) async fn spawn(daemon: &Arc<Daemon>) -> anyhow::Result<()> {
         daemon: daemon.clone(),
         session,
     });
+    let app = axum::Router::new().fallback(move |request: Request<axum::body::Body>| {
+        let processes = processes.clone();
+        async move { call(&processes, request).await.map(axum::body::Body::new) }
+    });
+    // Until its first call, a connection holds a place of the listener's HTTP phase, under
+    // its deadline, as the other listeners' do; h2c pings end a vanished peer's.
+    let http = PendingHttp::new(app, &daemon.config);
     tokio::spawn(async move {
         loop {
             // A sandbox on the host network must not drive the daemon from outside it.
             let (stream, peer) = accept_tcp(&listener).await;
-            tracing::debug!(peer = ?Peer::of_ip(peer.ip()), "sandboxd gRPC connection");
-            tokio::spawn(serve(stream, processes.clone()));
+            http.serve(stream, Peer::of_ip(peer.ip()));
         }
     });
     Ok(())
 }
 
-async fn serve(stream: tokio::net::TcpStream, processes: Arc<Processes>) {
-    let ping = processes.daemon.config.ping_interval;
-    let service = hyper::service::service_fn(move |request| {
-        let processes = processes.clone();
-        async move { Ok::<_, Infallible>(call(&processes, request).await) }
-    });
-    let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-    // A vanished peer's connection ends at an unanswered ping.
-    builder
-        .timer(TokioTimer::new())
-        .keep_alive_interval(ping)
-        .keep_alive_timeout(ping);
-    let _ = builder
-        .serve_connection(TokioIo::new(stream), service)
-        .await;
-}
-
 /// One call, dispatched on its path as tonic's generated servers do.
-async fn call(processes: &Arc<Processes>, request: Request<Incoming>) -> Response<Body> {
+async fn call(processes: &Arc<Processes>, request: Request<axum::body::Body>) -> Response<Body> {
     if let Err(status) = authorize(&processes.daemon, &request) {
         return status.into_http();
     }
@@ -129,7 +116,7 @@ where
 }
 
 /// The listener's token, when one is set, in `authorization: Bearer`.
-fn authorize(daemon: &Daemon, request: &Request<Incoming>) -> Result<(), Status> {
+fn authorize(daemon: &Daemon, request: &Request<axum::body::Body>) -> Result<(), Status> {
     let Some(auth) = daemon.config.upgrade_auth.as_ref() else {
         return Ok(());
     };
