@@ -417,7 +417,8 @@ impl Args {
                 std::env::var_os("XDG_RUNTIME_DIR").as_deref(),
             )?,
             envd: self.envd()?,
-            sandboxd_root: self.sandboxd_root.clone(),
+            // Absolute, so that commands' working directories under it are too.
+            sandboxd_root: std::path::absolute(&self.sandboxd_root)?,
             sandboxd_max_file_bytes: self.sandboxd_max_file_bytes,
             sandboxd_grpc_listen: self.sandboxd_grpc_listen,
             sandboxd_sandbox: self.sandboxd_sandbox()?,
