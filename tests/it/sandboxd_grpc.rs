@@ -196,7 +196,14 @@ async fn execute_and_start_run_commands_with_stdin_signals_a_terminal_and_exit_c
     let _: Empty = fx.call("SendSignal", signal).await.unwrap();
     assert_eq!(until_exit(&mut sleeper).await.1, 128 + 15);
 
-    // A terminal of the size asked for, then resized.
+    // Addressed to no running process: NOT_FOUND.
+    let gone = fx.call::<_, Empty>("SendSignal", signal).await.unwrap_err();
+    assert_eq!(gone.code(), Code::NotFound, "{gone:?}");
+}
+
+#[tokio::test]
+async fn start_gives_a_terminal_of_the_size_asked_for_and_resizes_it() {
+    let fx = Fixture::start(&[]).await;
     let pty = Pty { cols: 91, rows: 33 };
     let mut shell = fx
         .run(&["sh", "-c", "stty size; read x; stty size"], Some(pty))
@@ -222,10 +229,6 @@ async fn execute_and_start_run_commands_with_stdin_signals_a_terminal_and_exit_c
         "{output:?}"
     );
     assert_eq!(code, 0);
-
-    // Addressed to no running process: NOT_FOUND.
-    let gone = fx.call::<_, Empty>("SendSignal", signal).await.unwrap_err();
-    assert_eq!(gone.code(), Code::NotFound, "{gone:?}");
 }
 
 fn input_to(pid: i32, text: &'static str) -> WriteStdinRequest {
