@@ -220,7 +220,7 @@ async fn files_round_trip_through_put_get_head_list_and_delete() {
 async fn path_traversal_is_refused_by_dots_encoded_dots_and_links_out_of_the_root() {
     let fx = Fixture::start(&[]);
     let ws = fx.root().join("ws");
-    // Links a tenant could plant: absolute, relative, to a directory, to the root's parent.
+    // Links a tenant could plant: to a file outside, to the root's parent, a /proc magic link.
     std::os::unix::fs::symlink(fx.outside(), ws.join("abs")).unwrap();
     std::os::unix::fs::symlink(fx.top.path(), ws.join("updir")).unwrap();
     std::os::unix::fs::symlink("/proc/self/root", ws.join("magic")).unwrap();
