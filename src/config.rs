@@ -222,6 +222,30 @@ pub struct Args {
     #[arg(long, env = "EXEC_SERVER_ENVD_SANDBOX", value_name = "PROFILE.json")]
     pub envd_sandbox: Option<PathBuf>,
 
+    /// The directory the sandboxd REST API (`/v1/files/{path}` on the listener) resolves its
+    /// sandbox-relative paths under: nothing outside it is reachable there, by `..` or by a
+    /// symbolic link. See docs/operations.md, "On kubernetes-sigs/agent-sandbox".
+    #[arg(long, env = "EXEC_SERVER_SANDBOXD_ROOT", default_value = "/")]
+    pub sandboxd_root: PathBuf,
+
+    /// A permission profile (as `--envd-sandbox` takes) applied to every command the sandboxd
+    /// gRPC ProcessService starts, anchored at its cwd.
+    #[arg(
+        long,
+        env = "EXEC_SERVER_SANDBOXD_SANDBOX",
+        value_name = "PROFILE.json"
+    )]
+    pub sandboxd_sandbox: Option<PathBuf>,
+
+    /// Serve agent-sandbox's gRPC `process.v1.ProcessService` (h2c) on this address, behind
+    /// the listener's token.
+    #[arg(long, env = "EXEC_SERVER_SANDBOXD_GRPC_LISTEN", value_name = "IP:PORT")]
+    pub sandboxd_grpc_listen: Option<std::net::SocketAddr>,
+
+    /// The largest file `PUT /v1/files/{path}` writes; a longer body is refused (413).
+    #[arg(long, env = "EXEC_SERVER_SANDBOXD_MAX_FILE_BYTES", default_value_t = 1 << 30)]
+    pub sandboxd_max_file_bytes: u64,
+
     /// Which layer confines a sandbox's file system: `auto` (Landlock where the kernel has ABI
     /// 2 or newer, else the mount view alone), `landlock` (refuse restricting intent without
     /// it), or `mount-view` (the mount view alone, as bubblewrap does; Landlock still scopes
@@ -304,6 +328,12 @@ pub struct Config {
     pub runtime: RuntimeSettings,
     /// `--sandbox-id`: the `X-Sandbox-ID` requests routed here must name, if they name one.
     pub(crate) sandbox_id: Option<String>,
+    /// `--sandboxd-root`, `--sandboxd-max-file-bytes`, `--sandboxd-grpc-listen`.
+    pub(crate) sandboxd_root: PathBuf,
+    pub(crate) sandboxd_max_file_bytes: u64,
+    pub(crate) sandboxd_grpc_listen: Option<std::net::SocketAddr>,
+    /// `--sandboxd-sandbox`: the profile, checked at start.
+    pub(crate) sandboxd_sandbox: Option<serde_json::Value>,
     /// How sandboxes are enforced on this host (`--sandbox-backend`, the kernel's Landlock).
     pub(crate) sandbox: crate::sandbox::facilities::Enforcement,
 }
@@ -402,6 +432,11 @@ impl Args {
                 std::env::var_os("XDG_RUNTIME_DIR").as_deref(),
             )?,
             envd: self.envd()?,
+            // Absolute, so that commands' working directories under it are too.
+            sandboxd_root: std::path::absolute(&self.sandboxd_root)?,
+            sandboxd_max_file_bytes: self.sandboxd_max_file_bytes,
+            sandboxd_grpc_listen: self.sandboxd_grpc_listen,
+            sandboxd_sandbox: self.sandboxd_sandbox()?,
             sandbox: crate::sandbox::facilities::Enforcement::decide(
                 crate::sandbox::facilities::kernel_abi(),
                 self.landlock_abi_max,
@@ -436,6 +471,20 @@ impl Args {
             access_token,
             sandbox,
         })
+    }
+
+    fn sandboxd_sandbox(&self) -> anyhow::Result<Option<serde_json::Value>> {
+        let Some(path) = self.sandboxd_sandbox.as_deref() else {
+            return Ok(None);
+        };
+        let (_, profile) = read_profile("--sandboxd-sandbox", path)?;
+        crate::sandbox::profile::check(&profile).map_err(|err| {
+            anyhow::anyhow!(
+                "--sandboxd-sandbox {} is not a sandbox profile: {err}",
+                path.display()
+            )
+        })?;
+        Ok(Some(profile))
     }
 
     /// What an upgrade must present: our token, or codex's `--ws-auth`, not both.
@@ -574,4 +623,14 @@ fn inotify_limit(name: &str, default: usize) -> usize {
         .ok()
         .and_then(|text| text.trim().parse().ok())
         .unwrap_or(default)
+}
+
+/// A profile file's path and its JSON, for `flag`.
+fn read_profile(flag: &str, path: &Path) -> anyhow::Result<(PathBuf, serde_json::Value)> {
+    use anyhow::Context as _;
+    let text =
+        std::fs::read(path).with_context(|| format!("cannot read {flag} {}", path.display()))?;
+    let profile = serde_json::from_slice(&text)
+        .with_context(|| format!("{flag} {} is not JSON", path.display()))?;
+    Ok((path.to_path_buf(), profile))
 }

@@ -35,6 +35,10 @@ mod process;
 pub mod rpc;
 mod runtime_api;
 mod sandbox;
+mod sandboxd;
+/// The sandboxd gRPC messages, for the tests' client.
+#[doc(hidden)]
+pub use sandboxd::grpc::messages as sandboxd_process_v1;
 mod server;
 mod session;
 mod state_dir;

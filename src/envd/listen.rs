@@ -7,7 +7,8 @@
 use super::connect::{client_stream, server_stream, unary, Code, ConnectError};
 use super::Envd;
 use crate::config::EnvdListen;
-use crate::server::admission::{accept_tcp, retry_accept, Admission, Peer};
+use crate::server::admission::{accept_tcp, retry_accept, Peer};
+use crate::server::pending_http::PendingHttp;
 use crate::server::Daemon;
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
@@ -16,9 +17,6 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use hyper::service::Service as _;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use std::sync::Arc;
 use subtle::ConstantTimeEq as _;
 
@@ -26,7 +24,7 @@ use subtle::ConstantTimeEq as _;
 pub(crate) async fn spawn(daemon: &Arc<Daemon>) -> anyhow::Result<()> {
     let settings = &daemon.config.envd;
     if let Some((path, profile)) = &settings.sandbox {
-        super::check_sandbox(profile).map_err(|err| {
+        crate::sandbox::profile::check(profile).map_err(|err| {
             anyhow::anyhow!(
                 "--envd-sandbox {} is not a sandbox profile: {err}",
                 path.display()
@@ -42,12 +40,7 @@ pub(crate) async fn spawn(daemon: &Arc<Daemon>) -> anyhow::Result<()> {
             watchers: Default::default(),
             accounts: Default::default(),
         });
-        let http = Http {
-            app: TowerToHyperService::new(routes(envd)),
-            admission: Arc::new(Admission::new(&daemon.config)),
-            header_timeout: daemon.config.upgrade_timeout,
-            ping_interval: daemon.config.ping_interval,
-        };
+        let http = PendingHttp::new(routes(envd), &daemon.config);
         match listen {
             EnvdListen::Tcp(addr) => {
                 let listener = tokio::net::TcpListener::bind(addr)
@@ -70,7 +63,7 @@ pub(crate) async fn spawn(daemon: &Arc<Daemon>) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn serve_tcp(listener: tokio::net::TcpListener, http: Http) {
+async fn serve_tcp(listener: tokio::net::TcpListener, http: PendingHttp) {
     loop {
         // A sandbox on the host network must not drive the daemon from outside its sandbox.
         let (stream, peer) = accept_tcp(&listener).await;
@@ -78,7 +71,7 @@ async fn serve_tcp(listener: tokio::net::TcpListener, http: Http) {
     }
 }
 
-async fn serve_unix(listener: tokio::net::UnixListener, http: Http) {
+async fn serve_unix(listener: tokio::net::UnixListener, http: PendingHttp) {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
@@ -105,76 +98,6 @@ fn bind_unix(path: &std::path::Path) -> std::io::Result<tokio::net::UnixListener
     let listener = tokio::net::UnixListener::bind(path)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
     Ok(listener)
-}
-
-/// One listener's routes, and the places of its connections before their first request.
-struct Http {
-    app: TowerToHyperService<Router>,
-    admission: Arc<Admission>,
-    /// The deadline of an HTTP/1.1 request's head after the first (`--upgrade-timeout`).
-    header_timeout: std::time::Duration,
-    /// HTTP/2 pings, so that a vanished h2c peer's connection ends (`--ping-interval`).
-    ping_interval: std::time::Duration,
-}
-
-impl Http {
-    /// Serves one connection, HTTP/1.1 or h2c (told apart by the HTTP/2 preface), for as long
-    /// as the client keeps it: envd streams last as long as their commands. It holds a place
-    /// until its first request's head arrived, and is closed if that takes longer than the
-    /// place's deadline; on HTTP/1.1, each later request's head has `header_timeout`.
-    fn serve<S>(&self, stream: S, from: Peer)
-    where
-        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-    {
-        let mut place = match self.admission.admit(from) {
-            Ok(place) => place,
-            Err(full) => {
-                tracing::debug!(?from, "envd: {full}; closing");
-                return;
-            }
-        };
-        let deadline = place.timeout;
-        let (arrived, first_request) = tokio::sync::oneshot::channel::<()>();
-        let arrived = std::sync::Mutex::new(Some(arrived));
-        let app = self.app.clone();
-        let service = hyper::service::service_fn(move |request| {
-            // A request's head is in: the place and the deadline go (dropping the sender).
-            drop(arrived.lock().unwrap().take());
-            app.call(request)
-        });
-        let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-        (builder.http1())
-            .timer(TokioTimer::new())
-            .header_read_timeout(self.header_timeout);
-        (builder.http2())
-            .timer(TokioTimer::new())
-            .keep_alive_interval(self.ping_interval);
-        tokio::spawn(async move {
-            let connection = builder.serve_connection(TokioIo::new(stream), service);
-            // Held until the first request's head is in; closed at the deadline, or when a
-            // newer connection took the place back (at a cap the oldest pending one yields).
-            let first_request = async move {
-                tokio::select! {
-                    waited = tokio::time::timeout(deadline, first_request) => {
-                        if waited.is_err() {
-                            tracing::debug!(?from, "envd: no request in {deadline:?}; closing");
-                            return;
-                        }
-                    }
-                    () = place.evicted() => {
-                        tracing::debug!(?from, "envd: cut short by a newer connection; closing");
-                        return;
-                    }
-                }
-                drop(place);
-                std::future::pending::<()>().await
-            };
-            tokio::select! {
-                _ = connection => {}
-                () = first_request => {}
-            }
-        });
-    }
 }
 
 fn routes(envd: Arc<Envd>) -> Router {

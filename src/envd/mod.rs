@@ -41,31 +41,8 @@ impl Envd {
     /// The `--envd-sandbox` profile anchored at `cwd`; None without one.
     fn sandbox(&self, cwd: &PathUri) -> Option<FileSystemSandboxContext> {
         let (_, profile) = self.daemon.config.envd.sandbox.as_ref()?;
-        anchored_profile(profile, cwd)
+        crate::sandbox::profile::anchored(profile, cwd)
     }
-}
-
-/// A profile file's sandbox for a command in `cwd`: a bare `permissions` object is anchored
-/// there, as `run --sandbox PROFILE.json` does. Shared with agent-sandbox's runtime API.
-pub(crate) fn anchored_profile(
-    profile: &serde_json::Value,
-    cwd: &PathUri,
-) -> Option<FileSystemSandboxContext> {
-    if profile.get("permissions").is_some() {
-        return serde_json::from_value(profile.clone()).ok();
-    }
-    Some(FileSystemSandboxContext {
-        permissions: serde_json::from_value(profile.clone()).ok()?,
-        cwd: Some(cwd.clone()),
-        workspace_roots: vec![cwd.clone()],
-        policy_context: None,
-        windows_sandbox_level: Default::default(),
-        windows_sandbox_private_desktop: false,
-        use_legacy_landlock: false,
-        user_home_dir: None,
-        temporary_directories: Vec::new(),
-        windows_sandbox_proxy_settings_mode: None,
-    })
 }
 
 /// The envd listener's parsers of untrusted bytes, for the fuzz targets (fuzz/).
@@ -161,18 +138,6 @@ pub mod fuzz {
             .map_err(|error| error.to_string())?;
         Ok(parts.into_inner())
     }
-}
-
-/// Whether `profile` is a permission profile the envd listeners can apply (checked at start).
-pub(crate) fn check_sandbox(profile: &serde_json::Value) -> anyhow::Result<()> {
-    if profile.get("permissions").is_some() {
-        serde_json::from_value::<FileSystemSandboxContext>(profile.clone())?;
-    } else {
-        serde_json::from_value::<exec_server_protocol::sandbox::PermissionProfile>(
-            profile.clone(),
-        )?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -91,7 +91,7 @@ impl Runtime {
         let base = &self.daemon.config.runtime.base_dir;
         let cwd = PathUri::from_path(base).map_err(|err| err.to_string())?;
         let sandbox = (self.daemon.config.runtime.sandbox.as_ref())
-            .and_then(|(_, profile)| crate::envd::anchored_profile(profile, &cwd));
+            .and_then(|(_, profile)| crate::sandbox::profile::anchored(profile, &cwd));
         Ok(StartParams {
             process_id: format!("runtime:{}", uuid::Uuid::new_v4()),
             argv,

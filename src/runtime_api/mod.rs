@@ -48,7 +48,7 @@ impl Runtime {
 /// The health routes and the legacy runtime API.
 pub(crate) fn routes(daemon: &Arc<Daemon>) -> anyhow::Result<Router<Arc<Daemon>>> {
     if let Some((path, profile)) = &daemon.config.runtime.sandbox {
-        crate::envd::check_sandbox(profile).map_err(|err| {
+        crate::sandbox::profile::check(profile).map_err(|err| {
             anyhow::anyhow!(
                 "--runtime-sandbox {} is not a sandbox profile: {err}",
                 path.display()

@@ -24,6 +24,7 @@ pub(crate) mod peers;
 pub(crate) mod plan;
 mod policy;
 pub(crate) mod prepare;
+pub(crate) mod profile;
 pub(crate) mod protected;
 pub(crate) mod seccomp;
 mod sock_diag;

@@ -266,7 +266,8 @@ impl Registry {
         census
     }
 
-    fn is_closing(&self) -> bool {
+    /// Whether the daemon is shutting down (from SIGTERM until it exits).
+    pub(crate) fn is_closing(&self) -> bool {
         self.closing.load(std::sync::atomic::Ordering::SeqCst)
     }
 

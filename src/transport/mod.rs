@@ -165,6 +165,7 @@ pub async fn serve(
         spawn_metrics(listener, &daemon)?;
     }
     crate::envd::spawn(&daemon).await?;
+    crate::sandboxd::grpc::spawn(&daemon).await?;
     let outcome = serve_clients(
         Serving {
             listener: listener.as_ref(),

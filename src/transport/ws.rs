@@ -139,15 +139,21 @@ impl Http {
         tracing::info!("exec-server listening on {url}");
         super::systemd::notify_serving(start.took_over);
         let config = daemon.config.clone();
+        // The sandboxd REST contract (agent-sandbox's runtime API) behind the same check as the
+        // upgrade; its health probe without it.
+        let sandboxd = crate::sandboxd::guarded_routes(daemon.clone()).route_layer(
+            axum::middleware::from_fn_with_state(daemon.clone(), guarded),
+        );
         let app = Router::new()
             .route("/metrics", get(guarded_metrics))
             .route("/", any(upgrade))
             .merge(crate::runtime_api::routes(&daemon)?)
+            .with_state::<()>(daemon.clone())
+            .merge(sandboxd)
             .layer(axum::middleware::from_fn_with_state(
-                daemon.clone(),
+                daemon,
                 crate::runtime_api::guard,
-            ))
-            .with_state(daemon);
+            ));
         Ok(Self::new(app, &config, start.connections))
     }
 
@@ -289,6 +295,18 @@ pub(super) async fn serve_unix(
 fn refusal(daemon: &Daemon, headers: &HeaderMap) -> Option<Response> {
     let refused = crate::ws_auth::refusal(daemon.config.upgrade_auth.as_ref(), headers)?;
     Some(refused.into_response())
+}
+
+/// The listener's refusal (a browser origin, a missing or wrong token) in front of a route.
+async fn guarded(
+    State(daemon): State<Arc<Daemon>>,
+    request: Request<axum::body::Body>,
+    next: axum::middleware::Next,
+) -> Response {
+    match refusal(&daemon, request.headers()) {
+        Some(refused) => refused,
+        None => next.run(request).await,
+    }
 }
 
 async fn guarded_metrics(State(daemon): State<Arc<Daemon>>, headers: HeaderMap) -> Response {

@@ -63,6 +63,8 @@ mod sandbox_fs_ops;
 mod sandbox_managed_net;
 mod sandbox_net;
 mod sandbox_scale;
+mod sandboxd_grpc;
+mod sandboxd_rest;
 mod session;
 mod session_api;
 mod soak;
