@@ -1,5 +1,6 @@
 //! Command-line flags (each also settable from the environment) and the resolved settings.
 
+mod envd;
 mod remote;
 mod runtime;
 
@@ -7,6 +8,7 @@ use clap::Parser;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub(crate) use envd::{EnvdListen, EnvdSettings};
 pub(crate) use remote::{require_secure, RemoteAuth};
 pub use remote::{RemoteArgs, RemoteConfig, RemoteTransport};
 pub(crate) use runtime::{RuntimeArgs, RuntimeSettings};
@@ -338,46 +340,6 @@ pub struct Config {
     pub(crate) sandbox: crate::sandbox::facilities::Enforcement,
 }
 
-/// Where and how the envd protocol is served (`--envd-*`).
-#[derive(Debug, Clone, Default)]
-pub struct EnvdSettings {
-    pub listen: Vec<EnvdListen>,
-    pub access_token: Option<String>,
-    /// The profile file's path and its contents (a `FileSystemSandboxContext` as JSON).
-    pub sandbox: Option<(PathBuf, serde_json::Value)>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum EnvdListen {
-    Tcp(std::net::SocketAddr),
-    Unix(PathBuf),
-}
-
-impl std::fmt::Display for EnvdListen {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Tcp(addr) => write!(f, "{addr}"),
-            Self::Unix(path) => write!(f, "unix://{}", path.display()),
-        }
-    }
-}
-
-impl EnvdListen {
-    fn parse(text: &str) -> anyhow::Result<Self> {
-        if let Some(path) = text.strip_prefix("unix://") {
-            anyhow::ensure!(
-                path.starts_with('/') && path.len() > 1,
-                "invalid --envd-listen `{text}`; expected `unix:///ABSOLUTE/PATH`"
-            );
-            return Ok(Self::Unix(path.into()));
-        }
-        let addr = text.strip_prefix("http://").unwrap_or(text);
-        addr.parse().map(Self::Tcp).map_err(|_| {
-            anyhow::anyhow!("invalid --envd-listen `{text}`; expected `IP:PORT` or `unix:///PATH`")
-        })
-    }
-}
-
 impl Args {
     pub fn config(&self) -> anyhow::Result<Config> {
         let upgrade_auth = self.upgrade_auth()?;
@@ -436,7 +398,11 @@ impl Args {
             sandboxd_root: std::path::absolute(&self.sandboxd_root)?,
             sandboxd_max_file_bytes: self.sandboxd_max_file_bytes,
             sandboxd_grpc_listen: self.sandboxd_grpc_listen,
-            sandboxd_sandbox: self.sandboxd_sandbox()?,
+            sandboxd_sandbox: runtime::read_checked_profile(
+                self.sandboxd_sandbox.as_ref(),
+                "--sandboxd-sandbox",
+            )?
+            .map(|(_, profile)| profile),
             sandbox: crate::sandbox::facilities::Enforcement::decide(
                 crate::sandbox::facilities::kernel_abi(),
                 self.landlock_abi_max,
@@ -471,20 +437,6 @@ impl Args {
             access_token,
             sandbox,
         })
-    }
-
-    fn sandboxd_sandbox(&self) -> anyhow::Result<Option<serde_json::Value>> {
-        let Some(path) = self.sandboxd_sandbox.as_deref() else {
-            return Ok(None);
-        };
-        let (_, profile) = read_profile("--sandboxd-sandbox", path)?;
-        crate::sandbox::profile::check(&profile).map_err(|err| {
-            anyhow::anyhow!(
-                "--sandboxd-sandbox {} is not a sandbox profile: {err}",
-                path.display()
-            )
-        })?;
-        Ok(Some(profile))
     }
 
     /// What an upgrade must present: our token, or codex's `--ws-auth`, not both.
@@ -623,14 +575,4 @@ fn inotify_limit(name: &str, default: usize) -> usize {
         .ok()
         .and_then(|text| text.trim().parse().ok())
         .unwrap_or(default)
-}
-
-/// A profile file's path and its JSON, for `flag`.
-fn read_profile(flag: &str, path: &Path) -> anyhow::Result<(PathBuf, serde_json::Value)> {
-    use anyhow::Context as _;
-    let text =
-        std::fs::read(path).with_context(|| format!("cannot read {flag} {}", path.display()))?;
-    let profile = serde_json::from_slice(&text)
-        .with_context(|| format!("{flag} {} is not JSON", path.display()))?;
-    Ok((path.to_path_buf(), profile))
 }

@@ -63,3 +63,17 @@ pub(super) fn read_profile(
         .with_context(|| format!("{flag} {} is not JSON", path.display()))?;
     Ok(Some((path.clone(), profile)))
 }
+
+/// [`read_profile`], checked to be a sandbox profile a listener can apply (at start).
+pub(super) fn read_checked_profile(
+    path: Option<&PathBuf>,
+    flag: &str,
+) -> anyhow::Result<Option<(PathBuf, serde_json::Value)>> {
+    let Some((path, profile)) = read_profile(path, flag)? else {
+        return Ok(None);
+    };
+    crate::sandbox::profile::check(&profile).map_err(|err| {
+        anyhow::anyhow!("{flag} {} is not a sandbox profile: {err}", path.display())
+    })?;
+    Ok(Some((path, profile)))
+}

@@ -144,6 +144,19 @@ fn put_back(mut server: Server) {
     }
 }
 
+/// At shutdown: retires every idle helper of this runtime now, so that the placeholders they
+/// mount are let go before the daemon removes those no launch holds.
+pub(crate) async fn retire_idle() {
+    let runtime = tokio::runtime::Handle::current().id();
+    let idle: Vec<Server> = {
+        let mut idle = IDLE_SERVERS.lock().unwrap_or_else(|e| e.into_inner());
+        let (ours, others) = idle.drain(..).partition(|server| server.runtime == runtime);
+        *idle = others;
+        ours
+    };
+    futures::future::join_all(idle.into_iter().map(Server::retire)).await;
+}
+
 /// Retires idle helpers past [`IDLE`], until none waits.
 async fn reap() {
     loop {

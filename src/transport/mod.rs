@@ -181,7 +181,9 @@ pub async fn serve(
     .await;
     drop(listener);
     daemon.sessions.shutdown().await;
-    // The trees are gone: no placeholder of a protected name is left in a workspace.
+    crate::launcher::fs_servers::retire_idle().await;
+    // The trees and the fs helpers are gone: no placeholder of a protected name is left in a
+    // workspace.
     crate::sandbox::protected::release_placeholders();
     daemon.audit.flush(AUDIT_FLUSH_LIMIT).await;
     outcome
