@@ -129,8 +129,40 @@ pub(crate) struct WatchBudget {
 
 /// A running watcher, counted in its connection and the daemon until it is dropped.
 pub(crate) struct Watcher {
-    _watcher: notify::RecommendedWatcher,
+    watcher: notify::RecommendedWatcher,
     _counted: [[Counted; 2]; 2],
+    /// Disconnected once the watcher's thread has closed its inotify instance (it drops the
+    /// handler, which holds the sender, only then).
+    closed: std::sync::mpsc::Receiver<()>,
+}
+
+/// The longest [`Watcher::close`] waits for the watcher's thread.
+const CLOSE_WAIT: Duration = Duration::from_secs(1);
+
+impl Watcher {
+    /// Ends the watch and waits until its inotify instance is closed. Dropping a watcher only
+    /// asks its thread to close the instance, so a client replacing a watch in a loop would
+    /// otherwise pile up instances faster than the threads close them, past the user's
+    /// `max_user_instances` (EMFILE for every watcher on the host). Blocking.
+    pub(crate) fn close(self) {
+        let Self {
+            watcher, closed, ..
+        } = self;
+        drop(watcher);
+        let _ = closed.recv_timeout(CLOSE_WAIT);
+    }
+}
+
+/// A watcher's event handler, with the sender that tells [`Watcher::close`] its thread is done.
+struct Handler<H> {
+    handler: H,
+    _done: std::sync::mpsc::SyncSender<()>,
+}
+
+impl<H: notify::EventHandler> notify::EventHandler for Handler<H> {
+    fn handle_event(&mut self, event: notify::Result<notify::Event>) {
+        self.handler.handle_event(event);
+    }
 }
 
 /// Starts one watcher of `paths` (for `what`, as its refusals name it) whose events go to
@@ -162,6 +194,11 @@ pub(crate) fn start_watcher(
         (budget.daemon).count(what, directories, budget.daemon_limits, "for the daemon")?,
     ];
     let config = notify::Config::default().with_follow_symlinks(false);
+    let (done, closed) = std::sync::mpsc::sync_channel(0);
+    let handler = Handler {
+        handler,
+        _done: done,
+    };
     let mut watcher = notify::RecommendedWatcher::new(handler, config).map_err(watch_error)?;
     let mode = if recursive {
         RecursiveMode::Recursive
@@ -172,13 +209,15 @@ pub(crate) fn start_watcher(
         watcher.watch(path, mode).map_err(watch_error)?;
     }
     Ok(Watcher {
-        _watcher: watcher,
+        watcher,
         _counted: counted,
+        closed,
     })
 }
 
 struct Watch {
-    _watcher: Watcher,
+    /// Taken out by `fs/unwatch`, which closes it before replying.
+    watcher: Option<Watcher>,
     /// True while notifications may be sent; unwatch clears it under the lock, so nothing is
     /// sent for a watch after its `fs/unwatch` reply.
     live: Arc<tokio::sync::Mutex<bool>>,
@@ -242,7 +281,7 @@ impl Watches {
         let forwarder = tokio::spawn(forward(id.clone(), rx, overflowed, outbound, live.clone()))
             .abort_handle();
         let watch = Watch {
-            _watcher: watcher,
+            watcher: Some(watcher),
             live,
             forwarder,
         };
@@ -255,10 +294,13 @@ impl Watches {
 
     /// Idempotent, like `fs/close`.
     pub(super) async fn unwatch(&self, id: &str) {
-        let Some(watch) = self.table().remove(id) else {
+        let Some(mut watch) = self.table().remove(id) else {
             return;
         };
         *watch.live.lock().await = false;
+        if let Some(watcher) = watch.watcher.take() {
+            let _ = tokio::task::spawn_blocking(move || watcher.close()).await;
+        }
     }
 }
 

@@ -36,7 +36,8 @@ struct State {
 
 struct Armed {
     id: u64,
-    _watcher: Watcher,
+    /// Taken out by a replacing request, which closes it before opening its own.
+    watcher: Option<Watcher>,
     forwarder: tokio::task::AbortHandle,
 }
 
@@ -122,14 +123,17 @@ impl MissingWatch {
     ) -> Result<bool, super::FsError> {
         let id = params.watch_id;
         let paths = Paths::from_params(&params)?;
-        {
+        let replaced = {
             let mut state = lock(&self.state);
             if state.newest.is_some_and(|newest| id <= newest) {
                 return Ok(false);
             }
             state.newest = Some(id);
-            state.armed = None;
-        }
+            state
+                .armed
+                .take()
+                .and_then(|mut armed| armed.watcher.take())
+        };
         if paths.missing.is_empty() || paths.missing.len() > MAX_MISSING {
             return Ok(false);
         }
@@ -137,6 +141,9 @@ impl MissingWatch {
         let used = used.clone();
         let watched = paths.clone();
         let started = super::host::blocking(move || {
+            if let Some(replaced) = replaced {
+                replaced.close();
+            }
             if !watched.as_described() {
                 return Ok(None);
             }
@@ -175,7 +182,7 @@ impl MissingWatch {
         let forwarder = tokio::spawn(deliver(id, wake, outbound.clone(), state_of_watch));
         state.armed = Some(Armed {
             id,
-            _watcher: watcher,
+            watcher: Some(watcher),
             forwarder: forwarder.abort_handle(),
         });
         Ok(true)
