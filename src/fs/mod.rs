@@ -28,7 +28,7 @@ mod watch;
 mod watch_missing;
 mod write_stream;
 
-pub(crate) use error::FsError;
+pub(crate) use error::{Failure, FsError};
 pub(crate) use file::TOO_LARGE as READ_FILE_TOO_LARGE;
 pub(crate) use methods::{
     close, one_shot, open, read_block, run_routed, unwatch, watch, watch_missing, write_block,

@@ -35,6 +35,16 @@ pub(crate) enum Route {
     Confined(Confined),
 }
 
+impl Route {
+    /// The sandbox a call runs in; None when it runs in the daemon.
+    pub(crate) fn confined(self) -> Option<Confined> {
+        match self {
+            Route::Direct => None,
+            Route::Confined(confined) => Some(confined),
+        }
+    }
+}
+
 /// A restricting intent, bound to the directory its helper runs in; shared by the handles
 /// opened under it.
 #[derive(Clone, Debug)]
