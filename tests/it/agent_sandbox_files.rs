@@ -1,5 +1,6 @@
 //! agent-sandbox's legacy file routes (`/upload`, `/download`, `/list`, `/exists`): confined to
-//! the base directory, spoken over real sockets to the real binary.
+//! the base directory, and under `--runtime-sandbox` to what the profile grants, spoken over
+//! real sockets to the real binary, with the real sandbox.
 
 use crate::agent_sandbox::{json_of, runtime_daemon, send, upload};
 use crate::common::*;
@@ -74,4 +75,78 @@ fn file_routes_refuse_every_way_out_of_the_base_dir() {
     }
     assert!(!outside.path().join("planted").exists());
     assert!(!outside.path().join("new").exists());
+}
+
+#[test]
+fn the_runtime_sandbox_profile_confines_the_file_routes() {
+    use crate::sandbox_support::{entry, path};
+    let dir = scratch_dir();
+    let base = dir.path().join("app");
+    let (writable, private) = (base.join("writable"), base.join("private"));
+    let outside = dir.path().join("outside");
+    for made in [&writable, &private, &outside] {
+        std::fs::create_dir_all(made).unwrap();
+    }
+    std::fs::write(base.join("readme"), "read me").unwrap();
+    std::fs::write(private.join("secret"), "s3cret data").unwrap();
+    // Leads out of the base to where the profile lets write: the base still refuses it.
+    std::os::unix::fs::symlink("../../outside", writable.join("out")).unwrap();
+    let profile = serde_json::json!({"type": "managed", "network": "restricted", "file_system": {
+    "type": "restricted", "entries": [
+        entry(path(&base), "read"),
+        entry(path(&writable), "write"),
+        entry(path(&private), "none"),
+        entry(path(&outside), "write"),
+    ]}});
+    let profile_path = dir.path().join("profile.json");
+    std::fs::write(&profile_path, profile.to_string()).unwrap();
+    let daemon = runtime_daemon(
+        &base,
+        &["--runtime-sandbox", profile_path.to_str().unwrap()],
+    );
+    assert_eq!(upload(&daemon, "writable/new/in.txt", b"in").0, 200);
+    assert_eq!(std::fs::read(writable.join("new/in.txt")).unwrap(), b"in");
+    for name in ["out.txt", "fresh/out.txt", "readme", "private/planted"] {
+        let (status, body) = upload(&daemon, name, b"x");
+        assert_eq!(status, 403, "{name}: {body}");
+        assert!(body.contains("does not allow writing"), "{name}: {body}");
+    }
+    assert_eq!(upload(&daemon, "writable/out/planted", b"x").0, 403);
+    let left: Vec<_> = (std::fs::read_dir(&base).unwrap())
+        .map(|entry| entry.unwrap().file_name())
+        .collect();
+    assert_eq!(left.len(), 3, "a refused upload left {left:?}");
+    assert!(!private.join("planted").exists());
+    assert_eq!(
+        std::fs::read_to_string(base.join("readme")).unwrap(),
+        "read me"
+    );
+    // (The sandbox's placeholders for protected names sit in a write root meanwhile.)
+    assert!(!outside.join("planted").exists());
+    let (status, body) = send(&daemon, "GET", "/download/readme", &[], b"");
+    assert_eq!((status, body.as_str()), (200, "read me"));
+    let (status, body) = send(&daemon, "GET", "/list/writable", &[], b"");
+    assert_eq!(status, 200, "{body}");
+    let names: Vec<_> = (json_of(&body).as_array().unwrap().iter())
+        .map(|entry| entry["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(names.contains(&"new".to_owned()), "{body}");
+    for (path, exists) in [("readme", true), ("writable/new", true), ("missing", false)] {
+        let (status, body) = send(&daemon, "GET", &format!("/exists/{path}"), &[], b"");
+        assert_eq!(
+            (status, json_of(&body)["exists"].as_bool()),
+            (200, Some(exists))
+        );
+    }
+    for path in [
+        "/download/private/secret",
+        "/list/private",
+        "/exists/private",
+        "/exists/private/secret",
+    ] {
+        let (status, body) = send(&daemon, "GET", path, &[], b"");
+        assert_eq!(status, 403, "{path}: {body}");
+        assert!(body.contains("does not allow reading"), "{path}: {body}");
+        assert!(!body.contains("s3cret data"), "{path}: {body}");
+    }
 }
