@@ -19,7 +19,8 @@ pub struct RuntimeArgs {
     #[arg(long, env = "EXEC_SERVER_RUNTIME_MAX_UPLOAD_BYTES", default_value_t = 1 << 30)]
     pub runtime_max_upload_bytes: u64,
 
-    /// A permission profile (as --envd-sandbox) applied to every legacy `/execute` command.
+    /// A permission profile (as --envd-sandbox) applied to every legacy `/execute` command and
+    /// file route (`/upload`, `/download`, `/list`, `/exists`).
     #[arg(long, env = "EXEC_SERVER_RUNTIME_SANDBOX", value_name = "PROFILE.json")]
     pub runtime_sandbox: Option<PathBuf>,
 }

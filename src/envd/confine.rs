@@ -12,10 +12,9 @@ use super::entry::{blocking, describe, is_artifact};
 use super::messages::{EntryInfo, ListDirResponse};
 use super::users::Account;
 use super::Envd;
-use crate::fs::sandbox::{route, Confined, Route};
-use crate::fs::{FsError, OneShot};
+use crate::fs::sandbox::{route, Confined};
+use crate::fs::{Failure, FsError, OneShot};
 use crate::ipc::message::Inspect;
-use crate::rpc::RpcError;
 use exec_server_protocol::fs::*;
 use exec_server_protocol::methods as m;
 use exec_server_protocol::PathUri;
@@ -44,10 +43,7 @@ impl Envd {
                 ),
             ));
         }
-        match route(Some(sandbox)).map_err(connect_error)? {
-            Route::Direct => Ok(None),
-            Route::Confined(confined) => Ok(Some(confined)),
-        }
+        Ok(route(Some(sandbox)).map_err(connect_error)?.confined())
     }
 }
 
@@ -263,17 +259,13 @@ pub(super) async fn open(
 /// The helper's error as envd words it: a denial (the sandbox's, or the OS refusing access)
 /// is `permission_denied`, a missing path `not_found`, the rest `internal`.
 pub(super) fn connect_error(error: FsError) -> ConnectError {
-    let error = RpcError::from(error);
-    let data = error.data.as_ref();
-    let flag = |name: &str| data.and_then(|d| d.get(name)).and_then(Value::as_bool);
-    let errno = (data.and_then(|d| d.get("errno")).and_then(Value::as_i64))
-        .and_then(|errno| i32::try_from(errno).ok());
-    let code = match errno {
-        _ if flag("sandboxDenied") == Some(true) => Code::PermissionDenied,
+    let failure = Failure::from(error);
+    let code = match failure.errno {
+        _ if failure.sandbox_denied => Code::PermissionDenied,
         Some(libc::EACCES | libc::EPERM | libc::EROFS) => Code::PermissionDenied,
         Some(libc::ENOENT) => Code::NotFound,
         Some(libc::ENOTDIR | libc::ELOOP) => Code::InvalidArgument,
         _ => Code::Internal,
     };
-    ConnectError::new(code, error.message)
+    ConnectError::new(code, failure.message)
 }

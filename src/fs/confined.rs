@@ -2,8 +2,10 @@
 //! serves them once the sandbox is in place): the one-shot methods with their params (without
 //! `sandbox`), `fs/open` (the open file is passed back ahead of the reply, which describes it),
 //! [`INSTALL_STAGED`], which renames a staged `replace` upload into place when its handle
-//! is closed, and [`INSPECT`], which passes back a path opened for its metadata or listing. The same blocking code as the daemon's direct path; nothing here may need what
-//! the sandbox may not grant: no exec, no file read but the operation's own.
+//! is closed, [`INSPECT`], which passes back a path opened for its metadata or listing, and
+//! [`OPEN_BENEATH`], which passes back a path opened beneath a directory (`super::beneath`).
+//! The same blocking code as the daemon's direct path; nothing here may need what the sandbox
+//! may not grant: no exec, no file read but the operation's own.
 
 use super::handles::Handle;
 use super::host::host_path;
@@ -11,7 +13,9 @@ use super::oneshot::{follow, one_shots, OneShot, OneShotVisitor};
 use super::staged::StagedName;
 use super::transfer::{Transfer, WriteTransfer};
 use super::FsError;
-use crate::ipc::message::{FsReply, FsRequest, Inspect, INSPECT, INSTALL_STAGED};
+use crate::ipc::message::{
+    FsReply, FsRequest, Inspect, OpenBeneath, INSPECT, INSTALL_STAGED, OPEN_BENEATH,
+};
 use crate::rpc::{decode, RpcError};
 use exec_server_protocol::fs::OpenParams;
 use exec_server_protocol::rpc::method;
@@ -62,11 +66,13 @@ fn handle(
         method::FS_OPEN => open(request.params, pass_back),
         INSPECT => {
             let inspect: Inspect = decode(request.params)?;
-            let fd = open_for_inspection(&inspect)?;
-            pass_back(fd.as_fd()).map_err(|err| {
-                FsError::internal(format!("cannot pass the descriptor back: {err}"))
-            })?;
-            Ok(Value::Null)
+            hand_over(open_for_inspection(&inspect)?, pass_back)
+        }
+        OPEN_BENEATH => {
+            let request: OpenBeneath = decode(request.params)?;
+            let opened = super::beneath::open(&request)
+                .map_err(|err| FsError::io(err, request.base.join(&request.path)))?;
+            hand_over(opened, pass_back)
         }
         INSTALL_STAGED => {
             let params: InstallParams = decode(request.params)?;
@@ -84,6 +90,16 @@ fn handle(
                 .unwrap_or_else(|| Err(RpcError::method_not_found(name).into()))
         }
     }
+}
+
+/// Passes the descriptor an operation opened back to the daemon, as its whole result.
+fn hand_over(
+    fd: std::os::fd::OwnedFd,
+    pass_back: impl FnOnce(BorrowedFd<'_>) -> std::io::Result<()>,
+) -> Result<Value, FsError> {
+    pass_back(fd.as_fd())
+        .map_err(|err| FsError::internal(format!("cannot pass the descriptor back: {err}")))?;
+    Ok(Value::Null)
 }
 
 /// Runs the one-shot method called `name`, if there is one.

@@ -107,6 +107,28 @@ impl From<FsError> for RpcError {
     }
 }
 
+/// An fs failure as a front end words it in its own protocol (envd's Connect codes, the
+/// runtime API's statuses): whether the sandbox refused it, the OS error number, the text.
+pub(crate) struct Failure {
+    pub(crate) sandbox_denied: bool,
+    pub(crate) errno: Option<i32>,
+    pub(crate) message: String,
+}
+
+impl From<FsError> for Failure {
+    fn from(error: FsError) -> Self {
+        let error = RpcError::from(error);
+        let data = error.data.as_ref();
+        let field = |name: &str| data.and_then(|data| data.get(name));
+        Self {
+            sandbox_denied: field("sandboxDenied").and_then(Value::as_bool) == Some(true),
+            errno: (field("errno").and_then(Value::as_i64))
+                .and_then(|errno| i32::try_from(errno).ok()),
+            message: error.message,
+        }
+    }
+}
+
 /// The OS text, coded by kind; `data` has kind, errno and the path.
 fn io_error(err: &io::Error, path: Option<&Path>) -> RpcError {
     let mut error = RpcError::from_io(err);

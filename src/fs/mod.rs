@@ -2,7 +2,8 @@
 //!
 //! Layout: `methods` decodes and routes; `sandbox` is the single gate for `sandbox` intent and
 //! the daemon's side of confined calls, `confined` the operations a confined helper runs
-//! (`crate::child::fs_op` serves them);
+//! (`crate::child::fs_op` serves them); `beneath` opens a path beneath a directory, for
+//! agent-sandbox's runtime file routes on either side;
 //! `oneshot` is every one-shot method as one value that either side runs; `host` converts
 //! paths, maps errors and opens files (never blocking on a FIFO); `file`, `ops`, `copy`, `walk`
 //! do the one-shot work; `handles`, `read_stream`, `write_stream`, `staged` and `transfer` serve `fs/open`
@@ -10,6 +11,7 @@
 //! advertised in `environment/info` (`fileWriteStreaming`, `fsAtomicWrite`, `fsRename`,
 //! `fsReadDirectoryErrors`, `fsWatch`, `sandboxedFileStreaming`).
 
+pub(crate) mod beneath;
 pub(crate) mod confined;
 mod copy;
 mod error;
@@ -28,7 +30,7 @@ mod watch;
 mod watch_missing;
 mod write_stream;
 
-pub(crate) use error::FsError;
+pub(crate) use error::{Failure, FsError};
 pub(crate) use file::TOO_LARGE as READ_FILE_TOO_LARGE;
 pub(crate) use methods::{
     close, one_shot, open, read_block, run_routed, unwatch, watch, watch_missing, write_block,

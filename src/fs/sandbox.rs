@@ -13,7 +13,9 @@ use super::oneshot::{host_touches, OneShot};
 use super::staged::StagedName;
 use super::transfer::Transfer;
 use super::FsError;
-use crate::ipc::message::{FsReply, FsRequest, Inspect, INSPECT, INSTALL_STAGED};
+use crate::ipc::message::{
+    Access, FsReply, FsRequest, Inspect, OpenBeneath, INSPECT, INSTALL_STAGED, OPEN_BENEATH,
+};
 use crate::launcher::fs_servers::{run_fs_op, FsOpOutput};
 use crate::rpc::RpcError;
 use crate::sandbox::denial::DenialContext;
@@ -33,6 +35,16 @@ pub(crate) enum Route {
     /// In the daemon: no sandbox, or one whose file-system policy restricts nothing.
     Direct,
     Confined(Confined),
+}
+
+impl Route {
+    /// The sandbox a call runs in; None when it runs in the daemon.
+    pub(crate) fn confined(self) -> Option<Confined> {
+        match self {
+            Route::Direct => None,
+            Route::Confined(confined) => Some(confined),
+        }
+    }
 }
 
 /// A restricting intent, bound to the directory its helper runs in; shared by the handles
@@ -151,7 +163,26 @@ impl Confined {
     pub(crate) async fn inspect(&self, inspect: &Inspect) -> Result<OwnedFd, FsError> {
         let touches = [(inspect.path.clone(), false)];
         let params = serde_json::to_value(inspect).expect("wire types always serialize");
-        let (_, mut output) = self.call(INSPECT, params, &touches).await?;
+        self.passed_back(INSPECT, params, &touches).await
+    }
+
+    /// `request.path` opened beneath `request.base` in the sandbox (`super::beneath`), passed
+    /// back.
+    pub(crate) async fn open_beneath(&self, request: &OpenBeneath) -> Result<OwnedFd, FsError> {
+        let writes = request.access == Access::Create;
+        let touches = [(request.base.join(&request.path), writes)];
+        let params = serde_json::to_value(request).expect("wire types always serialize");
+        self.passed_back(OPEN_BENEATH, params, &touches).await
+    }
+
+    /// The one descriptor an operation passes back as its result.
+    async fn passed_back(
+        &self,
+        method: &str,
+        params: Value,
+        touches: &[(PathBuf, bool)],
+    ) -> Result<OwnedFd, FsError> {
+        let (_, mut output) = self.call(method, params, touches).await?;
         match (output.fds.pop(), output.fds.is_empty()) {
             (Some(fd), true) => Ok(fd),
             _ => Err(FsError::internal(

@@ -374,7 +374,7 @@ pub(crate) struct Adopted {
 }
 
 /// Daemon → sandboxed fs operation, one frame: a one-shot method with its params (without
-/// `sandbox`), `fs/open`, [`INSTALL_STAGED`] or [`INSPECT`].
+/// `sandbox`), `fs/open`, [`INSTALL_STAGED`], [`INSPECT`] or [`OPEN_BENEATH`].
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct FsRequest {
     pub(crate) method: String,
@@ -396,6 +396,33 @@ pub(crate) struct Inspect {
     pub(crate) path: std::path::PathBuf,
     pub(crate) follow: bool,
     pub(crate) list: bool,
+}
+
+/// The fs operation's own request: open a path beneath a directory, no step leaving it, and
+/// pass the descriptor back ([`OpenBeneath`]).
+pub(crate) const OPEN_BENEATH: &str = "openBeneath";
+
+/// What [`OPEN_BENEATH`] opens: `path` (relative) beneath `base`, for `access`
+/// (`crate::fs::beneath`).
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct OpenBeneath {
+    pub(crate) base: std::path::PathBuf,
+    pub(crate) path: std::path::PathBuf,
+    pub(crate) access: Access,
+}
+
+/// What a path is opened beneath a directory for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) enum Access {
+    /// To know it is there (`O_PATH`).
+    Find,
+    /// To read a file's bytes (or, opened the same way, whatever is there).
+    Read,
+    /// To list a directory.
+    List,
+    /// To write a file, created or truncated, its missing parents made.
+    Create,
 }
 
 /// `{"ok": <result>}` or `{"error": {code, message, data}}`.

@@ -11,7 +11,6 @@ use axum::Json;
 use exec_server_protocol::process::{
     EnvInherit, EnvPolicy, ExitReason, OutputStream, ProcessLimits, StartParams,
 };
-use exec_server_protocol::PathUri;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -88,10 +87,8 @@ pub(super) async fn execute(
 
 impl Runtime {
     fn start_params(&self, argv: Vec<String>, timeout: Duration) -> Result<StartParams, String> {
-        let base = &self.daemon.config.runtime.base_dir;
-        let cwd = PathUri::from_path(base).map_err(|err| err.to_string())?;
-        let sandbox = (self.daemon.config.runtime.sandbox.as_ref())
-            .and_then(|(_, profile)| crate::sandbox::profile::anchored(profile, &cwd));
+        let cwd = self.base_uri()?;
+        let sandbox = self.sandbox(&cwd);
         Ok(StartParams {
             process_id: format!("runtime:{}", uuid::Uuid::new_v4()),
             argv,

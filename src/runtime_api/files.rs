@@ -1,17 +1,22 @@
 //! The reference runtime's file routes: `POST /upload`, `GET /download/{path}`,
 //! `/list/{path}`, `/exists/{path}`, confined to the base directory as its `get_safe_path` is
 //! (a leading `/` dropped, a path whose resolution leaves the base refused with 403), but
-//! resolved by the kernel beneath the base (openat2 `RESOLVE_BENEATH`), so a symbolic link
-//! swapped in meanwhile cannot lead out either.
+//! opened one step at a time beneath the base (`crate::fs::beneath`), so a symbolic link
+//! swapped in meanwhile cannot lead out either. Under a restricting `--runtime-sandbox`, a
+//! sandbox helper confined to the profile does the opening, as for a sandboxed `fs/*` call
+//! (`crate::fs::sandbox`): the kernel refuses what the profile does not grant (403, saying so).
 
 use super::{message, Runtime};
+use crate::fs::sandbox::{route, Confined};
+use crate::fs::Failure;
+use crate::ipc::message::{Access, OpenBeneath};
 use axum::body::Body;
 use axum::extract::{Path as UrlPath, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures::StreamExt as _;
-use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
+use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
@@ -37,48 +42,6 @@ fn confined(path: &str) -> Option<PathBuf> {
     Some(relative)
 }
 
-/// Opens `relative` beneath `base` (no step, symbolic links included, leaves it; no magic
-/// links), `relative` empty being the base itself.
-fn open_beneath(base: &Path, relative: &Path, flags: i32, mode: u32) -> std::io::Result<OwnedFd> {
-    use std::os::unix::ffi::OsStrExt as _;
-    let base = std::fs::File::open(base)?;
-    let relative = if relative.as_os_str().is_empty() {
-        Path::new(".")
-    } else {
-        relative
-    };
-    let path = std::ffi::CString::new(relative.as_os_str().as_bytes())?;
-    // SAFETY: open_how is plain integers, for which all zeroes is a valid value.
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (flags | libc::O_CLOEXEC) as u64;
-    how.mode = if flags & libc::O_CREAT != 0 {
-        mode as u64
-    } else {
-        0
-    };
-    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
-    // SAFETY: a valid directory fd, path and a properly sized open_how.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            base.as_raw_fd(),
-            path.as_ptr(),
-            &how as *const libc::open_how,
-            std::mem::size_of::<libc::open_how>(),
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: the kernel returned a new fd we now own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-}
-
-/// Whether `err` says the path led out of the base (a symbolic link, or `..` through one).
-fn escaped(err: &std::io::Error) -> bool {
-    err.raw_os_error() == Some(libc::EXDEV)
-}
-
 /// Axum decoded the path once; the reference unquotes it once more.
 fn decoded(path: &str) -> String {
     percent_encoding::percent_decode_str(path)
@@ -86,44 +49,99 @@ fn decoded(path: &str) -> String {
         .into_owned()
 }
 
-/// The base directory and `path` in it; None when `path` climbs out of it.
-fn target(runtime: &Runtime, path: &str) -> Option<(PathBuf, PathBuf)> {
-    let relative = confined(&decoded(path))?;
-    Some((runtime.daemon.config.runtime.base_dir.clone(), relative))
+/// `path` of the URL relative to the base directory; None when it climbs out of it.
+fn target(path: &str) -> Option<PathBuf> {
+    confined(&decoded(path))
+}
+
+/// The sandbox the routes' files are opened in under a restricting `--runtime-sandbox`; None
+/// when the daemon opens them.
+fn sandbox(runtime: &Runtime) -> Result<Option<Confined>, String> {
+    if runtime.daemon.config.runtime.sandbox.is_none() {
+        return Ok(None);
+    }
+    let base = runtime.base_uri()?;
+    let routed = route(runtime.sandbox(&base)).map_err(|err| err.to_string())?;
+    Ok(routed.confined())
+}
+
+/// `relative` opened beneath the base directory for `access`, by the daemon or, under a
+/// restricting `--runtime-sandbox`, by a sandbox helper confined to the profile. Err: the
+/// answer to a path that leads out (403), one the profile does not grant (403, saying so), or
+/// a helper that failed (500); Ok(Err): the OS's other refusals, which each route words.
+async fn open(
+    runtime: &Runtime,
+    relative: &Path,
+    access: Access,
+) -> Result<std::io::Result<OwnedFd>, Response> {
+    let failed = |why: String| message(StatusCode::INTERNAL_SERVER_ERROR, &why);
+    let mut request = OpenBeneath {
+        base: runtime.daemon.config.runtime.base_dir.clone(),
+        path: relative.to_owned(),
+        access,
+    };
+    let Some(confined) = sandbox(runtime).map_err(failed)? else {
+        let opened = tokio::task::spawn_blocking(move || crate::fs::beneath::open(&request))
+            .await
+            .map_err(|err| failed(err.to_string()))?;
+        return match opened {
+            Err(err) if err.raw_os_error() == Some(libc::EXDEV) => Err(denied()),
+            opened => Ok(opened),
+        };
+    };
+    // Landlock does not check an `O_PATH` open: under the profile, a path is found where the
+    // sandbox may read it, and refused where it may not.
+    if access == Access::Find {
+        request.access = Access::Read;
+    }
+    let failure = match confined.open_beneath(&request).await {
+        Ok(fd) => return Ok(Ok(fd)),
+        Err(error) => Failure::from(error),
+    };
+    match failure.errno {
+        Some(libc::EXDEV) => Err(denied()),
+        _ if failure.sandbox_denied => Err(not_granted(relative, access)),
+        Some(errno) => Ok(Err(std::io::Error::from_raw_os_error(errno))),
+        None => Err(failed(failure.message)),
+    }
+}
+
+/// 403 for what `--runtime-sandbox` does not grant, naming it.
+fn not_granted(relative: &Path, access: Access) -> Response {
+    let what = match access {
+        Access::Create => "writing",
+        Access::Find | Access::Read | Access::List => "reading",
+    };
+    let text = format!(
+        "Access denied: the runtime sandbox profile does not allow {what} '{}'",
+        relative.display()
+    );
+    message(StatusCode::FORBIDDEN, &text)
 }
 
 pub(super) async fn exists(
     State(runtime): State<Arc<Runtime>>,
     UrlPath(path): UrlPath<String>,
-) -> Response {
-    let Some((base, relative)) = target(&runtime, &path) else {
-        return denied();
-    };
-    let exists = match open_beneath(&base, &relative, libc::O_PATH, 0) {
-        Ok(_) => true,
-        Err(err) if escaped(&err) => return denied(),
-        Err(_) => false,
-    };
-    Json(serde_json::json!({ "path": decoded(&path), "exists": exists })).into_response()
+) -> Result<Response, Response> {
+    let relative = target(&path).ok_or_else(denied)?;
+    let exists = open(&runtime, &relative, Access::Find).await?.is_ok();
+    Ok(Json(serde_json::json!({ "path": decoded(&path), "exists": exists })).into_response())
 }
 
 pub(super) async fn download(
     State(runtime): State<Arc<Runtime>>,
     UrlPath(path): UrlPath<String>,
-) -> Response {
-    let Some((base, relative)) = target(&runtime, &path) else {
-        return denied();
-    };
+) -> Result<Response, Response> {
+    let relative = target(&path).ok_or_else(denied)?;
     let not_found = || message(StatusCode::NOT_FOUND, "File not found");
-    let file = match open_beneath(&base, &relative, libc::O_RDONLY | libc::O_NONBLOCK, 0) {
+    let file = match open(&runtime, &relative, Access::Read).await? {
         Ok(fd) => std::fs::File::from(fd),
-        Err(err) if escaped(&err) => return denied(),
-        Err(_) => return not_found(),
+        Err(_) => return Err(not_found()),
     };
     // A FIFO or a device would block or never end: regular files only, as the reference.
     let length = match file.metadata() {
         Ok(meta) if meta.is_file() => meta.len(),
-        _ => return not_found(),
+        _ => return Err(not_found()),
     };
     let name = relative.file_name().unwrap_or_default().to_string_lossy();
     let disposition = format!(
@@ -133,37 +151,28 @@ pub(super) async fn download(
     let body = Body::from_stream(tokio_util::io::ReaderStream::new(
         tokio::fs::File::from_std(file),
     ));
-    (
-        [
-            (header::CONTENT_TYPE, "application/octet-stream".to_owned()),
-            (header::CONTENT_DISPOSITION, disposition),
-            (header::CONTENT_LENGTH, length.to_string()),
-        ],
-        body,
-    )
-        .into_response()
+    let headers = [
+        (header::CONTENT_TYPE, "application/octet-stream".to_owned()),
+        (header::CONTENT_DISPOSITION, disposition),
+        (header::CONTENT_LENGTH, length.to_string()),
+    ];
+    Ok((headers, body).into_response())
 }
 
 pub(super) async fn list(
     State(runtime): State<Arc<Runtime>>,
     UrlPath(path): UrlPath<String>,
-) -> Response {
-    let Some((base, relative)) = target(&runtime, &path) else {
-        return denied();
+) -> Result<Response, Response> {
+    let relative = target(&path).ok_or_else(denied)?;
+    let Ok(directory) = open(&runtime, &relative, Access::List).await? else {
+        return Err(message(StatusCode::NOT_FOUND, "Path is not a directory"));
     };
-    let directory = match open_beneath(&base, &relative, libc::O_RDONLY | libc::O_DIRECTORY, 0) {
-        Ok(fd) => fd,
-        Err(err) if escaped(&err) => return denied(),
-        Err(_) => return message(StatusCode::NOT_FOUND, "Path is not a directory"),
-    };
+    let failed = |why: String| message(StatusCode::INTERNAL_SERVER_ERROR, &why);
     let listed = tokio::task::spawn_blocking(move || entries(&directory)).await;
     match listed {
-        Ok(Ok(entries)) => Json(entries).into_response(),
-        Ok(Err(err)) => message(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            &format!("List files failed: {err}"),
-        ),
-        Err(err) => message(StatusCode::INTERNAL_SERVER_ERROR, &err.to_string()),
+        Ok(Ok(entries)) => Ok(Json(entries).into_response()),
+        Ok(Err(err)) => Err(failed(format!("List files failed: {err}"))),
+        Err(err) => Err(failed(err.to_string())),
     }
 }
 
@@ -192,14 +201,13 @@ pub(super) async fn upload(
     State(runtime): State<Arc<Runtime>>,
     headers: HeaderMap,
     body: Body,
-) -> Response {
-    let bad = |why: String| message(StatusCode::BAD_REQUEST, &why);
+) -> Result<Response, Response> {
+    let bad = |why: &str| message(StatusCode::BAD_REQUEST, why);
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok());
-    let boundary = match content_type.map(multer::parse_boundary) {
-        Some(Ok(boundary)) => boundary,
-        _ => return bad("expected a multipart/form-data body".into()),
+    let Some(Ok(boundary)) = content_type.map(multer::parse_boundary) else {
+        return Err(bad("expected a multipart/form-data body"));
     };
     let limit = runtime.daemon.config.runtime.max_upload_bytes;
     let constraints =
@@ -209,40 +217,32 @@ pub(super) async fn upload(
     loop {
         let field = match multipart.next_field().await {
             Ok(Some(field)) => field,
-            Ok(None) => return bad("no field `file` in the form".into()),
-            Err(err) => return upload_error(err),
+            Ok(None) => return Err(bad("no field `file` in the form")),
+            Err(err) => return Err(upload_error(err)),
         };
         if field.name() != Some("file") {
             continue;
         }
         let Some(name) = field.file_name().map(str::to_owned) else {
-            return bad("the field `file` has no file name".into());
+            return Err(bad("the field `file` has no file name"));
         };
-        let Some(relative) = confined(&name) else {
-            return denied();
-        };
+        let relative = confined(&name).ok_or_else(denied)?;
         if relative.as_os_str().is_empty() {
-            return bad("the file name names no file".into());
+            return Err(bad("the file name names no file"));
         }
-        let base = runtime.daemon.config.runtime.base_dir.clone();
-        return match write_field(&base, &relative, field).await {
-            Ok(()) => message(
-                StatusCode::OK,
-                &format!("File '{name}' uploaded successfully."),
-            ),
-            Err(UploadError::Io(err)) if escaped(&err) => denied(),
-            Err(UploadError::Io(err)) => message(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                &format!("File upload failed: {err}"),
-            ),
-            Err(UploadError::Body(err)) => upload_error(err),
+        let file = match open(&runtime, &relative, Access::Create).await? {
+            Ok(fd) => std::fs::File::from(fd),
+            Err(err) => return Err(write_failed(err)),
         };
+        write_field(file, field).await?;
+        let done = format!("File '{name}' uploaded successfully.");
+        return Ok(message(StatusCode::OK, &done));
     }
 }
 
-enum UploadError {
-    Io(std::io::Error),
-    Body(multer::Error),
+fn write_failed(err: std::io::Error) -> Response {
+    let text = format!("File upload failed: {err}");
+    message(StatusCode::INTERNAL_SERVER_ERROR, &text)
 }
 
 /// 413 for a body past the limit, 400 for a broken one.
@@ -256,45 +256,16 @@ fn upload_error(err: multer::Error) -> Response {
     message(status, &format!("File upload failed: {err}"))
 }
 
+/// Writes the field's bytes to `file`, opened beneath the base.
 async fn write_field(
-    base: &Path,
-    relative: &Path,
+    file: std::fs::File,
     mut field: multer::Field<'static>,
-) -> Result<(), UploadError> {
+) -> Result<(), Response> {
     use tokio::io::AsyncWriteExt as _;
-    let (base_owned, relative_owned) = (base.to_owned(), relative.to_owned());
-    let file = tokio::task::spawn_blocking(move || create_beneath(&base_owned, &relative_owned))
-        .await
-        .map_err(|err| UploadError::Io(std::io::Error::other(err)))?
-        .map_err(UploadError::Io)?;
     let mut file = tokio::fs::File::from_std(file);
     while let Some(chunk) = field.next().await {
-        let chunk = chunk.map_err(UploadError::Body)?;
-        file.write_all(&chunk).await.map_err(UploadError::Io)?;
+        let chunk = chunk.map_err(upload_error)?;
+        file.write_all(&chunk).await.map_err(write_failed)?;
     }
-    file.flush().await.map_err(UploadError::Io)
-}
-
-/// Creates (or truncates) `relative` beneath `base`, its missing parents first, each made in
-/// a directory opened beneath the base, so no symbolic link leads a `mkdir` out.
-fn create_beneath(base: &Path, relative: &Path) -> std::io::Result<std::fs::File> {
-    let mut parent = PathBuf::new();
-    if let Some(parents) = relative.parent() {
-        for name in parents.components() {
-            let directory = open_beneath(base, &parent, libc::O_PATH | libc::O_DIRECTORY, 0)?;
-            match nix::sys::stat::mkdirat(
-                &directory,
-                name.as_os_str(),
-                nix::sys::stat::Mode::from_bits_truncate(0o755),
-            ) {
-                Ok(()) | Err(nix::errno::Errno::EEXIST) => {}
-                Err(errno) => return Err(errno.into()),
-            }
-            parent.push(name);
-        }
-    }
-    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC;
-    Ok(std::fs::File::from(open_beneath(
-        base, relative, flags, 0o644,
-    )?))
+    file.flush().await.map_err(write_failed)
 }

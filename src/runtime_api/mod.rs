@@ -1,7 +1,8 @@
 //! The daemon as the runtime image of kubernetes-sigs/agent-sandbox (issue #45), on the serving
 //! port beside the WebSocket: the health routes its templates, router and SDKs probe, the
-//! legacy runtime API its SDK calls (`execute`, `files`), and the guard every request of the
-//! port passes (the `X-Sandbox-ID` check, the drain). See docs/agent-sandbox.md.
+//! legacy runtime API its SDK calls (`execute`, `files`, both under `--runtime-sandbox`), and
+//! the guard every request of the port passes (the `X-Sandbox-ID` check, the drain). See
+//! docs/agent-sandbox.md.
 
 mod execute;
 mod files;
@@ -16,6 +17,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::routing::post;
 use axum::{Json, Router};
+use exec_server_protocol::sandbox::FileSystemSandboxContext;
+use exec_server_protocol::PathUri;
 use serde_json::json;
 use std::sync::Arc;
 
@@ -42,6 +45,17 @@ impl Runtime {
         // A concurrent first command held the same session (one id): either is it.
         let _ = self.session.set(held);
         Ok(self.session.get().expect("set above"))
+    }
+
+    /// The base directory, where commands run and files are confined.
+    fn base_uri(&self) -> Result<PathUri, String> {
+        PathUri::from_path(&self.daemon.config.runtime.base_dir).map_err(|err| err.to_string())
+    }
+
+    /// `--runtime-sandbox` anchored at the base directory (`base`); None without it.
+    fn sandbox(&self, base: &PathUri) -> Option<FileSystemSandboxContext> {
+        let (_, profile) = self.daemon.config.runtime.sandbox.as_ref()?;
+        crate::sandbox::profile::anchored(profile, base)
     }
 }
 

@@ -18,6 +18,7 @@ mod support {
 }
 
 mod agent_sandbox;
+mod agent_sandbox_files;
 mod agent_sandbox_fleet;
 mod audit;
 mod binary;
