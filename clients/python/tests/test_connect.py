@@ -1,4 +1,5 @@
-"""Ways in: a token file, a Unix socket, TLS with a CA file; and the synchronous wrapper."""
+"""Ways in: a token file, extra headers, a Unix socket, TLS with a CA file; and the synchronous
+wrapper."""
 
 from __future__ import annotations
 
@@ -22,7 +23,14 @@ def token_daemon(workdir: Path) -> Iterator[tuple[Daemon, Path]]:
     token.write_text(TOKEN + "\n")
     token.chmod(0o600)
     running = Daemon(
-        ["--listen", "ws://127.0.0.1:0", "--connection-token-file", str(token)],
+        [
+            "--listen",
+            "ws://127.0.0.1:0",
+            "--connection-token-file",
+            str(token),
+            "--sandbox-id",
+            "sandbox-a",
+        ],
         workdir / "token-daemon",
     )
     yield running, token
@@ -42,6 +50,26 @@ def test_token_file(token_daemon: tuple[Daemon, Path], tmp: Path) -> None:
         loose.chmod(0o644)
         with pytest.raises(ConnectError, match="group or others"):
             await Client.connect(daemon.url, token_file=loose)
+
+    asyncio.run(main())
+
+
+def test_extra_headers(token_daemon: tuple[Daemon, Path]) -> None:
+    """``headers`` go with the upgrade: an ``X-Sandbox-ID`` naming another sandbox is refused
+    (421). Names and values HTTP does not allow are refused before connecting."""
+    daemon, _ = token_daemon
+
+    async def main() -> None:
+        ours = {"X-Sandbox-ID": "sandbox-a"}
+        async with await Client.connect(daemon.url, token=TOKEN, headers=ours) as client:
+            assert (await client.run(["echo", "in"])).stdout == b"in\n"
+        with pytest.raises(ConnectError, match="HTTP 421"):
+            await Client.connect(daemon.url, token=TOKEN, headers=[("X-Sandbox-ID", "sandbox-b")])
+        with pytest.raises(ValueError, match="header name"):
+            await Client.connect(daemon.url, token=TOKEN, headers={"X-Sandbox-ID:": "sandbox-a"})
+        smuggled = {"X-Sandbox-ID": "sandbox-a\r\nX-Access-Token: guess"}
+        with pytest.raises(ValueError, match="header value"):
+            await Client.connect(daemon.url, headers=smuggled)
 
     asyncio.run(main())
 
