@@ -1,11 +1,13 @@
-"""Ways in: a token file, extra headers, a Unix socket, TLS with a CA file; and the synchronous
-wrapper."""
+"""Ways in: a token file, extra headers (and no redirect), a Unix socket, TLS with a CA file;
+and the synchronous wrapper."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import subprocess
+import threading
 from pathlib import Path
 from typing import Iterator
 
@@ -72,6 +74,30 @@ def test_extra_headers(token_daemon: tuple[Daemon, Path]) -> None:
             await Client.connect(daemon.url, headers=smuggled)
 
     asyncio.run(main())
+
+
+def test_a_redirect_is_not_followed(token_daemon: tuple[Daemon, Path]) -> None:
+    """A redirect would carry the token elsewhere: here to the same daemon under another name,
+    which would take it (websockets drops Authorization across origins, not X-Access-Token)."""
+    daemon, _ = token_daemon
+    elsewhere = daemon.url.replace("127.0.0.1", "localhost")
+    with socket.create_server(("127.0.0.1", 0)) as server:
+
+        def redirect() -> None:
+            connection, _ = server.accept()
+            with connection:
+                connection.recv(65536)
+                connection.sendall(
+                    f"HTTP/1.1 302 Found\r\nLocation: {elsewhere}\r\n"
+                    "Content-Length: 0\r\n\r\n".encode()
+                )
+
+        redirecting = threading.Thread(target=redirect)
+        redirecting.start()
+        url = f"ws://127.0.0.1:{server.getsockname()[1]}"
+        with pytest.raises(ConnectError, match="HTTP 302"):
+            asyncio.run(Client.connect(url, token=TOKEN))
+        redirecting.join()
 
 
 def test_unix_socket(workdir: Path) -> None:

@@ -72,6 +72,15 @@ def handshake_headers(token: str | None, headers: Sequence[tuple[str, str]]) -> 
     return sent
 
 
+class _Connect(connect):
+    """``connect`` following no redirect, as the Rust client: the daemon sends none, and
+    websockets would carry the token to wherever one points (X-Access-Token even across
+    origins; Authorization too before websockets 17)."""
+
+    def process_redirect(self, exc: Exception) -> Exception | str:
+        return exc
+
+
 async def open_socket(
     url: str,
     token: str | None,
@@ -97,9 +106,9 @@ async def open_socket(
             return await unix_connect(url[len("unix://") :], "ws://localhost/", **options)
         if url.startswith("wss://"):
             context = ssl.create_default_context(cafile=ca_file)
-            return await connect(url, ssl=context, proxy=None, **options)
+            return await _Connect(url, ssl=context, proxy=None, **options)
         if url.startswith("ws://"):
-            return await connect(url, proxy=None, **options)
+            return await _Connect(url, proxy=None, **options)
     except (OSError, asyncio.TimeoutError, websockets.exceptions.WebSocketException) as err:
         raise ConnectError(f"cannot connect to {url}: {err}") from err
     raise ConnectError(f"invalid URL `{url}`: expected ws://, wss:// or unix:///PATH")
