@@ -194,3 +194,17 @@ class ChangedNotification(TypedDict):
     watchId: str
     changes: List[Change]
     eventsDropped: bool
+
+
+class WatchMissingParams(TypedDict):
+    watchId: int
+    missing: List[PathUri]
+    present: NotRequired[Optional[PathUri]]
+
+
+class WatchMissingResult(TypedDict):
+    watching: bool
+
+
+class MissingChangedNotification(TypedDict):
+    watchId: int

@@ -50,6 +50,15 @@ class EnvironmentCapabilities(TypedDict):
     fsRename: NotRequired[bool]
     fsReadDirectoryErrors: NotRequired[bool]
     fsWatch: NotRequired[bool]
+    fsWatchMissing: NotRequired[bool]
+    capabilityDiscoveryV2: NotRequired[bool]
+    credentialMasking: NotRequired[bool]
+    credentialMaskingCustomProviders: NotRequired[bool]
+    networkProxyReviewDomains: NotRequired[bool]
+    networkProxyTransparentTcp: NotRequired[bool]
+    linuxApprovedRootWritePreservesRestrictions: NotRequired[bool]
+    linuxRootWritePreservesDevices: NotRequired[bool]
+    windowsMxc: NotRequired[bool]
     linuxSandbox: NotRequired[bool]
     processLimits: NotRequired[bool]
     processTreeLimits: NotRequired[bool]
@@ -72,9 +81,27 @@ class EnvdInfo(TypedDict):
     sandbox: NotRequired[Any]
 
 
+#: What confines a sandboxed process's file system: Landlock, or the mount view alone.
+SandboxBackend = Literal["landlock", "mountView"]
+
+
+class SandboxFacilities(TypedDict):
+    """What the host's kernel offers the sandbox (this daemon's addition; also ``/readyz``)."""
+
+    backend: NotRequired[Optional[SandboxBackend]]
+    landlockAbi: int
+    landlockAbiUsed: int
+    userNamespaces: bool
+    pidNamespaces: bool
+    seccomp: bool
+    cgroupDelegation: bool
+
+
 class EnvironmentInfo(TypedDict):
     shell: ShellInfo
     executorVersion: NotRequired[str]
+    providerId: NotRequired[Optional[str]]
+    prependPathDirs: NotRequired[Optional[List[PathUri]]]
     cwd: NotRequired[Optional[PathUri]]
     userHomeDir: NotRequired[Optional[PathUri]]
     platformOs: NotRequired[Optional[str]]
@@ -83,6 +110,7 @@ class EnvironmentInfo(TypedDict):
     capabilities: NotRequired[EnvironmentCapabilities]
     limits: NotRequired[Optional[EnvironmentLimits]]
     envd: NotRequired[Optional[EnvdInfo]]
+    sandbox: NotRequired[Optional[SandboxFacilities]]
 
 
 class InitializeResult(TypedDict):
@@ -158,6 +186,7 @@ class StartResult(TypedDict):
     processId: str
     sandboxType: SandboxType
     existing: NotRequired[bool]
+    sandboxBackend: NotRequired[Optional[SandboxBackend]]
 
 
 class ProcessUsage(TypedDict):
@@ -364,6 +393,34 @@ class DiscoverResult(TypedDict):
     roots: List[DiscoveredRoot]
 
 
+# -- environment config (codex's config layers on the daemon's host) ---------------------------
+
+
+class EnvironmentConfigReadParams(TypedDict):
+    cwd: PathUri
+    configPaths: List[List[str]]
+    requirementsPaths: List[List[str]]
+
+
+class EnvironmentConfigLayer(TypedDict):
+    source: str
+    baseDir: PathUri
+    toml: str
+
+
+class EnvironmentConfigLayerStack(TypedDict):
+    layers: List[EnvironmentConfigLayer]
+    cloudInsertionIndex: int
+
+
+class EnvironmentConfigReadResult(TypedDict):
+    codexHomeDir: PathUri
+    userHomeDir: NotRequired[Optional[PathUri]]
+    hostname: NotRequired[Optional[str]]
+    config: EnvironmentConfigLayerStack
+    requirements: EnvironmentConfigLayerStack
+
+
 # -- the envelope -------------------------------------------------------------------------------
 
 RequestId = Union[int, str]
@@ -433,8 +490,10 @@ REQUESTS: Dict[str, Any] = {
     "fs/close": (CloseParams, EmptyResult, True),
     "fs/watch": (WatchParams, WatchResult, False),
     "fs/unwatch": (UnwatchParams, EmptyResult, False),
+    "fs/watchMissing": (WatchMissingParams, WatchMissingResult, False),
     "environment/info": (None, EnvironmentInfo, True),
     "environment/status": (None, EnvironmentStatus, True),
+    "environmentConfig/read": (EnvironmentConfigReadParams, EnvironmentConfigReadResult, True),
     "http/request": (HttpRequestParams, HttpRequestResult, False),
     "capabilityRoots/discoverV1": (DiscoverParams, DiscoverResult, True),
 }
@@ -447,6 +506,7 @@ NOTIFICATIONS: Dict[str, Any] = {
     "process/closed": ClosedNotification,
     "process/inputWait": InputWaitNotification,
     "fs/changed": ChangedNotification,
+    "fs/missingChanged": MissingChangedNotification,
     "http/request/bodyDelta": HttpBodyDelta,
 }
 
