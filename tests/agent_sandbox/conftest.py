@@ -1,8 +1,8 @@
-"""A fleet in miniature for the stock k8s-agent-sandbox SDK (issue #45): 50 daemons, each on its
-own loopback address and port 8888 as a pod would be, behind nginx configured as agent-sandbox's
-router contract says (route by X-Sandbox-ID, HTTP/1.1 upstream, Authorization removed, WebSocket
-upgrades passed with no timeout). The daemon is target/release/exec-server (.ci/run builds it),
-or $EXEC_SERVER_BIN."""
+"""A fleet in miniature for the stock k8s-agent-sandbox SDK and the exec-server Python client
+(issue #45): 50 daemons, each on its own loopback address and port 8888 as a pod would be,
+behind nginx configured as agent-sandbox's router contract says (route by X-Sandbox-ID, HTTP/1.1
+upstream, Authorization removed, WebSocket upgrades passed with no timeout). The daemon is
+target/release/exec-server (.ci/run builds it), or $EXEC_SERVER_BIN."""
 
 import os
 import pathlib
@@ -54,10 +54,12 @@ def fleet():
             (base / "id").write_text(name)
             env = dict(os.environ, EXEC_SERVER_SANDBOX_ID=name, EXEC_SERVER_STATE_DIR="none",
                        EXEC_SERVER_LOG="error")
+            # Run in the base dir: a WebSocket client's default cwd is the daemon's, so `cat id`
+            # there tells which sandbox a routed connection reached.
             daemon = subprocess.Popen(
                 [binary(), "--listen", f"ws://{address(index)}", "--connection-token", TOKEN,
                  "--runtime-base-dir", str(base)],
-                stdout=subprocess.PIPE, env=env)
+                stdout=subprocess.PIPE, env=env, cwd=base)
             daemons.append(daemon)
             assert daemon.stdout.readline().startswith(b"ws://")
             bases[name] = base
@@ -71,6 +73,8 @@ def fleet():
 
 
 class Router:
+    """nginx as the router, on `port`; `restart` keeps the port (and so `url`)."""
+
     def __init__(self) -> None:
         self.dir = pathlib.Path(tempfile.mkdtemp(prefix="router-"))
         with socket.socket() as probe:
@@ -102,12 +106,22 @@ http {{
   }}
 }}
 """)
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._spawn()
+
+    def _spawn(self) -> None:
         nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+        root = self.dir
         self.process = subprocess.Popen(
             [nginx, "-p", str(root), "-e", f"{root}/error.log", "-c", str(root / "nginx.conf")],
             stdin=subprocess.DEVNULL)
         wait_listening("127.0.0.1", self.port)
-        self.url = f"http://127.0.0.1:{self.port}"
+
+    def restart(self) -> None:
+        """Stops nginx, every proxied connection with it, and starts it again."""
+        self.process.kill()
+        self.process.wait()
+        self._spawn()
 
     def stop(self) -> None:
         self.process.kill()

@@ -1,10 +1,13 @@
-"""Ways in: a token file, a Unix socket, TLS with a CA file; and the synchronous wrapper."""
+"""Ways in: a token file, extra headers (and no redirect), a Unix socket, TLS with a CA file;
+and the synchronous wrapper."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import subprocess
+import threading
 from pathlib import Path
 from typing import Iterator
 
@@ -22,7 +25,14 @@ def token_daemon(workdir: Path) -> Iterator[tuple[Daemon, Path]]:
     token.write_text(TOKEN + "\n")
     token.chmod(0o600)
     running = Daemon(
-        ["--listen", "ws://127.0.0.1:0", "--connection-token-file", str(token)],
+        [
+            "--listen",
+            "ws://127.0.0.1:0",
+            "--connection-token-file",
+            str(token),
+            "--sandbox-id",
+            "sandbox-a",
+        ],
         workdir / "token-daemon",
     )
     yield running, token
@@ -44,6 +54,50 @@ def test_token_file(token_daemon: tuple[Daemon, Path], tmp: Path) -> None:
             await Client.connect(daemon.url, token_file=loose)
 
     asyncio.run(main())
+
+
+def test_extra_headers(token_daemon: tuple[Daemon, Path]) -> None:
+    """``headers`` go with the upgrade: an ``X-Sandbox-ID`` naming another sandbox is refused
+    (421). Names and values HTTP does not allow are refused before connecting."""
+    daemon, _ = token_daemon
+
+    async def main() -> None:
+        ours = {"X-Sandbox-ID": "sandbox-a"}
+        async with await Client.connect(daemon.url, token=TOKEN, headers=ours) as client:
+            assert (await client.run(["echo", "in"])).stdout == b"in\n"
+        with pytest.raises(ConnectError, match="HTTP 421"):
+            await Client.connect(daemon.url, token=TOKEN, headers=[("X-Sandbox-ID", "sandbox-b")])
+        with pytest.raises(ValueError, match="header name"):
+            await Client.connect(daemon.url, token=TOKEN, headers={"X-Sandbox-ID:": "sandbox-a"})
+        smuggled = {"X-Sandbox-ID": "sandbox-a\r\nX-Access-Token: guess"}
+        with pytest.raises(ValueError, match="header value"):
+            await Client.connect(daemon.url, headers=smuggled)
+
+    asyncio.run(main())
+
+
+def test_a_redirect_is_not_followed(token_daemon: tuple[Daemon, Path]) -> None:
+    """A redirect would carry the token elsewhere: here to the same daemon under another name,
+    which would take it (websockets drops Authorization across origins, not X-Access-Token)."""
+    daemon, _ = token_daemon
+    elsewhere = daemon.url.replace("127.0.0.1", "localhost")
+    with socket.create_server(("127.0.0.1", 0)) as server:
+
+        def redirect() -> None:
+            connection, _ = server.accept()
+            with connection:
+                connection.recv(65536)
+                connection.sendall(
+                    f"HTTP/1.1 302 Found\r\nLocation: {elsewhere}\r\n"
+                    "Content-Length: 0\r\n\r\n".encode()
+                )
+
+        redirecting = threading.Thread(target=redirect)
+        redirecting.start()
+        url = f"ws://127.0.0.1:{server.getsockname()[1]}"
+        with pytest.raises(ConnectError, match="HTTP 302"):
+            asyncio.run(Client.connect(url, token=TOKEN))
+        redirecting.join()
 
 
 def test_unix_socket(workdir: Path) -> None:

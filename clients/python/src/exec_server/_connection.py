@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import ssl
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import websockets
 from websockets.asyncio.client import ClientConnection, connect, unix_connect
+from websockets.datastructures import Headers
 
 from .errors import ConnectError, ProtocolError, rpc_error
 
@@ -38,11 +40,56 @@ class Dropped(Exception):
         self.sent = sent
 
 
+#: HTTP's field names and values (RFC 9110, 5.1 and 5.5): anything else would break the
+#: upgrade request, or smuggle another header into it.
+_NAME = re.compile(r"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
+_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
+
+
+def header_pairs(headers: Mapping[str, str] | Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``headers`` as ``(name, value)`` pairs, each checked."""
+    pairs = list(headers.items() if isinstance(headers, Mapping) else headers)
+    for name, value in pairs:
+        if not _NAME.fullmatch(name):
+            raise ValueError(f"`{name}` is not a valid header name")
+        if not _VALUE.fullmatch(value):
+            raise ValueError(f"the value of `{name}` is not a valid header value")
+    return pairs
+
+
+def handshake_headers(token: str | None, headers: Sequence[tuple[str, str]]) -> Headers:
+    """The upgrade's headers: the token as ``Authorization: Bearer`` and as ``X-Access-Token``
+    (the one agent-sandbox's router, which drops ``Authorization``, passes on), then
+    ``headers``, each replacing one of the same name (client/src/connection.rs)."""
+    sent = Headers()
+    if token:
+        sent["Authorization"] = f"Bearer {token}"
+        sent["X-Access-Token"] = token
+    for name, value in headers:
+        if name in sent:
+            del sent[name]
+        sent[name] = value
+    return sent
+
+
+class _Connect(connect):
+    """``connect`` following no redirect, as the Rust client: the daemon sends none, and
+    websockets would carry the token to wherever one points (X-Access-Token even across
+    origins; Authorization too before websockets 17)."""
+
+    def process_redirect(self, exc: Exception) -> Exception | str:
+        return exc
+
+
 async def open_socket(
-    url: str, token: str | None, ca_file: str | None, open_timeout: float
+    url: str,
+    token: str | None,
+    headers: Sequence[tuple[str, str]],
+    ca_file: str | None,
+    open_timeout: float,
 ) -> ClientConnection:
     """Opens the WebSocket: TCP for ``ws://``, TLS for ``wss://`` (the system's roots plus
-    ``ca_file``), a Unix socket for ``unix:///PATH``."""
+    ``ca_file``), a Unix socket for ``unix:///PATH``; ``headers`` go with the upgrade."""
     options: dict[str, Any] = {
         # The daemon bounds what it sends; replies such as fs/readFile may be large.
         "max_size": None,
@@ -52,16 +99,16 @@ async def open_socket(
         "ping_interval": None,
         "max_queue": None,
         "user_agent_header": "exec-server-python",
-        "additional_headers": {"Authorization": f"Bearer {token}"} if token else None,
     }
     try:
+        options["additional_headers"] = handshake_headers(token, headers)
         if url.startswith("unix://"):
             return await unix_connect(url[len("unix://") :], "ws://localhost/", **options)
         if url.startswith("wss://"):
             context = ssl.create_default_context(cafile=ca_file)
-            return await connect(url, ssl=context, proxy=None, **options)
+            return await _Connect(url, ssl=context, proxy=None, **options)
         if url.startswith("ws://"):
-            return await connect(url, proxy=None, **options)
+            return await _Connect(url, proxy=None, **options)
     except (OSError, asyncio.TimeoutError, websockets.exceptions.WebSocketException) as err:
         raise ConnectError(f"cannot connect to {url}: {err}") from err
     raise ConnectError(f"invalid URL `{url}`: expected ws://, wss:// or unix:///PATH")

@@ -21,7 +21,7 @@ from base64 import b64decode
 from typing import Any, Callable, Literal, Mapping, Sequence
 
 from . import wire
-from ._connection import Answer, Connection, Dropped, open_socket
+from ._connection import Answer, Connection, Dropped, header_pairs, open_socket
 from .errors import (
     ConnectError,
     DisconnectedError,
@@ -96,6 +96,7 @@ class Client:
         *,
         token: str | None = None,
         token_file: str | os.PathLike[str] | None = None,
+        headers: Mapping[str, str] | Sequence[tuple[str, str]] = (),
         ca_file: str | None = None,
         client_name: str = "exec-server-python",
         resume_session_id: str | None = None,
@@ -110,6 +111,10 @@ class Client:
         handshake. ``reconnect_deadline`` None disables resuming after a drop;
         ``on_disconnect="kill"`` ends the session's processes when the connection ends (then
         nothing can be resumed); ``session_ttl`` (seconds) is how long a detached session waits.
+
+        The token goes as ``Authorization: Bearer`` and as ``X-Access-Token``; ``headers`` are
+        sent with every upgrade, reconnects included, e.g. ``{"X-Sandbox-ID": "sandbox-3"}``
+        through agent-sandbox's router (which drops ``Authorization`` and routes by that).
         """
         if token is not None and token_file is not None:
             raise ValueError("give token or token_file, not both")
@@ -117,6 +122,7 @@ class Client:
             token = read_token_file(token_file)
         options = {
             "token": token,
+            "headers": header_pairs(headers),
             "ca_file": ca_file,
             "client_name": client_name,
             "reconnect_deadline": reconnect_deadline,
@@ -309,7 +315,11 @@ class Client:
     async def _open(self, epoch: int) -> Connection:
         options = self._options
         socket = await open_socket(
-            self.url, options["token"], options["ca_file"], options["open_timeout"]
+            self.url,
+            options["token"],
+            options["headers"],
+            options["ca_file"],
+            options["open_timeout"],
         )
         return Connection(socket, epoch, self._notification)
 

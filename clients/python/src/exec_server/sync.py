@@ -73,7 +73,8 @@ class Client:
 
     @classmethod
     def connect(cls, url: str, **options: Any) -> Client:
-        """See :meth:`exec_server.Client.connect` for the options."""
+        """See :meth:`exec_server.Client.connect` for the options, e.g. ``token="..."``,
+        ``headers={"X-Sandbox-ID": "sandbox-3"}``."""
         loop = _Loop()
         try:
             client = loop.run(aio.Client.connect(url, **options))

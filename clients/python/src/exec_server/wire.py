@@ -14,102 +14,9 @@ from typing import Any, Dict, List, Optional, Union
 
 from typing_extensions import Literal, NotRequired, TypedDict
 
-#: Base64 of raw bytes.
-Base64 = str
-#: A ``file:`` URI on the daemon's host (``PathUri``).
-PathUri = str
-
-# -- sandbox (docs/sandbox.md): inner keys snake_case, as in the reference ----------------------
-
-SpecialKind = Literal["root", "minimal", "project_roots", "tmpdir", "slash_tmp", "unknown"]
-
-
-class SpecialPath(TypedDict):
-    kind: SpecialKind
-    subpath: NotRequired[Optional[str]]
-
-
-class FsPathPath(TypedDict):
-    type: Literal["path"]
-    path: PathUri
-
-
-class FsPathGlob(TypedDict):
-    type: Literal["glob_pattern"]
-    pattern: str
-
-
-class FsPathSpecial(TypedDict):
-    type: Literal["special"]
-    value: SpecialPath
-
-
-FsPath = Union[FsPathPath, FsPathGlob, FsPathSpecial]
-
-
-FsAccess = Literal["read", "write", "deny"]
-
-
-class FileSystemEntry(TypedDict):
-    path: FsPath
-    access: FsAccess
-    missing_path_behavior: NotRequired[Optional[Literal["skip", "error"]]]
-
-
-class FileSystemUnrestricted(TypedDict):
-    type: Literal["unrestricted"]
-
-
-class FileSystemRestricted(TypedDict):
-    type: Literal["restricted"]
-    entries: List[FileSystemEntry]
-    glob_scan_max_depth: NotRequired[Optional[int]]
-
-
-FileSystemPermissions = Union[FileSystemUnrestricted, FileSystemRestricted]
-NetworkAccess = Literal["restricted", "enabled"]
-
-
-class ProfileDisabled(TypedDict):
-    type: Literal["disabled"]
-
-
-class ProfileExternal(TypedDict):
-    type: Literal["external"]
-    network: NetworkAccess
-
-
-class ProfileManaged(TypedDict):
-    type: Literal["managed"]
-    file_system: FileSystemPermissions
-    network: NetworkAccess
-
-
-PermissionProfile = Union[ProfileDisabled, ProfileExternal, ProfileManaged]
-
-
-class PolicyContext(TypedDict):
-    cwd: NotRequired[Optional[PathUri]]
-    workspaceRoots: NotRequired[List[PathUri]]
-
-
-class FileSystemSandboxContext(TypedDict):
-    permissions: PermissionProfile
-    cwd: NotRequired[Optional[PathUri]]
-    workspaceRoots: NotRequired[List[PathUri]]
-    policyContext: NotRequired[Optional[PolicyContext]]
-    windowsSandboxLevel: NotRequired[Literal["disabled", "restricted-token", "elevated", "mxc"]]
-    windowsSandboxPrivateDesktop: NotRequired[bool]
-    useLegacyLandlock: NotRequired[bool]
-    userHomeDir: NotRequired[Optional[PathUri]]
-    temporaryDirectories: NotRequired[List[PathUri]]
-    windowsSandboxProxySettingsMode: NotRequired[Optional[str]]
-
-
-class ManagedNetwork(TypedDict):
-    loopbackPorts: List[int]
-    allowLocalBinding: bool
-
+# Split for size; ``wire`` is where all of them are found.
+from ._wire_base import *  # noqa: F403
+from ._wire_fs import *  # noqa: F403
 
 # -- session ------------------------------------------------------------------------------------
 
@@ -143,6 +50,15 @@ class EnvironmentCapabilities(TypedDict):
     fsRename: NotRequired[bool]
     fsReadDirectoryErrors: NotRequired[bool]
     fsWatch: NotRequired[bool]
+    fsWatchMissing: NotRequired[bool]
+    capabilityDiscoveryV2: NotRequired[bool]
+    credentialMasking: NotRequired[bool]
+    credentialMaskingCustomProviders: NotRequired[bool]
+    networkProxyReviewDomains: NotRequired[bool]
+    networkProxyTransparentTcp: NotRequired[bool]
+    linuxApprovedRootWritePreservesRestrictions: NotRequired[bool]
+    linuxRootWritePreservesDevices: NotRequired[bool]
+    windowsMxc: NotRequired[bool]
     linuxSandbox: NotRequired[bool]
     processLimits: NotRequired[bool]
     processTreeLimits: NotRequired[bool]
@@ -165,9 +81,27 @@ class EnvdInfo(TypedDict):
     sandbox: NotRequired[Any]
 
 
+#: What confines a sandboxed process's file system: Landlock, or the mount view alone.
+SandboxBackend = Literal["landlock", "mountView"]
+
+
+class SandboxFacilities(TypedDict):
+    """What the host's kernel offers the sandbox (this daemon's addition; also ``/readyz``)."""
+
+    backend: NotRequired[Optional[SandboxBackend]]
+    landlockAbi: int
+    landlockAbiUsed: int
+    userNamespaces: bool
+    pidNamespaces: bool
+    seccomp: bool
+    cgroupDelegation: bool
+
+
 class EnvironmentInfo(TypedDict):
     shell: ShellInfo
     executorVersion: NotRequired[str]
+    providerId: NotRequired[Optional[str]]
+    prependPathDirs: NotRequired[Optional[List[PathUri]]]
     cwd: NotRequired[Optional[PathUri]]
     userHomeDir: NotRequired[Optional[PathUri]]
     platformOs: NotRequired[Optional[str]]
@@ -176,6 +110,7 @@ class EnvironmentInfo(TypedDict):
     capabilities: NotRequired[EnvironmentCapabilities]
     limits: NotRequired[Optional[EnvironmentLimits]]
     envd: NotRequired[Optional[EnvdInfo]]
+    sandbox: NotRequired[Optional[SandboxFacilities]]
 
 
 class InitializeResult(TypedDict):
@@ -251,6 +186,7 @@ class StartResult(TypedDict):
     processId: str
     sandboxType: SandboxType
     existing: NotRequired[bool]
+    sandboxBackend: NotRequired[Optional[SandboxBackend]]
 
 
 class ProcessUsage(TypedDict):
@@ -375,196 +311,6 @@ class InputWaitNotification(TypedDict):
     processId: str
     afterSeq: int
 
-
-# -- files --------------------------------------------------------------------------------------
-
-
-class EmptyResult(TypedDict):
-    pass
-
-
-class ReadFileParams(TypedDict):
-    path: PathUri
-    followSymlinks: NotRequired[Optional[bool]]
-    maxBytes: NotRequired[Optional[int]]
-    sandbox: NotRequired[Optional[FileSystemSandboxContext]]
-
-
-class ReadFileResult(TypedDict):
-    dataBase64: Base64
-
-
-class WriteFileParams(TypedDict):
-    path: PathUri
-    dataBase64: Base64
-    followSymlinks: NotRequired[Optional[bool]]
-    atomic: NotRequired[bool]
-    sandbox: NotRequired[Optional[FileSystemSandboxContext]]
-
-
-class CreateDirectoryParams(TypedDict):
-    path: PathUri
-    recursive: NotRequired[Optional[bool]]
-    followSymlinks: NotRequired[Optional[bool]]
-    sandbox: NotRequired[Optional[FileSystemSandboxContext]]
-
-
-class GetMetadataParams(TypedDict):
-    path: PathUri
-    followSymlinks: NotRequired[Optional[bool]]
-    sandbox: NotRequired[Optional[FileSystemSandboxContext]]
-
-
-class Metadata(TypedDict):
-    isDirectory: bool
-    isFile: bool
-    isSymlink: bool
-    size: int
-    createdAtMs: int
-    modifiedAtMs: int
-
-
-class PathParams(TypedDict):
-    path: PathUri
-    sandbox: NotRequired[Optional[FileSystemSandboxContext]]
-
-
-class CanonicalizeResult(TypedDict):
-    path: PathUri
-
-
-class DirectoryEntry(TypedDict):
-    fileName: str
-    isDirectory: bool
-    isFile: bool
-
-
-class DirectoryEntryError(TypedDict):
-    fileName: str
-    message: str
-
-
-class ReadDirectoryResult(TypedDict):
-    entries: List[DirectoryEntry]
-    errors: NotRequired[List[DirectoryEntryError]]
-
-
-class RemoveParams(TypedDict):
-    path: PathUri
-    recursive: NotRequired[Optional[bool]]
-    force: NotRequired[Optional[bool]]
-    followSymlinks: NotRequired[Optional[bool]]
-    sandbox: NotRequired[Optional[FileSystemSandboxContext]]
-
-
-class CopyParams(TypedDict):
-    sourcePath: PathUri
-    destinationPath: PathUri
-    recursive: bool
-    sandbox: NotRequired[Optional[FileSystemSandboxContext]]
-
-
-class RenameParams(TypedDict):
-    sourcePath: PathUri
-    destinationPath: PathUri
-    overwrite: NotRequired[bool]
-    sandbox: NotRequired[Optional[FileSystemSandboxContext]]
-
-
-class WalkOptions(TypedDict):
-    maxDepth: int
-    maxDirectories: int
-    maxEntries: int
-    followDirectorySymlinks: bool
-    pruneHiddenDirectories: NotRequired[bool]
-
-
-class WalkParams(TypedDict):
-    path: PathUri
-    options: WalkOptions
-    sandbox: NotRequired[Optional[FileSystemSandboxContext]]
-
-
-class WalkEntry(TypedDict):
-    path: PathUri
-    kind: Literal["directory", "file"]
-
-
-class WalkError(TypedDict):
-    path: PathUri
-    message: str
-
-
-class WalkResult(TypedDict):
-    entries: List[WalkEntry]
-    errors: List[WalkError]
-    truncated: bool
-
-
-class OpenParams(TypedDict):
-    handleId: NotRequired[Optional[str]]
-    path: PathUri
-    mode: NotRequired[Optional[Literal["read", "write", "append", "replace", "replaceOnClose"]]]
-    followSymlinks: NotRequired[Optional[bool]]
-    sandbox: NotRequired[Optional[FileSystemSandboxContext]]
-
-
-class HandleResult(TypedDict):
-    handleId: str
-
-
-class ReadBlockParams(TypedDict):
-    handleId: str
-    offset: int
-    len: int
-
-
-class ReadBlockResult(TypedDict):
-    chunk: Base64
-    eof: bool
-
-
-class WriteBlockParams(TypedDict):
-    handleId: str
-    offset: NotRequired[Optional[int]]
-    chunk: Base64
-
-
-class WriteBlockResult(TypedDict):
-    nextOffset: int
-
-
-class CloseParams(TypedDict):
-    handleId: str
-    discard: NotRequired[bool]
-
-
-class WatchParams(TypedDict):
-    watchId: NotRequired[Optional[str]]
-    path: PathUri
-    recursive: NotRequired[bool]
-    sandbox: NotRequired[Optional[FileSystemSandboxContext]]
-
-
-class WatchResult(TypedDict):
-    watchId: str
-
-
-class UnwatchParams(TypedDict):
-    watchId: str
-
-
-class Change(TypedDict):
-    kind: Literal["create", "modify", "remove", "rename", "other"]
-    path: PathUri
-
-
-class ChangedNotification(TypedDict):
-    watchId: str
-    changes: List[Change]
-    eventsDropped: bool
-
-
 # -- http ---------------------------------------------------------------------------------------
 
 
@@ -647,6 +393,34 @@ class DiscoverResult(TypedDict):
     roots: List[DiscoveredRoot]
 
 
+# -- environment config (codex's config layers on the daemon's host) ---------------------------
+
+
+class EnvironmentConfigReadParams(TypedDict):
+    cwd: PathUri
+    configPaths: List[List[str]]
+    requirementsPaths: List[List[str]]
+
+
+class EnvironmentConfigLayer(TypedDict):
+    source: str
+    baseDir: PathUri
+    toml: str
+
+
+class EnvironmentConfigLayerStack(TypedDict):
+    layers: List[EnvironmentConfigLayer]
+    cloudInsertionIndex: int
+
+
+class EnvironmentConfigReadResult(TypedDict):
+    codexHomeDir: PathUri
+    userHomeDir: NotRequired[Optional[PathUri]]
+    hostname: NotRequired[Optional[str]]
+    config: EnvironmentConfigLayerStack
+    requirements: EnvironmentConfigLayerStack
+
+
 # -- the envelope -------------------------------------------------------------------------------
 
 RequestId = Union[int, str]
@@ -716,8 +490,10 @@ REQUESTS: Dict[str, Any] = {
     "fs/close": (CloseParams, EmptyResult, True),
     "fs/watch": (WatchParams, WatchResult, False),
     "fs/unwatch": (UnwatchParams, EmptyResult, False),
+    "fs/watchMissing": (WatchMissingParams, WatchMissingResult, False),
     "environment/info": (None, EnvironmentInfo, True),
     "environment/status": (None, EnvironmentStatus, True),
+    "environmentConfig/read": (EnvironmentConfigReadParams, EnvironmentConfigReadResult, True),
     "http/request": (HttpRequestParams, HttpRequestResult, False),
     "capabilityRoots/discoverV1": (DiscoverParams, DiscoverResult, True),
 }
@@ -730,6 +506,7 @@ NOTIFICATIONS: Dict[str, Any] = {
     "process/closed": ClosedNotification,
     "process/inputWait": InputWaitNotification,
     "fs/changed": ChangedNotification,
+    "fs/missingChanged": MissingChangedNotification,
     "http/request/bodyDelta": HttpBodyDelta,
 }
 
