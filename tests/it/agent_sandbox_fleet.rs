@@ -34,6 +34,8 @@ impl Fleet {
                 .args(["--listen", &format!("ws://{}", address(index))])
                 .args(["--connection-token", TOKEN, "--runtime-base-dir"])
                 .arg(base.path())
+                .arg("--sandboxd-root")
+                .arg(base.path())
                 .env("EXEC_SERVER_SANDBOX_ID", format!("sandbox-{index}"))
                 .env(STATE_DIR_VAR, "none")
                 .env("EXEC_SERVER_LOG", "error")
@@ -152,6 +154,30 @@ impl Drop for Router {
     }
 }
 
+/// agent-sandbox's sandboxd file API (`/v1/files`) through the router, each pod's rooted at
+/// its own base: what one sandbox writes, another does not see.
+fn sandboxd_files_through(router: &Router, fleet: &Fleet) {
+    let put = router.send("sandbox-9", "PUT", "/v1/files/rest/a.txt", &[], b"rest");
+    assert_eq!(put.0, 204, "{}", put.1);
+    let written = fleet.bases[9].path().join("rest/a.txt");
+    assert_eq!(std::fs::read_to_string(written).unwrap(), "rest");
+    let (status, body) = router.send("sandbox-9", "GET", "/v1/files/rest/a.txt", &[], b"");
+    assert_eq!((status, body.as_str()), (200, "rest"));
+    let (status, listing) = router.send("sandbox-9", "GET", "/v1/files/rest", &[], b"");
+    assert_eq!(status, 200, "{listing}");
+    assert_eq!(
+        json_of(&listing)["entries"][0]["name"],
+        "a.txt",
+        "{listing}"
+    );
+    let elsewhere = router.send("sandbox-10", "GET", "/v1/files/rest/a.txt", &[], b"");
+    assert_eq!(elsewhere.0, 404, "{}", elsewhere.1);
+    // Encoded, so that nginx passes the dots on rather than resolving them itself.
+    let out = "/v1/files/%2e%2e/%2e%2e/etc/passwd";
+    let traversal = router.send("sandbox-9", "GET", out, &[], b"");
+    assert_eq!(traversal.0, 403, "{traversal:?}");
+}
+
 fn percentile(sorted: &[Duration], p: usize) -> Duration {
     sorted[(sorted.len() * p / 100).min(sorted.len() - 1)]
 }
@@ -218,6 +244,7 @@ async fn fifty_sandboxes_behind_a_router_by_sandbox_id() {
             .0,
         404
     );
+    sandboxd_files_through(&router, &fleet);
     // A stale route reaches another tenant's pod, which refuses it.
     let (status, body) = router.send("sandbox-gone", "GET", "/list/", &[], b"");
     assert_eq!(status, 421, "{body}");
