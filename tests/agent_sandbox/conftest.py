@@ -24,6 +24,11 @@ def address(index: int) -> str:
     return f"127.0.46.{10 + index}:8888"
 
 
+def grpc_address(index: int) -> str:
+    """Where sandbox `index` serves sandboxd's gRPC ProcessService (9090, the SDK's default)."""
+    return f"127.0.46.{10 + index}:9090"
+
+
 def binary() -> str:
     path = os.environ.get("EXEC_SERVER_BIN") or str(ROOT / "target/release/exec-server")
     assert os.access(path, os.X_OK), f"{path}: build it first (cargo build --release)"
@@ -39,6 +44,12 @@ def wait_listening(host: str, port: int) -> None:
         except OSError:
             assert time.monotonic() < deadline, f"nothing listens on {host}:{port}"
             time.sleep(0.02)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -58,10 +69,12 @@ def fleet():
             # there tells which sandbox a routed connection reached.
             daemon = subprocess.Popen(
                 [binary(), "--listen", f"ws://{address(index)}", "--connection-token", TOKEN,
-                 "--runtime-base-dir", str(base)],
+                 "--runtime-base-dir", str(base), "--sandboxd-root", str(base),
+                 "--sandboxd-grpc-listen", grpc_address(index)],
                 stdout=subprocess.PIPE, env=env, cwd=base)
             daemons.append(daemon)
             assert daemon.stdout.readline().startswith(b"ws://")
+            wait_listening(f"127.0.46.{10 + index}", 9090)
             bases[name] = base
         yield bases
     finally:
@@ -77,10 +90,9 @@ class Router:
 
     def __init__(self) -> None:
         self.dir = pathlib.Path(tempfile.mkdtemp(prefix="router-"))
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
+        self.port, self.grpc_port = free_port(), free_port()
         routes = "".join(f"    sandbox-{i} {address(i)};\n" for i in range(SANDBOXES))
+        grpc_routes = "".join(f"    sandbox-{i} {grpc_address(i)};\n" for i in range(SANDBOXES))
         root = self.dir
         (root / "nginx.conf").write_text(f"""
 daemon off; master_process off; pid {root}/nginx.pid; error_log {root}/error.log;
@@ -104,9 +116,23 @@ http {{
       proxy_buffering off; proxy_request_buffering off; client_max_body_size 0;
     }}
   }}
+  # sandboxd's gRPC side, which agent-sandbox's HTTP/1.1 router does not carry: the same
+  # contract (route by X-Sandbox-ID, Authorization removed) over HTTP/2.
+  map $http_x_sandbox_id $sandbox_grpc {{
+{grpc_routes}    default 127.0.46.1:9;
+  }}
+  server {{
+    listen 127.0.0.1:{self.grpc_port} http2;
+    location / {{
+      grpc_pass grpc://$sandbox_grpc;
+      grpc_set_header Authorization "";
+      grpc_read_timeout 1d; grpc_send_timeout 1d; client_max_body_size 0;
+    }}
+  }}
 }}
 """)
         self.url = f"http://127.0.0.1:{self.port}"
+        self.grpc_target = f"127.0.0.1:{self.grpc_port}"
         self._spawn()
 
     def _spawn(self) -> None:
@@ -116,6 +142,7 @@ http {{
             [nginx, "-p", str(root), "-e", f"{root}/error.log", "-c", str(root / "nginx.conf")],
             stdin=subprocess.DEVNULL)
         wait_listening("127.0.0.1", self.port)
+        wait_listening("127.0.0.1", self.grpc_port)
 
     def restart(self) -> None:
         """Stops nginx, every proxied connection with it, and starts it again."""

@@ -3,7 +3,6 @@ gRPC toolchain generates from proto/sandboxd (grpcio-tools, pinned in requiremen
 
 from __future__ import annotations
 
-import importlib
 import re
 import shutil
 import sys
@@ -18,6 +17,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "clients" / "python" / "tests"))
 from daemon import Daemon as PlainDaemon  # noqa: E402
+from stubs import generate  # noqa: E402
 
 TOKEN = "sandboxd-grpcio-token-0123456789"
 
@@ -53,19 +53,7 @@ def workdir() -> Iterator[Path]:
 @pytest.fixture(scope="session")
 def stubs(workdir: Path) -> tuple[ModuleType, ModuleType]:
     """``process_pb2`` and ``process_pb2_grpc``, generated now from the vendored .proto."""
-    from grpc_tools import protoc
-
-    out = workdir / "stubs"
-    out.mkdir()
-    proto = REPO / "proto" / "sandboxd"
-    include = Path(protoc.__file__).parent / "_proto"
-    argv = ["protoc", f"-I{proto}", f"-I{include}", f"--python_out={out}", f"--grpc_python_out={out}"]
-    assert protoc.main([*argv, str(proto / "process" / "v1" / "process.proto")]) == 0
-    sys.path.insert(0, str(out))
-    return (
-        importlib.import_module("process.v1.process_pb2"),
-        importlib.import_module("process.v1.process_pb2_grpc"),
-    )
+    return generate(workdir / "stubs")
 
 
 @pytest.fixture(scope="session")
