@@ -2,7 +2,9 @@
 //! and docs/benchmarks.md around it.
 
 use crate::harness::Results;
-use crate::{agent, attacks, backends, codex, envd, fanout, launch, memory, restart, streaming};
+use crate::{
+    agent, attacks, backends, codex, envd, fanout, fleet, launch, memory, restart, streaming,
+};
 use serde_json::{Map, Value};
 
 /// One line of the table: a figure, its baselines, its target and whether it is met (None:
@@ -27,6 +29,7 @@ const FAMILIES: &[&[Row]] = &[
     memory::ROWS,
     attacks::ROWS,
     restart::ROWS,
+    fleet::ROWS,
 ];
 
 /// A figure, or why it is missing when the run said so in its place.
