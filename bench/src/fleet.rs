@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 const SANDBOXES: usize = 50;
 const TOKEN: &str = "bench-fleet";
 /// The reference runtime's dependencies, pinned: its `File` routes need python-multipart.
-const REFERENCE_PACKAGES: &[&str] = &[
+pub(crate) const REFERENCE_PACKAGES: &[&str] = &[
     "fastapi==0.163.2",
     "uvicorn==0.54.0",
     "python-multipart==0.0.34",
