@@ -9,7 +9,8 @@
 //! A module per family of rows, each with the code that measures its figures and its `ROWS`
 //! (a row's figure key, e.g. `fanout_disk_per_s`, is found in its family's module): `launch`,
 //! `fanout`, `streaming`, `memory`, `attacks`, `restart`, and beside codex (`codex`, `agent`),
-//! E2B (`envd`) and agent-sandbox (`fleet`). `harness` and `daemon` are what they share; `report` makes the table.
+//! E2B (`envd`) and agent-sandbox (`fleet`). `harness` and `daemon` are what they share;
+//! `report` makes the table.
 
 mod agent;
 mod attacks;
