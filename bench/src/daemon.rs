@@ -21,6 +21,9 @@ pub(crate) enum StateDir {
     Off,
 }
 
+/// Where a daemon listens unless it is a fleet's pod: a free loopback port.
+const LOOPBACK: &str = "ws://127.0.0.1:0";
+
 pub(crate) struct Daemon {
     pub(crate) child: std::process::Child,
     pub(crate) url: String,
@@ -41,7 +44,7 @@ impl Daemon {
         state: StateDir,
     ) -> anyhow::Result<Self> {
         let parent = match state {
-            StateDir::Off => return Self::spawn(binary, args, None),
+            StateDir::Off => return Self::spawn(binary, LOOPBACK, args, &[], None),
             StateDir::Tmpfs if Path::new("/dev/shm").is_dir() => PathBuf::from("/dev/shm"),
             StateDir::Tmpfs => std::env::temp_dir(),
             StateDir::Disk => disk_dir()?,
@@ -49,7 +52,7 @@ impl Daemon {
         let state_dir = tempfile::Builder::new()
             .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
             .tempdir_in(parent)?;
-        Self::spawn(binary, args, Some(Arc::new(state_dir)))
+        Self::spawn(binary, LOOPBACK, args, &[], Some(Arc::new(state_dir)))
     }
 
     /// A daemon on `state_dir`, a predecessor's.
@@ -58,17 +61,30 @@ impl Daemon {
         args: &[&str],
         state_dir: Arc<TempDir>,
     ) -> anyhow::Result<Self> {
-        Self::spawn(binary, args, Some(state_dir))
+        Self::spawn(binary, LOOPBACK, args, &[], Some(state_dir))
+    }
+
+    /// A pod of a fleet, as deployed: listening on `listen`, keeping no state, `env` set.
+    pub(crate) fn start_pod(
+        binary: &Path,
+        listen: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
+        Self::spawn(binary, listen, args, env, None)
     }
 
     fn spawn(
         binary: &Path,
+        listen: &str,
         args: &[&str],
+        env: &[(&str, &str)],
         state_dir: Option<Arc<TempDir>>,
     ) -> anyhow::Result<Self> {
         let mut child = std::process::Command::new(binary)
-            .args(["--listen", "ws://127.0.0.1:0", "--log", "warn"])
+            .args(["--listen", listen, "--log", "warn"])
             .args(args)
+            .envs(env.iter().copied())
             // Not the flag: a `--daemon` older than it ignores the variable.
             .env(
                 "EXEC_SERVER_STATE_DIR",
@@ -108,14 +124,18 @@ impl Daemon {
     }
 
     fn status_kib(&self, field: &str) -> f64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default();
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix(field))
-            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap_or(f64::NAN)
+        status_kib(self.child.id(), field)
     }
+}
+
+/// A `/proc/PID/status` figure in KiB (`VmRSS:`, `VmHWM:`); NaN when unreadable.
+pub(crate) fn status_kib(pid: u32, field: &str) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(f64::NAN)
 }
 
 impl Drop for Daemon {

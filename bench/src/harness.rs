@@ -28,6 +28,10 @@ pub(crate) struct Size {
     pub(crate) large_ws_files: usize,
     /// `codex exec` turns on each exec-server in the agent row.
     pub(crate) agent_turns: usize,
+    /// `/execute` round trips each way (direct, routed, the reference) in the fleet's row.
+    pub(crate) fleet_round_trips: usize,
+    /// Rounds of the fleet's fan-out after the first (fresh connections).
+    pub(crate) fleet_fanout_rounds: usize,
 }
 
 pub(crate) const QUICK: Size = Size {
@@ -45,6 +49,8 @@ pub(crate) const QUICK: Size = Size {
     fanout_per_connection: 40,
     large_ws_files: 20_000,
     agent_turns: 2,
+    fleet_round_trips: 200,
+    fleet_fanout_rounds: 5,
 };
 
 pub(crate) const FULL: Size = Size {
@@ -64,6 +70,8 @@ pub(crate) const FULL: Size = Size {
     fanout_per_connection: 200,
     large_ws_files: 200_000,
     agent_turns: 5,
+    fleet_round_trips: 1_000,
+    fleet_fanout_rounds: 20,
 };
 
 pub(crate) const PATH: &str = "/usr/local/bin:/usr/bin:/bin";

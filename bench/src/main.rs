@@ -3,12 +3,14 @@
 //! docs/benchmarks.md. The last line printed is one JSON object with every figure.
 //!
 //! Usage: `cargo run --release -p exec-server-bench -- [--quick] [--launch-only] [--daemon PATH]`
-//! (`--launch-only`: the exec round trips alone, for work on the launch path)
+//! (`--launch-only`: the exec round trips alone, for work on the launch path; `--fleet-only`:
+//! agent-sandbox's fleet alone)
 //!
 //! A module per family of rows, each with the code that measures its figures and its `ROWS`
 //! (a row's figure key, e.g. `fanout_disk_per_s`, is found in its family's module): `launch`,
-//! `fanout`, `streaming`, `memory`, `attacks`, `restart`, and beside codex (`codex`, `agent`)
-//! and E2B (`envd`). `harness` and `daemon` are what they share; `report` makes the table.
+//! `fanout`, `streaming`, `memory`, `attacks`, `restart`, and beside codex (`codex`, `agent`),
+//! E2B (`envd`) and agent-sandbox (`fleet`). `harness` and `daemon` are what they share;
+//! `report` makes the table.
 
 mod agent;
 mod attacks;
@@ -17,6 +19,7 @@ mod codex;
 mod daemon;
 mod envd;
 mod fanout;
+mod fleet;
 mod harness;
 mod launch;
 mod memory;
@@ -55,6 +58,10 @@ struct BenchArgs {
     /// The codex agent row alone: `codex exec` turns on this daemon and on codex's exec-server.
     #[arg(long, conflicts_with_all = ["launch_only", "fanout_only", "stream_only"])]
     agent_only: bool,
+    /// agent-sandbox's fleet alone: 50 daemons as pods behind nginx as the router, beside the
+    /// reference FastAPI runtime.
+    #[arg(long, conflicts_with_all = ["launch_only", "fanout_only", "stream_only", "agent_only"])]
+    fleet_only: bool,
     /// The exec-server binary to measure; default: the one next to this executable (built
     /// first when run through cargo).
     #[arg(long, value_name = "PATH")]
@@ -68,6 +75,7 @@ fn main() -> anyhow::Result<()> {
         fanout_only,
         stream_only,
         agent_only,
+        fleet_only,
         daemon,
     } = clap::Parser::parse();
     let size = if quick { &QUICK } else { &FULL };
@@ -77,6 +85,11 @@ fn main() -> anyhow::Result<()> {
         if fanout_only {
             let mut r = Results(Map::new());
             fanout::measure(&binary, size, &Workspace::new()?, &mut r).await?;
+            return Ok(r.0);
+        }
+        if fleet_only {
+            let mut r = Results(Map::new());
+            fleet::measure(&binary, size, &mut r).await?;
             return Ok(r.0);
         }
         if agent_only {
@@ -94,7 +107,7 @@ fn main() -> anyhow::Result<()> {
     })?;
     let table = report::report(&results);
     println!("{table}");
-    if !quick && !launch_only && !fanout_only && !stream_only && !agent_only {
+    if !quick && !launch_only && !fanout_only && !stream_only && !agent_only && !fleet_only {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/benchmarks.md");
         std::fs::write(&path, report::markdown(&table, &results))?;
         eprintln!("bench: wrote {}", path.display());
@@ -205,5 +218,8 @@ async fn run(size: &Size, part: Part, binary: &Path) -> anyhow::Result<Map<Strin
 
     eprintln!("bench: exhaustion attacks by a client that never reads");
     attacks::measure(binary, &mut r).await?;
+
+    eprintln!("bench: agent-sandbox's fleet behind a router, beside the reference runtime");
+    fleet::measure(binary, size, &mut r).await?;
     Ok(r.0)
 }

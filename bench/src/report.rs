@@ -2,7 +2,9 @@
 //! and docs/benchmarks.md around it.
 
 use crate::harness::Results;
-use crate::{agent, attacks, backends, codex, envd, fanout, launch, memory, restart, streaming};
+use crate::{
+    agent, attacks, backends, codex, envd, fanout, fleet, launch, memory, restart, streaming,
+};
 use serde_json::{Map, Value};
 
 /// One line of the table: a figure, its baselines, its target and whether it is met (None:
@@ -27,6 +29,7 @@ const FAMILIES: &[&[Row]] = &[
     memory::ROWS,
     attacks::ROWS,
     restart::ROWS,
+    fleet::ROWS,
 ];
 
 /// A figure, or why it is missing when the run said so in its place.
@@ -105,13 +108,18 @@ pub(crate) fn markdown(table: &str, results: &Map<String, Value>) -> String {
          ## Machine\n\n{cpu}, {cores} cores, {memory}, Linux {kernel}\n\n\
          ## How to rerun\n\n\
          ```sh\ncargo run --release -p exec-server-bench            # full run, rewrites this file\n\
-         cargo run --release -p exec-server-bench -- --quick # < 1 min, prints the JSON only\n```\n\n\
+         cargo run --release -p exec-server-bench -- --quick # < 1 min, prints the JSON only\n\
+         cargo run --release -p exec-server-bench -- --fleet-only # the fleet's rows alone, ~20 s\n```\n\n\
          The bench builds and starts the release daemon itself, and a throwaway sshd on a loopback\n\
          port with throwaway keys (installing openssh-server, and bubblewrap for the bwrap baseline,\n\
          with apt-get when they are missing), and codex's own exec-server (npm `@openai/codex`\n\
          0.171.0, installed under target/ with npm when missing; skipped with a note without npm),\n\
-         measured beside ours by one plain JSON-RPC client written for both, run by run.\n\n\
+         measured beside ours by one plain JSON-RPC client written for both, run by run. The fleet's\n\
+         rows run nginx (nginx-light, installed with apt-get when missing) as agent-sandbox's router,\n\
+         and the reference runtime under uvicorn from a venv under target/ (`{packages}`,\n\
+         installed with pip; without pip its figures say why).\n\n\
          ## All figures\n\n```json\n{}\n```\n",
-        serde_json::to_string_pretty(results).unwrap_or_default()
+        serde_json::to_string_pretty(results).unwrap_or_default(),
+        packages = fleet::REFERENCE_PACKAGES.join(" "),
     )
 }
