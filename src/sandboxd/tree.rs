@@ -84,21 +84,26 @@ pub(super) fn open_root(root: &Path) -> Result<OwnedFd, ApiError> {
     })
 }
 
+/// How often [`open`] tries again when the kernel could not rule out a race on `..`.
+const EAGAIN_RETRIES: usize = 64;
+
 /// Opens `path` beneath `root` (symbolic links followed only while they stay beneath it).
+/// openat2 answers EAGAIN for a lookup through `..` during which anything on the host was
+/// renamed or mounted (every sandboxed launch mounts), and asks the caller to try again.
 pub(super) fn open(
     root: &OwnedFd,
     path: &Relative,
     flags: OFlags,
     mode: Mode,
 ) -> Result<OwnedFd, ApiError> {
-    rustix::fs::openat2(
-        root,
-        path.as_openable(),
-        flags | OFlags::CLOEXEC,
-        mode,
-        BENEATH,
-    )
-    .map_err(|errno| error(errno, path))
+    let flags = flags | OFlags::CLOEXEC;
+    let mut tries = 0;
+    loop {
+        match rustix::fs::openat2(root, path.as_openable(), flags, mode, BENEATH) {
+            Err(Errno::AGAIN) if tries < EAGAIN_RETRIES => tries += 1,
+            opened => return opened.map_err(|errno| error(errno, path)),
+        }
+    }
 }
 
 /// The directory `path` beneath `root`, made with its missing parents (0755) when `create`.

@@ -451,3 +451,38 @@ async fn files_and_metadata_need_the_token_and_health_does_not() {
     assert!(!metadata.to_string().contains(TOKEN));
     assert!(Path::new(&root).exists());
 }
+
+/// A lookup through `..` while the host renames: openat2 answers EAGAIN when any rename or
+/// mount on the host races it (every sandboxed launch mounts), which must be tried again, not
+/// turned into a 500.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lookup_through_dots_holds_while_the_host_renames() {
+    let fx = Fixture::start(&[]);
+    let ws = fx.root().join("ws");
+    std::fs::create_dir(ws.join("sub")).unwrap();
+    std::fs::write(ws.join("in.txt"), "in").unwrap();
+    // Dots in the request are refused before any lookup; in a link they are the kernel's.
+    std::os::unix::fs::symlink("sub/..", ws.join("back")).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let renamer = {
+        let (stop, dir) = (stop.clone(), tempfile::tempdir().unwrap());
+        std::thread::spawn(move || {
+            let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+            std::fs::write(&a, "").unwrap();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::fs::rename(&a, &b).unwrap();
+                std::fs::rename(&b, &a).unwrap();
+            }
+        })
+    };
+    for _ in 0..300 {
+        let reply = fx.request("GET", "/v1/files/ws/back/in.txt", "", b"").await;
+        assert_eq!(
+            (reply.status, reply.body.as_slice()),
+            (200, &b"in"[..]),
+            "{reply:?}"
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    renamer.join().unwrap();
+}
