@@ -6,7 +6,7 @@ use super::connect::{timeout, Code, ConnectError, Requests, StreamSender};
 use super::messages::*;
 use super::users::Account;
 use super::Envd;
-use crate::process::{ManagedProcess, ProcessError};
+use crate::process::{Followed, ManagedProcess, OutputFollower, ProcessError};
 use axum::http::HeaderMap;
 use exec_server_protocol::process::{
     EnvInherit, EnvPolicy, OutputStream, ProcessLimits, ProcessSignal, StartParams, TerminalSize,
@@ -17,8 +17,6 @@ use std::time::Duration;
 
 /// Keepalive events when the client asks for none (envd's default).
 const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(90);
-/// Output sent in one read of the log (it goes out in one data event per chunk).
-const READ_BYTES: usize = 1024 * 1024;
 const ID_PREFIX: &str = "envd:";
 
 /// The tag in an envd process id, if it has one.
@@ -337,44 +335,34 @@ pub(super) fn keepalive(headers: &HeaderMap) -> Duration {
 /// when retention is full), while nobody follows it old output is evicted.
 async fn follow(
     process: &Arc<ManagedProcess>,
-    mut after_seq: u64,
+    after_seq: u64,
     events: &StreamSender<ProcessEventResponse>,
     keepalive: Duration,
 ) -> Result<(), ConnectError> {
     // Nothing is evicted before this stream sent it: the process waits for a slow client, as
     // envd's does for its subscribers.
-    let _following = process.follow();
+    let mut output = OutputFollower::new(process, after_seq);
     let tty = process.params().tty;
-    let mut changes = process.subscribe();
     loop {
-        changes.borrow_and_update();
-        let snapshot = process.read(after_seq, Some(READ_BYTES));
-        let more = !snapshot.chunks.is_empty();
-        for chunk in snapshot.chunks {
-            let data = chunk.data;
-            let output = Some(match chunk.stream {
-                _ if tty => Output::Pty(data),
-                OutputStream::Stderr => Output::Stderr(data),
-                _ => Output::Stdout(data),
-            });
-            events.send(Event::Data(DataEvent { output })).await?;
-        }
-        after_seq = snapshot.next_seq.saturating_sub(1);
-        process.mark_received(after_seq);
-        if more {
-            // A read is cut at `READ_BYTES`: what follows may be there already.
-            continue;
-        }
-        if snapshot.closed {
-            let end = end_event(snapshot.exit_code.unwrap_or(-1), &snapshot.details);
-            return events.send(end).await;
-        }
-        tokio::select! {
-            changed = changes.changed() => if changed.is_err() {
+        match output.next(Some(keepalive)).await {
+            Followed::Chunks(chunks) => {
+                for chunk in chunks {
+                    let data = chunk.data;
+                    let output = Some(match chunk.stream {
+                        _ if tty => Output::Pty(data),
+                        OutputStream::Stderr => Output::Stderr(data),
+                        _ => Output::Stdout(data),
+                    });
+                    events.send(Event::Data(DataEvent { output })).await?;
+                }
+            }
+            Followed::Closed(snapshot) => {
+                let end = end_event(snapshot.exit_code.unwrap_or(-1), &snapshot.details);
+                return events.send(end).await;
+            }
+            Followed::Idle => events.send(Event::Keepalive(Empty {})).await?,
+            Followed::Gone => {
                 return Err(ConnectError::new(Code::Internal, "the process is gone"));
-            },
-            _ = tokio::time::sleep(keepalive) => {
-                events.send(Event::Keepalive(Empty {})).await?;
             }
         }
     }

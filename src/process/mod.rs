@@ -6,7 +6,8 @@
 //!   over from a predecessor daemon; both make it with [`ManagedProcess::new`];
 //! - [`managed`]: one process, its state and what the methods ask of it;
 //! - [`tasks`]: what runs in the background for it: output reading, exit and tree supervision,
-//!   timeout and input waits ([`delivery`] pushes its events).
+//!   timeout and input waits ([`delivery`] pushes its events);
+//! - [`follower`]: the output read to its end by the listeners that are not sessions.
 //!
 //! Nothing here knows sessions or connections: a table follows its session's
 //! [`Attachment`], which the session sets.
@@ -15,6 +16,7 @@ mod adopt;
 mod delivery;
 pub(crate) mod env;
 mod error;
+mod follower;
 mod forgotten;
 pub(crate) mod input_wait;
 mod io;
@@ -31,6 +33,7 @@ mod tasks;
 
 pub(crate) use delivery::Attachment;
 pub(crate) use error::{AdoptError, KeepError, ProcessError};
+pub(crate) use follower::{Followed, OutputFollower};
 pub(crate) use limits::{input_quiet, limits, Timing};
 pub(crate) use managed::{ManagedProcess, Origin};
 pub(crate) use table::{Lookup, ProcessTable};

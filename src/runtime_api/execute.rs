@@ -3,7 +3,7 @@
 //! core (so `--runtime-sandbox` applies), its whole tree killed at the timeout.
 
 use super::Runtime;
-use crate::process::ManagedProcess;
+use crate::process::{Followed, ManagedProcess, OutputFollower};
 use axum::extract::rejection::JsonRejection;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -14,8 +14,6 @@ use exec_server_protocol::process::{
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Output taken from the log in one read.
-const READ_BYTES: usize = 1024 * 1024;
 /// Output kept per stream for the answer; the rest is read and dropped (`output_truncated`).
 const MAX_OUTPUT_BYTES: usize = 16 * 1024 * 1024;
 
@@ -124,42 +122,35 @@ impl Runtime {
 
 /// Reads `process`'s output to its end, then its exit.
 async fn collect(process: &Arc<ManagedProcess>) -> ExecuteResponse {
-    // Nothing is evicted before it was read here.
-    let _following = process.follow();
-    let mut changes = process.subscribe();
+    let mut output = OutputFollower::new(process, 0);
     let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
     let mut answer = ExecuteResponse::default();
-    let mut after_seq = 0;
     loop {
-        changes.borrow_and_update();
-        let snapshot = process.read(after_seq, Some(READ_BYTES));
-        let more = !snapshot.chunks.is_empty();
-        for chunk in snapshot.chunks {
-            let kept = match chunk.stream {
-                OutputStream::Stderr => &mut stderr,
-                _ => &mut stdout,
-            };
-            let room = MAX_OUTPUT_BYTES.saturating_sub(kept.len());
-            answer.output_truncated |= chunk.data.len() > room;
-            kept.extend_from_slice(&chunk.data[..chunk.data.len().min(room)]);
-        }
-        after_seq = snapshot.next_seq.saturating_sub(1);
-        process.mark_received(after_seq);
-        if more {
-            continue;
-        }
-        if snapshot.closed {
-            // As Python's returncode: minus the signal that killed it.
-            answer.exit_code = match snapshot.details.signal {
-                Some(signal) => -signal,
-                None => snapshot.exit_code.unwrap_or(-1),
-            };
-            answer.timed_out = snapshot.details.reason == Some(ExitReason::Timeout);
-            break;
-        }
-        if changes.changed().await.is_err() {
-            answer.exit_code = -1;
-            break;
+        match output.next(None).await {
+            Followed::Chunks(chunks) => {
+                for chunk in chunks {
+                    let kept = match chunk.stream {
+                        OutputStream::Stderr => &mut stderr,
+                        _ => &mut stdout,
+                    };
+                    let room = MAX_OUTPUT_BYTES.saturating_sub(kept.len());
+                    answer.output_truncated |= chunk.data.len() > room;
+                    kept.extend_from_slice(&chunk.data[..chunk.data.len().min(room)]);
+                }
+            }
+            Followed::Closed(snapshot) => {
+                // As Python's returncode: minus the signal that killed it.
+                answer.exit_code = match snapshot.details.signal {
+                    Some(signal) => -signal,
+                    None => snapshot.exit_code.unwrap_or(-1),
+                };
+                answer.timed_out = snapshot.details.reason == Some(ExitReason::Timeout);
+                break;
+            }
+            Followed::Idle | Followed::Gone => {
+                answer.exit_code = -1;
+                break;
+            }
         }
     }
     answer.stdout = String::from_utf8_lossy(&stdout).into_owned();

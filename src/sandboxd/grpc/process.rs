@@ -3,7 +3,7 @@
 //! reached by its pid, as the contract addresses it), started and sandboxed like any other.
 
 use super::messages::*;
-use crate::process::{ManagedProcess, ProcessError};
+use crate::process::{Followed, ManagedProcess, OutputFollower, ProcessError};
 use crate::server::Daemon;
 use crate::session::Session;
 use exec_server_protocol::process::{
@@ -17,8 +17,6 @@ use tonic::Status;
 /// Output `Execute` gathers at most (stdout and stderr together): what a default gRPC client
 /// accepts in one message. A command that writes more is killed; `Start` streams any amount.
 const EXECUTE_OUTPUT_LIMIT: usize = 4 * 1024 * 1024 - 1024;
-/// Output read from the log per step (it goes out in one message per chunk).
-const READ_BYTES: usize = 1024 * 1024;
 /// Events queued for a slow `Start` client before the follower waits (and the process with
 /// it, once its output retention is full).
 const QUEUE: usize = 16;
@@ -224,38 +222,31 @@ impl Drop for KillOnDrop {
 /// What is read is marked received, so the log may evict it; while the queue is full the
 /// process is held back once its retention is full, never its output lost.
 async fn follow(process: Arc<ManagedProcess>, events: mpsc::Sender<Result<StartResponse, Status>>) {
-    let _following = process.follow();
-    let mut changes = process.subscribe();
-    let mut after_seq = 0;
+    let mut output = OutputFollower::new(&process, 0);
     loop {
-        changes.borrow_and_update();
-        let snapshot = process.read(after_seq, Some(READ_BYTES));
-        let more = !snapshot.chunks.is_empty();
-        for chunk in snapshot.chunks {
-            let event = match chunk.stream {
-                OutputStream::Stderr => Event::Stderr(chunk.data),
-                _ => Event::Stdout(chunk.data),
-            };
-            if send(&events, event).await.is_err() {
+        match output.next(None).await {
+            Followed::Chunks(chunks) => {
+                for chunk in chunks {
+                    let event = match chunk.stream {
+                        OutputStream::Stderr => Event::Stderr(chunk.data),
+                        _ => Event::Stdout(chunk.data),
+                    };
+                    if send(&events, event).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            Followed::Closed(snapshot) => {
+                let signal = snapshot.details.signal.map(|signal| 128 + signal);
+                let exit_code = snapshot.exit_code.or(signal).unwrap_or(-1);
+                let _ = send(&events, Event::Exit(ExitEvent { exit_code })).await;
                 return;
             }
-        }
-        after_seq = snapshot.next_seq.saturating_sub(1);
-        process.mark_received(after_seq);
-        if more {
-            continue;
-        }
-        if snapshot.closed {
-            let signal = snapshot.details.signal.map(|signal| 128 + signal);
-            let exit_code = snapshot.exit_code.or(signal).unwrap_or(-1);
-            let _ = send(&events, Event::Exit(ExitEvent { exit_code })).await;
-            return;
-        }
-        if changes.changed().await.is_err() {
-            let _ = events
-                .send(Err(Status::internal("the process is gone")))
-                .await;
-            return;
+            Followed::Idle | Followed::Gone => {
+                let gone = Status::internal("the process is gone");
+                let _ = events.send(Err(gone)).await;
+                return;
+            }
         }
     }
 }
