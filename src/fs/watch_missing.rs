@@ -134,6 +134,11 @@ impl MissingWatch {
                 .take()
                 .and_then(|mut armed| armed.watcher.take())
         };
+        // Closed before anything else, a request that watches nothing included: otherwise
+        // alternating such requests with real ones would pile up instances again.
+        if let Some(replaced) = replaced {
+            let _ = tokio::task::spawn_blocking(move || replaced.close()).await;
+        }
         if paths.missing.is_empty() || paths.missing.len() > MAX_MISSING {
             return Ok(false);
         }
@@ -141,9 +146,6 @@ impl MissingWatch {
         let used = used.clone();
         let watched = paths.clone();
         let started = super::host::blocking(move || {
-            if let Some(replaced) = replaced {
-                replaced.close();
-            }
             if !watched.as_described() {
                 return Ok(None);
             }
