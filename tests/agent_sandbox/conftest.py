@@ -74,7 +74,8 @@ def fleet():
                 stdout=subprocess.PIPE, env=env, cwd=base)
             daemons.append(daemon)
             assert daemon.stdout.readline().startswith(b"ws://")
-            wait_listening(f"127.0.46.{10 + index}", 9090)
+            host, port = grpc_address(index).rsplit(":", 1)
+            wait_listening(host, int(port))
             bases[name] = base
         yield bases
     finally:
