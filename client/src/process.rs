@@ -43,6 +43,7 @@ impl Command {
                 idempotent: true,
                 input_wait_ms: None,
                 on_retention_full: None,
+                shell_snapshot: None,
             },
         }
     }

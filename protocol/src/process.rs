@@ -1,6 +1,7 @@
 //! `process/*` methods and notifications.
 
 use crate::base64_bytes::Base64Bytes;
+use crate::environment::ShellInfo;
 use crate::sandbox::{FileSystemSandboxContext, ManagedNetwork};
 use crate::PathUri;
 use schemars::JsonSchema;
@@ -87,6 +88,21 @@ pub struct StartParams {
     /// or proves receipt, attached or not (this daemon's addition, `retentionPause`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_retention_full: Option<OnRetentionFull>,
+    /// Run `argv` (`[shell.path, "-lc", command]`) in the login shell's state captured once
+    /// per scope and restored before the command, instead of a fresh login shell
+    /// (`shellSnapshotV2`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shell_snapshot: Option<ShellSnapshotRequest>,
+}
+
+/// `process/start.shellSnapshot`: which captured login-shell state a command runs in.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ShellSnapshotRequest {
+    /// The client's scope (e.g. one per thread): starts in one scope share one capture.
+    pub scope_id: String,
+    /// The shell whose state is captured: `bash`, `zsh` or `sh`, and its path.
+    pub shell: ShellInfo,
 }
 
 /// `process/start.onRetentionFull`.

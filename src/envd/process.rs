@@ -201,6 +201,7 @@ impl Envd {
             idempotent: false,
             input_wait_ms: None,
             on_retention_full: None,
+            shell_snapshot: None,
         })
     }
 

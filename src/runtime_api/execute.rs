@@ -116,6 +116,7 @@ impl Runtime {
             idempotent: false,
             input_wait_ms: None,
             on_retention_full: None,
+            shell_snapshot: None,
         })
     }
 }

@@ -194,6 +194,7 @@ impl Processes {
             idempotent: false,
             input_wait_ms: None,
             on_retention_full: None,
+            shell_snapshot: None,
         })
     }
 }

@@ -160,6 +160,13 @@ class ProcessLimits(TypedDict, total=False):
     maxCpuSeconds: Optional[int]
 
 
+class ShellSnapshotRequest(TypedDict):
+    """``process/start.shellSnapshot`` (capability ``shellSnapshotV2``)."""
+
+    scopeId: str
+    shell: ShellInfo
+
+
 class StartParams(TypedDict):
     processId: str
     argv: List[str]
@@ -180,6 +187,7 @@ class StartParams(TypedDict):
     # Pending #28 (what a full output retention does): sent only when the caller gives it.
     # tests/test_schema.py lets the schema lack it until then, and checks it once it is there.
     onRetentionFull: NotRequired[Optional[Literal["evict", "pause"]]]
+    shellSnapshot: NotRequired[Optional[ShellSnapshotRequest]]
 
 
 class StartResult(TypedDict):
