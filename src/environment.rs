@@ -30,7 +30,7 @@ pub(crate) fn capabilities() -> EnvironmentCapabilities {
         environment_config_read: true,
         http_header_env_vars: true,
         sandboxed_file_streaming: sandbox,
-        shell_snapshot_v2: false,
+        shell_snapshot_v2: true,
         windows_mxc: false,
         linux_root_write_preserves_devices: false,
         linux_approved_root_write_preserves_restrictions: false,

@@ -7,7 +7,9 @@
 //! - [`managed`]: one process, its state and what the methods ask of it;
 //! - [`tasks`]: what runs in the background for it: output reading, exit and tree supervision,
 //!   timeout and input waits ([`delivery`] pushes its events);
-//! - [`follower`]: the output read to its end by the listeners that are not sessions.
+//! - [`follower`]: the output read to its end by the listeners that are not sessions;
+//! - [`snapshot`]: shell snapshots, a login shell's state captured once and restored before
+//!   each command of a scope.
 //!
 //! Nothing here knows sessions or connections: a table follows its session's
 //! [`Attachment`], which the session sets.
@@ -25,6 +27,7 @@ mod live;
 mod managed;
 pub(crate) mod output;
 mod pins;
+pub(crate) mod snapshot;
 mod start;
 mod stdin;
 pub(crate) mod store;

@@ -10,6 +10,7 @@ mod process_methods;
 mod refusals;
 mod router;
 mod routes;
+mod shell_snapshot;
 #[cfg(test)]
 mod tests;
 

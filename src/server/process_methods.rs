@@ -2,9 +2,11 @@
 //! one place a session's errors and a process's meet: `process/read` fails with either, so it
 //! answers with the JSON-RPC error itself.
 
+use super::{shell_snapshot, Daemon};
 use crate::ipc::message::RunAs;
 use crate::launcher::sandboxed::Launch;
 use crate::launcher::spec::{LaunchSpec, DEFAULT_SIZE};
+use crate::process::snapshot::{Eligible, Restore};
 use crate::process::{env, input_quiet, limits, Lookup, ManagedProcess, Origin};
 use crate::process::{ProcessError, Timing};
 use crate::rpc::{Call, RpcError};
@@ -14,12 +16,15 @@ use bytes::Bytes;
 use exec_server_protocol::base64_bytes::Base64Bytes;
 use exec_server_protocol::fs::EmptyResult;
 use exec_server_protocol::process::*;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
 
-/// The process's events are pushed once `call`'s reply is queued.
+/// The process's events are pushed once `call`'s reply is queued; `daemon` runs the capture
+/// of a shell snapshot it asks for.
 pub(crate) async fn start(
+    daemon: &Daemon,
     session: &Session,
     call: &Call,
     params: StartParams,
@@ -34,12 +39,15 @@ pub(crate) async fn start(
     if let Some(trace) = &params.trace {
         span.record("parent", tracing::field::display(trace));
     }
-    start_once(session, call, &params).instrument(span).await
+    start_once(daemon, session, call, &params)
+        .instrument(span)
+        .await
 }
 
 /// An idempotent start first looks for the process it repeats (waiting out a start of it in
 /// progress); losing the race for the id to another start is the same as finding it.
 async fn start_once(
+    daemon: &Daemon,
     session: &Session,
     call: &Call,
     params: &StartParams,
@@ -58,7 +66,7 @@ async fn start_once(
         call.after_reply(move || {
             let _ = replied.send(());
         });
-        match launch(session, params, None, on_reply).await {
+        match launch_with(session, params, None, on_reply, Some(daemon)).await {
             Err(ProcessError::Exists(_)) if params.idempotent => continue,
             outcome => return outcome,
         }
@@ -72,6 +80,17 @@ pub(crate) async fn launch(
     params: &StartParams,
     run_as: Option<RunAs>,
     on_reply: tokio::sync::oneshot::Receiver<()>,
+) -> Result<StartResult, ProcessError> {
+    launch_with(session, params, run_as, on_reply, None).await
+}
+
+/// [`launch`], in the shell snapshot `params` asks for when `snapshots` runs captures.
+async fn launch_with(
+    session: &Session,
+    params: &StartParams,
+    run_as: Option<RunAs>,
+    on_reply: tokio::sync::oneshot::Receiver<()>,
+    snapshots: Option<&Daemon>,
 ) -> Result<StartResult, ProcessError> {
     let Some((program, args)) = params.argv.split_first() else {
         return Err(ProcessError::EmptyArgv);
@@ -100,9 +119,10 @@ pub(crate) async fn launch(
     };
     debug_assert_eq!(timing, Timing::of(params));
     let env = env::child_env(params.env_policy.as_ref(), &params.env, std::env::vars());
-    let spec = LaunchSpec {
+    let (args, env) = in_snapshot(session, params, snapshots, args, env).await?;
+    let mut spec = LaunchSpec {
         program: program.clone(),
-        args: args.to_vec(),
+        args,
         arg0: params.arg0.clone(),
         cwd,
         env,
@@ -113,12 +133,14 @@ pub(crate) async fn launch(
         limits,
         run_as,
     };
-    let mut spec = spec;
     let (launch, sandbox_type) = match prepared {
         None => (None, SandboxType::None),
         // The sandbox helper keeps the daemon's credentials: no caller sandboxes another user.
         Some(_) if spec.run_as.is_some() => return Err(ProcessError::SandboxedOtherUser),
-        Some(prepared) => {
+        Some(mut prepared) => {
+            // The plan, which the sandbox helper executes, was made of the start's own argv.
+            prepared.plan.argv.truncate(1);
+            prepared.plan.argv.extend(spec.args.iter().cloned());
             let launch =
                 Launch::new(prepared, &mut spec).map_err(|error| ProcessError::Launch {
                     program: program.clone(),
@@ -141,6 +163,25 @@ pub(crate) async fn launch(
         sandbox_type,
         sandbox_backend: crate::sandbox::backend_for(sandbox_type),
         existing: false,
+    })
+}
+
+/// `args` and `env` as `params`'s command runs: in the shell snapshot it asks for, when
+/// `snapshots` runs captures and there is one; else as they are.
+async fn in_snapshot(
+    session: &Session,
+    params: &StartParams,
+    snapshots: Option<&Daemon>,
+    args: &[String],
+    env: BTreeMap<String, String>,
+) -> Result<(Vec<String>, BTreeMap<String, String>), RpcError> {
+    let restore = match (snapshots, Eligible::check(params)?) {
+        (Some(daemon), Some(start)) => shell_snapshot::restore(daemon, session, &start, &env).await,
+        _ => None,
+    };
+    Ok(match restore {
+        Some(Restore { args, env }) => (args, env),
+        None => (args.to_vec(), env),
     })
 }
 

@@ -21,7 +21,8 @@ fn build() -> Router {
             let arrived = std::time::Instant::now();
             c.audit(m::ProcessStart::NAME, || audit::process_start(&p))
                 .await?;
-            let started = process_methods::start(&c.session, &c.call, p).await?;
+            let started =
+                process_methods::start(&c.connection.daemon, &c.session, &c.call, p).await?;
             if !started.existing {
                 c.connection
                     .daemon

@@ -127,6 +127,8 @@ pub(crate) struct Session {
     /// the client sees the same executor it started with, field for field.
     pub environment_info: EnvironmentInfo,
     pub policy: Policy,
+    /// Its shell snapshots (`process/start.shellSnapshot`), in memory only.
+    pub snapshots: crate::process::snapshot::Cache,
     attachment: watch::Sender<Option<Attachment>>,
 }
 
@@ -145,6 +147,7 @@ impl Session {
             processes: ProcessTable::new(config, receiver, id.clone(), spares),
             id,
             policy,
+            snapshots: Default::default(),
             attachment: sender,
         }
     }

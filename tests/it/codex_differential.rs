@@ -25,6 +25,7 @@ mod http_env;
 mod no_follow;
 mod process;
 mod process_sandbox;
+mod shell_snapshot;
 
 use crate::common::codex_peer::CodexPeer;
 use crate::common::{Daemon, TIMEOUT};
