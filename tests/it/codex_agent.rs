@@ -16,6 +16,7 @@ mod config;
 
 mod patches;
 mod sandboxes;
+mod snapshots;
 mod transports;
 mod watches;
 
@@ -75,6 +76,10 @@ pub struct Turn {
     pub record_methods: Option<&'static str>,
     /// The executor's own codex `config.toml` (in its `CODEX_HOME`, which is empty otherwise).
     pub executor_config: Option<&'static str>,
+    /// The executor's login profile (`~/.bashrc`, under a `HOME` of the run's own).
+    pub login_profile: Option<&'static str>,
+    /// More of codex's `config.toml` (tables after the harness's own).
+    pub config: Option<&'static str>,
 }
 
 impl Turn {
@@ -89,7 +94,20 @@ impl Turn {
             timing_dependent: false,
             record_methods: None,
             executor_config: None,
+            login_profile: None,
+            config: None,
         }
+    }
+
+    /// The executor runs with `HOME` a directory whose `.bashrc` is `profile`.
+    pub fn login_profile(mut self, profile: &'static str) -> Self {
+        self.login_profile = Some(profile);
+        self
+    }
+
+    pub fn config(mut self, config: &'static str) -> Self {
+        self.config = Some(config);
+        self
     }
 
     pub fn executor_config(mut self, config: &'static str) -> Self {
@@ -217,10 +235,20 @@ struct Dirs {
 impl Dirs {
     fn new(turn: &Turn) -> Self {
         let root = tempfile::tempdir_in("/var/tmp").expect("run directory");
-        for dir in ["work", "outside", "home", "tmp", "executor-home"] {
+        for dir in [
+            "work",
+            "outside",
+            "home",
+            "tmp",
+            "executor-home",
+            "user-home",
+        ] {
             std::fs::create_dir(root.path().join(dir)).unwrap();
         }
         let dirs = Self { root };
+        if let Some(profile) = turn.login_profile {
+            std::fs::write(dirs.path("user-home").join(".bashrc"), profile).unwrap();
+        }
         if let Some(config) = turn.executor_config {
             std::fs::write(dirs.path("executor-home").join("config.toml"), config).unwrap();
         }
@@ -282,10 +310,14 @@ impl Running {
         }
         let tmpdir = dirs.path("tmp");
         let executor_home = dirs.path("executor-home");
+        let user_home = dirs.path("user-home");
         // Each executor reads its own codex home (environmentConfig/read): this run's.
         let mut env = vec![("CODEX_HOME", executor_home.to_str().unwrap())];
         if turn.tmpdir {
             env.push(("TMPDIR", tmpdir.to_str().unwrap()));
+        }
+        if turn.login_profile.is_some() {
+            env.push(("HOME", user_home.to_str().unwrap()));
         }
         match executor {
             Executor::Ours => {
@@ -421,6 +453,10 @@ fn write_config(turn: &Turn, executor: Executor, dirs: &Dirs, model: &Model, url
          stream_max_retries = 0\n",
         model.base_url
     );
+    let config = match turn.config {
+        Some(more) => format!("{config}\n{more}"),
+        None => config,
+    };
     let home = dirs.path("home");
     std::fs::write(home.join("config.toml"), config).unwrap();
     let entry = match turn.reach {
