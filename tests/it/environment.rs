@@ -52,7 +52,7 @@ async fn info_describes_the_host_the_daemon_runs_on() {
             "environmentConfigRead": true,
             "httpHeaderEnvVars": true,
             "sandboxedFileStreaming": true,
-            "shellSnapshotV2": false,
+            "shellSnapshotV2": true,
             "windowsMxc": false,
             "linuxRootWritePreservesDevices": false,
             "linuxApprovedRootWritePreservesRestrictions": false,
