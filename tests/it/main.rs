@@ -68,6 +68,7 @@ mod sandboxd_grpc;
 mod sandboxd_rest;
 mod session;
 mod session_api;
+mod shell_snapshot;
 mod soak;
 mod state_dir;
 mod stuck_requests;
