@@ -124,6 +124,74 @@ pub(crate) async fn round_trip_rows(
     Ok(())
 }
 
+/// A login profile as agents' hosts have them: `.bash_profile` reads `.bashrc`, which exports
+/// 40 variables, defines 20 functions and looks for 10 tools on `PATH`.
+fn login_home() -> anyhow::Result<tempfile::TempDir> {
+    let home = tempfile::tempdir()?;
+    let mut rc = String::new();
+    for i in 0..40 {
+        rc.push_str(&format!("export PROFILE_VAR_{i}=value-{i}\n"));
+    }
+    for i in 0..20 {
+        rc.push_str(&format!("helper_{i}() {{ echo \"helper {i}: $*\"; }}\n"));
+    }
+    for tool in [
+        "git", "python3", "node", "cargo", "go", "make", "gcc", "curl", "jq", "rg",
+    ] {
+        rc.push_str(&format!(
+            "command -v {tool} >/dev/null 2>&1 && export HAS_{tool}=1\n"
+        ));
+    }
+    std::fs::write(home.path().join(".bashrc"), rc)?;
+    std::fs::write(
+        home.path().join(".bash_profile"),
+        "[ -r ~/.bashrc ] && . ~/.bashrc\n",
+    )?;
+    Ok(home)
+}
+
+/// `bash -lc true` started plainly (a login shell reading the profile each time) beside the
+/// same start with `shellSnapshot` (the profile's state, captured once for the scope, restored
+/// before the command), interleaved, µs.
+pub(crate) async fn snapshot_starts(
+    client: &Client,
+    size: &Size,
+    r: &mut Results,
+) -> anyhow::Result<()> {
+    let home = login_home()?;
+    let home = home
+        .path()
+        .to_str()
+        .context("path is not UTF-8")?
+        .to_owned();
+    let start = |snapshot: bool| {
+        let home = home.clone();
+        async move {
+            let mut cmd = crate::harness::command(&["/bin/bash", "-lc", "true"]).env("HOME", home);
+            if snapshot {
+                cmd.params_mut().shell_snapshot = Some(serde_json::from_value(json!({
+                    "scopeId": "bench", "shell": {"name": "bash", "path": "/bin/bash"}}))?);
+            }
+            let started = Instant::now();
+            let mut process = client.start(cmd).await?;
+            crate::harness::finish(&mut process).await?;
+            Ok(micros(started.elapsed()))
+        }
+    };
+    let cases = [
+        ("login_start_rtt_us", false),
+        ("snapshot_start_rtt_us", true),
+    ];
+    let starts = alternate(size.exec_runs / 3, &cases, start).await?;
+    starts.record(r);
+    r.ratio(
+        "snapshot_vs_login",
+        "snapshot_start_rtt_us",
+        "login_start_rtt_us",
+    );
+    Ok(())
+}
+
 /// Round trips of `true` over ssh, a new connection each and through a ControlMaster.
 pub(crate) fn ssh_round_trips(
     sshd: Option<&ssh::Sshd>,
@@ -269,6 +337,16 @@ pub(crate) const ROWS: &[Row] = &[
         what: "sandboxed exec round trip, back to back, µs",
         ours: "sandbox_burst_rtt_us",
         baselines: &[("local spawn", "spawn_rtt_us")],
+        target: "",
+        met: |_| None,
+    },
+    Row {
+        what: "`bash -lc true` with `shellSnapshot` (a profile of 40 exports, 20 functions, 10 tool lookups, captured once), µs",
+        ours: "snapshot_start_rtt_us",
+        baselines: &[
+            ("plain login shell", "login_start_rtt_us"),
+            ("× plain", "snapshot_vs_login"),
+        ],
         target: "",
         met: |_| None,
     },

@@ -180,6 +180,8 @@ async fn run(size: &Size, part: Part, binary: &Path) -> anyhow::Result<Map<Strin
         &mut r,
     )
     .await?;
+    eprintln!("bench: shell-snapshot starts beside plain login shells (interleaved)");
+    launch::snapshot_starts(&client, size, &mut r).await?;
     eprintln!("bench: sandboxed round trips on each backend, beside bwrap (interleaved)");
     backends::measure(binary, size, &workspace, &mut r).await?;
     if part == Part::Launch {
