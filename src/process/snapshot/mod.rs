@@ -215,3 +215,83 @@ fn apply(start: &Eligible<'_>, snapshot: &Snapshot, env: &BTreeMap<String, Strin
         env: merged,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn params(scope: &str) -> StartParams {
+        serde_json::from_value(serde_json::json!({
+            "processId": "p", "argv": ["/bin/bash", "-lc", "true"], "cwd": "file:///",
+            "env": {"OWN": "request"}, "tty": false,
+            "shellSnapshot": {"scopeId": scope, "shell": {"name": "bash", "path": "/bin/bash"}},
+        }))
+        .unwrap()
+    }
+
+    /// Runs a restore whose capture counts itself in `captures` and yields `output`.
+    async fn restore(
+        cache: &Cache,
+        params: &StartParams,
+        captures: &AtomicUsize,
+        output: Result<&[u8], &str>,
+    ) -> Option<Restore> {
+        let start = Eligible::check(params).unwrap().unwrap();
+        let env = BTreeMap::from([
+            ("OWN".into(), "request".into()),
+            ("BASE".into(), "b".into()),
+        ]);
+        let capture = async {
+            captures.fetch_add(1, Ordering::SeqCst);
+            tokio::task::yield_now().await;
+            output.map(<[u8]>::to_vec).map_err(str::to_owned)
+        };
+        cache.restore(&start, &env, capture).await
+    }
+
+    #[tokio::test]
+    async fn failures_are_shared_then_retried_a_second_apart_three_times_in_all() {
+        let (cache, captures, params) = (Cache::default(), AtomicUsize::new(0), params("s"));
+        let failing = Err("exited with 7");
+        let (a, b) = tokio::join!(
+            restore(&cache, &params, &captures, failing),
+            restore(&cache, &params, &captures, failing),
+        );
+        assert!(a.is_none() && b.is_none());
+        assert!(restore(&cache, &params, &captures, failing).await.is_none());
+        assert_eq!(captures.load(Ordering::SeqCst), 1, "one capture, shared");
+        for expected in [2, 3, 3] {
+            tokio::time::sleep(RETRY_BACKOFF + Duration::from_millis(50)).await;
+            restore(&cache, &params, &captures, failing).await;
+            assert_eq!(captures.load(Ordering::SeqCst), expected);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_is_captured_once_and_restored_with_the_start_s_own_env_on_top() {
+        let (cache, captures, scope) = (Cache::default(), AtomicUsize::new(0), params("s"));
+        let output: &[u8] = b"# Snapshot file\nf() { :; }\n\0OWN=profile\0FROM_PROFILE=1\0";
+        for _ in 0..2 {
+            let restore = restore(&cache, &scope, &captures, Ok(output))
+                .await
+                .unwrap();
+            assert_eq!(restore.args[0], "-pc");
+            assert!(restore.args[1].ends_with("\ntrue"), "{}", restore.args[1]);
+            assert_eq!(restore.env["OWN"], "request");
+            assert_eq!(restore.env["FROM_PROFILE"], "1");
+            assert_eq!(restore.env["BASE"], "b");
+            assert_eq!(
+                restore.env["__CODEX_SHELL_SNAPSHOT_STATE_0"],
+                "# Snapshot file\nf() { :; }\n"
+            );
+        }
+        assert_eq!(captures.load(Ordering::SeqCst), 1);
+        restore(&cache, &params("other"), &captures, Ok(output)).await;
+        assert_eq!(
+            captures.load(Ordering::SeqCst),
+            2,
+            "another scope, another capture"
+        );
+    }
+}
