@@ -74,7 +74,8 @@ fn restore_prelude(shell: Shell) -> (&'static str, &'static str) {
         // Privileged mode reads no BASH_ENV and imports no functions; it is left at once.
         Shell::Bash => ("-pc", "set +o privileged\n"),
         Shell::Zsh => ("-fc", "setopt RCS\n"),
-        Shell::Sh => ("-c", ""),
+        // A line of its own all the same, so the command is the third line in every shell.
+        Shell::Sh => ("-c", ":\n"),
     }
 }
 

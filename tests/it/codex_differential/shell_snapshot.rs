@@ -253,6 +253,28 @@ async fn a_sandboxed_capture_is_confined_as_its_command_alike() {
     assert!(!ours.1, "the capture wrote outside its sandbox");
 }
 
+/// `sh` (dash here): the capture reads `$ENV`, not `.bashrc`; its exports and options reach
+/// the command (dash cannot list functions, so none do, on either server), and the
+/// command's errors name its line as codex's restore script does.
+#[tokio::test]
+async fn an_sh_snapshot_reads_env_alike() {
+    let fixture = |root: &Path| {
+        let rc = "export SH_VAR=from-env-file\nhi() { echo \"hi $1\"; }\nset -o noglob\n";
+        std::fs::write(root.join("envrc"), rc).unwrap();
+    };
+    let (ours, codex) = on_both(fixture, async |client: &Client, root: &Path| {
+        let dir = root.to_str().unwrap();
+        let start = json!({"processId": "sh", "cwd": format!("file://{dir}"), "tty": false,
+            "argv": ["/bin/sh", "-lc", "echo var=$SH_VAR; hi there; set -o | grep -c 'noglob.*on'; echo *"],
+            "env": {"HOME": dir, "PATH": "/usr/bin:/bin", "ENV": format!("{dir}/envrc")},
+            "shellSnapshot": {"scopeId": "s", "shell": {"name": "sh", "path": "/bin/sh"}}});
+        outcomes(client, root, &[start]).await.0
+    })
+    .await;
+    assert_eq!(ours, codex);
+    assert_eq!(ours[0]["stdout"], "var=from-env-file\n1\n*\n", "{ours:?}");
+}
+
 /// Upstream's checks, in its order: the scope (empty, over 256 bytes), then whether the
 /// command is the shell's `-lc` (a `-c` command runs as it is, whatever the shell's name),
 /// then the shell's name; a missing `path` is the decoder's.
