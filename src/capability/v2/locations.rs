@@ -95,7 +95,12 @@ fn installed_plugins(cache: &Path, found: &mut Locations) -> io::Result<()> {
         let Some(market) = segment(&marketplace, false) else {
             continue;
         };
-        for package in subdirectories(&marketplace)? {
+        // As codex's one walk of the cache: only the cache's own failure keeps its kind.
+        let packages_of = subdirectories(&marketplace).map_err(|err| {
+            let shown = marketplace.display();
+            io::Error::other(format!("failed to scan plugin cache path {shown}: {err}"))
+        })?;
+        for package in packages_of {
             if let Some(name) = segment(&package, true) {
                 packages.insert(format!("{name}@{market}"), package);
             }
