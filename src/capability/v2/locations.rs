@@ -45,7 +45,8 @@ pub(super) struct Locations {
 }
 
 /// The locations under `codex_home` and `user_home`, in codex's order: plugins by id, then
-/// the skill roots. Err: a root could not be inspected at all.
+/// the skill roots. Err: the cache could not be listed, or a root inspected, so the answer
+/// would be incomplete (codex fails the call then).
 pub(super) fn resolve(
     codex_home: Option<&Path>,
     user_home: Option<&Path>,
@@ -91,15 +92,12 @@ fn is_directory(path: &Path) -> io::Result<bool> {
 /// Each `<marketplace>/<plugin>` directory of the cache with a version to use.
 fn installed_plugins(cache: &Path, found: &mut Locations) -> io::Result<()> {
     let mut packages = BTreeMap::new();
-    for marketplace in subdirectories(cache)? {
+    for marketplace in listed(cache)? {
+        // Listed whatever its name, as codex's one walk of the cache two levels deep.
+        let packages_of = listed(&marketplace)?;
         let Some(market) = segment(&marketplace, false) else {
             continue;
         };
-        // As codex's one walk of the cache: only the cache's own failure keeps its kind.
-        let packages_of = subdirectories(&marketplace).map_err(|err| {
-            let shown = marketplace.display();
-            io::Error::other(format!("failed to scan plugin cache path {shown}: {err}"))
-        })?;
         for package in packages_of {
             if let Some(name) = segment(&package, true) {
                 packages.insert(format!("{name}@{market}"), package);
@@ -139,11 +137,16 @@ fn installed_plugins(cache: &Path, found: &mut Locations) -> io::Result<()> {
     Ok(())
 }
 
-/// The directories in `directory`, links followed.
-fn subdirectories(directory: &Path) -> io::Result<Vec<PathBuf>> {
+/// The directories in `directory`, links followed; a failure is codex's, naming the path.
+fn listed(directory: &Path) -> io::Result<Vec<PathBuf>> {
+    let failed = |err: io::Error| {
+        let uri = exec_server_protocol::PathUri::from_path(directory);
+        let shown = uri.map_or_else(|_| directory.display().to_string(), |uri| uri.to_string());
+        io::Error::other(format!("failed to scan plugin cache path {shown}: {err}"))
+    };
     let mut found = Vec::new();
-    for entry in std::fs::read_dir(directory)? {
-        let path = entry?.path();
+    for entry in std::fs::read_dir(directory).map_err(failed)? {
+        let path = entry.map_err(failed)?.path();
         if std::fs::metadata(&path).is_ok_and(|meta| meta.is_dir()) {
             found.push(path);
         }

@@ -43,16 +43,7 @@ pub(crate) async fn discover(params: DiscoverV2Params) -> Result<DiscoverV2Resul
     let resolved = tokio::task::spawn_blocking(resolve)
         .await
         .map_err(|err| RpcError::internal(format!("capability locations: {err}")))?;
-    let found = match resolved {
-        Ok(found) => found,
-        Err(err) => {
-            let warning = format!("could not prewarm capability discovery: {:?}", err.kind());
-            return Ok(DiscoverV2Result {
-                warnings: vec![warning],
-                ..DiscoverV2Result::default()
-            });
-        }
-    };
+    let found = resolved.map_err(|err| RpcError::internal(err.to_string()))?;
     let mut reply = DiscoverV2Result::default();
     if !found.warnings.is_empty() {
         reply.warnings.push(LOCATIONS_INCOMPLETE.into());

@@ -13,6 +13,16 @@ use std::path::Path;
 /// Both daemons' messages for `scenario`, each started on a fresh fixture built by `fixture`
 /// with `CODEX_HOME` at its `codex/` and `HOME` at its `home/`: `(ours, codex)`.
 async fn run_both_homes(scenario: &Scenario, fixture: impl Fn(&Path)) -> (Vec<Value>, Vec<Value>) {
+    run_both_homes_as(false, scenario, fixture).await
+}
+
+/// [`run_both_homes`], both daemons running as `nobody` when `unprivileged` (the fixture then
+/// made that user's before `fixture` runs).
+async fn run_both_homes_as(
+    unprivileged: bool,
+    scenario: &Scenario,
+    fixture: impl Fn(&Path),
+) -> (Vec<Value>, Vec<Value>) {
     let mut lists = Vec::new();
     for ours in [true, false] {
         // Not /dev/shm, the harness's usual place: codex's sandbox mounts a /dev of its own.
@@ -21,6 +31,9 @@ async fn run_both_homes(scenario: &Scenario, fixture: impl Fn(&Path)) -> (Vec<Va
         for directory in ["codex", "home", "project"] {
             std::fs::create_dir_all(root.path().join(directory)).unwrap();
         }
+        if unprivileged {
+            chown_nobody(root.path());
+        }
         fixture(root.path());
         let codex_home = root.path().join("codex");
         let home = root.path().join("home");
@@ -28,17 +41,38 @@ async fn run_both_homes(scenario: &Scenario, fixture: impl Fn(&Path)) -> (Vec<Va
             ("CODEX_HOME", codex_home.to_str().unwrap()),
             ("HOME", home.to_str().unwrap()),
         ];
-        let messages = if ours {
-            let daemon = Daemon::start_with(&[], &env);
-            scenario.run(&daemon.url, root.path()).await
-        } else {
-            let codex = CodexPeer::start_with(&[], &env);
-            scenario.run(&codex.url, root.path()).await
+        let messages = match (ours, unprivileged) {
+            (true, false) => {
+                let daemon = Daemon::start_with(&[], &env);
+                scenario.run(&daemon.url, root.path()).await
+            }
+            (true, true) => {
+                let (daemon, _binary) = Daemon::start_unprivileged_with(&env);
+                scenario.run(&daemon.url, root.path()).await
+            }
+            (false, false) => {
+                let codex = CodexPeer::start_with(&[], &env);
+                scenario.run(&codex.url, root.path()).await
+            }
+            (false, true) => {
+                let codex = CodexPeer::start_unprivileged_with(&env);
+                scenario.run(&codex.url, root.path()).await
+            }
         };
         lists.push(messages);
     }
     let codex = lists.pop().unwrap();
     (lists.pop().unwrap(), codex)
+}
+
+/// `path` and everything below it made `nobody`'s.
+fn chown_nobody(path: &Path) {
+    std::os::unix::fs::chown(path, Some(65534), Some(65534)).unwrap();
+    if path.is_dir() && !path.is_symlink() {
+        for entry in std::fs::read_dir(path).unwrap() {
+            chown_nobody(&entry.unwrap().path());
+        }
+    }
 }
 
 async fn assert_same_homes(scenario: &Scenario, fixture: impl Fn(&Path)) -> Vec<Value> {
@@ -375,3 +409,54 @@ async fn bad_params_are_refused_alike() {
     assert_eq!(ours[0]["error"]["code"], -32602, "{}", lines(&ours));
     assert_eq!(ours[0]["error"]["code"], codex[0]["error"]["code"]);
 }
+
+/// A plugin cache that cannot be listed fails the call, naming the path, as codex's does (root
+/// reads anything: both daemons run as `nobody`); an unreadable install record only warns.
+#[tokio::test]
+async fn an_unreadable_plugin_cache_fails_the_call_alike() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = |path: &Path, mode: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    let fixture = |locked: &'static str| {
+        move |root: &Path| {
+            plugin(root, "good/p/1.0.0", r#"{"name":"p"}"#);
+            let record = "codex/plugins/cache/good/p/.codex-remote-plugin-install.json";
+            write(
+                root,
+                record,
+                r#"{"schema_version":1,"remote_plugin_id":"r"}"#,
+            );
+            std::fs::create_dir_all(root.join("codex/plugins/cache/.locked/q")).unwrap();
+            chown_nobody(root);
+            mode(&root.join(record), 0o000);
+            mode(&root.join(locked), 0o000);
+        }
+    };
+    for locked in ["codex/plugins/cache", "codex/plugins/cache/.locked"] {
+        let (ours, codex) = run_both_homes_as(true, &discover(1, None), fixture(locked)).await;
+        assert_equal(&ours, &codex);
+        let message = ours[0]["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with("failed to scan plugin cache path"),
+            "{}",
+            lines(&ours)
+        );
+    }
+    let readable = |root: &Path| {
+        fixture("codex/plugins/cache/.locked")(root);
+        mode(&root.join("codex/plugins/cache/.locked"), 0o755);
+    };
+    let (ours, codex) = run_both_homes_as(true, &discover(1, None), readable).await;
+    assert_equal(&ours, &codex);
+    let warnings = &ours[0]["result"]["warnings"];
+    assert_eq!(
+        warnings[0],
+        LOCATIONS_INCOMPLETE_WARNING,
+        "{}",
+        lines(&ours)
+    );
+}
+
+const LOCATIONS_INCOMPLETE_WARNING: &str =
+    "some capability locations could not be resolved; discovery may be incomplete";
