@@ -11,12 +11,16 @@ mod locations;
 mod skill;
 
 use super::{discover_root, is_not_found, parent, plugin_directory, CallBudget, Reader};
-use crate::fs::sandbox::route;
+use crate::fs::run_routed;
+use crate::fs::sandbox::{route, Route};
 use crate::rpc::RpcError;
 use exec_server_protocol::capability::{
     CapabilityRoot, DiscoverV2Params, DiscoverV2Result, DiscoveredRoot, DiscoveredSkill,
     DiscoveryRoot, ExecutorPlugin, ExecutorSkill, TextFile,
 };
+use exec_server_protocol::fs::GetMetadataParams;
+use exec_server_protocol::methods as m;
+use exec_server_protocol::rpc::code;
 use exec_server_protocol::sandbox::FileSystemSandboxContext;
 use exec_server_protocol::PathUri;
 use futures::StreamExt as _;
@@ -35,8 +39,7 @@ const METADATA_INCOMPLETE: &str =
 const SIZE_LIMIT: &str = "capability discovery size limit reached";
 
 pub(crate) async fn discover(params: DiscoverV2Params) -> Result<DiscoverV2Result, RpcError> {
-    // A sandbox this daemon cannot enforce is refused before anything is read.
-    route(params.sandbox.clone()).map_err(RpcError::from)?;
+    refuse_unenforceable(&params).await?;
     let codex_home = crate::environment_config::codex_home().ok();
     let user_home = std::env::home_dir().filter(|home| home.is_absolute());
     let resolve = move || locations::resolve(codex_home.as_deref(), user_home.as_deref());
@@ -67,6 +70,27 @@ pub(crate) async fn discover(params: DiscoverV2Params) -> Result<DiscoverV2Resul
         }
     }
     Ok(finish(reply, budget.truncated))
+}
+
+/// A sandbox this daemon cannot enforce (an unknown special path, say) is refused before
+/// anything is read, as the fs methods refuse it: -32602. codex refuses it when decoding.
+async fn refuse_unenforceable(params: &DiscoverV2Params) -> Result<(), RpcError> {
+    let route = route(params.sandbox.clone()).map_err(RpcError::from)?;
+    if matches!(route, Route::Direct) {
+        return Ok(());
+    }
+    let probe = GetMetadataParams {
+        path: params.cwd.clone(),
+        follow_symlinks: None,
+        sandbox: None,
+    };
+    match run_routed::<m::FsGetMetadata>(&route, probe)
+        .await
+        .map_err(RpcError::from)
+    {
+        Err(err) if err.code == code::INVALID_PARAMS => Err(err),
+        _ => Ok(()),
+    }
 }
 
 /// One location's part of the reply, and whether it lost something.

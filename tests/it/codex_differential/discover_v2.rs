@@ -402,12 +402,27 @@ async fn bad_params_are_refused_alike() {
         "{}",
         lines(&replies)
     );
-    // The message names each daemon's own type for the profile.
-    let bad_sandbox = json!({"cwd": "file:///", "sandbox": {"permissions": 5}});
-    let scenario = Scenario::initialized().request(1, method, bad_sandbox);
+    // Each message is each daemon's own: codex names its types, this daemon the entry it
+    // cannot enforce (as for the fs methods).
+    let mut unknown_kind = sandbox(&[("/", "read")]);
+    unknown_kind["permissions"]["file_system"]["entries"][0]["path"]["value"]["kind"] =
+        json!("nosuchkind");
+    let scenario = Scenario::initialized()
+        .request(
+            1,
+            method,
+            json!({"cwd": "file:///", "sandbox": {"permissions": 5}}),
+        )
+        .request(
+            2,
+            method,
+            json!({"cwd": "file:///", "sandbox": unknown_kind}),
+        );
     let (ours, codex) = run_both_homes(&scenario, |_| {}).await;
-    assert_eq!(ours[0]["error"]["code"], -32602, "{}", lines(&ours));
-    assert_eq!(ours[0]["error"]["code"], codex[0]["error"]["code"]);
+    for (ours, codex) in ours.iter().zip(&codex) {
+        assert_eq!(ours["error"]["code"], -32602, "{}", lines(&[ours.clone()]));
+        assert_eq!(ours["error"]["code"], codex["error"]["code"]);
+    }
 }
 
 /// A plugin cache that cannot be listed fails the call, naming the path, as codex's does (root
