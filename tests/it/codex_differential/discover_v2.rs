@@ -420,7 +420,7 @@ async fn bad_params_are_refused_alike() {
         );
     let (ours, codex) = run_both_homes(&scenario, |_| {}).await;
     for (ours, codex) in ours.iter().zip(&codex) {
-        assert_eq!(ours["error"]["code"], -32602, "{}", lines(&[ours.clone()]));
+        assert_eq!(ours["error"]["code"], -32602, "{ours}");
         assert_eq!(ours["error"]["code"], codex["error"]["code"]);
     }
 }
