@@ -26,7 +26,7 @@ pub(crate) fn capabilities() -> EnvironmentCapabilities {
         credential_masking_custom_providers: false,
         capability_discovery_sandbox: true,
         fs_watch_missing: true,
-        capability_discovery_v2: false,
+        capability_discovery_v2: true,
         environment_config_read: true,
         http_header_env_vars: true,
         sandboxed_file_streaming: sandbox,

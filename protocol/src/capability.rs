@@ -72,3 +72,92 @@ pub struct DiscoveredSkill {
     /// `agents/openai.yaml` beside the `SKILL.md`.
     pub metadata: Option<TextFile>,
 }
+
+/// `capabilities/discoverV2`: the executor's installed plugins and its standalone skills, each
+/// described (front matter, `agents/openai.yaml`), as codex's exec-server answers it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DiscoverV2Params {
+    /// The client's working directory; project skills are not part of the answer.
+    pub cwd: PathUri,
+    /// Read the plugins and skills under this intent, as the fs methods do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<FileSystemSandboxContext>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DiscoverV2Result {
+    /// One per installed plugin (its active version), by id.
+    pub plugins: Vec<ExecutorPlugin>,
+    /// The skills outside plugins, root by root, each root's by path.
+    pub skills: Vec<ExecutorSkill>,
+    /// Generic: they say that something was left out, not what.
+    pub warnings: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutorPlugin {
+    /// `<plugin>@<marketplace>`, from the cache directory's names.
+    pub id: String,
+    pub display_name: String,
+    pub remote_plugin_id: Option<String>,
+    /// The version directory chosen.
+    pub version: String,
+    pub root: PathUri,
+    pub files: DiscoveredPlugin,
+    /// Named `<namespace>:<skill>`.
+    pub skills: Vec<ExecutorSkill>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutorSkill {
+    pub name: String,
+    pub description: String,
+    pub short_description: Option<String>,
+    /// The `SKILL.md`.
+    pub path: PathUri,
+    /// Where a standalone skill was found; absent for a plugin's skills.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discovery_root: Option<DiscoveryRoot>,
+    pub dependencies: Option<SkillDependencies>,
+    pub policy: Option<SkillPolicy>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DiscoveryRoot {
+    /// `codex-home-skills` or `user-agent-skills`.
+    pub id: String,
+    pub path: PathUri,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SkillDependencies {
+    pub tools: Vec<SkillToolDependency>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SkillToolDependency {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub value: String,
+    pub description: Option<String>,
+    pub transport: Option<String>,
+    pub command: Option<String>,
+    pub url: Option<String>,
+    /// Always null: codex's server does not read it from `agents/openai.yaml` either.
+    pub oauth_callback_port: Option<u16>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SkillPolicy {
+    pub allow_implicit_invocation: Option<bool>,
+    /// `codex`, `chatgpt` or `atlas`.
+    pub products: Vec<String>,
+}

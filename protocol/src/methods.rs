@@ -159,6 +159,8 @@ methods! {
             http::HttpRequestParams => http::HttpRequestResult, Never;
         CapabilityRootsDiscover, CAPABILITY_ROOTS_DISCOVER = "capabilityRoots/discoverV1":
             capability::DiscoverParams => capability::DiscoverResult, Safe;
+        CapabilitiesDiscoverV2, CAPABILITIES_DISCOVER_V2 = "capabilities/discoverV2":
+            capability::DiscoverV2Params => capability::DiscoverV2Result, Safe;
     }
     notifications {
         Initialized, INITIALIZED = "initialized": ();

@@ -202,7 +202,7 @@ fn merge(base: &mut Table, overlay: &Table) {
 }
 
 /// `CODEX_HOME` when set (it must name an existing directory), else `~/.codex`.
-fn codex_home() -> io::Result<PathBuf> {
+pub(crate) fn codex_home() -> io::Result<PathBuf> {
     match std::env::var_os("CODEX_HOME").filter(|value| !value.is_empty()) {
         Some(value) => {
             let path = PathBuf::from(&value);

@@ -426,7 +426,7 @@ fn family(method: &str) -> &str {
         "environment/info" => "environment info",
         "environment/status" => "environment status",
         "environmentConfig/read" => "environment config",
-        "capabilityRoots/discoverV1" => "capability discovery",
+        "capabilityRoots/discoverV1" | "capabilities/discoverV2" => "capability discovery",
         _ => match method.split_once('/').map_or(method, |(prefix, _)| prefix) {
             "process" => "exec",
             "fs" => "filesystem",
@@ -448,6 +448,7 @@ mod tests {
             ("environment/status", "environment status"),
             ("environmentConfig/read", "environment config"),
             ("capabilityRoots/discoverV1", "capability discovery"),
+            ("capabilities/discoverV2", "capability discovery"),
             ("session/x", "session"),
         ] {
             assert_eq!(super::family(method), family, "{method}");

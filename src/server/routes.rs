@@ -124,6 +124,7 @@ fn environment_and_http_methods(router: &mut Router) {
         Ok::<_, RpcError>(http::request(&c.call, &connection.http, limit, p).await?)
     });
     router.request::<m::CapabilityRootsDiscover>(|_: Ctx, p| capability::discover(p));
+    router.request::<m::CapabilitiesDiscoverV2>(|_: Ctx, p| capability::discover_v2(p));
 }
 
 /// With an audit log, records the exit of the process `id` just started, once it exits.

@@ -11,6 +11,7 @@
 //! why it cannot run.
 
 mod decoder;
+mod discover_v2;
 mod environment;
 mod environment_config;
 mod fs_escapes;

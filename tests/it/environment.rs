@@ -48,7 +48,7 @@ async fn info_describes_the_host_the_daemon_runs_on() {
             "credentialMaskingCustomProviders": false,
             "capabilityDiscoverySandbox": true,
             "fsWatchMissing": true,
-            "capabilityDiscoveryV2": false,
+            "capabilityDiscoveryV2": true,
             "environmentConfigRead": true,
             "httpHeaderEnvVars": true,
             "sandboxedFileStreaming": true,

@@ -78,7 +78,12 @@ impl CodexPeer {
 
     /// As `start`, running as `nobody` (uid and gid 65534), whose home it is given.
     pub fn start_unprivileged() -> Self {
-        Self::start_as(Some(65534), &[], &[], &[])
+        Self::start_unprivileged_with(&[])
+    }
+
+    /// [`CodexPeer::start_unprivileged`] with `env` added (a `HOME` there wins).
+    pub fn start_unprivileged_with(env: &[(&str, &str)]) -> Self {
+        Self::start_as(Some(65534), &[], env, &[])
     }
 
     fn start_as(uid: Option<u32>, args: &[&str], env: &[(&str, &str)], removed: &[&str]) -> Self {

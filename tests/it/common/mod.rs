@@ -130,6 +130,11 @@ impl Daemon {
     /// A daemon running as `nobody`, from a copy of the binary that user can reach (the build
     /// directory may not be), which lives as long as the daemon.
     pub fn start_unprivileged() -> (Self, tempfile::TempDir) {
+        Self::start_unprivileged_with(&[])
+    }
+
+    /// [`Daemon::start_unprivileged`] with `env` added.
+    pub fn start_unprivileged_with(env: &[(&str, &str)]) -> (Self, tempfile::TempDir) {
         use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
         use std::os::unix::process::CommandExt as _;
         let dir = tempfile::tempdir().unwrap();
@@ -143,7 +148,7 @@ impl Daemon {
             .create(&state_dir)
             .unwrap();
         std::os::unix::fs::chown(&state_dir, Some(65534), Some(65534)).unwrap();
-        let mut command = Self::command(binary.to_str().unwrap(), &[], &[]);
+        let mut command = Self::command(binary.to_str().unwrap(), &[], env);
         command
             .env(STATE_DIR_VAR, &state_dir)
             .uid(65534)

@@ -401,6 +401,61 @@ class DiscoverResult(TypedDict):
     roots: List[DiscoveredRoot]
 
 
+class DiscoverV2Params(TypedDict):
+    cwd: PathUri
+    sandbox: NotRequired[Optional[FileSystemSandboxContext]]
+
+
+class DiscoveryRoot(TypedDict):
+    id: str
+    path: PathUri
+
+
+class SkillToolDependency(TypedDict):
+    type: str
+    value: str
+    description: NotRequired[Optional[str]]
+    transport: NotRequired[Optional[str]]
+    command: NotRequired[Optional[str]]
+    url: NotRequired[Optional[str]]
+    oauthCallbackPort: NotRequired[Optional[int]]
+
+
+class SkillDependencies(TypedDict):
+    tools: List[SkillToolDependency]
+
+
+class SkillPolicy(TypedDict):
+    allowImplicitInvocation: NotRequired[Optional[bool]]
+    products: List[str]
+
+
+class ExecutorSkill(TypedDict):
+    name: str
+    description: str
+    shortDescription: NotRequired[Optional[str]]
+    path: PathUri
+    discoveryRoot: NotRequired[Optional[DiscoveryRoot]]
+    dependencies: NotRequired[Optional[SkillDependencies]]
+    policy: NotRequired[Optional[SkillPolicy]]
+
+
+class ExecutorPlugin(TypedDict):
+    id: str
+    displayName: str
+    remotePluginId: NotRequired[Optional[str]]
+    version: str
+    root: PathUri
+    files: DiscoveredPlugin
+    skills: List[ExecutorSkill]
+
+
+class DiscoverV2Result(TypedDict):
+    plugins: List[ExecutorPlugin]
+    skills: List[ExecutorSkill]
+    warnings: List[str]
+
+
 # -- environment config (codex's config layers on the daemon's host) ---------------------------
 
 
@@ -504,6 +559,7 @@ REQUESTS: Dict[str, Any] = {
     "environmentConfig/read": (EnvironmentConfigReadParams, EnvironmentConfigReadResult, True),
     "http/request": (HttpRequestParams, HttpRequestResult, False),
     "capabilityRoots/discoverV1": (DiscoverParams, DiscoverResult, True),
+    "capabilities/discoverV2": (DiscoverV2Params, DiscoverV2Result, True),
 }
 
 #: Each notification's params type.

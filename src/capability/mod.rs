@@ -2,12 +2,13 @@
 //! executor (skills, plugin manifests, MCP and apps configuration), found and read in one call,
 //! as codex's exec-server does it (`codex-rs/exec-server/src/capability_discovery.rs`): the
 //! same scan limits, selection, order, warnings and errors, so the client's plugin and skill
-//! loaders see the same bundle from either daemon.
+//! loaders see the same bundle from either daemon. `v2` (`capabilities/discoverV2`) reads each
+//! of its locations as such a root.
 //!
 //! Every access is an fs one-shot (`fs/getMetadata`, `fs/walk`, `fs/readFile`) routed once per
 //! root through the fs sandbox gate, so a root with a restricting `sandbox` is scanned and read
 //! by the confined helper exactly as the fs methods would be.
-
+mod v2;
 use crate::fs::sandbox::{route, Route};
 use crate::fs::{run_routed, OneShot, READ_FILE_TOO_LARGE};
 use crate::rpc::RpcError;
@@ -22,6 +23,7 @@ use futures::StreamExt as _;
 use serde::de::DeserializeOwned;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use v2::discover as discover_v2;
 
 const MAX_ROOTS: usize = 128;
 /// Roots discovered at once, as codex does.
