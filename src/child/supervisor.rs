@@ -179,7 +179,12 @@ impl Supervisor {
         }
         let streams = hold.streams();
         let mut fds = fds.into_iter();
-        let listener = fds.next().expect("counted").into();
+        let listener: std::os::unix::net::UnixListener = fds.next().expect("counted").into();
+        // Listening again stamps the socket with this process's credentials, which is how a
+        // successor tells the supervisor its meta names from whoever else could take the
+        // abstract name (the credentials were the daemon's that bound it).
+        // SAFETY: listen on a listening socket we hold; it only updates its backlog and owner.
+        unsafe { libc::listen(listener.as_raw_fd(), 128) };
         let dir = fds.next().expect("counted").into();
         let files = fds.by_ref().take(streams).map(Into::into).collect();
         let outputs = fds.by_ref().take(streams).map(Some).collect();

@@ -323,8 +323,8 @@ impl Report {
 /// The argument that makes the daemon's binary the fork server (`crate::child`).
 pub(crate) const FORK_SERVER_ARG: &str = "__supervise";
 
-/// The socket in a process's directory on which its supervisor, orphaned, waits for a
-/// successor daemon.
+/// The socket in a process's directory on which the supervisor of an older daemon, orphaned,
+/// waits for a successor daemon (now an abstract socket: `crate::process::store`).
 pub(crate) const SUPERVISOR_SOCKET: &str = "sock";
 
 /// Where an orphaned supervisor whose tree ended records its last reports (as lines), in the

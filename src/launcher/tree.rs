@@ -286,12 +286,28 @@ pub(crate) struct Adoption {
     pub held: Vec<OwnedFd>,
 }
 
-/// Connects to the orphaned supervisor listening on the socket of the process directory `dir`
-/// and takes over its tree. One that is gone left its last reports in [`EXIT_RECORD`] (which the
-/// reports then are); with neither, the reports end at once (the supervisor ended before the
-/// process could be seen to).
-pub(crate) async fn adopt(dir: &crate::state_dir::Dir) -> Adoption {
-    match take_over(&dir.through_fd(SUPERVISOR_SOCKET)).await {
+/// Connects to the orphaned supervisor `supervisor_pid` (any of this user's, when not known)
+/// listening on `socket` (or, as an older daemon's did, on the socket file in the process
+/// directory `dir`) and takes over its tree. One that is gone left its last reports in
+/// [`EXIT_RECORD`] (which the reports then are); with neither, the reports end at once (the
+/// supervisor ended before the process could be seen to).
+pub(crate) async fn adopt(
+    dir: &crate::state_dir::Dir,
+    socket: &str,
+    supervisor_pid: Option<i32>,
+) -> Adoption {
+    // An older daemon's supervisor listens on a file in the private directory: only the
+    // abstract name needs its listener's identity checked.
+    let found = match connect_abstract(socket) {
+        Ok(control) => Ok((control, supervisor_pid)),
+        Err(_) => std::os::unix::net::UnixStream::connect(dir.through_fd(SUPERVISOR_SOCKET))
+            .map(|control| (control, None)),
+    };
+    let taken = match found {
+        Ok((control, supervisor_pid)) => take_over(control, supervisor_pid).await,
+        Err(err) => Err(err.into()),
+    };
+    match taken {
         Ok(adoption) => adoption,
         Err(err) => {
             // As the supervisor would have sent them; a FIFO or device there is refused, not
@@ -332,10 +348,36 @@ enum TakeOverError {
     NotHandedOver,
     #[error("the supervisor's answer is too large")]
     TooLarge,
+    #[error("the socket's listener is not the supervisor (pid {0:?}, user {1})")]
+    Impostor(Option<i32>, u32),
 }
 
-async fn take_over(socket: &std::path::Path) -> Result<Adoption, TakeOverError> {
-    let mut control = tokio::net::UnixStream::connect(socket).await?;
+/// Connects to the abstract socket `name` without waiting: a full backlog (anyone on the host
+/// may connect to an abstract name) fails the connection rather than blocking the adoption.
+fn connect_abstract(name: &str) -> std::io::Result<std::os::unix::net::UnixStream> {
+    use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, UnixAddr};
+    use std::os::fd::AsRawFd as _;
+    let flags = SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC;
+    let fd = socket(AddressFamily::Unix, SockType::Stream, flags, None)?;
+    connect(fd.as_raw_fd(), &UnixAddr::new_abstract(name.as_bytes())?)?;
+    Ok(fd.into())
+}
+
+/// Takes the tree over from the supervisor on `control`: only if it runs as this daemon's
+/// user and, when known, is `supervisor_pid` (an abstract socket's name can be taken by anyone
+/// once its supervisor is gone, and stdin's bytes would go to whoever holds it).
+async fn take_over(
+    control: std::os::unix::net::UnixStream,
+    supervisor_pid: Option<i32>,
+) -> Result<Adoption, TakeOverError> {
+    control.set_nonblocking(true)?;
+    let mut control = tokio::net::UnixStream::from_std(control)?;
+    let peer = control.peer_cred()?;
+    // SAFETY: geteuid takes no arguments and cannot fail.
+    let own = unsafe { libc::geteuid() };
+    if peer.uid() != own || supervisor_pid.is_some_and(|pid| peer.pid() != Some(pid)) {
+        return Err(TakeOverError::Impostor(peer.pid(), peer.uid()));
+    }
     let mut first = [0u8; 1];
     let received = tokio::time::timeout(
         ADOPT_TIMEOUT,

@@ -29,6 +29,7 @@ impl TableInner {
     /// Adopts the process kept in `kept`, started as `meta` says.
     pub(super) async fn adopt(self: Arc<Self>, kept: Kept, meta: Meta) -> Result<(), AdoptError> {
         let dir = kept.dir().map_err(AdoptError::Dir)?;
+        let kept_name = kept.name.clone();
         let (store, entries) = Store::open(kept, &meta)?;
         let store = Arc::new(store);
         let id = meta.params.process_id.clone();
@@ -37,7 +38,8 @@ impl TableInner {
         let mut log = self.output_log(&meta.params);
         log.restore(records);
         // The supervisor stops moving output into the files before it answers.
-        let supervisor = tree::adopt(&dir).await;
+        let socket = store::supervisor_socket(&kept_name);
+        let supervisor = tree::adopt(&dir, &socket, Some(meta.supervisor_pid)).await;
         let tty = meta.params.tty;
         record_unjournaled(&store, &mut log, store::streams(tty), &mut ends)?;
         log.mark_delivered(log.next_seq() - 1);

@@ -152,6 +152,8 @@ pub(crate) enum KeepError {
     SpareTask(tokio::task::JoinError),
     #[error("{0}")]
     EncodeMeta(serde_json::Error),
+    #[error("cannot listen on its supervisor's socket: {0}")]
+    Listen(std::io::Error),
     #[error("cannot write processes/{dir}/meta.json: {source}")]
     WriteMeta { dir: String, source: std::io::Error },
     #[error("cannot rename processes/{from} to processes/{to}: {source}")]

@@ -6,13 +6,14 @@
 //!
 //! A directory holds `meta.json` (what the process was started as, [`Meta`]), `journal` (one
 //! JSON [`Entry`] per line, appended in seq order), `out.0` and `out.1` (stdout and stderr, or
-//! the terminal in `out.0`), `sock` (where its supervisor waits for a successor) and, once an
-//! orphaned supervisor saw its tree end, `exit.reports` (its last reports).
+//! the terminal in `out.0`) and, once an orphaned supervisor saw its tree end, `exit.reports`
+//! (its last reports). Its supervisor waits for a successor on an abstract socket named after
+//! the directory ([`supervisor_socket`]), so that a launch binds no socket file (an older
+//! daemon's directory has one, `sock`).
 
 use super::output::{stream_index, Record, Span, Stored};
 use super::pins::Pins;
 use super::{AdoptError, KeepError};
-use crate::ipc::message::SUPERVISOR_SOCKET;
 use crate::state_dir::Dir;
 use bytes::Bytes;
 use exec_server_protocol::base64_bytes::Base64Bytes;
@@ -295,6 +296,16 @@ impl Drop for Pin {
     }
 }
 
+/// The abstract socket on which the supervisor of the process in directory `name` waits for
+/// a successor: no file to create and remove per launch. Who may connect is checked by
+/// credentials on both ends (the supervisor admits only its user's processes outside any
+/// sandbox; the successor takes only the supervisor its meta names), and a sandbox cannot
+/// reach it (its own network namespace, Landlock's abstract-socket scope, or seccomp refusing
+/// Unix sockets: docs/sandbox.md).
+pub(crate) fn supervisor_socket(name: &str) -> String {
+    format!("exec-server/supervisor/{name}")
+}
+
 fn stream_name(index: usize) -> String {
     format!("out.{index}")
 }
@@ -318,7 +329,7 @@ fn read_span(file: &File, span: Span, buffer: &mut Vec<u8>) -> std::io::Result<(
     Ok(())
 }
 
-/// Process directories made ahead of the starts that take them (files, journal, socket), so
+/// Process directories made ahead of the starts that take them (files, journal), so
 /// that a start only renames one and writes its meta: a few system calls instead of a dozen on
 /// every launch's path. Made in `.spare-*` directories, which an adoption removes.
 pub(crate) struct Spares {
@@ -341,7 +352,6 @@ pub(crate) struct Spare {
     files: Vec<File>,
     meta: File,
     journal: File,
-    listener: std::os::unix::net::UnixListener,
 }
 
 impl Spares {
@@ -404,8 +414,6 @@ impl Spares {
             ],
             meta: open(META, OFlag::O_RDWR)?,
             journal: open(JOURNAL, APPEND)?,
-            listener: std::os::unix::net::UnixListener::bind(dir.through_fd(SUPERVISOR_SOCKET))
-                .map_err(failed(SUPERVISOR_SOCKET))?,
             parent: self.dir.clone(),
             name,
             dir,
@@ -415,33 +423,41 @@ impl Spares {
 
 impl Spare {
     /// The store of a process described by `meta`, in its final directory `name` next to the
-    /// spare's, and the socket its supervisor listens on there.
+    /// spare's, and the socket its supervisor listens on for a successor.
     pub(crate) fn into_store(
         self,
         name: &str,
         meta: &Meta,
     ) -> Result<(Store, std::os::unix::net::UnixListener), KeepError> {
         let text = serde_json::to_vec(meta).map_err(KeepError::EncodeMeta)?;
-        let renamed = (&self.meta)
-            .write_all(&text)
-            .map_err(|source| KeepError::WriteMeta {
-                dir: self.name.clone(),
-                source,
-            })
-            .and_then(|()| {
+        use std::os::linux::net::SocketAddrExt as _;
+        let kept = std::os::unix::net::SocketAddr::from_abstract_name(supervisor_socket(name))
+            .and_then(|address| std::os::unix::net::UnixListener::bind_addr(&address))
+            .map_err(KeepError::Listen)
+            .and_then(|listener| {
+                (&self.meta)
+                    .write_all(&text)
+                    .map_err(|source| KeepError::WriteMeta {
+                        dir: self.name.clone(),
+                        source,
+                    })?;
                 (self.parent.rename(&self.name, name)).map_err(|source| KeepError::Rename {
                     from: self.name.clone(),
                     to: name.to_owned(),
                     source,
-                })
+                })?;
+                Ok(listener)
             });
-        if let Err(err) = renamed {
-            let _ = self.parent.remove_tree(&self.name);
-            return Err(err);
-        }
+        let listener = match kept {
+            Ok(listener) => listener,
+            Err(err) => {
+                let _ = self.parent.remove_tree(&self.name);
+                return Err(err);
+            }
+        };
         let kept = Kept::new(self.parent, name.to_owned(), self.dir);
         let store = Store::new(self.files, Some(self.journal), Some(kept));
-        Ok((store, self.listener))
+        Ok((store, listener))
     }
 }
 

@@ -157,12 +157,13 @@ impl Registry {
                 continue;
             };
             let meta = crate::process::store::read_meta(&dir).ok();
+            let supervisor_pid = meta.as_ref().map(|meta| meta.supervisor_pid);
             let kept = crate::process::store::Kept::new(processes_dir.clone(), name, dir);
             let Some((session, meta)) =
                 meta.and_then(|meta| Some((adopted.get(&meta.session)?, meta)))
             else {
                 tracing::warn!("removing processes/{}: its session is gone", kept.name);
-                orphan_cleanup(kept).await;
+                orphan_cleanup(kept, supervisor_pid).await;
                 continue;
             };
             let name = kept.name.clone();
@@ -439,13 +440,14 @@ impl Registry {
     }
 }
 
-/// A kept process whose session is gone: its tree is killed (its supervisor taken over for
-/// that) and its directory removed.
-async fn orphan_cleanup(kept: crate::process::store::Kept) {
+/// A kept process whose session is gone: its tree is killed (its supervisor, `supervisor_pid`
+/// when its meta could be read, taken over for that) and its directory removed.
+async fn orphan_cleanup(kept: crate::process::store::Kept, supervisor_pid: Option<i32>) {
     let Ok(dir) = kept.dir() else {
         return;
     };
-    let adoption = crate::launcher::tree::adopt(&dir).await;
+    let socket = crate::process::store::supervisor_socket(&kept.name);
+    let adoption = crate::launcher::tree::adopt(&dir, &socket, supervisor_pid).await;
     adoption.orders.kill();
     let mut reports = adoption.reports;
     let _ = tokio::time::timeout(REAP_GRACE, async {

@@ -455,3 +455,57 @@ async fn write_grants_on_the_state_dir_or_inside_it_are_refused() {
         );
     }
 }
+
+/// An orphaned supervisor waits on an abstract socket, which anyone on the host may bind once
+/// that supervisor is gone: an impostor there, here of another user and of the daemon's own,
+/// hands the successor a forged tree (its own pipe as the victim's stdout), which the successor
+/// must not take (it takes only the supervisor its meta names, of its own user).
+async fn an_impostor_on_the_supervisors_socket_takes_nothing_over(uid: u32) {
+    let state = private_tempdir();
+    let daemon = daemon_on(state.path());
+    let (client, session) = victim(&daemon).await;
+    drop(client);
+    crash(daemon);
+    let dir = process_dir(state.path());
+    let meta: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("meta.json")).unwrap()).unwrap();
+    for pid in [&meta["supervisorPid"], &meta["pid"]] {
+        unsafe { libc::kill(pid.as_i64().unwrap() as i32, libc::SIGKILL) };
+    }
+    let name = dir.file_name().unwrap().to_str().unwrap();
+    let impostor = format!(
+        "import json, os, socket, struct, sys, time\n\
+         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n\
+         s.bind('\\0exec-server/supervisor/{name}')\n\
+         os.setgid({uid}); os.setuid({uid})\n\
+         s.listen(8); print('ready', flush=True)\n\
+         c, _ = s.accept()\n\
+         r, w = os.pipe(); os.write(w, b'impostor-output\\n'); os.close(w)\n\
+         frame = json.dumps({{'outputs': [True, False], 'stdin': False}}).encode()\n\
+         socket.send_fds(c, [b'a'], [r]); c.sendall(struct.pack('<I', len(frame)) + frame)\n\
+         print('sent', flush=True); time.sleep(10)\n"
+    );
+    let mut child = Command::new("python3")
+        .args(["-c", &impostor])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    let daemon = daemon_on(state.path());
+    let client = daemon.resume(&session).await;
+    let (bytes, _) = read_all(&client, "victim").await;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(String::from_utf8_lossy(&bytes), "victim-output\n");
+}
+
+#[tokio::test]
+async fn an_impostor_of_another_user_on_the_supervisors_socket_takes_nothing_over() {
+    an_impostor_on_the_supervisors_socket_takes_nothing_over(65534).await;
+}
+
+#[tokio::test]
+async fn an_impostor_of_the_daemons_user_on_the_supervisors_socket_takes_nothing_over() {
+    an_impostor_on_the_supervisors_socket_takes_nothing_over(0).await;
+}
