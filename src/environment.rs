@@ -120,13 +120,19 @@ fn gnu_build_id(mut notes: &[u8]) -> Option<&[u8]> {
     None
 }
 
+/// The codex release whose exec-server protocol this daemon speaks, sent as `executorVersion`:
+/// codex compares it with its own releases to decide what to ask an executor (0.171.0 asks
+/// for `capabilities/discoverV2` only from 0.164.0 on), so a version of our own would make it
+/// misjudge this daemon. Raised with the protocol it names.
+pub(crate) const CODEX_PROTOCOL_VERSION: &str = "0.171.0";
+
 /// Computed on each call: it is cheap, and reflects the daemon's environment as it is.
 pub(crate) fn info(config: &crate::config::Config) -> EnvironmentInfo {
     let cwd = std::env::current_dir().ok();
     let uri = |path: PathBuf| PathUri::from_path(&path).ok();
     EnvironmentInfo {
         shell: detect_shell(std::env::var_os("SHELL"), |path| path.is_file()),
-        executor_version: env!("CARGO_PKG_VERSION").to_owned(),
+        executor_version: CODEX_PROTOCOL_VERSION.to_owned(),
         provider_id: PROVIDER_ID.clone(),
         cwd: cwd.clone().and_then(uri),
         user_home_dir: home_dir().and_then(uri),

@@ -16,6 +16,7 @@ mod config;
 
 mod patches;
 mod sandboxes;
+mod skills;
 mod snapshots;
 mod transports;
 mod watches;
@@ -76,6 +77,8 @@ pub struct Turn {
     pub record_methods: Option<&'static str>,
     /// The executor's own codex `config.toml` (in its `CODEX_HOME`, which is empty otherwise).
     pub executor_config: Option<&'static str>,
+    /// Files the executor's `CODEX_HOME` starts with (path relative to it, contents).
+    pub executor_files: Vec<(&'static str, Vec<u8>)>,
     /// The executor's login profile (`~/.bashrc`, under a `HOME` of the run's own).
     pub login_profile: Option<&'static str>,
     /// More of codex's `config.toml` (tables after the harness's own).
@@ -94,6 +97,7 @@ impl Turn {
             timing_dependent: false,
             record_methods: None,
             executor_config: None,
+            executor_files: Vec::new(),
             login_profile: None,
             config: None,
         }
@@ -116,6 +120,12 @@ impl Turn {
     }
 
     /// Counts the methods starting with `prefix` ([`Turn::record_methods`]).
+    /// A file in the executor's `CODEX_HOME` (a skill under `skills/`, say).
+    pub fn executor_file(mut self, path: &'static str, contents: impl Into<Vec<u8>>) -> Self {
+        self.executor_files.push((path, contents.into()));
+        self
+    }
+
     pub fn recording_methods(mut self, prefix: &'static str) -> Self {
         self.record_methods = Some(prefix);
         self
@@ -161,6 +171,8 @@ pub struct Outcome {
     pub items: Vec<Value>,
     /// The messages before the task that carry the project's instructions (AGENTS.md).
     pub project_docs: Vec<String>,
+    /// The messages before the task that list skills (each with its `SKILL.md`).
+    pub skill_docs: Vec<String>,
     /// Every file under the work directory and the outside directory, with its contents.
     pub files: BTreeMap<String, String>,
     /// Whether `codex exec` exited 0.
@@ -195,6 +207,10 @@ pub async fn assert_same(turn: &Turn) -> Outcome {
     assert_eq!(
         ours.project_docs, codex.project_docs,
         "AGENTS.md as the model saw it"
+    );
+    assert_eq!(
+        ours.skill_docs, codex.skill_docs,
+        "the skills as the model saw them"
     );
     assert_eq!(ours.succeeded, codex.succeeded, "codex exec's exit");
     // The same methods; their counts within two of each other, since codex's polls of paths
@@ -251,6 +267,11 @@ impl Dirs {
         }
         if let Some(config) = turn.executor_config {
             std::fs::write(dirs.path("executor-home").join("config.toml"), config).unwrap();
+        }
+        for (path, contents) in &turn.executor_files {
+            let path = dirs.path("executor-home").join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, contents).unwrap();
         }
         for (path, contents) in &turn.files {
             let path = dirs.work().join(path);
@@ -397,6 +418,12 @@ pub async fn run(turn: &Turn, executor: Executor) -> Outcome {
             .context()
             .iter()
             .filter(|text| text.contains("AGENTS.md"))
+            .map(|text| dirs.normalize(text))
+            .collect(),
+        skill_docs: model
+            .context()
+            .iter()
+            .filter(|text| text.contains("SKILL.md"))
             .map(|text| dirs.normalize(text))
             .collect(),
         files: files(&dirs),

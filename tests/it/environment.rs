@@ -31,7 +31,11 @@ async fn info_describes_the_host_the_daemon_runs_on() {
         json!({"name": "sh", "path": "/bin/sh"})
     };
     assert_eq!(info["shell"], fallback);
-    assert_eq!(info["executorVersion"], env!("CARGO_PKG_VERSION"));
+    // The codex release whose protocol it speaks, which codex compares with its own.
+    assert_eq!(
+        info["executorVersion"],
+        crate::common::codex_peer::CODEX_VERSION
+    );
     assert_eq!(info["cwd"], file_uri(&cwd), "the daemon inherits our cwd");
     assert_eq!(info["userHomeDir"], "file:///home/doc%20user");
     assert_eq!(info["platformOs"], "linux");

@@ -31,7 +31,7 @@ async fn environment_info_names_the_build_serving_it() {
         assert!(is_provider_id(&info["providerId"]), "{name}: {info}");
     }
     assert_eq!(codex["executorVersion"], CODEX_VERSION);
-    assert_eq!(ours["executorVersion"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(ours["executorVersion"], CODEX_VERSION);
     assert_eq!(info(codex_url).await["providerId"], codex["providerId"]);
     assert_eq!(info(ours_url).await["providerId"], ours["providerId"]);
     let restarted = Daemon::start();
