@@ -105,8 +105,10 @@ pub(crate) struct Store {
     files: std::sync::RwLock<Option<Vec<Arc<File>>>>,
     /// None without a state directory, or once closed (then opened for each rare entry).
     journal: std::sync::Mutex<Option<File>>,
-    /// Removed with the store, once the process is done with.
+    /// Recycled into `spares` (or removed) with the store, once the process is done with.
     dir: Option<Kept>,
+    /// Where its directory goes back to, when made of a spare.
+    spares: Option<std::sync::Weak<Spares>>,
     /// Chunks being sent from their files, which evicted chunks are not freed from under.
     pins: std::sync::Mutex<Pins>,
 }
@@ -117,6 +119,7 @@ impl Store {
             files: std::sync::RwLock::new(Some(files.into_iter().map(Arc::new).collect())),
             journal: std::sync::Mutex::new(journal),
             dir,
+            spares: None,
             pins: Default::default(),
         }
     }
@@ -329,9 +332,12 @@ fn read_span(file: &File, span: Span, buffer: &mut Vec<u8>) -> std::io::Result<(
     Ok(())
 }
 
-/// Process directories made ahead of the starts that take them (files, journal), so
-/// that a start only renames one and writes its meta: a few system calls instead of a dozen on
-/// every launch's path. Made in `.spare-*` directories, which an adoption removes.
+/// Process directories made ahead of the starts that take them (files, journal), so that a
+/// start only renames one and writes its meta: a few system calls instead of a dozen on every
+/// launch's path. Made in `.spare-*` directories, which an adoption removes; a process's
+/// directory, once the process is done with, is emptied and goes back among them
+/// ([`Spares::recycle`]) rather than being removed, so that a daemon launching steadily creates
+/// and removes no file at all.
 pub(crate) struct Spares {
     dir: Dir,
     ready: std::sync::Mutex<Vec<Spare>>,
@@ -342,6 +348,11 @@ pub(crate) struct Spares {
 
 /// Spares kept ready.
 const SPARES: usize = 2;
+
+/// Recycled directories kept ready, at most (each holds five descriptors); a directory done
+/// with beyond them is removed. Starts take them as fast as processes are done with under a
+/// steady load, so the pool stays small.
+const RECYCLED: usize = 64;
 
 pub(crate) const SPARE_PREFIX: &str = ".spare-";
 
@@ -398,8 +409,58 @@ impl Spares {
         self.ready.lock().unwrap().push(spare);
     }
 
+    /// Empties the directory of a process done with and keeps it as a spare; false when there
+    /// are enough, or it cannot be (then it is to be removed). Its meta goes first: a crash
+    /// halfway leaves a directory that is no process's, which an adoption removes.
+    fn recycle(&self, kept: &Kept) -> bool {
+        if self.ready.lock().unwrap().len() >= RECYCLED {
+            return false;
+        }
+        let emptied = || -> std::io::Result<Spare> {
+            let dir = kept.dir()?;
+            let empty = |file: &str, flags: OFlag| -> std::io::Result<File> {
+                let file = dir.open(file, flags)?;
+                if file.metadata()?.len() > 0 {
+                    file.set_len(0)?;
+                }
+                Ok(file)
+            };
+            let meta = empty(META, OFlag::O_RDWR)?;
+            let files = vec![
+                empty(&stream_name(0), OFlag::O_RDWR)?,
+                empty(&stream_name(1), OFlag::O_RDWR)?,
+            ];
+            let journal = empty(JOURNAL, APPEND)?;
+            // Only an orphaned supervisor whose tree ended left one.
+            match dir.remove_file(crate::ipc::message::EXIT_RECORD) {
+                Err(err) if err.kind() != std::io::ErrorKind::NotFound => return Err(err),
+                _ => {}
+            }
+            let name = spare_name();
+            kept.parent.rename(&kept.name, &name)?;
+            Ok(Spare {
+                parent: kept.parent.clone(),
+                name,
+                dir,
+                files,
+                meta,
+                journal,
+            })
+        };
+        match emptied() {
+            Ok(spare) => {
+                self.put_back(spare);
+                true
+            }
+            Err(err) => {
+                tracing::debug!("cannot recycle processes/{}: {err}", kept.name);
+                false
+            }
+        }
+    }
+
     fn make(&self) -> Result<Spare, KeepError> {
-        let name = format!("{SPARE_PREFIX}{}", uuid::Uuid::new_v4().simple());
+        let name = spare_name();
         let failed = |file: &str| {
             let path = format!("{name}/{file}");
             move |source| KeepError::MakeSpare { path, source }
@@ -421,13 +482,19 @@ impl Spares {
     }
 }
 
+fn spare_name() -> String {
+    format!("{SPARE_PREFIX}{}", uuid::Uuid::new_v4().simple())
+}
+
 impl Spare {
     /// The store of a process described by `meta`, in its final directory `name` next to the
-    /// spare's, and the socket its supervisor listens on for a successor.
+    /// spare's (which goes back to `spares` once done with), and the socket its supervisor
+    /// listens on for a successor.
     pub(crate) fn into_store(
         self,
         name: &str,
         meta: &Meta,
+        spares: Option<&std::sync::Arc<Spares>>,
     ) -> Result<(Store, std::os::unix::net::UnixListener), KeepError> {
         let text = serde_json::to_vec(meta).map_err(KeepError::EncodeMeta)?;
         use std::os::linux::net::SocketAddrExt as _;
@@ -456,7 +523,8 @@ impl Spare {
             }
         };
         let kept = Kept::new(self.parent, name.to_owned(), self.dir);
-        let store = Store::new(self.files, Some(self.journal), Some(kept));
+        let mut store = Store::new(self.files, Some(self.journal), Some(kept));
+        store.spares = spares.map(std::sync::Arc::downgrade);
         Ok((store, listener))
     }
 }
@@ -464,6 +532,10 @@ impl Spare {
 impl Drop for Store {
     fn drop(&mut self) {
         if let Some(kept) = &self.dir {
+            let spares = self.spares.as_ref().and_then(std::sync::Weak::upgrade);
+            if spares.is_some_and(|spares| spares.recycle(kept)) {
+                return;
+            }
             if let Err(err) = kept.parent.remove_tree(&kept.name) {
                 tracing::warn!("cannot remove processes/{}: {err}", kept.name);
             }

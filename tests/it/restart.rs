@@ -354,3 +354,71 @@ async fn a_crash_while_attached_to_a_busy_stream_loses_and_repeats_nothing() {
     );
     assert_eq!(last["exitCode"], 0, "{last}");
 }
+
+/// The inode numbers of the directories in the state directory's `processes`.
+fn process_dir_inodes(state: &std::path::Path) -> Vec<u64> {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::read_dir(state.join("processes"))
+        .unwrap()
+        .map(|entry| entry.unwrap().metadata().unwrap().ino())
+        .collect()
+}
+
+/// Issue 43: a process's directory, once the process is done with, is emptied and taken by a
+/// later start instead of removed (a launch creates no file); and what a successor adopts
+/// from a recycled directory is its last process alone, with none of an earlier one's output.
+#[tokio::test]
+async fn process_directories_are_recycled_and_adopted_with_nothing_of_earlier_processes() {
+    let state = private_tempdir();
+    let daemon = Daemon::start_with(
+        &["--exited-retention", "100ms"],
+        &[("EXEC_SERVER_STATE_DIR", state.path().to_str().unwrap())],
+    );
+    let mut seen = std::collections::BTreeSet::new();
+    for n in 0..12 {
+        // A connection each, which leaves: a process is done with once its events are known
+        // to have reached a client (or the client left) and the retention passed.
+        let (client, _) = daemon.session().await;
+        let id = format!("old{n}");
+        let script = format!("echo old-out-{n}; echo old-err-{n} >&2");
+        client
+            .call("process/start", start_params(&id, &["sh", "-c", &script]))
+            .await;
+        client.events_until_closed(&id).await;
+        client.abort();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        seen.extend(process_dir_inodes(state.path()));
+    }
+    assert!(
+        seen.len() <= 6,
+        "12 processes one after another made {} process directories",
+        seen.len()
+    );
+    let (client, session) = daemon.session().await;
+    client
+        .call(
+            "process/start",
+            start_params("fresh", &["sh", "-c", "echo new; sleep 30"]),
+        )
+        .await;
+    read_until(&client, "fresh", 0, |bytes| bytes == b"new\n").await;
+    assert!(seen.is_superset(&process_dir_inodes(state.path()).into_iter().collect()));
+    drop(client);
+    crash(daemon);
+
+    let daemon = daemon_on(state.path());
+    let client = daemon.resume(&session).await;
+    let list = client.call("process/list", json!({})).await;
+    let ids: Vec<&Value> = (list["processes"].as_array().unwrap().iter())
+        .map(|p| &p["processId"])
+        .collect();
+    assert_eq!(ids, [&json!("fresh")], "{list}");
+    let params = json!({"processId": "fresh", "afterSeq": 0, "waitMs": 300});
+    let read = client.call("process/read", params).await;
+    let chunks = read["chunks"].as_array().unwrap();
+    let bytes: Vec<u8> = chunks.iter().flat_map(|c| unb64(&c["chunk"])).collect();
+    assert_eq!(String::from_utf8_lossy(&bytes), "new\n", "{read}");
+    client
+        .call("process/terminate", json!({"processId": "fresh"}))
+        .await;
+}
