@@ -1,6 +1,7 @@
 //! The fan-out family: execs of `true` over many connections at once to one daemon, plain and
-//! sandboxed, with the daemon's state dir on tmpfs, on the machine's disk and off, beside the
-//! same through remote mode and a local `xargs -P50`.
+//! sandboxed, with the daemon's state dir on tmpfs, on the machine's disk and off, and on each
+//! of the first two after it served many launches, beside the same through remote mode and a
+//! local `xargs -P50`.
 
 use crate::daemon::{Daemon, StateDir};
 use crate::harness::{exec_once, stats, Results, Size, Workspace};
@@ -18,13 +19,28 @@ pub(crate) const FANOUT_CONNECTIONS: usize = 50;
 /// remote mode's and `xargs`'s in turn, so that the machine's drift falls on all alike.
 const FANOUT_ROUNDS: usize = 4;
 
-/// The daemons fanned out to: the prefix of their figures and where each keeps its state.
-/// `fanout` (tmpfs) is the deployed default, the one the other rows compare with.
-const FLEETS: [(&str, StateDir); 3] = [
-    ("fanout", StateDir::Tmpfs),
-    ("fanout_disk", StateDir::Disk),
-    ("fanout_no_state", StateDir::Off),
+/// The daemons fanned out to: the prefix of their figures, where each keeps its state, and
+/// whether it is aged first. `fanout` (tmpfs) is the deployed default, the one the other rows
+/// compare with.
+const FLEETS: [(&str, StateDir, Aged); 5] = [
+    ("fanout", StateDir::Tmpfs, Aged::No),
+    ("fanout_disk", StateDir::Disk, Aged::No),
+    ("fanout_no_state", StateDir::Off, Aged::No),
+    ("fanout_aged", StateDir::Tmpfs, Aged::Yes),
+    ("fanout_disk_aged", StateDir::Disk, Aged::Yes),
 ];
+
+/// An aged daemon has served [`Size::fanout_aged_launches`] launches before it is measured,
+/// with its exited processes done with after a second (not the default 30 s), so that its
+/// state dir is in the state a daemon launching steadily keeps it in. It runs plain execs only.
+#[derive(Clone, Copy, PartialEq)]
+enum Aged {
+    No,
+    Yes,
+}
+
+/// How long after its exit an aged daemon's process is done with.
+const AGED_RETENTION: &str = "1s";
 
 /// Execs of `true` over [`FANOUT_CONNECTIONS`] connections at once to each of the [`FLEETS`]'
 /// fresh daemons, each connection running its share back to back, plain and under
@@ -37,9 +53,15 @@ pub(crate) async fn measure(
     r: &mut Results,
 ) -> anyhow::Result<()> {
     let mut fleets = Vec::with_capacity(FLEETS.len());
-    for (name, state) in FLEETS {
-        fleets.push(Fleet::start(binary, name, state).await?);
+    for (name, state, aged) in FLEETS {
+        fleets.push(Fleet::start(binary, name, state, aged).await?);
     }
+    let aging = size.fanout_aged_launches / FANOUT_CONNECTIONS;
+    for fleet in fleets.iter().filter(|fleet| fleet.aged == Aged::Yes) {
+        Fanout::default().round(&fleet.clients, aging, None).await;
+    }
+    // Their last launches done with.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let per_round = size.fanout_per_connection / FANOUT_ROUNDS;
     let round_execs = FANOUT_CONNECTIONS * per_round;
     let xargs_script = format!("seq {round_execs} | xargs -P{FANOUT_CONNECTIONS} -n1 true");
@@ -78,12 +100,22 @@ pub(crate) async fn measure(
         "fanout_no_state_per_s",
         "fanout_per_s",
     );
+    r.put(
+        "fanout_aged_launches",
+        Some(size.fanout_aged_launches as f64),
+    );
+    r.ratio(
+        "fanout_disk_aged_vs_tmpfs",
+        "fanout_disk_aged_per_s",
+        "fanout_aged_per_s",
+    );
     Ok(())
 }
 
 /// One daemon of the fan-out, its connections, and its plain and sandboxed fan-outs.
 struct Fleet {
     name: &'static str,
+    aged: Aged,
     clients: Vec<Client>,
     plain: Fanout,
     sandboxed: Fanout,
@@ -91,14 +123,24 @@ struct Fleet {
 }
 
 impl Fleet {
-    async fn start(binary: &Path, name: &'static str, state: StateDir) -> anyhow::Result<Self> {
-        let daemon = Daemon::start_keeping(binary, &[], state)?;
+    async fn start(
+        binary: &Path,
+        name: &'static str,
+        state: StateDir,
+        aged: Aged,
+    ) -> anyhow::Result<Self> {
+        let args: &[&str] = match aged {
+            Aged::Yes => &["--exited-retention", AGED_RETENTION],
+            Aged::No => &[],
+        };
+        let daemon = Daemon::start_keeping(binary, args, state)?;
         let mut clients = Vec::with_capacity(FANOUT_CONNECTIONS);
         for _ in 0..FANOUT_CONNECTIONS {
             clients.push(Client::connect(ClientOptions::new(daemon.url.clone())).await?);
         }
         Ok(Self {
             name,
+            aged,
             clients,
             plain: Fanout::default(),
             sandboxed: Fanout::default(),
@@ -108,9 +150,11 @@ impl Fleet {
 
     async fn round(&mut self, execs: usize, sandbox: &Value) {
         self.plain.round(&self.clients, execs, None).await;
-        self.sandboxed
-            .round(&self.clients, execs, Some(sandbox))
-            .await;
+        if self.aged == Aged::No {
+            self.sandboxed
+                .round(&self.clients, execs, Some(sandbox))
+                .await;
+        }
     }
 
     /// Its figures under its name, its sandboxed ones under `{name}_sandboxed`, and the ratios
@@ -119,17 +163,19 @@ impl Fleet {
         let name = self.name;
         let sandboxed = format!("{name}_sandboxed");
         self.plain.record(name, r);
-        self.sandboxed.record(&sandboxed, r);
         r.ratio(
             &format!("{name}_vs_xargs"),
             &format!("{name}_per_s"),
             "xargs_per_s",
         );
-        r.ratio(
-            &format!("{sandboxed}_vs_{name}"),
-            &format!("{sandboxed}_per_s"),
-            &format!("{name}_per_s"),
-        );
+        if self.aged == Aged::No {
+            self.sandboxed.record(&sandboxed, r);
+            r.ratio(
+                &format!("{sandboxed}_vs_{name}"),
+                &format!("{sandboxed}_per_s"),
+                &format!("{name}_per_s"),
+            );
+        }
         for client in self.clients {
             client.close().await;
         }
@@ -222,6 +268,29 @@ pub(crate) const ROWS: &[Row] = &[
                     && r.get("fanout_disk_vs_xargs")? >= 0.8
                     && r.get("fanout_disk_p99_ms")? <= 100.0
                     && r.get("fanout_disk_errors")? == 0.0,
+            )
+        },
+    },
+    Row {
+        what: "fan-out with the state dir on the machine's disk after it served many launches \
+               (exited processes done with after 1 s), execs per s",
+        ours: "fanout_disk_aged_per_s",
+        baselines: &[
+            ("launches before", "fanout_aged_launches"),
+            ("the same on tmpfs", "fanout_aged_per_s"),
+            ("× tmpfs", "fanout_disk_aged_vs_tmpfs"),
+            ("× xargs", "fanout_disk_aged_vs_xargs"),
+            ("p99 ms", "fanout_disk_aged_p99_ms"),
+            ("failed", "fanout_disk_aged_errors"),
+        ],
+        target: "≥ 0.9× tmpfs, ≥ 0.8× xargs, p99 ≤ 100 ms, none failed",
+        met: |r| {
+            Some(
+                r.get("fanout_disk_aged_vs_tmpfs")? >= 0.9
+                    && r.get("fanout_disk_aged_vs_xargs")? >= 0.8
+                    && r.get("fanout_disk_aged_p99_ms")? <= 100.0
+                    && r.get("fanout_disk_aged_errors")? == 0.0
+                    && r.get("fanout_aged_errors")? == 0.0,
             )
         },
     },

@@ -24,6 +24,8 @@ pub(crate) struct Size {
     pub(crate) detached: usize,
     /// Execs each of the [`crate::fanout::FANOUT_CONNECTIONS`] runs in the fan-out.
     pub(crate) fanout_per_connection: usize,
+    /// Launches an aged fan-out daemon serves before it is measured (issue #43: 100,000).
+    pub(crate) fanout_aged_launches: usize,
     /// Files in the large workspace.
     pub(crate) large_ws_files: usize,
     /// `codex exec` turns on each exec-server in the agent row.
@@ -47,6 +49,7 @@ pub(crate) const QUICK: Size = Size {
     restart_runs: 5,
     detached: 10,
     fanout_per_connection: 40,
+    fanout_aged_launches: 5_000,
     large_ws_files: 20_000,
     agent_turns: 2,
     fleet_round_trips: 200,
@@ -68,6 +71,7 @@ pub(crate) const FULL: Size = Size {
     // Not issue 25's 1,000: 50 × 1,000 plain, sandboxed and through xargs take 3–5 min on
     // 2 cores, 50 × 200 under one.
     fanout_per_connection: 200,
+    fanout_aged_launches: 100_000,
     large_ws_files: 200_000,
     agent_turns: 5,
     fleet_round_trips: 1_000,

@@ -235,7 +235,8 @@ impl TableInner {
                 .as_millis() as u64,
         };
         let name = uuid::Uuid::new_v4().simple().to_string();
-        let (store, listener) = spare.and_then(|spare| spare.into_store(&name, &meta, self.spares.as_ref()))?;
+        let (store, listener) =
+            spare.and_then(|spare| spare.into_store(&name, &meta, self.spares.as_ref()))?;
         let hold = Hold {
             tty: origin.params.tty,
             stdin: ends.stdin.is_some(),

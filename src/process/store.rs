@@ -334,13 +334,17 @@ fn read_span(file: &File, span: Span, buffer: &mut Vec<u8>) -> std::io::Result<(
 
 /// Process directories made ahead of the starts that take them (files, journal), so that a
 /// start only renames one and writes its meta: a few system calls instead of a dozen on every
-/// launch's path. Made in `.spare-*` directories, which an adoption removes; a process's
-/// directory, once the process is done with, is emptied and goes back among them
-/// ([`Spares::recycle`]) rather than being removed, so that a daemon launching steadily creates
-/// and removes no file at all.
+/// launch's path. Made in `.spare-*` directories; a process's directory, once the process is
+/// done with, goes back among them ([`Spares::recycle`], emptied when taken) rather than being
+/// removed, and a successor takes over those its predecessor left, so that a daemon launching
+/// steadily creates and removes no file at all (on ext4, creating inodes gets slower the more
+/// were removed lately: issue #43).
 pub(crate) struct Spares {
     dir: Dir,
     ready: std::sync::Mutex<Vec<Spare>>,
+    /// Spare directories by name, emptied when taken: recycled ones, and those a predecessor
+    /// left.
+    recycled: std::sync::Mutex<Vec<String>>,
     /// A background task is making spares (one at a time: a burst of starts would otherwise
     /// set a blocking thread each on the same directory).
     refilling: std::sync::atomic::AtomicBool,
@@ -349,10 +353,9 @@ pub(crate) struct Spares {
 /// Spares kept ready.
 const SPARES: usize = 2;
 
-/// Recycled directories kept ready, at most (each holds five descriptors); a directory done
-/// with beyond them is removed. Starts take them as fast as processes are done with under a
-/// steady load, so the pool stays small.
-const RECYCLED: usize = 64;
+/// Directories of processes done with kept for later starts, at most (by name: they hold no
+/// descriptor until taken); one done with beyond them is removed.
+const RECYCLED: usize = 4096;
 
 pub(crate) const SPARE_PREFIX: &str = ".spare-";
 
@@ -371,36 +374,100 @@ impl Spares {
         std::sync::Arc::new(Self {
             dir,
             ready: Default::default(),
+            recycled: Default::default(),
             refilling: Default::default(),
         })
     }
 
-    /// A spare (made now, on a blocking thread, if none is ready: file creation never runs on
-    /// the async workers, where it held up every other connection's requests during a burst
-    /// of starts); others are made in the background.
+    /// A spare: one ready, else a recycled directory emptied now, else one made now on a
+    /// blocking thread (file creation never runs on the async workers, where it held up every
+    /// other connection's requests during a burst of starts); others are made in the
+    /// background while no recycled directory waits.
     pub(crate) async fn take(self: &std::sync::Arc<Self>) -> Result<Spare, KeepError> {
-        use std::sync::atomic::Ordering;
         let ready = self.ready.lock().unwrap().pop();
-        if !self.refilling.swap(true, Ordering::AcqRel) {
-            let spares = self.clone();
-            tokio::task::spawn_blocking(move || {
-                while spares.ready.lock().unwrap().len() < SPARES {
-                    match spares.make() {
-                        Ok(spare) => spares.ready.lock().unwrap().push(spare),
-                        Err(_) => break,
-                    }
-                }
-                spares.refilling.store(false, Ordering::Release);
-            });
+        if let Some(spare) = ready.or_else(|| self.reuse()) {
+            self.refill();
+            return Ok(spare);
         }
-        match ready {
-            Some(spare) => Ok(spare),
-            None => {
-                let spares = self.clone();
-                tokio::task::spawn_blocking(move || spares.make())
-                    .await
-                    .map_err(KeepError::SpareTask)?
+        self.refill();
+        let spares = self.clone();
+        tokio::task::spawn_blocking(move || spares.make())
+            .await
+            .map_err(KeepError::SpareTask)?
+    }
+
+    /// Makes spares in the background up to [`SPARES`], unless recycled directories wait.
+    fn refill(self: &std::sync::Arc<Self>) {
+        use std::sync::atomic::Ordering;
+        if !self.recycled.lock().unwrap().is_empty() || self.refilling.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let spares = self.clone();
+        tokio::task::spawn_blocking(move || {
+            while spares.ready.lock().unwrap().len() < SPARES {
+                match spares.make() {
+                    Ok(spare) => spares.ready.lock().unwrap().push(spare),
+                    Err(_) => break,
+                }
             }
+            spares.refilling.store(false, Ordering::Release);
+        });
+    }
+
+    /// A recycled directory, emptied (opening and truncating files creates none); one that
+    /// cannot be is removed.
+    fn reuse(&self) -> Option<Spare> {
+        loop {
+            let name = self.recycled.lock().unwrap().pop()?;
+            match self.emptied(&name) {
+                Ok(spare) => return Some(spare),
+                Err(err) => {
+                    tracing::debug!("cannot reuse processes/{name}: {err}");
+                    let _ = self.dir.remove_tree(&name);
+                }
+            }
+        }
+    }
+
+    /// The spare directory `name`, its files emptied of an earlier process's.
+    fn emptied(&self, name: &str) -> std::io::Result<Spare> {
+        let dir = self.dir.open_dir(name)?;
+        let empty = |file: &str, flags: OFlag| -> std::io::Result<File> {
+            let file = dir.open(file, flags)?;
+            if file.metadata()?.len() > 0 {
+                file.set_len(0)?;
+            }
+            Ok(file)
+        };
+        let files = vec![
+            empty(&stream_name(0), OFlag::O_RDWR)?,
+            empty(&stream_name(1), OFlag::O_RDWR)?,
+        ];
+        let (meta, journal) = (empty(META, OFlag::O_RDWR)?, empty(JOURNAL, APPEND)?);
+        // Only an orphaned supervisor whose tree ended left one.
+        match dir.remove_file(crate::ipc::message::EXIT_RECORD) {
+            Err(err) if err.kind() != std::io::ErrorKind::NotFound => return Err(err),
+            _ => {}
+        }
+        Ok(Spare {
+            parent: self.dir.clone(),
+            name: name.to_owned(),
+            dir,
+            files,
+            meta,
+            journal,
+        })
+    }
+
+    /// Keeps the spare directory `name` a predecessor left, for a later start (removed when
+    /// there are enough).
+    pub(crate) fn keep_left(&self, name: String) {
+        let mut recycled = self.recycled.lock().unwrap();
+        if recycled.len() < RECYCLED {
+            recycled.push(name);
+        } else if let Err(err) = self.dir.remove_tree(&name) {
+            tracing::warn!("cannot remove processes/{name}: {err}");
         }
     }
 
@@ -409,47 +476,18 @@ impl Spares {
         self.ready.lock().unwrap().push(spare);
     }
 
-    /// Empties the directory of a process done with and keeps it as a spare; false when there
-    /// are enough, or it cannot be (then it is to be removed). Its meta goes first: a crash
-    /// halfway leaves a directory that is no process's, which an adoption removes.
+    /// Keeps the directory of a process done with as a spare (renamed as one, emptied when
+    /// taken) rather than removing it; false when there are enough, or it cannot be renamed
+    /// (then it is to be removed).
     fn recycle(&self, kept: &Kept) -> bool {
-        if self.ready.lock().unwrap().len() >= RECYCLED {
+        let mut recycled = self.recycled.lock().unwrap();
+        if recycled.len() >= RECYCLED {
             return false;
         }
-        let emptied = || -> std::io::Result<Spare> {
-            let dir = kept.dir()?;
-            let empty = |file: &str, flags: OFlag| -> std::io::Result<File> {
-                let file = dir.open(file, flags)?;
-                if file.metadata()?.len() > 0 {
-                    file.set_len(0)?;
-                }
-                Ok(file)
-            };
-            let meta = empty(META, OFlag::O_RDWR)?;
-            let files = vec![
-                empty(&stream_name(0), OFlag::O_RDWR)?,
-                empty(&stream_name(1), OFlag::O_RDWR)?,
-            ];
-            let journal = empty(JOURNAL, APPEND)?;
-            // Only an orphaned supervisor whose tree ended left one.
-            match dir.remove_file(crate::ipc::message::EXIT_RECORD) {
-                Err(err) if err.kind() != std::io::ErrorKind::NotFound => return Err(err),
-                _ => {}
-            }
-            let name = spare_name();
-            kept.parent.rename(&kept.name, &name)?;
-            Ok(Spare {
-                parent: kept.parent.clone(),
-                name,
-                dir,
-                files,
-                meta,
-                journal,
-            })
-        };
-        match emptied() {
-            Ok(spare) => {
-                self.put_back(spare);
+        let name = spare_name();
+        match kept.parent.rename(&kept.name, &name) {
+            Ok(()) => {
+                recycled.push(name);
                 true
             }
             Err(err) => {

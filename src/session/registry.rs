@@ -149,7 +149,10 @@ impl Registry {
         for name in processes_dir.entries()? {
             let name = name.to_string_lossy().into_owned();
             if name.starts_with(crate::process::store::SPARE_PREFIX) {
-                let _ = processes_dir.remove_tree(&name);
+                match &self.spares {
+                    Some(spares) => spares.keep_left(name),
+                    None => drop(processes_dir.remove_tree(&name)),
+                }
                 continue;
             }
             let Ok(dir) = processes_dir.open_dir(&name) else {

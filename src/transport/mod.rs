@@ -301,9 +301,10 @@ fn open_state_dir(config: &Config) -> anyhow::Result<Option<crate::state_dir::St
     Ok(state)
 }
 
-/// Says so, once at start, when the state dir lies on a disk file system: each launch of a
-/// kept process creates and removes a directory, files and a socket there, which ext4 (and the
-/// overlay of a container's `/run`) makes slow under concurrency, more as the directory ages.
+/// Says so, once at start, when the state dir lies on a disk file system: launches of kept
+/// processes create directories and files there until processes done with leave theirs to
+/// reuse, and write meta and journals, which ext4 (and the overlay of a container's `/run`)
+/// makes slow under concurrency.
 fn warn_if_on_disk(path: &std::path::Path) {
     use nix::sys::statfs::{self, FsType};
     /// ramfs's magic number (linux/magic.h), which nix does not name.
@@ -324,10 +325,11 @@ fn warn_if_on_disk(path: &std::path::Path) {
         FsType(magic) => format!("file system type {magic:#x}"),
     };
     tracing::warn!(
-        "the state dir {} lies on {name}, not tmpfs: every launch creates and removes files \
-         there, which runs 50 concurrent clients' launches at 0.23–0.86× their rate with it on \
-         tmpfs (issue 43, ext4); give --state-dir a directory on tmpfs (a tmpfs volume in a \
-         container, an emptyDir with medium: Memory on Kubernetes; docs/operations.md)",
+        "the state dir {} lies on {name}, not tmpfs: launches create and write files there, \
+         which runs 50 concurrent clients' launches at 0.24–0.46× their rate with it on tmpfs, \
+         0.43–0.86× once it has served many (issue 43, ext4); give --state-dir a directory on \
+         tmpfs (a tmpfs volume in a container, an emptyDir with medium: Memory on Kubernetes; \
+         docs/operations.md)",
         path.display()
     );
 }

@@ -365,8 +365,9 @@ fn process_dir_inodes(state: &std::path::Path) -> Vec<u64> {
 }
 
 /// Issue 43: a process's directory, once the process is done with, is emptied and taken by a
-/// later start instead of removed (a launch creates no file); and what a successor adopts
-/// from a recycled directory is its last process alone, with none of an earlier one's output.
+/// later start instead of removed (a launch creates no file), also by a successor daemon; and
+/// what a successor adopts from a recycled directory is its last process alone, with none of
+/// an earlier one's output.
 #[tokio::test]
 async fn process_directories_are_recycled_and_adopted_with_nothing_of_earlier_processes() {
     let state = private_tempdir();
@@ -418,6 +419,13 @@ async fn process_directories_are_recycled_and_adopted_with_nothing_of_earlier_pr
     let chunks = read["chunks"].as_array().unwrap();
     let bytes: Vec<u8> = chunks.iter().flat_map(|c| unb64(&c["chunk"])).collect();
     assert_eq!(String::from_utf8_lossy(&bytes), "new\n", "{read}");
+    // The successor takes the spare directories its predecessor left.
+    client
+        .call("process/start", start_params("after", &["echo", "after"]))
+        .await;
+    let (bytes, _) = read_all(&client, "after").await;
+    assert_eq!(bytes, b"after\n");
+    assert!(seen.is_superset(&process_dir_inodes(state.path()).into_iter().collect()));
     client
         .call("process/terminate", json!({"processId": "fresh"}))
         .await;
