@@ -30,6 +30,9 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+/// Methods codex sends on a timer, as often as the turn lasts: compared by name only.
+const POLLED: &[&str] = &["fs/getMetadata"];
+
 /// A whole `codex exec` turn may take this long.
 const TURN_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -213,8 +216,9 @@ pub async fn assert_same(turn: &Turn) -> Outcome {
         "the skills as the model saw them"
     );
     assert_eq!(ours.succeeded, codex.succeeded, "codex exec's exit");
-    // The same methods; their counts within two of each other, since codex's polls of paths
-    // (`fs/getMetadata`) follow the turn's timing, which a loaded machine stretches.
+    // The same methods; their counts within two of each other, except for the polls of paths
+    // (`fs/getMetadata`), whose number follows the turn's timer-driven rhythm, which a loaded
+    // machine stretches (19 against 13 seen): for them, that both were asked is what compares.
     let names = |methods: &Option<BTreeMap<String, usize>>| {
         methods
             .as_ref()
@@ -233,6 +237,9 @@ pub async fn assert_same(turn: &Turn) -> Outcome {
         .flatten()
         .zip(codex.methods.iter().flatten().map(|(_, count)| count))
     {
+        if POLLED.contains(&method.as_str()) {
+            continue;
+        }
         assert!(
             ours_count.abs_diff(*codex_count) <= 2,
             "{method}: {ours_count} asked of this daemon, {codex_count} of codex's own"

@@ -302,6 +302,18 @@ async fn session_files_are_named_by_digest_and_format_1_is_taken_over() {
 }
 
 /// The one kept process directory of a state dir.
+/// A daemon's state dir, as it left it when it crashed with [`victim`]'s process running: the
+/// dir, the victim's session and its process directory.
+async fn crashed_with_victim() -> (tempfile::TempDir, String, PathBuf) {
+    let state = private_tempdir();
+    let daemon = daemon_on(state.path());
+    let (client, session) = victim(&daemon).await;
+    drop(client);
+    crash(daemon);
+    let dir = process_dir(state.path());
+    (state, session, dir)
+}
+
 fn process_dir(state: &Path) -> PathBuf {
     let processes = state.join("processes");
     let names: Vec<String> = sb::names_in(&processes)
@@ -335,12 +347,7 @@ fn successor_banner(state: &Path) -> Option<String> {
 /// not keep it from serving.
 #[tokio::test]
 async fn a_successor_does_not_trust_the_journal() {
-    let state = private_tempdir();
-    let daemon = daemon_on(state.path());
-    let (client, session) = victim(&daemon).await;
-    drop(client);
-    crash(daemon);
-    let dir = process_dir(state.path());
+    let (state, session, dir) = crashed_with_victim().await;
     let forged = json!({"log": {"output": {"seq": 2, "stream": "stdout",
         "span": {"offset": 0, "len": 1_000_000_000_000_000u64}}}});
     let mut journal = std::fs::OpenOptions::new()
@@ -461,12 +468,7 @@ async fn write_grants_on_the_state_dir_or_inside_it_are_refused() {
 /// hands the successor a forged tree (its own pipe as the victim's stdout), which the successor
 /// must not take (it takes only the supervisor its meta names, of its own user).
 async fn an_impostor_on_the_supervisors_socket_takes_nothing_over(uid: u32) {
-    let state = private_tempdir();
-    let daemon = daemon_on(state.path());
-    let (client, session) = victim(&daemon).await;
-    drop(client);
-    crash(daemon);
-    let dir = process_dir(state.path());
+    let (state, session, dir) = crashed_with_victim().await;
     let meta: Value =
         serde_json::from_slice(&std::fs::read(dir.join("meta.json")).unwrap()).unwrap();
     for pid in [&meta["supervisorPid"], &meta["pid"]] {
