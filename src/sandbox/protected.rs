@@ -352,10 +352,24 @@ fn reap() {
 }
 
 /// At shutdown, once the daemon's trees are gone: removes every placeholder no launch holds
-/// without waiting for [`LINGER`], so that a stopped daemon leaves none in a workspace.
-pub(crate) fn release_placeholders() {
-    reap_idle_for(Duration::ZERO);
+/// without waiting for [`LINGER`], so that a stopped daemon leaves none in a workspace. One
+/// still mounted in a namespace that is going away (a sandbox's, dropped on a blocking thread
+/// after its exit; an fs helper's being retired) is looked at again until it is not, for at
+/// most [`RELEASE_WAIT`]: a single look left them behind now and then.
+pub(crate) async fn release_placeholders() {
+    let deadline = tokio::time::Instant::now() + RELEASE_WAIT;
+    loop {
+        reap_idle_for(Duration::ZERO);
+        let unheld = registry().held.values().any(|held| held.count == 0);
+        if !unheld || tokio::time::Instant::now() >= deadline {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
+
+/// How long a stopping daemon waits for the namespaces that still mount a placeholder to go.
+const RELEASE_WAIT: Duration = Duration::from_secs(2);
 
 /// One round of [`reap`]: the names no launch has held for `idle`.
 fn reap_idle_for(idle: Duration) {

@@ -184,7 +184,7 @@ pub async fn serve(
     crate::launcher::fs_servers::retire_idle().await;
     // The trees and the fs helpers are gone: no placeholder of a protected name is left in a
     // workspace.
-    crate::sandbox::protected::release_placeholders();
+    crate::sandbox::protected::release_placeholders().await;
     daemon.audit.flush(AUDIT_FLUSH_LIMIT).await;
     outcome
 }
