@@ -50,10 +50,14 @@ impl Sandboxed {
 }
 
 impl Launch {
-    /// Takes the program's environment from `spec` into `prepared`'s plan, which a helper
-    /// receives.
+    /// Takes the program's arguments and environment from `spec` into `prepared`'s plan, which
+    /// a helper receives.
     pub(crate) fn new(mut prepared: Prepared, spec: &mut LaunchSpec) -> Result<Self, LaunchError> {
+        // The helper executes the plan's command line: the spec's, which may differ from the
+        // one the plan was prepared for (a shell snapshot's restore), as its environment does.
         prepared.plan.env = std::mem::take(&mut spec.env);
+        prepared.plan.argv.truncate(1);
+        prepared.plan.argv.extend(spec.args.iter().cloned());
         let plan = serde_json::to_vec(&prepared.plan).expect("a plan serializes");
         if plan.len() > MAX_PLAN_BYTES {
             return Err(LaunchError::PlanTooLarge(plan.len()));

@@ -137,10 +137,7 @@ async fn launch_with(
         None => (None, SandboxType::None),
         // The sandbox helper keeps the daemon's credentials: no caller sandboxes another user.
         Some(_) if spec.run_as.is_some() => return Err(ProcessError::SandboxedOtherUser),
-        Some(mut prepared) => {
-            // The plan, which the sandbox helper executes, was made of the start's own argv.
-            prepared.plan.argv.truncate(1);
-            prepared.plan.argv.extend(spec.args.iter().cloned());
+        Some(prepared) => {
             let launch =
                 Launch::new(prepared, &mut spec).map_err(|error| ProcessError::Launch {
                     program: program.clone(),
