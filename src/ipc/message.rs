@@ -324,8 +324,18 @@ impl Report {
 pub(crate) const FORK_SERVER_ARG: &str = "__supervise";
 
 /// The socket in a process's directory on which the supervisor of an older daemon, orphaned,
-/// waits for a successor daemon (now an abstract socket: `crate::process::store`).
+/// waits for a successor daemon (now on [`supervisor_socket`]).
 pub(crate) const SUPERVISOR_SOCKET: &str = "sock";
+
+/// The abstract socket on which the supervisor of the process in directory `name` waits for
+/// a successor: no file to create and remove per launch. Who may connect is checked by
+/// credentials on both ends (the supervisor admits only its user's processes outside any
+/// sandbox; the successor takes only the supervisor its meta names), and a sandbox cannot
+/// reach it (its own network namespace, Landlock's abstract-socket scope, or seccomp refusing
+/// Unix sockets: docs/sandbox.md).
+pub(crate) fn supervisor_socket(name: &str) -> String {
+    format!("exec-server/supervisor/{name}")
+}
 
 /// Where an orphaned supervisor whose tree ended records its last reports (as lines), in the
 /// process's directory, for a successor to find.

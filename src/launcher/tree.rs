@@ -7,7 +7,7 @@ use super::spec::LaunchSpec;
 use super::{LaunchError, SETUP_TIMEOUT};
 use crate::ipc::channel;
 use crate::ipc::message::{
-    self, Adopted, Answer, Hold, Order, Report, EXIT_RECORD, SUPERVISOR_SOCKET,
+    self, supervisor_socket, Adopted, Answer, Hold, Order, Report, EXIT_RECORD, SUPERVISOR_SOCKET,
 };
 use crate::sandbox::plan::Failure;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -287,18 +287,18 @@ pub(crate) struct Adoption {
 }
 
 /// Connects to the orphaned supervisor `supervisor_pid` (any of this user's, when not known)
-/// listening on `socket` (or, as an older daemon's did, on the socket file in the process
-/// directory `dir`) and takes over its tree. One that is gone left its last reports in
+/// of the process in directory `dir`, named `name`, listening on its abstract socket (or, as an
+/// older daemon's did, on the socket file in that directory) and takes over its tree. One that is gone left its last reports in
 /// [`EXIT_RECORD`] (which the reports then are); with neither, the reports end at once (the
 /// supervisor ended before the process could be seen to).
 pub(crate) async fn adopt(
     dir: &crate::state_dir::Dir,
-    socket: &str,
+    name: &str,
     supervisor_pid: Option<i32>,
 ) -> Adoption {
     // An older daemon's supervisor listens on a file in the private directory: only the
     // abstract name needs its listener's identity checked.
-    let found = match connect_abstract(socket) {
+    let found = match connect_abstract(&supervisor_socket(name)) {
         Ok(control) => Ok((control, supervisor_pid)),
         Err(_) => std::os::unix::net::UnixStream::connect(dir.through_fd(SUPERVISOR_SOCKET))
             .map(|control| (control, None)),

@@ -28,8 +28,7 @@ const ADOPTED_CHUNK_BYTES: u64 = crate::os::pipe::OUTPUT_PIPE_BYTES as u64;
 impl TableInner {
     /// Adopts the process kept in `kept`, started as `meta` says.
     pub(super) async fn adopt(self: Arc<Self>, kept: Kept, meta: Meta) -> Result<(), AdoptError> {
-        let dir = kept.dir().map_err(AdoptError::Dir)?;
-        let kept_name = kept.name.clone();
+        let (dir, name) = (kept.dir().map_err(AdoptError::Dir)?, kept.name.clone());
         let (store, entries) = Store::open(kept, &meta)?;
         let store = Arc::new(store);
         let id = meta.params.process_id.clone();
@@ -38,8 +37,7 @@ impl TableInner {
         let mut log = self.output_log(&meta.params);
         log.restore(records);
         // The supervisor stops moving output into the files before it answers.
-        let socket = store::supervisor_socket(&kept_name);
-        let supervisor = tree::adopt(&dir, &socket, Some(meta.supervisor_pid)).await;
+        let supervisor = tree::adopt(&dir, &name, Some(meta.supervisor_pid)).await;
         let tty = meta.params.tty;
         record_unjournaled(&store, &mut log, store::streams(tty), &mut ends)?;
         log.mark_delivered(log.next_seq() - 1);

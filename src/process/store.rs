@@ -8,8 +8,8 @@
 //! JSON [`Entry`] per line, appended in seq order), `out.0` and `out.1` (stdout and stderr, or
 //! the terminal in `out.0`) and, once an orphaned supervisor saw its tree end, `exit.reports`
 //! (its last reports). Its supervisor waits for a successor on an abstract socket named after
-//! the directory ([`supervisor_socket`]), so that a launch binds no socket file (an older
-//! daemon's directory has one, `sock`).
+//! the directory (`crate::ipc::message::supervisor_socket`), so that a launch binds no socket
+//! file (an older daemon's directory has one, `sock`).
 
 use super::output::{stream_index, Record, Span, Stored};
 use super::pins::Pins;
@@ -299,16 +299,6 @@ impl Drop for Pin {
     }
 }
 
-/// The abstract socket on which the supervisor of the process in directory `name` waits for
-/// a successor: no file to create and remove per launch. Who may connect is checked by
-/// credentials on both ends (the supervisor admits only its user's processes outside any
-/// sandbox; the successor takes only the supervisor its meta names), and a sandbox cannot
-/// reach it (its own network namespace, Landlock's abstract-socket scope, or seccomp refusing
-/// Unix sockets: docs/sandbox.md).
-pub(crate) fn supervisor_socket(name: &str) -> String {
-    format!("exec-server/supervisor/{name}")
-}
-
 fn stream_name(index: usize) -> String {
     format!("out.{index}")
 }
@@ -536,7 +526,8 @@ impl Spare {
     ) -> Result<(Store, std::os::unix::net::UnixListener), KeepError> {
         let text = serde_json::to_vec(meta).map_err(KeepError::EncodeMeta)?;
         use std::os::linux::net::SocketAddrExt as _;
-        let kept = std::os::unix::net::SocketAddr::from_abstract_name(supervisor_socket(name))
+        let socket = crate::ipc::message::supervisor_socket(name);
+        let kept = std::os::unix::net::SocketAddr::from_abstract_name(socket)
             .and_then(|address| std::os::unix::net::UnixListener::bind_addr(&address))
             .map_err(KeepError::Listen)
             .and_then(|listener| {

@@ -449,8 +449,7 @@ async fn orphan_cleanup(kept: crate::process::store::Kept, supervisor_pid: Optio
     let Ok(dir) = kept.dir() else {
         return;
     };
-    let socket = crate::process::store::supervisor_socket(&kept.name);
-    let adoption = crate::launcher::tree::adopt(&dir, &socket, supervisor_pid).await;
+    let adoption = crate::launcher::tree::adopt(&dir, &kept.name, supervisor_pid).await;
     adoption.orders.kill();
     let mut reports = adoption.reports;
     let _ = tokio::time::timeout(REAP_GRACE, async {
