@@ -430,24 +430,13 @@ impl Spares {
             }
             Ok(file)
         };
-        let files = vec![
-            empty(&stream_name(0), OFlag::O_RDWR)?,
-            empty(&stream_name(1), OFlag::O_RDWR)?,
-        ];
-        let (meta, journal) = (empty(META, OFlag::O_RDWR)?, empty(JOURNAL, APPEND)?);
+        let spare = Spare::of(&self.dir, name.to_owned(), &dir, empty)?;
         // Only an orphaned supervisor whose tree ended left one.
         match dir.remove_file(crate::ipc::message::EXIT_RECORD) {
             Err(err) if err.kind() != std::io::ErrorKind::NotFound => return Err(err),
             _ => {}
         }
-        Ok(Spare {
-            parent: self.dir.clone(),
-            name: name.to_owned(),
-            dir,
-            files,
-            meta,
-            journal,
-        })
+        Ok(spare)
     }
 
     /// Keeps the spare directory `name` a predecessor left, for a later start (removed when
@@ -496,17 +485,7 @@ impl Spares {
         let dir = self.dir.create_dir(&name).map_err(failed(""))?;
         let new = OFlag::O_CREAT | OFlag::O_EXCL;
         let open = |file: &str, flags: OFlag| dir.open(file, flags | new).map_err(failed(file));
-        Ok(Spare {
-            files: vec![
-                open(&stream_name(0), OFlag::O_RDWR)?,
-                open(&stream_name(1), OFlag::O_RDWR)?,
-            ],
-            meta: open(META, OFlag::O_RDWR)?,
-            journal: open(JOURNAL, APPEND)?,
-            parent: self.dir.clone(),
-            name,
-            dir,
-        })
+        Spare::of(&self.dir, name.clone(), &dir, open)
     }
 }
 
@@ -515,6 +494,27 @@ fn spare_name() -> String {
 }
 
 impl Spare {
+    /// The spare `name` in `parent`, `dir`, its files each had with `open`: the streams', the
+    /// meta and the journal.
+    fn of<E>(
+        parent: &Dir,
+        name: String,
+        dir: &Dir,
+        open: impl Fn(&str, OFlag) -> Result<File, E>,
+    ) -> Result<Self, E> {
+        Ok(Spare {
+            files: vec![
+                open(&stream_name(0), OFlag::O_RDWR)?,
+                open(&stream_name(1), OFlag::O_RDWR)?,
+            ],
+            meta: open(META, OFlag::O_RDWR)?,
+            journal: open(JOURNAL, APPEND)?,
+            parent: parent.clone(),
+            name,
+            dir: dir.clone(),
+        })
+    }
+
     /// The store of a process described by `meta`, in its final directory `name` next to the
     /// spare's (which goes back to `spares` once done with), and the socket its supervisor
     /// listens on for a successor.
