@@ -25,17 +25,19 @@
 //!   after), the empty placeholder is visible on the host (git skips an empty `.git` directory
 //!   and keeps searching upward).
 
+mod mark;
+
 use super::open::open_nofollow;
 use super::policy::{effective, Rule};
 use crate::path::cstring;
 use exec_server_protocol::sandbox::FsAccess;
+use mark::{is_marked, mark, marked_by_us, mounted_elsewhere};
 use nix::errno::Errno;
-use nix::fcntl::{AtFlags, OFlag};
+use nix::fcntl::AtFlags;
 use nix::sys::stat::{fstatat, mkdirat, Mode};
 use nix::unistd::{unlinkat, UnlinkatFlags};
 use std::collections::{HashMap, HashSet};
-use std::os::fd::{AsRawFd as _, OwnedFd};
-use std::os::unix::ffi::OsStrExt as _;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -107,6 +109,11 @@ impl Registry {
     /// Whether a live sandbox mounts `path`.
     fn holds(&self, path: &Path) -> bool {
         self.held.get(path).is_some_and(|held| held.count > 0)
+    }
+
+    /// Whether some name no launch holds waits for the reaper.
+    fn awaits_reaping(&self) -> bool {
+        self.held.values().any(|held| held.count == 0)
     }
 }
 
@@ -327,7 +334,7 @@ impl Drop for Leases {
                 held.unused_since = now;
             }
         }
-        if !registry.reaping && registry.held.values().any(|held| held.count == 0) {
+        if !registry.reaping && registry.awaits_reaping() {
             registry.reaping = true;
             std::thread::spawn(reap);
         }
@@ -342,7 +349,7 @@ fn reap() {
         std::thread::sleep(LINGER / 2);
         {
             let mut registry = registry();
-            if !registry.held.values().any(|held| held.count == 0) {
+            if !registry.awaits_reaping() {
                 registry.reaping = false;
                 return;
             }
@@ -360,8 +367,7 @@ pub(crate) async fn release_placeholders() {
     let deadline = tokio::time::Instant::now() + RELEASE_WAIT;
     loop {
         reap_idle_for(Duration::ZERO);
-        let unheld = registry().held.values().any(|held| held.count == 0);
-        if !unheld || tokio::time::Instant::now() >= deadline {
+        if !registry().awaits_reaping() || tokio::time::Instant::now() >= deadline {
             return;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -506,100 +512,4 @@ fn protected_name(path: &Path) -> Option<PathBuf> {
         return None;
     }
     Some(std::fs::canonicalize(path.parent()?).ok()?.join(name))
-}
-
-/// Marks the directory `name` in `dir`, opened without following a link.
-fn mark(dir: &OwnedFd, name: &str) -> std::io::Result<()> {
-    let placeholder = nix::fcntl::openat(
-        dir,
-        name,
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )?;
-    let mark = std::ffi::CString::new(MARK).expect("no NUL");
-    // SAFETY: a valid fd and NUL-terminated name, and a value of the length given.
-    let rc = unsafe {
-        libc::fsetxattr(
-            placeholder.as_raw_fd(),
-            mark.as_ptr(),
-            OWNER.as_ptr().cast(),
-            OWNER.len(),
-            0,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
-
-/// Whether `path` is a placeholder this daemon owns (it created it, or took it last).
-fn marked_by_us(path: &Path) -> bool {
-    mark_of(path).is_some_and(|mark| mark == OWNER.as_bytes())
-}
-
-fn is_marked(path: &Path) -> bool {
-    mark_of(path).is_some()
-}
-
-/// The value of `path`'s [`MARK`], if it has one (one longer than any daemon writes reads as
-/// empty: marked, and nobody's).
-fn mark_of(path: &Path) -> Option<Vec<u8>> {
-    let (Ok(path), Ok(name)) = (cstring(path), std::ffi::CString::new(MARK)) else {
-        return None;
-    };
-    let mut value = [0u8; 64];
-    // SAFETY: valid strings, and a buffer of the size given.
-    let len = unsafe {
-        libc::lgetxattr(
-            path.as_ptr(),
-            name.as_ptr(),
-            value.as_mut_ptr().cast(),
-            value.len(),
-        )
-    };
-    match usize::try_from(len) {
-        Ok(len) => Some(value[..len].to_vec()),
-        Err(_) if std::io::Error::last_os_error().raw_os_error() == Some(libc::ERANGE) => {
-            Some(Vec::new())
-        }
-        Err(_) => None,
-    }
-}
-
-/// Which of `paths` some other mount namespace has a mount on.
-fn mounted_elsewhere<'a>(paths: &[&'a Path]) -> HashSet<&'a Path> {
-    let mut mounted = HashSet::new();
-    if paths.is_empty() {
-        return mounted;
-    }
-    let own = std::fs::read_link("/proc/self/ns/mnt").ok();
-    let Ok(procs) = std::fs::read_dir("/proc") else {
-        // Unknown: none is removed.
-        return paths.iter().copied().collect();
-    };
-    let mut seen = HashSet::new();
-    for entry in procs.flatten() {
-        let name = entry.file_name();
-        if !name.as_bytes().iter().all(u8::is_ascii_digit) {
-            continue;
-        }
-        let Ok(ns) = std::fs::read_link(entry.path().join("ns/mnt")) else {
-            continue;
-        };
-        if Some(&ns) == own.as_ref() || !seen.insert(ns) {
-            continue;
-        }
-        let Ok(table) = std::fs::read_to_string(entry.path().join("mountinfo")) else {
-            continue;
-        };
-        for point in table.lines().filter_map(|line| line.split(' ').nth(4)) {
-            let point = super::guard::unescape(point);
-            if let Some(path) = paths.iter().find(|path| path.as_os_str() == point.as_str()) {
-                mounted.insert(*path);
-            }
-        }
-    }
-    mounted
 }
