@@ -19,7 +19,7 @@ pub(crate) fn status() -> EnvironmentStatus {
 pub(crate) fn capabilities() -> EnvironmentCapabilities {
     let sandbox = crate::sandbox::enforceable();
     EnvironmentCapabilities {
-        network_proxy_launch: false,
+        network_proxy_launch: true,
         network_proxy_review_domains: false,
         network_proxy_transparent_tcp: false,
         credential_masking: false,

@@ -28,6 +28,7 @@ mod ipc;
 mod launcher;
 mod memory;
 mod metrics;
+mod netproxy;
 mod os;
 mod path;
 mod pidfd;

@@ -37,6 +37,7 @@ impl Command {
                 sandbox: None,
                 enforce_managed_network: false,
                 managed_network: None,
+                network_proxy: None,
                 trace: None,
                 limits: None,
                 // Makes a start safe to repeat after a reconnect (see [`start`]).

@@ -12,6 +12,7 @@ pub mod environment_config;
 pub mod fs;
 pub mod http;
 pub mod methods;
+pub mod network;
 pub mod path_uri;
 pub mod process;
 pub mod rpc;

@@ -2,7 +2,7 @@
 //! for a request, whether a client may send it again after the connection dropped before the
 //! reply. The client, the schema, the fuzz target and the tests take their lists from here.
 
-use crate::{capability, environment, environment_config, fs, http, process, session};
+use crate::{capability, environment, environment_config, fs, http, network, process, session};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -174,5 +174,7 @@ methods! {
             fs::MissingChangedNotification;
         HttpRequestBodyDelta, HTTP_REQUEST_BODY_DELTA = "http/request/bodyDelta":
             http::HttpBodyDelta;
+        NetworkPolicyDecision, NETWORK_POLICY_DECISION = "network/policyDecision":
+            network::PolicyDecisionNotification;
     }
 }

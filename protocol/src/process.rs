@@ -65,6 +65,10 @@ pub struct StartParams {
     /// The proxy's loopback ports; validated, but acted on only with `enforceManagedNetwork`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub managed_network: Option<ManagedNetwork>,
+    /// Launch codex's managed network proxy for this process and confine its network to it
+    /// (`networkProxyLaunch`); replaces `managedNetwork`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_proxy: Option<crate::network::NetworkProxyLaunch>,
     /// The client's span context (W3C, e.g. `{traceparent, tracestate?}`), kept opaque: the
     /// daemon records it as the parent of its launch span.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -191,6 +191,7 @@ impl Envd {
             sandbox,
             enforce_managed_network: false,
             managed_network: None,
+            network_proxy: None,
             trace: None,
             limits: timeout
                 .filter(|t| !t.is_zero())

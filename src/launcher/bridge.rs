@@ -13,6 +13,7 @@
 
 use crate::ipc::channel;
 use crate::ipc::message::Answer;
+use crate::netproxy::Proxy;
 use crate::sandbox::plan::MAX_PORTS;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -64,8 +65,13 @@ pub(crate) enum BridgeError {
 }
 
 impl Bridge {
-    /// Serves `listeners`, which must be TCP listeners on 127.0.0.1 at exactly `ports`.
-    pub(crate) fn start(listeners: Vec<OwnedFd>, ports: &[u16]) -> Result<Self, BridgeError> {
+    /// Serves `listeners`, which must be TCP listeners on 127.0.0.1 at exactly `ports`: with
+    /// `proxy`, its ports' connections go to it instead of the host.
+    pub(crate) fn start(
+        listeners: Vec<OwnedFd>,
+        ports: &[u16],
+        proxy: Option<Arc<Proxy>>,
+    ) -> Result<Self, BridgeError> {
         let mut tasks = tokio::task::JoinSet::new();
         let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
         let mut seen = Vec::new();
@@ -81,7 +87,11 @@ impl Bridge {
             seen.push(port);
             listener.set_nonblocking(true)?;
             let listener = tokio::net::TcpListener::from_std(listener)?;
-            tasks.spawn(serve(listener, port, permits.clone()));
+            let target = match &proxy {
+                Some(proxy) if proxy.ports().contains(&port) => Target::Proxy(proxy.clone()),
+                _ => Target::Host,
+            };
+            tasks.spawn(serve(listener, port, target, permits.clone()));
         }
         if seen.len() != ports.len() {
             return Err(BridgeError::MissingPort);
@@ -90,17 +100,35 @@ impl Bridge {
     }
 }
 
-/// Accepts the sandbox's connections to `port` and relays each to the host's. Its relays are
+/// Where a port's connections go.
+#[derive(Clone)]
+enum Target {
+    /// The host's 127.0.0.1 at the same port (the client's proxy).
+    Host,
+    /// The process's own managed proxy, served here.
+    Proxy(Arc<Proxy>),
+}
+
+/// Accepts the sandbox's connections to `port` and relays each to its target. Its relays are
 /// its own tasks, so aborting it ends them too.
-async fn serve(listener: tokio::net::TcpListener, port: u16, permits: Arc<tokio::sync::Semaphore>) {
+async fn serve(
+    listener: tokio::net::TcpListener,
+    port: u16,
+    target: Target,
+    permits: Arc<tokio::sync::Semaphore>,
+) {
     let mut relays = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((inner, _)) => match permits.clone().try_acquire_owned() {
                     Ok(permit) => {
+                        let target = target.clone();
                         relays.spawn(async move {
-                            relay(inner, port).await;
+                            match target {
+                                Target::Host => relay(inner, port).await,
+                                Target::Proxy(proxy) => proxy.serve(inner, port).await,
+                            }
                             drop(permit);
                         });
                     }

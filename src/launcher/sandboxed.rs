@@ -8,6 +8,7 @@ use super::spawn::{self, Spawned};
 use super::spec::LaunchSpec;
 use super::tree::{self, Started};
 use super::LaunchError;
+use crate::netproxy::Proxy;
 use crate::sandbox::denial::{DenialContext, Scanner};
 use crate::sandbox::plan::{NetworkMode, Stage, MAX_PLAN_BYTES};
 use crate::sandbox::{protected, Prepared};
@@ -21,6 +22,8 @@ pub(crate) struct Launch {
     network: NetworkMode,
     /// The managed network's ports, bridged once the program runs.
     managed_ports: Option<Vec<u16>>,
+    /// The process's own proxy, which serves its ports among them.
+    proxy: Option<Arc<Proxy>>,
     sandboxed: Sandboxed,
 }
 
@@ -71,6 +74,7 @@ impl Launch {
             plan,
             network: prepared_plan.network_mode(),
             managed_ports: prepared_plan.managed_network.map(|managed| managed.ports),
+            proxy: None,
             sandboxed: Sandboxed {
                 context,
                 _leases: leases,
@@ -79,6 +83,12 @@ impl Launch {
                 bridge: None,
             },
         })
+    }
+
+    /// Serves the managed network's ports that are `proxy`'s with it.
+    pub(crate) fn with_proxy(mut self, proxy: Arc<Proxy>) -> Self {
+        self.proxy = Some(proxy);
+        self
     }
 
     /// Starts `spec`'s program in a helper, which supervises its tree: hands it the plan and
@@ -100,7 +110,8 @@ impl Launch {
         }
         if let Some(ports) = &self.managed_ports {
             // Until now the program's connections wait in the listeners' backlogs.
-            let bridge = bridge::Bridge::start(listeners, ports).map_err(LaunchError::Bridge)?;
+            let bridge = bridge::Bridge::start(listeners, ports, self.proxy.clone())
+                .map_err(LaunchError::Bridge)?;
             self.sandboxed.bridge = Some(bridge);
         }
         // The supervisor lives in the sandbox's mount namespace as long as the tree does; with

@@ -20,8 +20,11 @@ pub enum Incoming {
         method: String,
         params: Option<Value>,
     },
-    /// A reply from the client. The daemon sends no requests, so there is nothing to match.
-    Reply,
+    /// A reply from the client to one of the daemon's requests: its `result` or `error`.
+    Reply {
+        id: Value,
+        reply: Result<Value, Value>,
+    },
     Invalid {
         id: Value,
         error: RpcError,
@@ -71,8 +74,12 @@ pub fn classify(value: Value) -> Incoming {
             strict,
         },
         (Some(Value::String(method)), None) => Incoming::Notification { method, params },
-        (None, Some(_)) if object.contains_key("result") || object.contains_key("error") => {
-            Incoming::Reply
+        (None, Some(id)) if object.contains_key("result") || object.contains_key("error") => {
+            let reply = match object.remove("error") {
+                Some(error) => Err(error),
+                None => Ok(object.remove("result").unwrap_or(Value::Null)),
+            };
+            Incoming::Reply { id, reply }
         }
         (_, id) => Incoming::Invalid {
             id: id.filter(valid_id).unwrap_or(Value::from(NO_ID)),

@@ -2,6 +2,7 @@
 //! decoding, errors, the outbound queue and what a handler may do about its reply. It knows no
 //! method; the connection loop and the router live above the features, in `server`.
 
+pub(crate) mod asking;
 mod call;
 pub mod decoder;
 pub mod envelope;

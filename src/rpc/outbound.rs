@@ -185,6 +185,8 @@ pub(crate) struct Outbound {
     binary: Arc<AtomicBool>,
     /// Whether the transport sends [`Message::File`] from the file itself.
     files: bool,
+    /// The daemon's requests to the client awaiting its replies.
+    pending: Arc<super::asking::Pending>,
 }
 
 #[derive(Debug)]
@@ -211,6 +213,7 @@ impl Outbound {
                 binary_capable,
                 binary: Arc::new(AtomicBool::new(false)),
                 files: false,
+                pending: Arc::default(),
             },
             Queue {
                 rx,
@@ -260,6 +263,30 @@ impl Outbound {
     pub(crate) fn enable_binary(&self) -> bool {
         self.binary.store(self.binary_capable, Ordering::Relaxed);
         self.binary_capable
+    }
+
+    /// Sends the client a request and waits for its reply (see [`super::asking`]); Closed when
+    /// the connection ended or too many requests wait already. Dropping the future gives up.
+    pub(crate) async fn request<P: Serialize>(
+        &self,
+        method: &str,
+        params: &P,
+    ) -> Result<super::asking::Reply, Closed> {
+        let mut waiting = self.pending.register().ok_or(Closed)?;
+        let mut text = self.notification_text(method, params);
+        // A notification's text with the id in front: `{"id":N,...`.
+        text.insert_str(1, &format!(r#""id":{},"#, waiting.id));
+        self.send(text).await?;
+        (&mut waiting.reply).await.map_err(|_| Closed)
+    }
+
+    /// The client's reply to one of the daemon's requests; false when none waits for it.
+    pub(crate) fn resolve_reply(
+        &self,
+        id: &serde_json::Value,
+        reply: super::asking::Reply,
+    ) -> bool {
+        self.pending.resolve(id, reply)
     }
 
     pub(crate) async fn send(&self, text: String) -> Result<(), Closed> {

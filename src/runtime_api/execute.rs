@@ -108,6 +108,7 @@ impl Runtime {
             sandbox,
             enforce_managed_network: false,
             managed_network: None,
+            network_proxy: None,
             trace: None,
             limits: Some(ProcessLimits {
                 timeout_ms: Some(timeout.as_millis().min(i64::MAX as u128) as i64),

@@ -138,12 +138,17 @@ pub(crate) fn prepare_walks(sandbox: &FileSystemSandboxContext) -> bool {
 /// Resolves `params.sandbox` and the managed network for a `process/start` in `cwd`.
 /// Ok(None): run unsandboxed. `enforceManagedNetwork` always sandboxes the network (only the
 /// listed loopback ports are reachable), whatever `sandbox` says of it, and the file system as
-/// `sandbox` says (unrestricted without one); `managedNetwork` alone changes nothing.
+/// `sandbox` says (unrestricted without one); `managedNetwork` alone changes nothing. `proxied`:
+/// the ports of the process's own proxy, enforced instead of `managedNetwork`'s.
 pub(crate) fn prepare_start(
     params: &StartParams,
     cwd: &Path,
+    proxied: Option<ManagedPlan>,
 ) -> Result<Option<Prepared>, PrepareError> {
-    let managed = managed_plan(params)?;
+    let managed = match proxied {
+        Some(plan) => Some(plan),
+        None => managed_plan(params)?,
+    };
     let policy = match &params.sandbox {
         Some(sandbox) => policy::resolve(sandbox, cwd)?,
         None => None,

@@ -255,8 +255,10 @@ impl Connection {
                 tracing::debug!(method, "ignoring unknown notification");
                 Flow::Continue
             }
-            Incoming::Reply => {
-                tracing::debug!("ignoring a reply: this daemon sends no requests");
+            Incoming::Reply { id, reply } => {
+                if !self.shared.outbound.resolve_reply(&id, reply) {
+                    tracing::debug!(%id, "ignoring a reply no request of the daemon waits for");
+                }
                 Flow::Continue
             }
             Incoming::Invalid { id, error, strict } => {
@@ -392,7 +394,7 @@ impl Connection {
                         replies.push(immediate(envelope::reply(id, Err(error), strict)))
                     }
                 },
-                Incoming::Notification { .. } | Incoming::Reply => {
+                Incoming::Notification { .. } | Incoming::Reply { .. } => {
                     let error = RpcError::invalid_request(
                         "notifications cannot be sent in a JSON-RPC batch",
                     );

@@ -5,6 +5,7 @@ pub(crate) mod admission;
 mod connection;
 mod context;
 mod daemon;
+mod network_proxy;
 pub(crate) mod pending_http;
 mod process_methods;
 mod refusals;

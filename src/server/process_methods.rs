@@ -2,15 +2,18 @@
 //! one place a session's errors and a process's meet: `process/read` fails with either, so it
 //! answers with the JSON-RPC error itself.
 
+use super::network_proxy::SessionReporter;
 use super::{shell_snapshot, Daemon};
 use crate::ipc::message::RunAs;
 use crate::launcher::sandboxed::Launch;
 use crate::launcher::spec::{LaunchSpec, DEFAULT_SIZE};
+use crate::netproxy::Proxy;
 use crate::process::snapshot::{Eligible, Restore};
 use crate::process::{env, input_quiet, limits, Lookup, ManagedProcess, Origin};
 use crate::process::{ProcessError, Timing};
 use crate::rpc::{Call, RpcError};
 use crate::sandbox;
+use crate::sandbox::plan::ManagedPlan;
 use crate::session::Session;
 use bytes::Bytes;
 use exec_server_protocol::base64_bytes::Base64Bytes;
@@ -102,15 +105,20 @@ async fn launch_with(
             uri: params.cwd.to_string(),
             source,
         })?;
+    let proxy = managed_proxy(session, params)?;
+    let proxied = proxy.as_ref().map(|proxy| ManagedPlan {
+        ports: proxy.ports(),
+        allow_local_binding: proxy.allow_local_binding(),
+    });
     // A resolution that walks directory trees runs off the async workers.
     let prepared = if params.sandbox.as_ref().is_some_and(sandbox::prepare_walks) {
         let (params, cwd) = (params.clone(), cwd.clone());
-        tokio::task::spawn_blocking(move || sandbox::prepare_start(&params, &cwd))
+        tokio::task::spawn_blocking(move || sandbox::prepare_start(&params, &cwd, proxied))
             .await
             .map_err(ProcessError::PrepareTask)?
             .map_err(RpcError::from)?
     } else {
-        sandbox::prepare_start(params, &cwd).map_err(RpcError::from)?
+        sandbox::prepare_start(params, &cwd, proxied).map_err(RpcError::from)?
     };
     let (limits, timeout) = limits(params.limits.as_ref())?;
     let timing = Timing {
@@ -118,7 +126,10 @@ async fn launch_with(
         input_quiet: input_quiet(params.input_wait_ms)?,
     };
     debug_assert_eq!(timing, Timing::of(params));
-    let env = env::child_env(params.env_policy.as_ref(), &params.env, std::env::vars());
+    let mut env = env::child_env(params.env_policy.as_ref(), &params.env, std::env::vars());
+    if let Some(proxy) = &proxy {
+        proxy.apply_env(&mut env);
+    }
     let (args, env) = in_snapshot(session, params, snapshots, args, env).await?;
     let mut spec = LaunchSpec {
         program: program.clone(),
@@ -143,6 +154,10 @@ async fn launch_with(
                     program: program.clone(),
                     error,
                 })?;
+            let launch = match proxy {
+                Some(proxy) => launch.with_proxy(proxy),
+                None => launch,
+            };
             (Some(launch), SandboxType::LinuxSeccomp)
         }
     };
@@ -161,6 +176,17 @@ async fn launch_with(
         sandbox_backend: crate::sandbox::backend_for(sandbox_type),
         existing: false,
     })
+}
+
+/// The managed proxy `params.networkProxy` asks for, reporting to `session`'s client.
+fn managed_proxy(session: &Session, params: &StartParams) -> Result<Option<Arc<Proxy>>, RpcError> {
+    let Some(launch) = &params.network_proxy else {
+        return Ok(None);
+    };
+    let reporter = Arc::new(SessionReporter::new(session.attachment()));
+    let proxy = Proxy::new(launch, &params.process_id, reporter)
+        .map_err(|err| RpcError::invalid_params(err.to_string()))?;
+    Ok(Some(Arc::new(proxy)))
 }
 
 /// `args` and `env` as `params`'s command runs: in the shell snapshot it asks for, when

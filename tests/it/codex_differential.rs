@@ -23,6 +23,7 @@ mod fs_watch_missing;
 mod handshake;
 mod http;
 mod http_env;
+pub(crate) mod network_proxy;
 mod no_follow;
 mod process;
 mod process_sandbox;

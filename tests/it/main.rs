@@ -48,6 +48,7 @@ mod http;
 mod input_wait;
 mod jsonrpc2_client;
 mod metrics;
+mod network_proxy;
 mod process;
 mod process_tree;
 mod protocol_doc;

@@ -189,6 +189,7 @@ impl Processes {
             sandbox,
             enforce_managed_network: false,
             managed_network: None,
+            network_proxy: None,
             trace: None,
             limits: None,
             idempotent: false,

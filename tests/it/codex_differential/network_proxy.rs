@@ -1,0 +1,327 @@
+//! `process/start.networkProxy` (capability `networkProxyLaunch`) beside codex's server: the
+//! executor launches codex's managed proxy for the one process, points its proxy variables at
+//! it, and confines its network to it. The same requests are refused or carried alike (host
+//! allowlist and denylist, local and private destinations, limited mode, CONNECT, SOCKS5), the
+//! same `network/policyDecision` audit comes, and a host the policy leaves open is asked of the
+//! client (`network/policyRequest`) alike. Bad launches are refused alike.
+
+use super::{handshaken, Both};
+use crate::common::http_server::HttpServer;
+use crate::common::{unb64, Client, TIMEOUT};
+use serde_json::{json, Value};
+use std::path::Path;
+
+/// A workspace-write sandbox over `root`, the network restricted (codex's wire form).
+fn sandbox(root: &Path) -> Value {
+    let uri = format!("file://{}", root.display());
+    json!({"permissions": {"type": "managed", "file_system": {"type": "restricted", "entries": [
+            {"path": {"type": "special", "value": {"kind": "root"}}, "access": "read"},
+            {"path": {"type": "path", "path": uri}, "access": "write"}]},
+        "network": "restricted"},
+        "cwd": uri, "workspaceRoots": [uri], "windowsSandboxLevel": "disabled",
+        "useLegacyLandlock": false})
+}
+
+/// `networkProxy` allowing `domains`, with `proxy` members changed.
+pub(crate) fn network_proxy(domains: Value, proxy: Value) -> Value {
+    let mut config = json!({"enabled": true, "enableSocks5": false, "enableSocks5Udp": false,
+        "allowUpstreamProxy": false, "dangerouslyAllowAllUnixSockets": false, "mode": "full",
+        "domains": domains, "unixSockets": {}, "allowLocalBinding": false});
+    for (key, value) in proxy.as_object().unwrap() {
+        config[key] = value.clone();
+    }
+    json!({"proxy": config})
+}
+
+/// What one proxied command came to: its standard output, its exit code, the audit (without time,
+/// client port and destination port, which differ by run) and the decisions asked.
+#[derive(Debug, PartialEq)]
+pub(crate) struct Outcome {
+    pub output: String,
+    pub exit_code: Value,
+    pub audit: Vec<Value>,
+    pub asked: Vec<Value>,
+}
+
+/// Runs `argv` in a sandbox over `root` with `proxy` on `client`, answering any decision asked
+/// with `verdict`.
+pub(crate) async fn run(
+    client: &Client,
+    root: &Path,
+    id: &str,
+    argv: &[&str],
+    proxy: Value,
+    verdict: Value,
+) -> Outcome {
+    let mut start = json!({"processId": id, "argv": argv,
+        "cwd": format!("file://{}", root.display()),
+        "env": {"PATH": "/usr/bin:/bin"}, "tty": false, "sandbox": sandbox(root),
+        "enforceManagedNetwork": true});
+    start["networkProxy"] = proxy;
+    client.call("process/start", start).await;
+    let mut outcome = Outcome {
+        output: String::new(),
+        exit_code: Value::Null,
+        audit: Vec::new(),
+        asked: Vec::new(),
+    };
+    loop {
+        let message = tokio::time::timeout(TIMEOUT, client.next_notification())
+            .await
+            .expect("the process closes in time");
+        let params = &message["params"];
+        match message["method"].as_str().unwrap() {
+            "network/policyRequest" => {
+                outcome.asked.push(params.clone());
+                let reply = json!({"id": message["id"], "result": {"decision": verdict}});
+                client.send_text(reply.to_string()).await;
+            }
+            "network/policyDecision" => {
+                let mut event = params.clone();
+                for volatile in ["timestamp", "client", "port"] {
+                    event.as_object_mut().unwrap().remove(volatile);
+                }
+                outcome.audit.push(event);
+            }
+            _ if params["processId"] != id => {}
+            // Standard error is left out: how it interleaves with the output is a race.
+            "process/output" if params["stream"] == "stdout" => {
+                outcome.output += &String::from_utf8_lossy(&unb64(&params["chunk"]));
+            }
+            "process/exited" => outcome.exit_code = params["exitCode"].clone(),
+            "process/closed" => return outcome,
+            _ => {}
+        }
+    }
+}
+
+/// The response as the command saw it: status line, `x-proxy-error`, and the body of a refusal
+/// (a 403's JSON account); header names lower-cased, the `Date` left out.
+fn response(output: &str) -> Value {
+    let (head, body) = output.split_once("\r\n\r\n").unwrap_or((output, ""));
+    let mut lines = head.lines();
+    let status = lines.next().unwrap_or_default().trim().to_owned();
+    let proxy_error = lines
+        .filter_map(|line| line.split_once(':'))
+        .find(|(name, _)| name.eq_ignore_ascii_case("x-proxy-error"))
+        .map(|(_, value)| value.trim().to_owned());
+    let body = match status.contains(" 403 ") {
+        true => serde_json::from_str(body).unwrap_or(Value::Null),
+        false => json!(body),
+    };
+    json!({"status": status, "proxyError": proxy_error, "body": body})
+}
+
+/// Each case on both daemons, in order: (what the command saw, its audit), ours then codex's.
+async fn on_both(cases: &[(&[&str], Value)], verdict: Value) -> (Vec<Value>, Vec<Value>) {
+    let both = Both::start();
+    let mut results = Vec::new();
+    for url in both.urls() {
+        let root = crate::common::scratch_dir();
+        let client = handshaken(url).await;
+        let mut seen = Vec::new();
+        for (index, (argv, proxy)) in cases.iter().enumerate() {
+            let id = format!("p{index}");
+            let outcome = run(
+                &client,
+                root.path(),
+                &id,
+                argv,
+                proxy.clone(),
+                verdict.clone(),
+            );
+            let outcome = outcome.await;
+            seen.push(
+                json!({"response": response(&outcome.output), "exit": outcome.exit_code,
+                "audit": outcome.audit, "asked": outcome.asked}),
+            );
+        }
+        results.push(seen);
+    }
+    let codex = results.pop().unwrap();
+    (results.pop().unwrap(), codex)
+}
+
+fn curl<'a>(extra: &[&'a str], url: &'a str) -> Vec<&'a str> {
+    let mut argv = vec!["curl", "-sS", "-i", "--max-time", "5"];
+    argv.extend_from_slice(extra);
+    argv.push(url);
+    argv
+}
+
+/// The host policy decides alike: a literal 127.0.0.1 allowed is reached (once); a host not
+/// listed, a denied one (deny wins over `*`), `localhost` and a private address under `*`
+/// (local destinations need a literal entry), and a POST in limited mode are refused with
+/// codex's 403, header and JSON account, and audited alike.
+#[tokio::test]
+async fn the_host_policy_decides_alike() {
+    let server = HttpServer::start().await;
+    let target = format!("{}/target", server.base);
+    let port = server.base.rsplit(':').next().unwrap().to_owned();
+    let localhost = format!("http://localhost:{port}/target");
+    let local = json!({"127.0.0.1": "allow"});
+    let cases: Vec<(Vec<&str>, Value)> = vec![
+        (curl(&[], &target), network_proxy(local.clone(), json!({}))),
+        (
+            curl(&[], "http://example.org/"),
+            network_proxy(json!({"example.com": "allow"}), json!({})),
+        ),
+        (
+            curl(&[], &target),
+            network_proxy(json!({"*": "allow", "127.0.0.1": "deny"}), json!({})),
+        ),
+        (
+            curl(&[], &localhost),
+            network_proxy(json!({"*": "allow"}), json!({})),
+        ),
+        (
+            curl(&[], "http://10.1.2.3/"),
+            network_proxy(json!({"*": "allow"}), json!({})),
+        ),
+        (
+            curl(&["-X", "POST"], &target),
+            network_proxy(local, json!({"mode": "limited"})),
+        ),
+    ];
+    let cases: Vec<(&[&str], Value)> = cases.iter().map(|(a, p)| (&a[..], p.clone())).collect();
+    let (ours, codex) = on_both(&cases, json!({"type": "deny"})).await;
+    assert_eq!(ours, codex);
+    let hits = server
+        .state
+        .target_hits
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(
+        hits, 2,
+        "the allowed request reached the server once per daemon"
+    );
+    assert_eq!(
+        ours[0]["response"]["status"], "HTTP/1.1 200 OK",
+        "{ours:#?}"
+    );
+    let refusals: Vec<&Value> = ours[1..]
+        .iter()
+        .map(|o| &o["response"]["proxyError"])
+        .collect();
+    let expected = [
+        "blocked-by-allowlist",
+        "blocked-by-denylist",
+        "blocked-by-allowlist",
+        "blocked-by-allowlist",
+        "blocked-by-method-policy",
+    ];
+    assert_eq!(
+        refusals,
+        expected.map(|e| json!(e)).iter().collect::<Vec<_>>()
+    );
+}
+
+/// CONNECT tunnels (`curl -p`) and SOCKS5 (`enableSocks5`, `ALL_PROXY=socks5h://`) go through
+/// the same policy alike: an allowed destination is reached through each, another refused.
+#[tokio::test]
+async fn tunnels_and_socks_go_through_the_same_policy_alike() {
+    let server = HttpServer::start().await;
+    let target = format!("{}/target", server.base);
+    let local = json!({"127.0.0.1": "allow"});
+    let socks = json!({"enableSocks5": true});
+    let via_socks = [
+        "sh",
+        "-c",
+        "curl -sS --max-time 5 -x \"$ALL_PROXY\" \"$0\"; echo \" exit=$?\"",
+    ];
+    let cases: Vec<(Vec<&str>, Value)> = vec![
+        (
+            curl(&["-p"], &target),
+            network_proxy(local.clone(), json!({})),
+        ),
+        (
+            curl(&["-p"], "http://example.org/"),
+            network_proxy(local.clone(), json!({})),
+        ),
+        (
+            [&via_socks[..], &[target.as_str()]].concat(),
+            network_proxy(local.clone(), socks.clone()),
+        ),
+        (
+            [&via_socks[..], &["http://example.org/"]].concat(),
+            network_proxy(local, socks),
+        ),
+    ];
+    let cases: Vec<(&[&str], Value)> = cases.iter().map(|(a, p)| (&a[..], p.clone())).collect();
+    let (mut ours, mut codex) = on_both(&cases, json!({"type": "deny"})).await;
+    // A refused CONNECT's body is the proxy's own text; the status and header are compared.
+    for outcome in [&mut ours[1], &mut codex[1]] {
+        outcome["response"]["body"] = Value::Null;
+    }
+    assert_eq!(ours, codex);
+    assert_eq!(ours[2]["response"]["status"], "target exit=0", "{ours:#?}");
+    let hits = server
+        .state
+        .target_hits
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(
+        hits, 4,
+        "each allowed tunnel reached the server, on each daemon"
+    );
+}
+
+/// With `policyDecisionTimeoutMs`, a host the policy does not allow is asked of the client
+/// (`network/policyRequest`), and its answer decides, audited as the decider's: `ask` and
+/// `deny` refuse with `blocked-by-policy`; a local destination is never asked.
+#[tokio::test]
+async fn the_client_decides_what_the_policy_leaves_open_alike() {
+    let server = HttpServer::start().await;
+    let target = format!("{}/target", server.base);
+    let callbacks = |domains: Value| {
+        let mut proxy = network_proxy(domains, json!({}));
+        proxy["policyDecisionTimeoutMs"] = json!(5_000);
+        proxy
+    };
+    let cases: Vec<(Vec<&str>, Value)> = vec![
+        (
+            curl(&[], "http://example.net/"),
+            callbacks(json!({"example.com": "allow"})),
+        ),
+        (
+            curl(&[], &target),
+            callbacks(json!({"example.com": "allow"})),
+        ),
+    ];
+    let cases: Vec<(&[&str], Value)> = cases.iter().map(|(a, p)| (&a[..], p.clone())).collect();
+    let verdict = json!({"type": "ask", "reason": "the user decides"});
+    let (ours, codex) = on_both(&cases, verdict).await;
+    assert_eq!(ours, codex);
+    assert_eq!(
+        ours[0]["asked"][0]["request"]["host"], "example.net",
+        "{ours:#?}"
+    );
+    assert_eq!(ours[0]["response"]["proxyError"], "blocked-by-policy");
+    assert_eq!(
+        ours[1]["asked"],
+        json!([]),
+        "a local destination is not asked"
+    );
+}
+
+/// Launches this executor cannot honour are refused alike: a disabled proxy, a zero decision
+/// budget.
+#[tokio::test]
+async fn bad_launches_are_refused_alike() {
+    let both = Both::start();
+    let mut replies = Vec::new();
+    for url in both.urls() {
+        let root = crate::common::scratch_dir();
+        let client = handshaken(url).await;
+        let disabled = network_proxy(json!({"*": "allow"}), json!({"enabled": false}));
+        let mut zero = network_proxy(json!({"*": "allow"}), json!({}));
+        zero["policyDecisionTimeoutMs"] = json!(0);
+        for (id, proxy) in [("disabled", disabled), ("zero", zero)] {
+            let start = json!({"processId": id, "argv": ["true"],
+                "cwd": format!("file://{}", root.path().display()), "env": {}, "tty": false,
+                "sandbox": sandbox(root.path()), "networkProxy": proxy});
+            replies.push(client.request("process/start", start).await);
+        }
+    }
+    let codex = replies.split_off(2);
+    assert_eq!(replies, codex);
+    assert!(replies.iter().all(Result::is_err), "{replies:?}");
+}

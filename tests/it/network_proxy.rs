@@ -1,0 +1,189 @@
+//! Attacks on a process's managed proxy (`process/start.networkProxy`), each performed and
+//! shown stopped: a command that drops the proxy variables or goes around the proxy reaches
+//! nothing; a name that resolves to a loopback address is refused even when allowlisted (DNS
+//! pointing at the host's own services); another sandbox, or the host itself, cannot use a
+//! process's proxy; unsandboxed, the network is still confined to the proxy. Every destination
+//! is a server this test starts on the host's loopback, so nothing leaves the machine.
+
+use crate::codex_differential::network_proxy::{network_proxy, run};
+use crate::common::http_server::HttpServer;
+use crate::common::{scratch_dir, Daemon};
+use serde_json::{json, Value};
+use std::sync::atomic::Ordering;
+
+/// A name other than `localhost` that the host's `/etc/hosts` maps to a loopback address.
+fn loopback_alias() -> String {
+    let hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+    hosts
+        .lines()
+        .filter_map(|line| {
+            let mut words = line.split('#').next()?.split_whitespace();
+            let address: std::net::IpAddr = words.next()?.parse().ok()?;
+            address.is_loopback().then_some(words)
+        })
+        .flatten()
+        .find(|name| !name.contains("localhost"))
+        .expect("/etc/hosts names a loopback address other than localhost")
+        .to_owned()
+}
+
+fn allow_local() -> Value {
+    network_proxy(json!({"127.0.0.1": "allow"}), json!({"enableSocks5": true}))
+}
+
+/// Without the proxy variables, or told to bypass the proxy, or straight at the address, the
+/// command reaches nothing: the sandbox has no route out but the proxy.
+#[tokio::test]
+async fn going_around_the_proxy_reaches_nothing() {
+    let server = HttpServer::start().await;
+    let daemon = Daemon::start();
+    let client = daemon.client().await;
+    client.initialize(None).await.unwrap();
+    let root = scratch_dir();
+    let address = server.base.replace("http://", "").replace(':', "/");
+    let script = format!(
+        "env -u HTTP_PROXY -u http_proxy -u ALL_PROXY -u all_proxy \
+         curl -sS --max-time 3 \"$0/target\"; echo \" a=$?\"; \
+         curl -sS --max-time 3 --noproxy '*' \"$0/target\"; echo \" b=$?\"; \
+         ( : <>/dev/tcp/{address} ) 2>/dev/null; echo \" c=$?\""
+    );
+    let argv = ["bash", "-c", &script, &server.base];
+    let outcome = run(
+        &client,
+        root.path(),
+        "around",
+        &argv,
+        allow_local(),
+        json!(null),
+    )
+    .await;
+    assert!(outcome.output.contains(" a=7"), "{outcome:?}");
+    assert!(outcome.output.contains(" b=7"), "{outcome:?}");
+    assert!(outcome.output.contains(" c=1"), "{outcome:?}");
+    assert_eq!(server.state.target_hits.load(Ordering::Relaxed), 0);
+    assert!(
+        outcome.audit.is_empty(),
+        "nothing went through the proxy: {outcome:?}"
+    );
+}
+
+/// A name the policy allows by pattern that resolves to a loopback address is refused as
+/// local, through HTTP and SOCKS5 alike: allowlisting a name does not open the host's own
+/// services to it.
+#[tokio::test]
+async fn a_name_resolving_to_loopback_is_refused_even_when_allowed() {
+    let server = HttpServer::start().await;
+    let port = server.base.rsplit(':').next().unwrap();
+    let alias = loopback_alias();
+    let url = format!("http://{alias}:{port}/target");
+    let daemon = Daemon::start();
+    let client = daemon.client().await;
+    client.initialize(None).await.unwrap();
+    let root = scratch_dir();
+    let proxy = network_proxy(json!({"*": "allow"}), json!({"enableSocks5": true}));
+    let script = "curl -sS -i --max-time 3 \"$0\"; curl -sS --max-time 3 -x \"$ALL_PROXY\" \"$0\"";
+    let argv = ["sh", "-c", script, &url];
+    let outcome = run(&client, root.path(), "alias", &argv, proxy, json!(null)).await;
+    assert!(
+        outcome
+            .output
+            .contains("x-proxy-error: blocked-by-allowlist"),
+        "{outcome:?}"
+    );
+    let reasons: Vec<&Value> = outcome.audit.iter().map(|e| &e["reason"]).collect();
+    assert_eq!(reasons, [&json!("not_allowed_local"); 2], "{outcome:?}");
+    assert_eq!(server.state.target_hits.load(Ordering::Relaxed), 0);
+}
+
+/// A process's proxy serves that process alone: another sandboxed process, with a proxy of its
+/// own that allows nothing, finds its own proxy at the same address and is refused; a process
+/// on the host finds no proxy there at all. The first process's allowed target stays unreached
+/// by them, and reached by it.
+#[tokio::test]
+async fn no_one_else_can_use_a_process_proxy() {
+    let server = HttpServer::start().await;
+    let daemon = Daemon::start();
+    let client = daemon.client().await;
+    client.initialize(None).await.unwrap();
+    let root = scratch_dir();
+    let target = format!("{}/target", server.base);
+    // The owner keeps its proxy alive while the others try.
+    let owner = ["sh", "-c", "curl -sS --max-time 3 \"$0\"; sleep 3", &target];
+    let owning = run(
+        &client,
+        root.path(),
+        "owner",
+        &owner,
+        allow_local(),
+        json!(null),
+    );
+    let other = async {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let client = daemon.client().await;
+        client.initialize(None).await.unwrap();
+        let deny_all = network_proxy(json!({"example.com": "allow"}), json!({}));
+        let probe = [
+            "sh",
+            "-c",
+            "curl -sS -i --max-time 3 -x http://127.0.0.1:3128 \"$0\"",
+            &target,
+        ];
+        let outcome = run(&client, root.path(), "other", &probe, deny_all, json!(null)).await;
+        let host = std::process::Command::new("curl")
+            .args([
+                "-sS",
+                "--max-time",
+                "3",
+                "-x",
+                "http://127.0.0.1:3128",
+                &target,
+            ])
+            .output()
+            .unwrap();
+        (outcome, host)
+    };
+    let (owner, (other, host)) = tokio::join!(owning, other);
+    assert_eq!(owner.output, "target", "{owner:?}");
+    assert!(
+        other.output.contains("x-proxy-error: blocked-by-allowlist"),
+        "{other:?}"
+    );
+    let host_output = String::from_utf8_lossy(&host.stdout);
+    assert!(
+        !host_output.contains("target"),
+        "the host reached the proxy: {host_output}"
+    );
+    assert_eq!(
+        server.state.target_hits.load(Ordering::Relaxed),
+        1,
+        "the owner's request only"
+    );
+}
+
+/// Without a `sandbox`, a proxied process's network is still confined to its proxy: the
+/// proxy narrows what the process may reach, it never widens it.
+#[tokio::test]
+async fn an_unsandboxed_proxied_process_is_confined_to_its_proxy() {
+    let server = HttpServer::start().await;
+    let daemon = Daemon::start();
+    let client = daemon.client().await;
+    client.initialize(None).await.unwrap();
+    let root = scratch_dir();
+    let start = json!({"processId": "bare", "argv": ["sh", "-c",
+            "curl -sS --max-time 3 \"$0/target\"; echo \" via=$?\"; \
+             curl -sS --max-time 3 --noproxy '*' \"$0/target\"; echo \" direct=$?\"",
+            server.base],
+        "cwd": format!("file://{}", root.path().display()), "env": {"PATH": "/usr/bin:/bin"},
+        "tty": false, "networkProxy": allow_local()});
+    let started = client.call("process/start", start).await;
+    assert_eq!(started["sandboxType"], "linuxSeccomp");
+    let events = client.events_until_closed("bare").await;
+    let output: String = events
+        .iter()
+        .filter(|e| e["method"] == "process/output")
+        .map(|e| String::from_utf8_lossy(&crate::common::unb64(&e["params"]["chunk"])).into_owned())
+        .collect();
+    assert!(output.contains("target via=0"), "{output}");
+    assert!(output.contains(" direct=7"), "{output}");
+    assert_eq!(server.state.target_hits.load(Ordering::Relaxed), 1);
+}
