@@ -19,8 +19,8 @@ pub(crate) fn status() -> EnvironmentStatus {
 pub(crate) fn capabilities() -> EnvironmentCapabilities {
     let sandbox = crate::sandbox::enforceable();
     EnvironmentCapabilities {
-        network_proxy_launch: true,
-        network_proxy_review_domains: false,
+        network_proxy_launch: sandbox,
+        network_proxy_review_domains: sandbox,
         network_proxy_transparent_tcp: false,
         credential_masking: false,
         credential_masking_custom_providers: false,

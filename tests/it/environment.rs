@@ -45,8 +45,8 @@ async fn info_describes_the_host_the_daemon_runs_on() {
     assert_eq!(
         info["capabilities"],
         json!({
-            "networkProxyLaunch": false,
-            "networkProxyReviewDomains": false,
+            "networkProxyLaunch": true,
+            "networkProxyReviewDomains": true,
             "networkProxyTransparentTcp": false,
             "credentialMasking": false,
             "credentialMaskingCustomProviders": false,

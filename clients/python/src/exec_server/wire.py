@@ -167,6 +167,32 @@ class ShellSnapshotRequest(TypedDict):
     shell: ShellInfo
 
 
+class NetworkProxyConfig(TypedDict):
+    """The managed proxy's policy (codex's ``RemoteNetworkProxyConfig``)."""
+
+    enabled: bool
+    enableSocks5: NotRequired[bool]
+    enableSocks5Udp: NotRequired[bool]
+    allowUpstreamProxy: NotRequired[bool]
+    dangerouslyAllowAllUnixSockets: NotRequired[bool]
+    mode: NotRequired[Literal["full", "limited"]]
+    domains: NotRequired[Optional[Dict[str, Literal["none", "allow", "deny"]]]]
+    unixSockets: NotRequired[Optional[Dict[str, str]]]
+    allowLocalBinding: NotRequired[bool]
+    transparentTcp: NotRequired[bool]
+
+
+class NetworkProxyLaunch(TypedDict):
+    """``process/start.networkProxy`` (capability ``networkProxyLaunch``)."""
+
+    proxy: NetworkProxyConfig
+    auditMetadata: NotRequired[Any]
+    environmentId: NotRequired[Optional[str]]
+    executionId: NotRequired[Optional[str]]
+    policyDecisionTimeoutMs: NotRequired[Optional[int]]
+    policyContext: NotRequired[Any]
+
+
 class StartParams(TypedDict):
     processId: str
     argv: List[str]
@@ -180,6 +206,7 @@ class StartParams(TypedDict):
     sandbox: NotRequired[Optional[FileSystemSandboxContext]]
     enforceManagedNetwork: NotRequired[bool]
     managedNetwork: NotRequired[Optional[ManagedNetwork]]
+    networkProxy: NotRequired[Optional[NetworkProxyLaunch]]
     trace: NotRequired[Any]
     limits: NotRequired[Optional[ProcessLimits]]
     idempotent: NotRequired[bool]
@@ -356,6 +383,23 @@ class HttpBodyDelta(TypedDict):
     deltaBase64: Base64
     done: bool
     error: NotRequired[Optional[str]]
+
+
+class PolicyDecisionNotification(TypedDict):
+    """``network/policyDecision``: one decision of a process's managed proxy."""
+
+    processId: str
+    timestamp: str
+    scope: str
+    decision: str
+    source: str
+    reason: str
+    protocol: Literal["http", "https_connect", "socks5_tcp", "socks5_udp"]
+    host: str
+    port: int
+    method: NotRequired[Optional[str]]
+    client: NotRequired[Optional[str]]
+    policyOverride: bool
 
 
 # -- capability discovery -----------------------------------------------------------------------
@@ -572,6 +616,7 @@ NOTIFICATIONS: Dict[str, Any] = {
     "fs/changed": ChangedNotification,
     "fs/missingChanged": MissingChangedNotification,
     "http/request/bodyDelta": HttpBodyDelta,
+    "network/policyDecision": PolicyDecisionNotification,
 }
 
 #: Whether each request method may be sent again after its connection dropped.
