@@ -10,6 +10,7 @@ pub(crate) mod bridge;
 pub(crate) mod cgroup;
 mod error;
 pub(crate) mod fs_servers;
+mod netns;
 pub(crate) mod pool;
 pub(crate) mod sandboxed;
 pub(crate) mod spawn;

@@ -3,6 +3,7 @@
 //! is [`Sandboxed`].
 
 use super::bridge;
+use super::netns;
 use super::pool::Kind;
 use super::spawn::{self, Spawned};
 use super::spec::LaunchSpec;
@@ -43,6 +44,9 @@ pub(crate) struct Sandboxed {
     refused: bool,
     /// The managed network's relays, closed when this is dropped (after the exit).
     bridge: Option<bridge::Bridge>,
+    /// A restricted launch's network namespace, kept for another launch when this is dropped
+    /// once the tree is gone.
+    network_namespace: Option<netns::Recyclable>,
 }
 
 impl Sandboxed {
@@ -81,6 +85,7 @@ impl Launch {
                 mount_namespace: None,
                 refused: false,
                 bridge: None,
+                network_namespace: None,
             },
         })
     }
@@ -121,6 +126,9 @@ impl Launch {
             true => tree.program_pid,
             false => tree.supervisor_pid,
         };
+        if self.network == NetworkMode::Restricted {
+            self.sandboxed.network_namespace = netns::Recyclable::of(tree.supervisor_pid);
+        }
         self.sandboxed.mount_namespace = std::fs::File::open(format!("/proc/{holder}/ns/mnt"))
             .ok()
             .map(OwnedFd::from);
