@@ -1,16 +1,18 @@
-//! codex's managed network proxy on the executor (`networkProxyLaunch`, issue #42): with
-//! `[features.network_proxy]` on and a domain allowlist, codex sends every sandboxed
-//! `process/start` of the turn with `networkProxy` (and `enforceManagedNetwork`), and the
-//! executor runs codex's HTTP proxy beside the command, points the command's proxy variables at
-//! it, and lets the command reach nothing else. What the proxy allows reaches a server on the
-//! host; what it does not is answered 403 by the proxy itself, before any lookup or connection.
+//! codex's managed network proxy on the executor (`networkProxyLaunch`, issue #42): with the
+//! feature `network_proxy` on and a domain allowlist, and network access in the sandbox profile
+//! (codex starts the proxy only then), codex sends every sandboxed `process/start` of the turn
+//! with `networkProxy` and `enforceManagedNetwork`, and the executor runs codex's HTTP proxy
+//! beside the command, points the command's proxy variables at it, and lets the command reach
+//! nothing else. What the proxy allows reaches a server on the host; what it does not is
+//! answered 403 by the proxy itself, before any lookup or connection.
 
 use super::{assert_same, Sandbox, Turn};
 use crate::common::http_server::HttpServer;
 use codex_scripted_model::Step;
 
-/// The proxy on, allowing only the literal `127.0.0.1` (not `localhost`). The sandbox's own
-/// network stays restricted: the proxy is the command's only way out.
+/// The proxy on, allowing only the literal `127.0.0.1` (not `localhost`). With
+/// `allow_local_binding` false (the default) the proxy's `NO_PROXY` is empty: even loopback goes
+/// through it.
 const PROXY_CONFIG: &str = "[features.network_proxy]\nenabled = true\nmode = \"full\"\n\
                             domains = { \"127.0.0.1\" = \"allow\" }\n";
 
@@ -27,7 +29,7 @@ fn fetch(url: &str) -> Step {
 async fn the_managed_proxy_lets_through_only_its_allowlist() {
     let server = HttpServer::start().await;
     let target = server.url("/target");
-    let port = target.split(':').nth(2).unwrap().split('/').next().unwrap();
+    let port = server.base.rsplit(':').next().unwrap();
     let outcome = assert_same(
         &Turn::new(vec![
             fetch(&target),
@@ -38,6 +40,7 @@ async fn the_managed_proxy_lets_through_only_its_allowlist() {
                  && echo direct-connected || echo direct-refused"
             )),
         ])
+        // Network access in the profile, which the managed proxy then confines to itself.
         .sandbox(Sandbox::WorkspaceWrite { network: true })
         .config(PROXY_CONFIG)
         .recording_methods("process/start")
