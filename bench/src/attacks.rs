@@ -3,7 +3,7 @@
 //! their p99 and the descriptors left behind.
 
 use crate::daemon::Daemon;
-use crate::harness::{stats, wide_tree, write_file, Results, PATH};
+use crate::harness::{http_server, stats, wide_tree, write_file, Results, PATH};
 use crate::report::Row;
 use anyhow::Context as _;
 use exec_server_client::{path_uri, Client, ClientOptions};
@@ -80,31 +80,6 @@ impl Flooder {
     }
 }
 
-/// Serves one HTTP response of `bytes` zero bytes to every connection, on loopback.
-async fn big_body_server(bytes: usize) -> anyhow::Result<(String, tokio::task::JoinHandle<()>)> {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}/", listener.local_addr()?);
-    let server = tokio::spawn(async move {
-        while let Ok((mut tcp, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                // The request is small and never read in full: the response does not depend
-                // on it.
-                let _ = tcp.read(&mut [0; 4096]).await;
-                let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {bytes}\r\n\r\n");
-                let _ = tcp.write_all(head.as_bytes()).await;
-                let block = vec![0u8; 1 << 20];
-                for _ in 0..bytes.div_ceil(block.len()) {
-                    if tcp.write_all(&block).await.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    Ok((url, server))
-}
-
 /// Accepts every connection and never answers (nor closes): an HTTP server that is stuck.
 /// Counts the connections still open, so the bench sees the daemon let go of them.
 async fn silent_server() -> anyhow::Result<(String, Arc<AtomicUsize>, tokio::task::JoinHandle<()>)>
@@ -141,7 +116,7 @@ fn open_fds(pid: u32) -> usize {
 /// descriptors it still holds beyond its bystanders' once the attacker disconnected.
 pub(crate) async fn measure(binary: &Path, r: &mut Results) -> anyhow::Result<()> {
     let targets = Targets::new()?;
-    let (http_url, server) = big_body_server(256 << 20).await?;
+    let (http_url, server) = http_server(256 << 20).await?;
     let (silent_url, silent_open, silent) = silent_server().await?;
     walk_alone(binary, &targets, r).await?;
     for (name, requests) in targets.attacks(&http_url, &silent_url) {

@@ -95,19 +95,21 @@ type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 /// The plain client: text frames, codex's dialect, nothing either daemon adds.
-struct Plain {
+pub(crate) struct Plain {
     ws: Ws,
     next_id: u64,
 }
 
 /// What one process did, as its notifications told.
-struct Run {
-    elapsed: Duration,
-    output_bytes: u64,
+pub(crate) struct Run {
+    pub(crate) elapsed: Duration,
+    pub(crate) output_bytes: u64,
+    /// `process/exited`'s, when it came.
+    pub(crate) exit_code: Option<i64>,
 }
 
 impl Plain {
-    async fn connect(url: &str) -> anyhow::Result<Self> {
+    pub(crate) async fn connect(url: &str) -> anyhow::Result<Self> {
         let (ws, _) = tokio_tungstenite::connect_async(url).await?;
         let mut plain = Self { ws, next_id: 1 };
         let id = plain
@@ -158,14 +160,19 @@ impl Plain {
         argv: &[&str],
         sandbox: Option<&Value>,
     ) -> anyhow::Result<Run> {
-        let mut params = json!({"processId": id, "argv": argv, "cwd": "file:///",
-            "env": {"PATH": PATH}, "tty": false});
+        let mut params = start_params(id, argv);
         if let Some(sandbox) = sandbox {
             params["sandbox"] = sandbox.clone();
         }
+        self.run_params(id, params).await
+    }
+
+    /// Sends `process/start` with `params` (of process `id`) and follows the process to
+    /// `process/closed`.
+    pub(crate) async fn run_params(&mut self, id: &str, params: Value) -> anyhow::Result<Run> {
         let started = Instant::now();
         let request = self.send("process/start", params).await?;
-        let mut output_bytes = 0;
+        let (mut output_bytes, mut exit_code) = (0, None);
         loop {
             let message = self.next().await?;
             if message["id"] == request {
@@ -182,6 +189,7 @@ impl Plain {
                     let chunk = message["params"]["chunk"].as_str().unwrap_or_default();
                     output_bytes += BASE64.decode(chunk)?.len() as u64;
                 }
+                Some("process/exited") => exit_code = message["params"]["exitCode"].as_i64(),
                 Some("process/closed") => break,
                 _ => {}
             }
@@ -189,15 +197,21 @@ impl Plain {
         Ok(Run {
             elapsed: started.elapsed(),
             output_bytes,
+            exit_code,
         })
     }
 }
 
+/// `process/start`'s params for `argv` in `/`, unsandboxed, with nothing but `PATH`.
+pub(crate) fn start_params(id: &str, argv: &[&str]) -> Value {
+    json!({"processId": id, "argv": argv, "cwd": "file:///", "env": {"PATH": PATH}, "tty": false})
+}
+
 /// Both daemons' samples of one measure.
 #[derive(Default)]
-struct Pair {
-    ours: Vec<f64>,
-    codex: Vec<f64>,
+pub(crate) struct Pair {
+    pub(crate) ours: Vec<f64>,
+    pub(crate) codex: Vec<f64>,
 }
 
 /// Measures codex's exec-server beside ours (`ours_url`), or notes why it could not.
@@ -315,7 +329,7 @@ async fn stream(clients: &mut [Plain; 2], size: &Size, r: &mut Results) -> anyho
 }
 
 impl Pair {
-    fn push(&mut self, side: usize, sample: f64) {
+    pub(crate) fn push(&mut self, side: usize, sample: f64) {
         self.side(side).push(sample);
     }
 

@@ -30,6 +30,8 @@ pub(crate) struct Size {
     pub(crate) large_ws_files: usize,
     /// `codex exec` turns on each exec-server in the agent row.
     pub(crate) agent_turns: usize,
+    /// Sandboxed `curl`s through the managed network proxy on each exec-server.
+    pub(crate) proxy_runs: usize,
     /// `/execute` round trips each way (direct, routed, the reference) in the fleet's row.
     pub(crate) fleet_round_trips: usize,
     /// Rounds of the fleet's fan-out after the first (fresh connections).
@@ -52,6 +54,7 @@ pub(crate) const QUICK: Size = Size {
     fanout_aged_launches: 5_000,
     large_ws_files: 20_000,
     agent_turns: 2,
+    proxy_runs: 20,
     fleet_round_trips: 200,
     fleet_fanout_rounds: 5,
 };
@@ -74,6 +77,7 @@ pub(crate) const FULL: Size = Size {
     fanout_aged_launches: 100_000,
     large_ws_files: 200_000,
     agent_turns: 5,
+    proxy_runs: 100,
     fleet_round_trips: 1_000,
     fleet_fanout_rounds: 20,
 };
@@ -82,9 +86,13 @@ pub(crate) const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 /// Median and 99th percentile.
 pub(crate) fn stats(samples: &mut [f64]) -> (f64, f64) {
+    (percentile(samples, 0.5), percentile(samples, 0.99))
+}
+
+/// The sample at quantile `q` (0 to 1) of `samples`, which it sorts.
+pub(crate) fn percentile(samples: &mut [f64], q: f64) -> f64 {
     samples.sort_by(|a, b| a.total_cmp(b));
-    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
-    (at(0.5), at(0.99))
+    samples[((samples.len() - 1) as f64 * q).round() as usize]
 }
 
 pub(crate) fn micros(elapsed: Duration) -> f64 {
@@ -180,6 +188,37 @@ impl Workspace {
             .args(["--unshare-pid", "--unshare-net", "--proc", "/proc", "true"]);
         command
     }
+}
+
+/// Serves one HTTP response of `bytes` zero bytes to every connection, on loopback; the URL
+/// (`http://127.0.0.1:PORT/`) and the task serving it.
+pub(crate) async fn http_server(
+    bytes: usize,
+) -> anyhow::Result<(String, tokio::task::JoinHandle<()>)> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/", listener.local_addr()?);
+    let server = tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                // The request is small and never read in full: the response does not depend
+                // on it.
+                let _ = tcp.read(&mut [0; 4096]).await;
+                let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {bytes}\r\n\r\n");
+                let _ = tcp.write_all(head.as_bytes()).await;
+                let block = vec![0u8; (1 << 20).min(bytes)];
+                let mut left = bytes;
+                while left > 0 {
+                    let n = left.min(block.len());
+                    if tcp.write_all(&block[..n]).await.is_err() {
+                        return;
+                    }
+                    left -= n;
+                }
+            });
+        }
+    });
+    Ok((url, server))
 }
 
 /// bubblewrap, installed from the distribution when missing; Err: why it cannot be had.

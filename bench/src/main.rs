@@ -4,12 +4,12 @@
 //!
 //! Usage: `cargo run --release -p exec-server-bench -- [--quick] [--launch-only] [--daemon PATH]`
 //! (`--launch-only`: the exec round trips alone, for work on the launch path; `--fleet-only`:
-//! agent-sandbox's fleet alone)
+//! agent-sandbox's fleet alone; `--proxy-only`: the managed network proxy's row alone)
 //!
 //! A module per family of rows, each with the code that measures its figures and its `ROWS`
 //! (a row's figure key, e.g. `fanout_disk_per_s`, is found in its family's module): `launch`,
-//! `fanout`, `streaming`, `memory`, `attacks`, `restart`, and beside codex (`codex`, `agent`),
-//! E2B (`envd`) and agent-sandbox (`fleet`). `harness` and `daemon` are what they share;
+//! `fanout`, `streaming`, `memory`, `attacks`, `restart`, and beside codex (`codex`, `proxy`,
+//! `agent`), E2B (`envd`) and agent-sandbox (`fleet`). `harness` and `daemon` are what they share;
 //! `report` makes the table.
 
 mod agent;
@@ -24,6 +24,7 @@ mod harness;
 mod launch;
 mod memory;
 mod packages;
+mod proxy;
 mod remote;
 mod report;
 mod restart;
@@ -62,6 +63,10 @@ struct BenchArgs {
     /// reference FastAPI runtime.
     #[arg(long, conflicts_with_all = ["launch_only", "fanout_only", "stream_only", "agent_only"])]
     fleet_only: bool,
+    /// The managed network proxy's row alone: a sandboxed `curl` through it, on this daemon
+    /// and on codex's exec-server.
+    #[arg(long, conflicts_with_all = ["launch_only", "fanout_only", "stream_only", "agent_only", "fleet_only"])]
+    proxy_only: bool,
     /// The exec-server binary to measure; default: the one next to this executable (built
     /// first when run through cargo).
     #[arg(long, value_name = "PATH")]
@@ -76,6 +81,7 @@ fn main() -> anyhow::Result<()> {
         stream_only,
         agent_only,
         fleet_only,
+        proxy_only,
         daemon,
     } = clap::Parser::parse();
     let size = if quick { &QUICK } else { &FULL };
@@ -90,6 +96,12 @@ fn main() -> anyhow::Result<()> {
         if fleet_only {
             let mut r = Results(Map::new());
             fleet::measure(&binary, size, &mut r).await?;
+            return Ok(r.0);
+        }
+        if proxy_only {
+            let mut r = Results(Map::new());
+            let daemon = Daemon::start(&binary, &[])?;
+            proxy::compare(&daemon.url, size, &Workspace::new()?, &mut r).await;
             return Ok(r.0);
         }
         if agent_only {
@@ -107,7 +119,8 @@ fn main() -> anyhow::Result<()> {
     })?;
     let table = report::report(&results);
     println!("{table}");
-    if !quick && !launch_only && !fanout_only && !stream_only && !agent_only && !fleet_only {
+    let only = launch_only || fanout_only || stream_only || agent_only || fleet_only || proxy_only;
+    if !quick && !only {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/benchmarks.md");
         std::fs::write(&path, report::markdown(&table, &results))?;
         eprintln!("bench: wrote {}", path.display());
@@ -189,6 +202,8 @@ async fn run(size: &Size, part: Part, binary: &Path) -> anyhow::Result<Map<Strin
     }
     eprintln!("bench: codex's exec-server beside ours (one plain client, interleaved)");
     codex::compare(&daemon.url, size, &workspace, &mut r).await;
+    eprintln!("bench: a sandboxed curl through the managed network proxy, ours beside codex's");
+    proxy::compare(&daemon.url, size, &workspace, &mut r).await;
     eprintln!("bench: the codex agent's turn, on our exec-server and on codex's");
     agent::compare(&daemon.url, size.agent_turns, &mut r).await;
     launch::ssh_round_trips(sshd.as_ref(), size, &mut r)?;

@@ -3,7 +3,7 @@
 
 use crate::harness::Results;
 use crate::{
-    agent, attacks, backends, codex, envd, fanout, fleet, launch, memory, restart, streaming,
+    agent, attacks, backends, codex, envd, fanout, fleet, launch, memory, proxy, restart, streaming,
 };
 use serde_json::{Map, Value};
 
@@ -20,6 +20,7 @@ pub(crate) struct Row {
 /// Every family's rows, in the table's order.
 const FAMILIES: &[&[Row]] = &[
     codex::ROWS,
+    proxy::ROWS,
     agent::ROWS,
     envd::ROWS,
     launch::ROWS,
@@ -109,7 +110,8 @@ pub(crate) fn markdown(table: &str, results: &Map<String, Value>) -> String {
          ## How to rerun\n\n\
          ```sh\ncargo run --release -p exec-server-bench            # full run, rewrites this file\n\
          cargo run --release -p exec-server-bench -- --quick # < 1 min, prints the JSON only\n\
-         cargo run --release -p exec-server-bench -- --fleet-only # the fleet's rows alone, ~20 s\n```\n\n\
+         cargo run --release -p exec-server-bench -- --fleet-only # the fleet's rows alone, ~20 s\n\
+         cargo run --release -p exec-server-bench -- --quick --proxy-only # the managed proxy's row alone\n```\n\n\
          The bench builds and starts the release daemon itself, and a throwaway sshd on a loopback\n\
          port with throwaway keys (installing openssh-server, and bubblewrap for the bwrap baseline,\n\
          with apt-get when they are missing), and codex's own exec-server (npm `@openai/codex`\n\

@@ -13,7 +13,7 @@
 
 mod commands;
 mod config;
-
+mod network;
 mod patches;
 mod sandboxes;
 mod skills;
@@ -78,6 +78,10 @@ pub struct Turn {
     /// Count the methods codex sends the executor whose names start with this (a relay in
     /// between), and compare them too.
     pub record_methods: Option<&'static str>,
+    /// Count these params too, in the methods recorded, when set ([`Recorder::start`]).
+    ///
+    /// [`Recorder::start`]: crate::support::recorder::Recorder::start
+    pub record_fields: &'static [&'static str],
     /// The executor's own codex `config.toml` (in its `CODEX_HOME`, which is empty otherwise).
     pub executor_config: Option<&'static str>,
     /// Files the executor's `CODEX_HOME` starts with (path relative to it, contents).
@@ -99,6 +103,7 @@ impl Turn {
             cut_after: None,
             timing_dependent: false,
             record_methods: None,
+            record_fields: &[],
             executor_config: None,
             executor_files: Vec::new(),
             login_profile: None,
@@ -122,15 +127,21 @@ impl Turn {
         self
     }
 
-    /// Counts the methods starting with `prefix` ([`Turn::record_methods`]).
     /// A file in the executor's `CODEX_HOME` (a skill under `skills/`, say).
     pub fn executor_file(mut self, path: &'static str, contents: impl Into<Vec<u8>>) -> Self {
         self.executor_files.push((path, contents.into()));
         self
     }
 
+    /// Counts the methods starting with `prefix` ([`Turn::record_methods`]).
     pub fn recording_methods(mut self, prefix: &'static str) -> Self {
         self.record_methods = Some(prefix);
+        self
+    }
+
+    /// Counts `fields` of the recorded methods too ([`Turn::record_fields`]).
+    pub fn recording_fields(mut self, fields: &'static [&'static str]) -> Self {
+        self.record_fields = fields;
         self
     }
 
@@ -456,7 +467,9 @@ impl Between {
         match (running.url(), turn.cut_after, turn.record_methods) {
             (Some(url), Some(_), _) => Self::Proxy(crate::support::proxy::Proxy::start(url).await),
             (Some(url), None, Some(prefix)) => {
-                Self::Recorder(crate::support::recorder::Recorder::start(url, prefix).await)
+                let recorder =
+                    crate::support::recorder::Recorder::start(url, prefix, turn.record_fields);
+                Self::Recorder(recorder.await)
             }
             _ => Self::Nothing,
         }

@@ -1,6 +1,7 @@
 //! A loopback WebSocket relay that counts the JSON-RPC methods a client sends through it (those
 //! with a given prefix): what codex asks of an executor, so a test can compare what it asks of
-//! two.
+//! two. Named params can be counted too (`"process/start networkProxy"`): whether codex asks for
+//! something often shows only in a field of a method it always sends.
 
 use futures::{SinkExt as _, StreamExt as _};
 use std::collections::BTreeMap;
@@ -14,14 +15,20 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    pub async fn start(target_ws_url: &str, prefix: &'static str) -> Self {
+    /// Counts each method starting with `prefix`, and, as `"<method> <field>"`, each of `fields`
+    /// it carries in its params set to anything but `null` or `false`.
+    pub async fn start(
+        target_ws_url: &str,
+        prefix: &'static str,
+        fields: &'static [&'static str],
+    ) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("ws://{}", listener.local_addr().unwrap());
         let methods = Arc::<Mutex<BTreeMap<String, usize>>>::default();
         let (target, seen) = (target_ws_url.to_owned(), methods.clone());
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                tokio::spawn(relay(client, target.clone(), prefix, seen.clone()));
+                tokio::spawn(relay(client, target.clone(), prefix, fields, seen.clone()));
             }
         });
         Self {
@@ -47,6 +54,7 @@ async fn relay(
     client: tokio::net::TcpStream,
     target: String,
     prefix: &'static str,
+    fields: &'static [&'static str],
     methods: Arc<Mutex<BTreeMap<String, usize>>>,
 ) {
     let Ok(client) = tokio_tungstenite::accept_async(client).await else {
@@ -60,13 +68,7 @@ async fn relay(
     let upstream = async {
         while let Some(Ok(message)) = from_client.next().await {
             if let Ok(text) = message.to_text() {
-                let method = serde_json::from_str::<serde_json::Value>(text)
-                    .ok()
-                    .and_then(|value| value["method"].as_str().map(str::to_owned))
-                    .filter(|method| method.starts_with(prefix));
-                if let Some(method) = method {
-                    *methods.lock().unwrap().entry(method).or_default() += 1;
-                }
+                count(text, prefix, fields, &mut methods.lock().unwrap());
             }
             if to_server.send(message).await.is_err() {
                 break;
@@ -83,5 +85,22 @@ async fn relay(
     tokio::select! {
         _ = upstream => {}
         _ = downstream => {}
+    }
+}
+
+/// Counts the method of one message, and the fields it sets, when the method starts with `prefix`.
+fn count(text: &str, prefix: &str, fields: &[&str], methods: &mut BTreeMap<String, usize>) {
+    let Ok(message) = serde_json::from_str::<serde_json::Value>(text) else {
+        return;
+    };
+    let Some(method) = message["method"].as_str().filter(|m| m.starts_with(prefix)) else {
+        return;
+    };
+    *methods.entry(method.to_owned()).or_default() += 1;
+    for field in fields {
+        let value = &message["params"][*field];
+        if !value.is_null() && *value != serde_json::Value::Bool(false) {
+            *methods.entry(format!("{method} {field}")).or_default() += 1;
+        }
     }
 }
