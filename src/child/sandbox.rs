@@ -212,11 +212,12 @@ fn start(network: NetworkMode, recycled: Option<OwnedFd>) -> Result<seccomp::Lat
     let filters = seccomp::filters(network).map_err(|err| Stage::Seccomp.setup(err))?;
     let entered = network == NetworkMode::Restricted
         && recycled.is_some_and(|namespace| super::netns::enter_pristine(&namespace));
-    if network != NetworkMode::Enabled && !entered {
-        // SAFETY: unshare takes flags only; the process is single-threaded, so it all moves.
-        if unsafe { libc::unshare(libc::CLONE_NEWNET) } < 0 {
-            return Err(Stage::Namespaces.os(std::io::Error::last_os_error()));
-        }
+    // SAFETY: unshare takes flags only; the process is single-threaded, so it all moves.
+    if network != NetworkMode::Enabled
+        && !entered
+        && unsafe { libc::unshare(libc::CLONE_NEWNET) } < 0
+    {
+        return Err(Stage::Namespaces.os(std::io::Error::last_os_error()));
     }
     // Every launch gets its own mount namespace, if only for its own /proc. Made here, off
     // the launch path, as a follower of the host's mounts, so the view a launch builds from it
