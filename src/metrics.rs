@@ -31,8 +31,6 @@ pub(crate) struct Metrics {
     pub(crate) output_evictions: Counter,
     errors: Family<[(&'static str, String); 1], Counter>,
     pub(crate) sandbox_denials: Counter,
-    /// Restricted launches that were handed a network namespace an earlier one left.
-    pub(crate) network_namespaces_recycled: Counter,
     /// Sandboxed launches by the backend that enforced them.
     sandboxed_launches: Family<Labels, Counter>,
     fs_calls: Family<Labels, Counter>,
@@ -65,7 +63,6 @@ impl Metrics {
             output_evictions: Counter::default(),
             errors: Family::default(),
             sandbox_denials: Counter::default(),
-            network_namespaces_recycled: Counter::default(),
             sandboxed_launches: Family::default(),
             fs_calls: Family::default(),
             http_calls: Counter::default(),
@@ -134,11 +131,6 @@ impl Metrics {
             "sandbox_denials",
             "Processes and fs calls the sandbox denied",
             self.sandbox_denials.clone(),
-        );
-        r.register(
-            "sandbox_network_namespaces_recycled",
-            "Restricted sandbox helpers handed the network namespace of a finished launch",
-            self.network_namespaces_recycled.clone(),
         );
         r.register(
             "sandboxed_launches",

@@ -104,7 +104,7 @@ fn reap_and_kill_orphans(forked: &mut std::collections::HashSet<i32>) {
 /// the daemon's EOF.
 fn receive_order(control: &UnixStream) -> Option<Child> {
     let mut request = [0u8; FORK_ORDER_BYTES];
-    let received = match channel::recv_fds(control.as_fd(), &mut request, 3, false) {
+    let received = match channel::recv_fds(control.as_fd(), &mut request, 2, false) {
         Ok(received) if received.bytes > 0 => received,
         _ => std::process::exit(0),
     };
@@ -127,13 +127,12 @@ fn receive_order(control: &UnixStream) -> Option<Child> {
             },
             Some(control),
             Some(launch),
-            network_namespace,
+            None,
         ) => Some(Child::Helper {
             network,
             background,
             control,
             launch,
-            network_namespace,
         }),
         _ => None,
     }
@@ -157,8 +156,7 @@ fn turn_into(child: Child, control: &UnixStream) -> ! {
             background,
             control,
             launch,
-            network_namespace,
-        } => super::sandbox::serve(network, background, control, launch, network_namespace),
+        } => super::sandbox::serve(network, background, control, launch),
     }
 }
 
@@ -171,9 +169,6 @@ enum Child {
         background: bool,
         control: OwnedFd,
         launch: OwnedFd,
-        /// A recycled network namespace to enter instead of making one
-        /// (`crate::launcher::netns`).
-        network_namespace: Option<OwnedFd>,
     },
 }
 

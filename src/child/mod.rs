@@ -11,7 +11,6 @@ mod fork_server;
 pub(crate) mod fs_op;
 mod init;
 mod launch;
-mod netns;
 pub(crate) mod sandbox;
 mod signals;
 mod supervisor;

@@ -58,7 +58,6 @@ pub(super) fn serve(
     background: bool,
     control: OwnedFd,
     launch: OwnedFd,
-    network_namespace: Option<OwnedFd>,
 ) -> ! {
     let name = CString::new(HELPER_NAME).unwrap_or_default();
     // SAFETY: PR_SET_NAME reads a NUL-terminated string, which `name` is, and outlives the call.
@@ -73,7 +72,7 @@ pub(super) fn serve(
         std::process::exit(125);
     }
     // A failure before the launch is written instead of READY, and the helper exits.
-    let late = start(network, network_namespace).and_then(|late| {
+    let late = start(network).and_then(|late| {
         let mut admitted = [0u8];
         let read = (&control).read_exact(&mut admitted);
         let order = read.map(|()| Order::read(admitted[0], &mut std::io::empty(), false));
@@ -201,22 +200,15 @@ fn parse(text: &[u8], network: NetworkMode) -> Result<Plan, Failure> {
 struct FsOp;
 
 /// Everything that does not depend on the plan; returns the seccomp filter still to attach.
-/// `recycled`: a restricted launch's network namespace to enter, if it is pristine, instead of
-/// making one.
-fn start(network: NetworkMode, recycled: Option<OwnedFd>) -> Result<seccomp::Late, Failure> {
+fn start(network: NetworkMode) -> Result<seccomp::Late, Failure> {
     // SAFETY: getsid, getpid and setsid take integers only and change at most this
     // process's session.
     if unsafe { libc::getsid(0) != libc::getpid() } && unsafe { libc::setsid() } < 0 {
         return Err(Stage::Session.os(std::io::Error::last_os_error()));
     }
     let filters = seccomp::filters(network).map_err(|err| Stage::Seccomp.setup(err))?;
-    let entered = network == NetworkMode::Restricted
-        && recycled.is_some_and(|namespace| super::netns::enter_pristine(&namespace));
     // SAFETY: unshare takes flags only; the process is single-threaded, so it all moves.
-    if network != NetworkMode::Enabled
-        && !entered
-        && unsafe { libc::unshare(libc::CLONE_NEWNET) } < 0
-    {
+    if network != NetworkMode::Enabled && unsafe { libc::unshare(libc::CLONE_NEWNET) } < 0 {
         return Err(Stage::Namespaces.os(std::io::Error::last_os_error()));
     }
     // Every launch gets its own mount namespace, if only for its own /proc. Made here, off

@@ -10,7 +10,6 @@ pub(crate) mod bridge;
 pub(crate) mod cgroup;
 mod error;
 pub(crate) mod fs_servers;
-mod netns;
 pub(crate) mod pool;
 pub(crate) mod sandboxed;
 pub(crate) mod spawn;

@@ -337,17 +337,8 @@ async fn start_helper(network: NetworkMode, background: bool) -> Result<Helper, 
         network,
         background,
     };
-    // A restricted helper enters a namespace an earlier launch left, if one is kept.
-    let recycled = (network == NetworkMode::Restricted)
-        .then(super::netns::take)
-        .flatten();
-    let mut fds = vec![theirs.as_raw_fd(), program_end.as_raw_fd()];
-    if let Some(namespace) = &recycled {
-        fds.push(namespace.as_raw_fd());
-        crate::metrics::get().network_namespaces_recycled.inc();
-    }
-    fork(what, &fds).await?;
-    drop((theirs, program_end, recycled));
+    fork(what, &[theirs.as_raw_fd(), program_end.as_raw_fd()]).await?;
+    drop((theirs, program_end));
     let mut control = nonblocking(ours).map_err(LaunchError::Socket)?;
     let process = match tokio::time::timeout(SETUP_TIMEOUT, receive_hello(&control)).await {
         Ok(hello) => hello.map_err(LaunchError::Hello)?,

@@ -3,7 +3,6 @@
 //! is [`Sandboxed`].
 
 use super::bridge;
-use super::netns;
 use super::pool::Kind;
 use super::spawn::{self, Spawned};
 use super::spec::LaunchSpec;
@@ -44,9 +43,6 @@ pub(crate) struct Sandboxed {
     refused: bool,
     /// The managed network's relays, closed when this is dropped (after the exit).
     bridge: Option<bridge::Bridge>,
-    /// A restricted launch's network namespace, kept for another launch when this is dropped
-    /// once the tree is gone.
-    network_namespace: Option<netns::Recyclable>,
 }
 
 impl Sandboxed {
@@ -85,7 +81,6 @@ impl Launch {
                 mount_namespace: None,
                 refused: false,
                 bridge: None,
-                network_namespace: None,
             },
         })
     }
@@ -126,9 +121,6 @@ impl Launch {
             true => tree.program_pid,
             false => tree.supervisor_pid,
         };
-        if self.network == NetworkMode::Restricted {
-            self.sandboxed.network_namespace = netns::Recyclable::of(tree.supervisor_pid);
-        }
         self.sandboxed.mount_namespace = std::fs::File::open(format!("/proc/{holder}/ns/mnt"))
             .ok()
             .map(OwnedFd::from);

@@ -64,7 +64,6 @@ mod sandbox_fs;
 mod sandbox_fs_ops;
 mod sandbox_managed_net;
 mod sandbox_net;
-mod sandbox_netns_recycle;
 mod sandbox_scale;
 mod sandboxd_grpc;
 mod sandboxd_rest;
