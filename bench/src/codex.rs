@@ -31,6 +31,18 @@ pub(crate) struct CodexServer {
 }
 
 impl CodexServer {
+    /// [`CodexServer::start`], or None with why noted under `key` for the row named `what`.
+    pub(crate) fn start_or_note(r: &mut Results, key: &str, what: &str) -> Option<Self> {
+        match Self::start() {
+            Ok(codex) => Some(codex),
+            Err(why) => {
+                eprintln!("bench: skipping {what}: {why}");
+                r.note(key, why);
+                None
+            }
+        }
+    }
+
     /// Installs the package with npm under target/ when missing, then starts it.
     pub(crate) fn start() -> Result<Self, String> {
         let prefix = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -216,13 +228,9 @@ pub(crate) struct Pair {
 
 /// Measures codex's exec-server beside ours (`ours_url`), or notes why it could not.
 pub(crate) async fn compare(ours_url: &str, size: &Size, workspace: &Workspace, r: &mut Results) {
-    let codex = match CodexServer::start() {
-        Ok(codex) => codex,
-        Err(why) => {
-            eprintln!("bench: skipping codex's exec-server: {why}");
-            r.note("codex_exec_rtt_us", why);
-            return;
-        }
+    let Some(codex) = CodexServer::start_or_note(r, "codex_exec_rtt_us", "codex's exec-server")
+    else {
+        return;
     };
     let outcome = tokio::time::timeout(
         Duration::from_secs(600),

@@ -50,13 +50,9 @@ async fn once(client: &mut Plain, id: &str, params: Value) -> anyhow::Result<f64
 
 /// Measures the row on this daemon (`ours_url`) and on codex's, or notes why it could not.
 pub(crate) async fn compare(ours_url: &str, size: &Size, workspace: &Workspace, r: &mut Results) {
-    let codex = match CodexServer::start() {
-        Ok(codex) => codex,
-        Err(why) => {
-            eprintln!("bench: skipping the managed proxy row: {why}");
-            r.note("codex_proxy_rtt_us", why);
-            return;
-        }
+    let Some(codex) = CodexServer::start_or_note(r, "codex_proxy_rtt_us", "the managed proxy row")
+    else {
+        return;
     };
     if let Err(err) = measure(ours_url, &codex.url, size, workspace, r).await {
         r.note("codex_proxy_rtt_us", format!("{err:#}"));

@@ -172,9 +172,9 @@ impl Proxy {
                 env.insert((*key).to_owned(), value.to_owned());
             }
         };
-        set(env, &["CODEX_NETWORK_PROXY_ACTIVE"], "1");
+        set(env, &[PROXY_ACTIVE], "1");
         let local = if self.allow_local { "1" } else { "0" };
-        set(env, &["CODEX_NETWORK_ALLOW_LOCAL_BINDING"], local);
+        set(env, &[ALLOW_LOCAL_BINDING], local);
         set(env, HTTP_PROXY_KEYS, &http);
         // With local binding, local destinations are direct; without, the proxy decides them.
         let no_proxy = match self.allow_local {
@@ -331,6 +331,32 @@ pub(crate) async fn connect(addresses: &[SocketAddr]) -> std::io::Result<tokio::
     }
     Err(last)
 }
+
+/// Set in a command's environment while codex's managed proxy runs for it.
+pub(crate) const PROXY_ACTIVE: &str = "CODEX_NETWORK_PROXY_ACTIVE";
+const ALLOW_LOCAL_BINDING: &str = "CODEX_NETWORK_ALLOW_LOCAL_BINDING";
+const ELECTRON_GET_USE_PROXY: &str = "ELECTRON_GET_USE_PROXY";
+const NODE_USE_ENV_PROXY: &str = "NODE_USE_ENV_PROXY";
+
+/// Whether codex's managed proxy sets `name` in a command's environment (codex's
+/// `PROXY_ENV_KEYS`: also its credential broker's and attribution's, which this proxy does not
+/// set but a client's own proxy may have).
+pub(crate) fn is_proxy_variable(name: &str) -> bool {
+    const MARKERS: &[&str] = &[
+        PROXY_ACTIVE,
+        ALLOW_LOCAL_BINDING,
+        ELECTRON_GET_USE_PROXY,
+        NODE_USE_ENV_PROXY,
+        "CODEX_NETWORK_PROXY_CREDENTIAL_BROKER_ACTIVE",
+        "CODEX_NETWORK_PROXY_BROKERED_CREDENTIALS",
+        "CODEX_NETWORK_PROXY_ATTRIBUTION",
+    ];
+    [MARKERS, HTTP_PROXY_KEYS, NO_PROXY_KEYS, ALL_PROXY_KEYS]
+        .iter()
+        .any(|keys| keys.contains(&name))
+}
+
+const ALL_PROXY_KEYS: &[&str] = &["ALL_PROXY", "all_proxy", "FTP_PROXY", "ftp_proxy"];
 
 const HTTP_PROXY_KEYS: &[&str] = &[
     "HTTP_PROXY",

@@ -2,6 +2,7 @@
 //! by the start's `envPolicy` as the daemon's own environment is.
 
 use super::script::STATE_MARKER;
+use crate::netproxy;
 use crate::process::env;
 use exec_server_protocol::process::{EnvInherit, EnvPolicy};
 use std::collections::BTreeMap;
@@ -11,51 +12,6 @@ use std::collections::BTreeMap;
 pub(crate) const MAX_CAPTURE_BYTES: usize = 8 * MAX_SNAPSHOT_BYTES;
 /// The state and the environment together at most; the environment alone too.
 const MAX_SNAPSHOT_BYTES: usize = 512 * 1024;
-
-/// Set while codex's managed network proxy runs: the proxy's variables then belong to this
-/// start, not to the shell.
-const PROXY_ACTIVE: &str = "CODEX_NETWORK_PROXY_ACTIVE";
-/// What codex's managed proxy puts in a command's environment.
-const PROXY_VARIABLES: &[&str] = &[
-    PROXY_ACTIVE,
-    "CODEX_NETWORK_PROXY_CREDENTIAL_BROKER_ACTIVE",
-    "CODEX_NETWORK_PROXY_BROKERED_CREDENTIALS",
-    "CODEX_NETWORK_ALLOW_LOCAL_BINDING",
-    "CODEX_NETWORK_PROXY_ATTRIBUTION",
-    "ELECTRON_GET_USE_PROXY",
-    "NODE_USE_ENV_PROXY",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "YARN_HTTP_PROXY",
-    "YARN_HTTPS_PROXY",
-    "npm_config_http_proxy",
-    "npm_config_https_proxy",
-    "npm_config_proxy",
-    "NPM_CONFIG_HTTP_PROXY",
-    "NPM_CONFIG_HTTPS_PROXY",
-    "NPM_CONFIG_PROXY",
-    "BUNDLE_HTTP_PROXY",
-    "BUNDLE_HTTPS_PROXY",
-    "PIP_PROXY",
-    "DOCKER_HTTP_PROXY",
-    "DOCKER_HTTPS_PROXY",
-    "WS_PROXY",
-    "WSS_PROXY",
-    "ws_proxy",
-    "wss_proxy",
-    "NO_PROXY",
-    "no_proxy",
-    "npm_config_noproxy",
-    "NPM_CONFIG_NOPROXY",
-    "YARN_NO_PROXY",
-    "BUNDLE_NO_PROXY",
-    "ALL_PROXY",
-    "all_proxy",
-    "FTP_PROXY",
-    "ftp_proxy",
-];
 
 /// Codex's launch context, which no command may inherit (compared without case).
 const NEVER_INHERITED: &[&str] = &[
@@ -113,8 +69,10 @@ pub(crate) fn parse(output: &[u8], policy: Option<&EnvPolicy>) -> Result<Snapsho
             Some((name.to_owned(), value.to_owned()))
         })
         .collect();
-    if exported.contains_key(PROXY_ACTIVE) {
-        exported.retain(|name, _| !PROXY_VARIABLES.contains(&name.as_str()));
+    // Set while codex's managed network proxy runs: the proxy's variables then belong to this
+    // start, not to the shell.
+    if exported.contains_key(netproxy::PROXY_ACTIVE) {
+        exported.retain(|name, _| !netproxy::is_proxy_variable(name));
     }
     let mut environment = match policy {
         // The profile's exports are the shell's own: the policy filters them as if the
