@@ -302,6 +302,27 @@ async fn listed(ws: &mut Ws, consumer: &mut Consumer, id: &str) -> Value {
     }
 }
 
+/// Waits (at least 3 s, at most 30 s) until the daemon retains a budget's worth of output less
+/// one read, so a process it holds back has reached its pause however loaded the machine is.
+async fn retention_filled(daemon: &Daemon) {
+    let addr = daemon.url.strip_prefix("ws://").unwrap().to_owned();
+    let retained = move || {
+        let (_, metrics) = crate::metrics::http_get(&addr, "/metrics", None);
+        metrics
+            .lines()
+            .find_map(|line| line.strip_prefix("exec_server_retained_output_bytes "))
+            .and_then(|value| value.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(27);
+    while retained() < (BUDGET - 512 * 1024) as f64 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The read that no longer fits is the pause.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+}
+
 #[tokio::test]
 async fn a_pausing_process_loses_nothing_while_its_client_stays_away() {
     let daemon = daemon();
@@ -311,7 +332,7 @@ async fn a_pausing_process_loses_nothing_while_its_client_stays_away() {
     start_seq(&mut ws, &mut consumer).await;
     // Gone once started, without a close frame: what was sent to it after is never received.
     drop(ws);
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    retention_filled(&daemon).await;
     let (mut ws, _) = connect(&daemon, Some(&session), &mut consumer, "seq").await;
     let held = listed(&mut ws, &mut consumer, "seq").await;
     assert_eq!(held["paused"], true, "{held}");
