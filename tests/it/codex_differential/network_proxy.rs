@@ -95,10 +95,14 @@ pub(crate) async fn run(
     }
 }
 
-/// The response as the command saw it: status line, `x-proxy-error`, and the body of a refusal
-/// (a 403's JSON account); header names lower-cased, the `Date` left out.
+/// The response as the command saw it: the first status line, `x-proxy-error`, and the body
+/// (a 403's JSON account parsed); other headers (a `Date`) left out.
 fn response(output: &str) -> Value {
-    let (head, body) = output.split_once("\r\n\r\n").unwrap_or((output, ""));
+    let head = output
+        .split_once("\r\n\r\n")
+        .map_or(output, |(head, _)| head);
+    // The last header block's body: through a tunnel, the proxy's reply then the origin's.
+    let body = output.rsplit_once("\r\n\r\n").map_or("", |(_, body)| body);
     let mut lines = head.lines();
     let status = lines.next().unwrap_or_default().trim().to_owned();
     let proxy_error = lines
