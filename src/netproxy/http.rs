@@ -61,16 +61,12 @@ async fn handle(
     let port = authority
         .port_u16()
         .unwrap_or(if connecting { 443 } else { 80 });
-    let asked = Request {
-        protocol: match connecting {
-            true => NetworkProtocol::HttpsConnect,
-            false => NetworkProtocol::Http,
-        },
-        host: authority.host(),
-        port,
-        method: Some(request.method().as_str()),
-        client,
+    let protocol = match connecting {
+        true => NetworkProtocol::HttpsConnect,
+        false => NetworkProtocol::Http,
     };
+    let method = Some(request.method().as_str());
+    let asked = Request::new(protocol, authority.host(), port, method, client);
     let addresses = match proxy.decide(&asked).await {
         Ok(addresses) => addresses,
         Err(block) => return blocked(&block, &asked, connecting),
@@ -140,7 +136,7 @@ async fn forward(
 #[derive(serde::Serialize)]
 struct Refusal<'a> {
     status: &'static str,
-    host: String,
+    host: &'a str,
     reason: &'a str,
     decision: &'static str,
     source: &'static str,
@@ -156,7 +152,7 @@ fn blocked(block: &Block, asked: &Request<'_>, connecting: bool) -> Response<Bod
         false => {
             let body = Refusal {
                 status: "blocked",
-                host: super::policy::normalize(asked.host),
+                host: &asked.host,
                 reason: &block.reason,
                 decision: block.decision,
                 source: block.source,

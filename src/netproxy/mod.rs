@@ -117,10 +117,29 @@ impl Block {
 /// One request the proxy is asked to carry.
 pub(crate) struct Request<'a> {
     pub protocol: NetworkProtocol,
-    pub host: &'a str,
+    /// As the policy compares it ([`policy::normalize`]), and as it is reported.
+    pub host: String,
     pub port: u16,
     pub method: Option<&'a str>,
     pub client: SocketAddr,
+}
+
+impl<'a> Request<'a> {
+    pub(crate) fn new(
+        protocol: NetworkProtocol,
+        host: &str,
+        port: u16,
+        method: Option<&'a str>,
+        client: SocketAddr,
+    ) -> Self {
+        Self {
+            protocol,
+            host: policy::normalize(host),
+            port,
+            method,
+            client,
+        }
+    }
 }
 
 impl Proxy {
@@ -182,14 +201,10 @@ impl Proxy {
             false => "",
         };
         set(env, NO_PROXY_KEYS, no_proxy);
-        set(env, &["ELECTRON_GET_USE_PROXY"], "true");
-        set(env, &["NODE_USE_ENV_PROXY"], "1");
+        set(env, &[ELECTRON_GET_USE_PROXY], "true");
+        set(env, &[NODE_USE_ENV_PROXY], "1");
         let all = if self.socks { &socks } else { &http };
-        set(
-            env,
-            &["ALL_PROXY", "all_proxy", "FTP_PROXY", "ftp_proxy"],
-            all,
-        );
+        set(env, ALL_PROXY_KEYS, all);
     }
 
     /// Serves one connection the process made to `port` of its proxy.
@@ -206,8 +221,7 @@ impl Proxy {
     /// Decides `request`: Ok with the addresses to connect to, or the block. Every decision
     /// is audited.
     pub(crate) async fn decide(&self, request: &Request<'_>) -> Result<Vec<SocketAddr>, Block> {
-        let host = policy::normalize(request.host);
-        let decided = self.decide_host(request, &host).await;
+        let decided = self.decide_host(request).await;
         let (decision, source, reason, policy_override) = match &decided {
             Ok((_, true)) => ("allow", "decider", "not_allowed", true),
             Ok((_, false)) => ("allow", "baseline_policy", "allow", false),
@@ -232,15 +246,12 @@ impl Proxy {
 
     /// The host policy's answer, the client's when the policy leaves it open, and the addresses
     /// (resolved once, checked, then connected to); true: the client overrode the policy.
-    async fn decide_host(
-        &self,
-        request: &Request<'_>,
-        host: &str,
-    ) -> Result<(Vec<SocketAddr>, bool), Block> {
+    async fn decide_host(&self, request: &Request<'_>) -> Result<(Vec<SocketAddr>, bool), Block> {
+        let host = request.host.as_str();
         let overridden = match self.hosts.check(host) {
             Ok(()) => false,
             Err(Refusal::NotAllowed) if self.decision_timeout.is_some() => {
-                self.ask(request, host).await?;
+                self.ask(request).await?;
                 true
             }
             Err(refusal) => return Err(Block::refused(refusal)),
@@ -256,13 +267,13 @@ impl Proxy {
     }
 
     /// The client's decision on a host the policy does not allow; no answer is a refusal.
-    async fn ask(&self, request: &Request<'_>, host: &str) -> Result<(), Block> {
+    async fn ask(&self, request: &Request<'_>) -> Result<(), Block> {
         let within = self.decision_timeout.unwrap_or_default() + DECISION_TRANSPORT_ALLOWANCE;
         let params = PolicyRequestParams {
             process_id: self.process_id.clone(),
             request: PolicyRequestTarget {
                 protocol: request.protocol,
-                host: host.to_owned(),
+                host: request.host.clone(),
                 port: request.port,
             },
         };
@@ -296,7 +307,7 @@ impl Proxy {
             source: source.to_owned(),
             reason: reason.to_owned(),
             protocol: request.protocol,
-            host: policy::normalize(request.host),
+            host: request.host.clone(),
             port: request.port,
             method: request.method.map(str::to_owned),
             client: Some(request.client.to_string()),

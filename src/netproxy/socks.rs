@@ -25,13 +25,7 @@ pub(super) async fn serve(proxy: Arc<Proxy>, stream: tokio::net::TcpStream, clie
         TargetAddr::Ip(address) => (address.ip().to_string(), address.port()),
         TargetAddr::Domain(name, port) => (name.clone(), *port),
     };
-    let asked = Request {
-        protocol: NetworkProtocol::Socks5Tcp,
-        host: &host,
-        port,
-        method: None,
-        client,
-    };
+    let asked = Request::new(NetworkProtocol::Socks5Tcp, &host, port, None, client);
     let addresses = match proxy.decide(&asked).await {
         Ok(addresses) => addresses,
         Err(_) => {

@@ -5,6 +5,7 @@
 
 use crate::netproxy::Reporter;
 use crate::process::Attachment;
+use crate::rpc::outbound::Outbound;
 use exec_server_protocol::network::{
     PolicyDecisionNotification, PolicyRequestParams, PolicyRequestResult, PolicyVerdict,
     NETWORK_POLICY_REQUEST,
@@ -32,21 +33,19 @@ impl SessionReporter {
         let attached = reporter.attachment.clone();
         tokio::spawn(async move {
             while let Some(event) = events.recv().await {
-                let outbound = attached.borrow().as_ref().map(|a| a.outbound.clone());
-                if let Some(outbound) = outbound {
+                if let Some(outbound) = attached_outbound(&attached) {
                     let _ = outbound.notify(NETWORK_POLICY_DECISION, &event).await;
                 }
             }
         });
         reporter
     }
+}
 
-    fn outbound(&self) -> Option<crate::rpc::outbound::Outbound> {
-        let attached = self.attachment.borrow();
-        attached
-            .as_ref()
-            .map(|attachment| attachment.outbound.clone())
-    }
+/// The connection attached to the session now, if any.
+fn attached_outbound(attachment: &watch::Receiver<Option<Attachment>>) -> Option<Outbound> {
+    let attached = attachment.borrow();
+    attached.as_ref().map(|attached| attached.outbound.clone())
 }
 
 impl Reporter for SessionReporter {
@@ -59,7 +58,7 @@ impl Reporter for SessionReporter {
         request: PolicyRequestParams,
         within: Duration,
     ) -> BoxFuture<'static, Option<PolicyVerdict>> {
-        let outbound = self.outbound();
+        let outbound = attached_outbound(&self.attachment);
         async move {
             let outbound = outbound?;
             let asked = outbound.request(NETWORK_POLICY_REQUEST, &request);
