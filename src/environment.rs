@@ -21,7 +21,7 @@ pub(crate) fn capabilities() -> EnvironmentCapabilities {
     EnvironmentCapabilities {
         network_proxy_launch: sandbox,
         network_proxy_review_domains: sandbox,
-        network_proxy_transparent_tcp: false,
+        network_proxy_transparent_tcp: sandbox && crate::netproxy::transparent::available(),
         credential_masking: false,
         credential_masking_custom_providers: false,
         capability_discovery_sandbox: true,

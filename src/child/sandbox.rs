@@ -42,7 +42,8 @@ use crate::os::scheduling::Scheduling;
 use crate::sandbox::capabilities::{bound_capabilities, clear_capabilities};
 use crate::sandbox::facilities::Enforcement;
 use crate::sandbox::plan::{
-    Failure, FsPlan, Grant, Identities, Identity, NetworkMode, Plan, Stage, HELPER_NAME,
+    Failure, FsPlan, Grant, Identities, Identity, ManagedPlan, NetworkMode, Plan, Stage,
+    HELPER_NAME,
 };
 use crate::sandbox::{landlock, mounts, open, seccomp};
 use std::ffi::CString;
@@ -172,11 +173,13 @@ fn confine_and_exec(
     }
 }
 
-/// A managed network's listeners, at the ports the daemon sends, passed to it.
+/// A managed network's listeners (and TUN device), as the plan the daemon sends asks, passed to
+/// it.
 fn open_listeners(control: &UnixStream) -> Result<(), Failure> {
-    let ports = message::read_launch_frame(&mut &*control)?;
-    let ports: Vec<u16> = serde_json::from_slice(&ports).map_err(|e| Stage::Network.fail(e))?;
-    super::bridge::open(control, &ports).map_err(|err| Stage::Network.os(err))
+    let managed = message::read_launch_frame(&mut &*control)?;
+    let managed: ManagedPlan =
+        serde_json::from_slice(&managed).map_err(|e| Stage::Network.fail(e))?;
+    super::bridge::open(control, &managed).map_err(|err| Stage::Network.os(err))
 }
 
 /// Tells the daemon this helper's pid, with a pidfd of it.

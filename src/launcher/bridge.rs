@@ -9,12 +9,15 @@
 //! only copies, and dropping the bridge (when the process has exited) closes the listeners and
 //! every relayed connection. Inside, any other port of 127.0.0.1 is refused (nothing listens),
 //! any other address is unreachable (no route), and seccomp and Landlock refuse the rest (see
-//! `seccomp::tcp_only`, `landlock::restrict`).
+//! `seccomp::tcp_only`, `landlock::restrict`). With the process's own proxy, its ports'
+//! connections go to it instead; for transparent TCP the helper also sends a TUN device, the
+//! namespace's default route, whose connections the proxy serves too
+//! (`crate::netproxy::transparent`).
 
 use crate::ipc::channel;
 use crate::ipc::message::Answer;
 use crate::netproxy::Proxy;
-use crate::sandbox::plan::MAX_PORTS;
+use crate::sandbox::plan::{ManagedPlan, MAX_PORTS};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::os::fd::OwnedFd;
@@ -37,8 +40,9 @@ pub(crate) async fn receive(
     control: &tokio::net::UnixStream,
 ) -> io::Result<(Vec<OwnedFd>, Vec<u8>)> {
     let mut data = [0u8; 512];
+    // The listeners, and a TUN device.
     let channel::Received { fds, bytes, .. } =
-        channel::recv_fds_async(control, &mut data, MAX_PORTS).await?;
+        channel::recv_fds_async(control, &mut data, MAX_PORTS + 1).await?;
     Ok(match Answer::after_listeners(&data[..bytes]) {
         Ok(rest) => (fds, rest.to_vec()),
         Err(failure) => (Vec::new(), failure.to_vec()),
@@ -62,18 +66,39 @@ pub(crate) enum BridgeError {
     UnaskedPort(u16),
     #[error("the sandbox helper did not send a listener for every port")]
     MissingPort,
+    #[error("transparent TCP was asked of a launch without its own proxy")]
+    TransparentWithoutProxy,
+    #[error("the sandbox helper did not send the TUN device for transparent TCP")]
+    MissingTun,
 }
 
 impl Bridge {
-    /// Serves `listeners`, which must be TCP listeners on 127.0.0.1 at exactly `ports`: with
-    /// `proxy`, its ports' connections go to it instead of the host.
+    /// Serves `listeners`, which must be TCP listeners on 127.0.0.1 at exactly `managed`'s
+    /// ports, then its TUN device when it asks for transparent TCP: with `proxy`, its ports'
+    /// connections (and the device's) go to it instead of the host.
     pub(crate) fn start(
-        listeners: Vec<OwnedFd>,
-        ports: &[u16],
+        mut listeners: Vec<OwnedFd>,
+        managed: &ManagedPlan,
         proxy: Option<Arc<Proxy>>,
     ) -> Result<Self, BridgeError> {
         let mut tasks = tokio::task::JoinSet::new();
         let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+        if managed.transparent_tcp {
+            let proxy = proxy.clone().ok_or(BridgeError::TransparentWithoutProxy)?;
+            let device = listeners.pop().ok_or(BridgeError::MissingTun)?;
+            let kind = nix::sys::stat::fstat(&device)
+                .map_err(io::Error::from)?
+                .st_mode;
+            if kind & libc::S_IFMT != libc::S_IFCHR {
+                return Err(BridgeError::MissingTun);
+            }
+            tasks.spawn(crate::netproxy::transparent::serve(
+                proxy,
+                device,
+                permits.clone(),
+            ));
+        }
+        let ports = &managed.ports[..];
         let mut seen = Vec::new();
         for fd in listeners {
             let listener = std::net::TcpListener::from(fd);

@@ -14,7 +14,7 @@ use super::{LaunchError, SELF_EXE, SETUP_TIMEOUT};
 use crate::ipc::channel;
 use crate::ipc::message::{Answer, Fork, Order, FORK_SERVER_ARG};
 use crate::os::scheduling::Scheduling;
-use crate::sandbox::plan::{Failure, NetworkMode, Stage};
+use crate::sandbox::plan::{Failure, ManagedPlan, NetworkMode, Stage};
 use std::io;
 use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, OwnedFd, RawFd};
 use std::process::Stdio;
@@ -455,22 +455,22 @@ pub(crate) struct HandedOver {
 }
 
 impl Helper {
-    /// Hands a sandbox helper its launch: for a managed network, first the ports, for which it
-    /// sends the listeners; then, to the program's process, its stdio (and cgroups) and the
+    /// Hands a sandbox helper its launch: for a managed network, first its plan, for which it
+    /// sends the listeners (and the TUN device); then, to the program's process, its stdio (and cgroups) and the
     /// launch frames ([`crate::ipc::message::launch`]).
     pub(crate) async fn hand_over(
         mut self,
         fds: &[BorrowedFd<'_>],
         frames: &[u8],
-        ports: Option<&[u16]>,
+        managed: Option<&ManagedPlan>,
     ) -> io::Result<HandedOver> {
         let (program, mut verdict) = self.program;
         let handed = async {
             let (mut listeners, mut unread) = (Vec::new(), Vec::new());
-            if let Some(ports) = ports {
-                let ports = serde_json::to_vec(ports)?;
-                let mut frame = (ports.len() as u32).to_le_bytes().to_vec();
-                frame.extend_from_slice(&ports);
+            if let Some(managed) = managed {
+                let managed = serde_json::to_vec(managed)?;
+                let mut frame = (managed.len() as u32).to_le_bytes().to_vec();
+                frame.extend_from_slice(&managed);
                 self.control.write_all(&frame).await?;
                 (listeners, unread) = super::bridge::receive(&self.control).await?;
             }

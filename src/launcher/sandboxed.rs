@@ -10,7 +10,7 @@ use super::tree::{self, Started};
 use super::LaunchError;
 use crate::netproxy::Proxy;
 use crate::sandbox::denial::{DenialContext, Scanner};
-use crate::sandbox::plan::{NetworkMode, Stage, MAX_PLAN_BYTES};
+use crate::sandbox::plan::{ManagedPlan, NetworkMode, Stage, MAX_PLAN_BYTES};
 use crate::sandbox::{protected, Prepared};
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
@@ -20,8 +20,8 @@ pub(crate) struct Launch {
     /// The serialized plan.
     plan: Vec<u8>,
     network: NetworkMode,
-    /// The managed network's ports, bridged once the program runs.
-    managed_ports: Option<Vec<u16>>,
+    /// The managed network, bridged once the program runs.
+    managed: Option<ManagedPlan>,
     /// The process's own proxy, which serves its ports among them.
     proxy: Option<Arc<Proxy>>,
     sandboxed: Sandboxed,
@@ -73,7 +73,7 @@ impl Launch {
         Ok(Self {
             plan,
             network: prepared_plan.network_mode(),
-            managed_ports: prepared_plan.managed_network.map(|managed| managed.ports),
+            managed: prepared_plan.managed_network,
             proxy: None,
             sandboxed: Sandboxed {
                 context,
@@ -99,18 +99,18 @@ impl Launch {
     pub(crate) async fn spawn(&mut self, spec: &LaunchSpec) -> Result<Spawned, LaunchError> {
         let (io, stdio) = spawn::detached_stdio(spec).map_err(LaunchError::Stdio)?;
         let kind = Kind::Sandboxed(self.network);
-        let ports = self.managed_ports.as_deref();
+        let managed = self.managed.as_ref();
         let (tree, started, listeners) =
-            tree::launch(kind, spec, &stdio, &self.plan, ports).await?;
+            tree::launch(kind, spec, &stdio, &self.plan, managed).await?;
         if let Started::Failed { failure } = started {
             if !(failure.stage == Stage::Exec && failure.denied) {
                 return Err(LaunchError::Sandbox(failure));
             }
             self.sandboxed.refused = true;
         }
-        if let Some(ports) = &self.managed_ports {
+        if let Some(managed) = managed {
             // Until now the program's connections wait in the listeners' backlogs.
-            let bridge = bridge::Bridge::start(listeners, ports, self.proxy.clone())
+            let bridge = bridge::Bridge::start(listeners, managed, self.proxy.clone())
                 .map_err(LaunchError::Bridge)?;
             self.sandboxed.bridge = Some(bridge);
         }

@@ -9,7 +9,7 @@ use crate::ipc::channel;
 use crate::ipc::message::{
     self, supervisor_socket, Adopted, Answer, Hold, Order, Report, EXIT_RECORD, SUPERVISOR_SOCKET,
 };
-use crate::sandbox::plan::Failure;
+use crate::sandbox::plan::{Failure, ManagedPlan};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
@@ -53,14 +53,14 @@ pub(crate) enum Started {
 /// Hands the launch of `spec` (`payload`: what the program's process applies) to a waiting
 /// supervisor of `kind`, with the program's `stdio` and the tree's cgroups, and waits for the
 /// verdict on the exec: a plain supervisor reports it; a sandbox helper's program process,
-/// forked ahead, tells the daemon itself. For a managed network (`managed_ports`), also the
-/// listeners the helper opened in the sandbox's network namespace (`super::bridge`).
+/// forked ahead, tells the daemon itself. For a managed network (`managed`), also the
+/// descriptors the helper opened in the sandbox's network namespace (`super::bridge`).
 pub(crate) async fn launch(
     kind: Kind,
     spec: &LaunchSpec,
     stdio: &[OwnedFd; 3],
     payload: &[u8],
-    managed_ports: Option<&[u16]>,
+    managed: Option<&ManagedPlan>,
 ) -> Result<(Tree, Started, Vec<OwnedFd>), LaunchError> {
     let mut group = Group::create(spec.limits.max_memory_bytes, spec.limits.max_processes)
         .map_err(LaunchError::Cgroup)?;
@@ -76,7 +76,7 @@ pub(crate) async fn launch(
         let (mut tree, first) = match kind {
             Kind::Plain => hand_to_supervisor(&fds, &frames, group).await?,
             Kind::Sandboxed(network) => {
-                hand_to_helper(network, &fds, &frames, managed_ports, group).await?
+                hand_to_helper(network, &fds, &frames, managed, group).await?
             }
         };
         let (supervisor, program, started) = match first {
@@ -151,12 +151,12 @@ async fn hand_to_helper(
     network: crate::sandbox::plan::NetworkMode,
     fds: &[BorrowedFd<'_>],
     frames: &[u8],
-    managed_ports: Option<&[u16]>,
+    managed: Option<&ManagedPlan>,
     group: Option<Group>,
 ) -> Result<(Tree, Option<Report>), LaunchError> {
     let helper = pool::take(network).await?;
     let handed = helper
-        .hand_over(fds, frames, managed_ports)
+        .hand_over(fds, frames, managed)
         .await
         .map_err(LaunchError::Send)?;
     let (program, supervisor) = (handed.program, handed.helper.id());

@@ -13,6 +13,7 @@
 mod http;
 pub(crate) mod policy;
 mod socks;
+pub(crate) mod transparent;
 
 use exec_server_protocol::network::{
     NetworkMode, NetworkProtocol, NetworkProxyLaunch, PolicyDecisionNotification,
@@ -55,9 +56,9 @@ pub(crate) enum ProxyConfigError {
     #[error("network policy decision callback timeout must be nonzero")]
     ZeroDecisionTimeout,
     #[error(
-        "transparent TCP is not offered by this executor (networkProxyTransparentTcp is false)"
+        "invalid network proxy config: transparent_tcp requires an enabled managed SOCKS5 proxy"
     )]
-    TransparentTcp,
+    TransparentWithoutSocks,
 }
 
 /// One process's proxy.
@@ -66,6 +67,7 @@ pub(crate) struct Proxy {
     hosts: HostPolicy,
     mode: NetworkMode,
     socks: bool,
+    transparent_tcp: bool,
     allow_local: bool,
     decision_timeout: Option<Duration>,
     reporter: Arc<dyn Reporter>,
@@ -156,14 +158,15 @@ impl Proxy {
         if launch.policy_decision_timeout_ms == Some(0) {
             return Err(ProxyConfigError::ZeroDecisionTimeout);
         }
-        if config.transparent_tcp {
-            return Err(ProxyConfigError::TransparentTcp);
+        if config.transparent_tcp && !config.enable_socks5 {
+            return Err(ProxyConfigError::TransparentWithoutSocks);
         }
         Ok(Self {
             process_id: process_id.to_owned(),
             hosts: HostPolicy::new(config),
             mode: config.mode,
             socks: config.enable_socks5,
+            transparent_tcp: config.transparent_tcp,
             allow_local: config.allow_local_binding,
             decision_timeout: launch.policy_decision_timeout_ms.map(Duration::from_millis),
             reporter,
@@ -176,6 +179,11 @@ impl Proxy {
             true => vec![HTTP_PORT, SOCKS_PORT],
             false => vec![HTTP_PORT],
         }
+    }
+
+    /// Whether every TCP connection of the process comes to this proxy ([`transparent`]).
+    pub(crate) fn transparent_tcp(&self) -> bool {
+        self.transparent_tcp
     }
 
     pub(crate) fn allow_local_binding(&self) -> bool {

@@ -160,7 +160,9 @@ pub(crate) fn is_local_host(host: &str) -> bool {
     }
 }
 
-/// Loopback, private, link-local, shared (CGNAT), unspecified and multicast addresses.
+/// Loopback, private, link-local, shared (CGNAT), unspecified, multicast and reserved
+/// addresses, the IETF protocol assignments, and the documentation and benchmarking ranges (as
+/// codex 0.171.0 classifies them: 192.0.2.1 is "not_allowed_local" there).
 pub(crate) fn is_local_ip(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(ip) => is_local_v4(ip),
@@ -172,15 +174,18 @@ pub(crate) fn is_local_ip(ip: IpAddr) -> bool {
 }
 
 fn is_local_v4(ip: Ipv4Addr) -> bool {
-    let [a, b, ..] = ip.octets();
+    let [a, b, c, _] = ip.octets();
     ip.is_loopback()
         || ip.is_private()
         || ip.is_link_local()
         || ip.is_unspecified()
-        || ip.is_broadcast()
         || ip.is_multicast()
+        || ip.is_documentation()
         || a == 0
+        || a >= 240
         || (a == 100 && (64..128).contains(&b))
+        || (a == 192 && b == 0 && c == 0)
+        || (a == 198 && (b == 18 || b == 19))
 }
 
 fn is_local_v6(ip: Ipv6Addr) -> bool {
@@ -219,6 +224,25 @@ mod tests {
         assert_eq!(policy.check("apex.test"), Ok(()));
         assert_eq!(policy.check("x.y.apex.test"), Ok(()));
         assert_eq!(policy.check("evilapex.test"), Err(Refusal::NotAllowed));
+    }
+
+    #[test]
+    fn reserved_and_documentation_ranges_are_local() {
+        for local in [
+            "192.0.2.2",
+            "198.51.100.1",
+            "203.0.113.1",
+            "192.0.0.1",
+            "198.18.0.1",
+        ] {
+            assert!(is_local_host(local), "{local}");
+        }
+        for local in ["240.0.0.1", "255.255.255.255", "::ffff:192.0.2.1"] {
+            assert!(is_local_host(local), "{local}");
+        }
+        for public in ["192.88.99.1", "8.8.8.8", "2001:db8::5", "198.20.0.1"] {
+            assert!(!is_local_host(public), "{public}");
+        }
     }
 
     #[test]

@@ -473,6 +473,7 @@ mod tests {
                 managed_network: Some(ManagedPlan {
                     ports: vec![3128],
                     allow_local_binding,
+                    transparent_tcp: false,
                 }),
                 ..Arc::into_inner(context(true)).unwrap()
             };

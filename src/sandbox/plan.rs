@@ -70,7 +70,15 @@ pub(crate) struct ManagedPlan {
     pub ports: Vec<u16>,
     /// False: binding TCP sockets is refused (Landlock).
     pub allow_local_binding: bool,
+    /// Every other TCP connection goes to the process's proxy too: the helper adds a TUN
+    /// device, routed by default, whose packets the daemon's proxy serves (`netproxy`'s
+    /// transparent TCP).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub transparent_tcp: bool,
 }
+
+/// The MTU of a transparent-TCP launch's TUN device, whose packets the daemon reads whole.
+pub(crate) const TUN_MTU: u16 = 1500;
 
 /// A Landlock grant: `path` and what is beneath it, read or written (`super::landlock`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

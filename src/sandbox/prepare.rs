@@ -192,6 +192,7 @@ fn managed_plan(params: &StartParams) -> Result<Option<ManagedPlan>, PrepareErro
     Ok(params.enforce_managed_network.then_some(ManagedPlan {
         ports,
         allow_local_binding: *allow_local_binding,
+        transparent_tcp: false,
     }))
 }
 

@@ -109,6 +109,7 @@ async fn launch_with(
     let proxied = proxy.as_ref().map(|proxy| ManagedPlan {
         ports: proxy.ports(),
         allow_local_binding: proxy.allow_local_binding(),
+        transparent_tcp: proxy.transparent_tcp(),
     });
     // A resolution that walks directory trees runs off the async workers.
     let prepared = if params.sandbox.as_ref().is_some_and(sandbox::prepare_walks) {
@@ -186,6 +187,12 @@ fn managed_proxy(session: &Session, params: &StartParams) -> Result<Option<Arc<P
     let reporter = Arc::new(SessionReporter::new(session.attachment()));
     let proxy = Proxy::new(launch, &params.process_id, reporter)
         .map_err(|err| RpcError::invalid_params(err.to_string()))?;
+    // Its TUN device is part of the sandbox's own network namespace (codex's message).
+    if proxy.transparent_tcp() && params.sandbox.is_none() {
+        return Err(RpcError::invalid_params(
+            "transparent TCP requires a managed Linux sandbox",
+        ));
+    }
     Ok(Some(Arc::new(proxy)))
 }
 

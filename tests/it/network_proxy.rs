@@ -3,9 +3,13 @@
 //! nothing; a name that resolves to a loopback address is refused even when allowlisted (DNS
 //! pointing at the host's own services); another sandbox, or the host itself, cannot use a
 //! process's proxy; unsandboxed, the network is still confined to the proxy. Every destination
-//! is a server this test starts on the host's loopback, so nothing leaves the machine.
+//! is a server this test starts on the host (its loopback, or its own address for transparent
+//! TCP), so nothing leaves the machine. With transparent TCP: a raw connection the policy
+//! refuses reaches nothing, UDP finds no way out, the program cannot rewire its namespace or
+//! make a device of its own, and holds no descriptor of the proxy's; many such processes at once,
+//! over many connections, are each carried, and leave no device behind in the daemon.
 
-use crate::codex_differential::network_proxy::{network_proxy, run};
+use crate::codex_differential::network_proxy::{host_address, network_proxy, run, RAW_GET};
 use crate::common::http_server::HttpServer;
 use crate::common::{scratch_dir, Daemon};
 use serde_json::{json, Value};
@@ -186,4 +190,139 @@ async fn an_unsandboxed_proxied_process_is_confined_to_its_proxy() {
     assert!(output.contains("target via=0"), "{output}");
     assert!(output.contains(" direct=7"), "{output}");
     assert_eq!(server.state.target_hits.load(Ordering::Relaxed), 1);
+}
+
+fn transparent(domains: Value) -> Value {
+    network_proxy(
+        domains,
+        json!({"enableSocks5": true, "transparentTcp": true}),
+    )
+}
+
+/// Transparent TCP opens a route out of the sandbox, to the proxy and nowhere else: a raw
+/// connection to an address the policy refuses is closed unserved; a UDP datagram to the host
+/// is not delivered; the program cannot take the route down or reroute (no netlink), cannot
+/// make a TUN device of its own (no CAP_NET_ADMIN), and holds no descriptor of the proxy's
+/// device.
+#[tokio::test]
+async fn transparent_tcp_leaves_no_other_way_out() {
+    let host = host_address();
+    let server = HttpServer::start_on(host).await;
+    let port = server.base.rsplit(':').next().unwrap().to_owned();
+    let udp = std::net::UdpSocket::bind((host, 0)).unwrap();
+    udp.set_nonblocking(true).unwrap();
+    let udp_port = udp.local_addr().unwrap().port().to_string();
+    let daemon = Daemon::start();
+    let client = daemon.client().await;
+    client.initialize(None).await.unwrap();
+    let root = scratch_dir();
+    let script =         "bash -c \"$RAW\" \"$0\" \"$1\"; \
+         python3 -c 'import socket,sys; s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); \
+         s.sendto(b\"x\",(sys.argv[1],int(sys.argv[2])))' \"$0\" \"$2\" 2>/dev/null; echo \" udp=$?\"; \
+         ip route del default 2>/dev/null; echo \" route=$?\"; \
+         ip link set codextun down 2>/dev/null; echo \" link=$?\"; \
+         python3 -c 'import fcntl,struct; f=open(\"/dev/net/tun\",\"r+b\",buffering=0); \
+         fcntl.ioctl(f,0x400454ca,struct.pack(\"16sH\",b\"evil0\",0x1001))' 2>/dev/null; \
+         echo \" tun=$?\"; \
+         ls -l /proc/self/fd/ | grep -c /dev/net/tun; \
+         bash -c \"$RAW\" \"$0\" \"$1\"";
+    let host = host.to_string();
+    let argv = ["bash", "-c", script, &host, &port, &udp_port];
+    let start = json!({"processId": "out", "argv": argv,
+        "cwd": format!("file://{}", root.path().display()),
+        "env": {"PATH": "/usr/bin:/bin", "RAW": RAW_GET}, "tty": false,
+        "sandbox": crate::codex_differential::network_proxy::sandbox(root.path()),
+        "enforceManagedNetwork": true,
+        "networkProxy": transparent(json!({"example.com": "allow"}))});
+    client.call("process/start", start).await;
+    let events = client.events_until_closed("out").await;
+    let output: String = events
+        .iter()
+        .filter(|e| e["method"] == "process/output" && e["params"]["stream"] == "stdout")
+        .map(|e| String::from_utf8_lossy(&crate::common::unb64(&e["params"]["chunk"])).into_owned())
+        .collect();
+    let refusals = events
+        .iter()
+        .filter(|e| e["method"] == "network/policyDecision" && e["params"]["decision"] == "deny")
+        .count();
+    for expected in [" udp=1", " tun=1", "\n0\n"] {
+        assert!(output.contains(expected), "{expected:?} in {output:?}");
+    }
+    for refused in [" route=0", " link=0"] {
+        assert!(!output.contains(refused), "{refused:?} in {output:?}");
+    }
+    assert!(!output.contains("target"), "{output}");
+    // The second after the attempts on the route: still routed to the proxy.
+    assert_eq!(
+        refusals, 2,
+        "both raw connections met the policy: {events:#?}"
+    );
+    assert_eq!(server.state.target_hits.load(Ordering::Relaxed), 0);
+    assert!(
+        udp.recv(&mut [0; 8]).is_err(),
+        "a datagram reached the host"
+    );
+}
+
+/// Many transparent processes at once, over many connections, each opening several raw
+/// connections at once: every one is carried to the allowed server, and once they are gone
+/// the daemon holds no TUN device any more.
+#[tokio::test]
+async fn many_transparent_processes_at_once_are_each_carried_and_leave_nothing() {
+    const CLIENTS: usize = 8;
+    const CONNECTIONS: usize = 10;
+    let host = host_address();
+    let server = HttpServer::start_on(host).await;
+    let port = server.base.rsplit(':').next().unwrap().to_owned();
+    let daemon = Daemon::start();
+    // The descriptors of the daemon's on the TUN devices; a relay's socket is not told apart
+    // from the pool's, so the devices stand for their launches.
+    let tun_devices = || {
+        std::fs::read_dir(format!("/proc/{}/fd", daemon.pid()))
+            .unwrap()
+            .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+            .filter(|target| target == std::path::Path::new("/dev/net/tun"))
+            .count()
+    };
+    let warm = daemon.client().await;
+    warm.initialize(None).await.unwrap();
+    let root = scratch_dir();
+    let host = host.to_string();
+    let script =
+        format!("for i in $(seq {CONNECTIONS}); do bash -c \"$RAW\" \"$0\" \"$1\" & done; wait");
+    let runs = (0..CLIENTS).map(|index| {
+        let (daemon, root, script, host, port) = (&daemon, root.path(), &script, &host, &port);
+        async move {
+            let client = daemon.client().await;
+            client.initialize(None).await.unwrap();
+            let argv = ["bash", "-c", script.as_str(), host.as_str(), port.as_str()];
+            let domains = json!({ host.as_str(): "allow" });
+            let mut start = json!({"processId": format!("many{index}"), "argv": argv,
+                "cwd": format!("file://{}", root.display()),
+                "env": {"PATH": "/usr/bin:/bin", "RAW": RAW_GET}, "tty": false,
+                "sandbox": crate::codex_differential::network_proxy::sandbox(root),
+                "enforceManagedNetwork": true});
+            start["networkProxy"] = transparent(domains);
+            client.call("process/start", start).await;
+            let events = client.events_until_closed(&format!("many{index}")).await;
+            client.close().await;
+            events
+                .iter()
+                .filter(|e| e["method"] == "process/output")
+                .map(|e| {
+                    String::from_utf8_lossy(&crate::common::unb64(&e["params"]["chunk"]))
+                        .into_owned()
+                })
+                .collect::<String>()
+        }
+    });
+    let outputs = futures::future::join_all(runs).await;
+    for output in &outputs {
+        assert_eq!(output.matches(" 200 OK").count(), CONNECTIONS, "{output}");
+    }
+    assert_eq!(
+        server.state.target_hits.load(Ordering::Relaxed),
+        CLIENTS * CONNECTIONS
+    );
+    crate::common::eventually("the daemon holds no TUN device", || tun_devices() == 0).await;
 }

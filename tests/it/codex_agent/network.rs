@@ -79,3 +79,38 @@ async fn the_managed_proxy_lets_through_only_its_allowlist() {
         );
     }
 }
+
+/// Transparent TCP (`networkProxyTransparentTcp`): with `transparent_tcp` (and SOCKS5, which it
+/// needs) in the proxy's config, a command that ignores the proxy variables, bash's `/dev/tcp`
+/// here, is still carried through the proxy's policy: the host's own address, listed, is
+/// reached; a public address not listed is not. codex refuses the tool call outright on an
+/// executor without the capability ("selected exec-server does not support transparent TCP").
+#[tokio::test]
+async fn transparent_tcp_carries_a_raw_connection_through_the_policy() {
+    let host = crate::codex_differential::network_proxy::host_address();
+    let server = HttpServer::start_on(host).await;
+    let port = server.base.rsplit(':').next().unwrap();
+    let config = format!(
+        "[features.network_proxy]\nenabled = true\nmode = \"full\"\nenable_socks5 = true\n\
+         transparent_tcp = true\ndomains = {{ \"{host}\" = \"allow\" }}\n"
+    );
+    let raw = |address: String| {
+        Step::sh(format!(
+            "exec 3<>/dev/tcp/{address}/{port} && \
+             printf 'GET /target HTTP/1.0\\r\\nHost: t\\r\\n\\r\\n' >&3 && \
+             cat <&3 2>/dev/null | tail -n 1; echo ' raw-done'"
+        ))
+    };
+    let outcome = assert_same(
+        &Turn::new(vec![raw(host.to_string()), raw("8.8.8.8".to_owned())])
+            .sandbox(Sandbox::WorkspaceWrite { network: true })
+            .config(Box::leak(config.into_boxed_str()))
+            .recording_methods("process/start")
+            .recording_fields(&["networkProxy"]),
+    )
+    .await;
+    let told = |step: usize| outcome.told[step].clone().unwrap_or_default();
+    assert!(told(0).contains("target raw-done"), "{}", told(0));
+    assert!(!told(1).contains("target"), "{}", told(1));
+    assert_eq!(server.hits(), 2, "the listed address, once per executor");
+}

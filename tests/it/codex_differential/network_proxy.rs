@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use std::path::Path;
 
 /// A workspace-write sandbox over `root`, the network restricted (codex's wire form).
-fn sandbox(root: &Path) -> Value {
+pub(crate) fn sandbox(root: &Path) -> Value {
     let uri = format!("file://{}", root.display());
     json!({"permissions": {"type": "managed", "file_system": {"type": "restricted", "entries": [
             {"path": {"type": "special", "value": {"kind": "root"}}, "access": "read"},
@@ -306,8 +306,94 @@ async fn the_client_decides_what_the_policy_leaves_open_alike() {
     );
 }
 
+/// One of the host's own IPv4 addresses other than loopback, which a sandbox reaches only
+/// through a route out of its namespace (here: transparent TCP's).
+pub(crate) fn host_address() -> std::net::IpAddr {
+    let listed = std::process::Command::new("ip")
+        .args(["-4", "-o", "addr", "show", "scope", "global"])
+        .output()
+        .expect("iproute2's ip runs");
+    // `2: eth0    inet 192.0.2.2/24 brd ...`
+    String::from_utf8_lossy(&listed.stdout)
+        .split_whitespace()
+        .skip_while(|word| *word != "inet")
+        .nth(1)
+        .and_then(|cidr| cidr.split('/').next()?.parse().ok())
+        .expect("the host has an IPv4 address other than loopback")
+}
+
+/// A command that ignores the proxy variables: bash's `/dev/tcp` straight at `$0:$1`, one
+/// HTTP/1.0 request for `/target`, what comes back, then ` done`.
+pub(crate) const RAW_GET: &str = "exec 3<>/dev/tcp/$0/$1 && \
+    printf 'GET /target HTTP/1.0\r\nHost: t\r\n\r\n' >&3 && cat <&3; echo ' done'";
+
+/// Transparent TCP (`transparentTcp`, with SOCKS5 as codex requires) carries the connections
+/// of a command that ignores the proxy variables through the same policy, audited as SOCKS5,
+/// alike: a literal allowed address is reached; the same address under `*` (local: it needs a
+/// literal) and a public one not listed are refused, the connection closed. (codex's stack
+/// resets a refused connection where ours closes it, which only the command's standard error
+/// shows; it is not compared.)
+#[tokio::test]
+async fn transparent_tcp_carries_what_ignores_the_proxy_alike() {
+    let host = host_address();
+    let server = HttpServer::start_on(host).await;
+    let port = server.base.rsplit(':').next().unwrap().to_owned();
+    let (host, transparent) = (
+        host.to_string(),
+        json!({"enableSocks5": true, "transparentTcp": true}),
+    );
+    let raw = |address: &str| {
+        ["bash", "-c", RAW_GET, address, port.as_str()]
+            .map(str::to_owned)
+            .to_vec()
+    };
+    let cases: Vec<(Vec<String>, Value)> = vec![
+        (
+            raw(&host),
+            network_proxy(json!({ host.as_str(): "allow" }), transparent.clone()),
+        ),
+        (
+            raw(&host),
+            network_proxy(json!({"*": "allow"}), transparent.clone()),
+        ),
+        (
+            raw("8.8.8.8"),
+            network_proxy(json!({"example.com": "allow"}), transparent),
+        ),
+    ];
+    let argvs: Vec<Vec<&str>> = cases
+        .iter()
+        .map(|(argv, _)| argv.iter().map(String::as_str).collect())
+        .collect();
+    let cases: Vec<(&[&str], Value)> = argvs
+        .iter()
+        .zip(&cases)
+        .map(|(argv, (_, proxy))| (&argv[..], proxy.clone()))
+        .collect();
+    let (ours, codex) = on_both(&cases, json!({"type": "deny"})).await;
+    assert_eq!(ours, codex);
+    assert_eq!(ours[0]["response"]["body"], "target done\n", "{ours:#?}");
+    let refused: Vec<&Value> = ours.iter().map(|o| &o["audit"][0]["reason"]).collect();
+    assert_eq!(
+        refused,
+        [
+            &json!("allow"),
+            &json!("not_allowed_local"),
+            &json!("not_allowed")
+        ]
+    );
+    assert_eq!(ours[0]["audit"][0]["protocol"], "socks5_tcp");
+    assert_eq!(
+        server
+            .state
+            .target_hits
+            .load(std::sync::atomic::Ordering::Relaxed),
+        2
+    );
+}
+
 /// Launches this executor cannot honour are refused alike: a disabled proxy, a zero decision
-/// budget.
+/// budget, transparent TCP without SOCKS5, and transparent TCP without a sandbox.
 #[tokio::test]
 async fn bad_launches_are_refused_alike() {
     let both = Both::start();
@@ -318,14 +404,25 @@ async fn bad_launches_are_refused_alike() {
         let disabled = network_proxy(json!({"*": "allow"}), json!({"enabled": false}));
         let mut zero = network_proxy(json!({"*": "allow"}), json!({}));
         zero["policyDecisionTimeoutMs"] = json!(0);
-        for (id, proxy) in [("disabled", disabled), ("zero", zero)] {
-            let start = json!({"processId": id, "argv": ["true"],
+        let no_socks = network_proxy(json!({"*": "allow"}), json!({"transparentTcp": true}));
+        let transparent = json!({"transparentTcp": true, "enableSocks5": true});
+        let unsandboxed = network_proxy(json!({"*": "allow"}), transparent);
+        for (id, proxy) in [
+            ("disabled", disabled),
+            ("zero", zero),
+            ("no-socks", no_socks),
+            ("unsandboxed", unsandboxed),
+        ] {
+            let mut start = json!({"processId": id, "argv": ["true"],
                 "cwd": format!("file://{}", root.path().display()), "env": {}, "tty": false,
                 "sandbox": sandbox(root.path()), "networkProxy": proxy});
+            if id == "unsandboxed" {
+                start["sandbox"] = Value::Null;
+            }
             replies.push(client.request("process/start", start).await);
         }
     }
-    let codex = replies.split_off(2);
+    let codex = replies.split_off(4);
     assert_eq!(replies, codex);
     assert!(replies.iter().all(Result::is_err), "{replies:?}");
 }

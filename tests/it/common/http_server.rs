@@ -25,7 +25,7 @@ pub struct ServerState {
 }
 
 pub struct HttpServer {
-    /// `http://127.0.0.1:PORT`
+    /// `http://127.0.0.1:PORT` (or the address it was started on)
     pub base: String,
     pub state: Arc<ServerState>,
     task: tokio::task::JoinHandle<()>,
@@ -37,6 +37,11 @@ impl HttpServer {
     /// non-loopback host, `/slow` ([`SLOW`]), `/endless` (a tick every 10 ms) and `/stall`
     /// (headers, then no body ever); the last two count their drops.
     pub async fn start() -> Self {
+        Self::start_on(std::net::Ipv4Addr::LOCALHOST.into()).await
+    }
+
+    /// [`HttpServer::start`], listening on `ip` (`base` names it).
+    pub async fn start_on(ip: std::net::IpAddr) -> Self {
         let state = Arc::new(ServerState::default());
         let app = Router::new()
             .route("/echo", any(echo))
@@ -58,7 +63,7 @@ impl HttpServer {
             .route("/endless", get(endless))
             .route("/stall", get(stall))
             .with_state(state.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let task = tokio::spawn(async move {
             axum::serve(listener, app).await.unwrap();
