@@ -326,3 +326,60 @@ async fn many_transparent_processes_at_once_are_each_carried_and_leave_nothing()
     );
     crate::common::eventually("the daemon holds no TUN device", || tun_devices() == 0).await;
 }
+
+/// The daemon's resident memory, in KiB.
+fn rss_kib(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// A program that sends through transparent TCP faster than its destination reads (here: a
+/// server on the host that accepts and never reads) is slowed by TCP's windows, as on a real
+/// network: the daemon holds a window per connection, not what the program sent. (A stack
+/// without flow control to the program held all of it: 440 MiB after 10 s.)
+#[tokio::test]
+async fn a_destination_that_never_reads_holds_no_more_than_a_window() {
+    let host = host_address();
+    let sink = std::net::TcpListener::bind((host, 0)).unwrap();
+    let port = sink.local_addr().unwrap().port().to_string();
+    let held = std::thread::spawn(move || sink.accept().map(|(stream, _)| stream));
+    let daemon = Daemon::start();
+    let client = daemon.client().await;
+    client.initialize(None).await.unwrap();
+    let root = scratch_dir();
+    let host = host.to_string();
+    let argv = [
+        "bash",
+        "-c",
+        "head -c 2G /dev/zero > /dev/tcp/$0/$1",
+        &host,
+        &port,
+    ];
+    let start = json!({"processId": "flood", "argv": argv,
+        "cwd": format!("file://{}", root.path().display()),
+        "env": {"PATH": "/usr/bin:/bin"}, "tty": false,
+        "sandbox": crate::codex_differential::network_proxy::sandbox(root.path()),
+        "enforceManagedNetwork": true,
+        "networkProxy": transparent(json!({ host.as_str(): "allow" }))});
+    let before = rss_kib(daemon.pid());
+    client.call("process/start", start).await;
+    let _connection = held.join().unwrap().unwrap();
+    let mut most = before;
+    for _ in 0..30 {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        most = most.max(rss_kib(daemon.pid()));
+    }
+    client
+        .call("process/terminate", json!({"processId": "flood"}))
+        .await;
+    client.events_until_closed("flood").await;
+    assert!(
+        most - before < 48 * 1024,
+        "the daemon grew by {} KiB while the program flooded",
+        most - before
+    );
+}
