@@ -213,7 +213,7 @@ impl Guard {
             root: root.to_path_buf(),
             source,
         })?;
-        let mounts = Mounts::read();
+        let mounts = Mounts::current();
         let grant_in_fs = mounts.fs_path(root);
         for item in self.protected.iter().chain(STATE_DIR.get()) {
             let refuse = |how: Overlap| {
@@ -332,9 +332,50 @@ pub(super) struct Mounts {
     entries: Vec<(PathBuf, PathBuf)>,
 }
 
+/// The daemon's mount table as last read, and its `mountinfo`, open to be told of changes.
+struct CachedMounts {
+    file: std::fs::File,
+    mounts: std::sync::Arc<Mounts>,
+}
+
 impl Mounts {
     pub(super) fn read() -> Self {
         let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        Self::parse(&text)
+    }
+
+    /// This process's mount table, read again only when it changed since the last read: an
+    /// open `mountinfo` polls exceptional after a mount or unmount in its namespace
+    /// (proc(5)). Generating the table costs the kernel more than the rest of a sandboxed
+    /// start's checks, and it is consulted for every write root of every start.
+    pub(super) fn current() -> std::sync::Arc<Self> {
+        static CACHE: std::sync::Mutex<Option<CachedMounts>> = std::sync::Mutex::new(None);
+        let mut cache = CACHE
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(cached) = cache.as_ref().filter(|cached| !changed(&cached.file)) {
+            return cached.mounts.clone();
+        }
+        let reread = cache.take().map(|cached| cached.file).map_or_else(
+            || std::fs::File::open("/proc/self/mountinfo"),
+            |mut file| std::io::Seek::rewind(&mut file).map(|()| file),
+        );
+        let mut text = String::new();
+        let Ok(mut file) = reread else {
+            return std::sync::Arc::new(Self::read());
+        };
+        if std::io::Read::read_to_string(&mut file, &mut text).is_err() {
+            return std::sync::Arc::new(Self::read());
+        }
+        let mounts = std::sync::Arc::new(Self::parse(&text));
+        *cache = Some(CachedMounts {
+            file,
+            mounts: mounts.clone(),
+        });
+        mounts
+    }
+
+    fn parse(text: &str) -> Self {
         let entries = text
             .lines()
             .filter_map(|line| {
@@ -367,6 +408,18 @@ impl Mounts {
     }
 }
 
+/// Whether the mount table `mountinfo` shows changed since it was last polled or opened (or
+/// cannot tell).
+fn changed(mountinfo: &std::fs::File) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd as _;
+    let mut fds = [PollFd::new(mountinfo.as_fd(), PollFlags::POLLPRI)];
+    match poll(&mut fds, PollTimeout::ZERO) {
+        Ok(0) => false,
+        _ => true,
+    }
+}
+
 /// Undoes mountinfo's octal escapes (`\040` for a space...).
 pub(crate) fn unescape(field: &str) -> String {
     let bytes = field.as_bytes();
@@ -390,6 +443,34 @@ pub(crate) fn unescape(field: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The cached table stays while nothing is mounted, and is read again after a mount (this
+    /// test mounts a tmpfs on a directory of its own, on the host, and unmounts it).
+    #[test]
+    fn the_mount_table_is_read_again_only_after_a_mount() {
+        let first = Mounts::current();
+        assert!(std::sync::Arc::ptr_eq(&first, &Mounts::current()));
+        let dir = tempfile::tempdir().unwrap();
+        let mount = |args: &[&std::ffi::OsStr]| {
+            let status = std::process::Command::new(args[0])
+                .args(&args[1..])
+                .status();
+            assert!(status.unwrap().success(), "{args:?}");
+        };
+        let point = dir.path().as_os_str();
+        mount(&[
+            "mount".as_ref(),
+            "-t".as_ref(),
+            "tmpfs".as_ref(),
+            "t".as_ref(),
+            point,
+        ]);
+        let after = Mounts::current();
+        mount(&["umount".as_ref(), point]);
+        assert!(after.entries().iter().any(|(at, _)| at == dir.path()));
+        let unmounted = Mounts::current();
+        assert!(!unmounted.entries().iter().any(|(at, _)| at == dir.path()));
+    }
 
     #[test]
     fn refuses_the_binary_directory_and_hard_links_but_not_disjoint_roots() {
