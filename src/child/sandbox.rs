@@ -320,7 +320,7 @@ fn run(mut plan: Plan, late_filter: &seccomp::Late, setup: &ChildSetup) -> Resul
 fn enter_view(fs: &mut FsPlan, cwd: &std::path::Path, tty: bool) -> Result<(), Failure> {
     // Before the view, whose binds of `/proc` paths come from this instance.
     proc_identities_from_own_proc(&mut fs.identities);
-    mounts::apply(&fs.mounts, &fs.identities)
+    mounts::apply(&fs.mounts, &mut fs.identities)
         .and_then(|()| mounts::hide_sockets(&fs.hidden_sockets))
         .map_err(|err| Stage::Mounts.setup(err))?;
     if let Some((grant, id)) = tty.then(own_terminal).flatten() {

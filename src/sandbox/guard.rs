@@ -200,6 +200,44 @@ impl Guard {
         }
     }
 
+    /// The canonical path of everything protected (what the daemon loads, the loader's
+    /// configuration, whether present or not) and of the state directory.
+    pub(super) fn protected_paths(&self) -> impl Iterator<Item = &Path> {
+        self.protected
+            .iter()
+            .chain(STATE_DIR.get())
+            .map(|item| item.path.as_path())
+    }
+
+    /// The state directory, once protected.
+    pub(super) fn state_dir(&self) -> Option<&Path> {
+        STATE_DIR.get().map(|item| item.path.as_path())
+    }
+
+    /// A write grant on `/` keeps the protected files read-only instead of being refused
+    /// (`super::root_write`), which holds only for their names: a hard link to one elsewhere
+    /// would stay writable, so a protected file with other links refuses it, as any grant
+    /// holding one does.
+    pub(super) fn check_root_write(&self) -> Result<(), GuardError> {
+        let root = Path::new("/");
+        for item in self.protected.iter().filter(|item| item.linked) {
+            if let Some((dev, ino)) = item.id {
+                let refuse = |how| GuardError::Exposes {
+                    root: root.to_path_buf(),
+                    what: item.what,
+                    protected: item.path.clone(),
+                    how,
+                };
+                match find_inode(root, dev, ino, &item.path) {
+                    Ok(Some(link)) => return Err(refuse(Overlap::HardLink(link))),
+                    Ok(None) => {}
+                    Err(too_large) => return Err(refuse(too_large)),
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Whether [`Guard::check_write_root`] may search a root for hard links to a protected
     /// file.
     pub fn searches_for_links(&self) -> bool {
@@ -243,7 +281,7 @@ impl Guard {
                     }
                 }
                 if let (true, true, Some((dev, ino))) = (item.linked, meta.is_dir(), item.id) {
-                    match find_inode(root, dev, ino) {
+                    match find_inode(root, dev, ino, &item.path) {
                         Ok(None) => {}
                         Ok(Some(link)) => return refuse(Overlap::HardLink(link)),
                         Err(too_large) => return refuse(too_large),
@@ -298,8 +336,9 @@ pub enum Overlap {
     TooLarge,
 }
 
-/// Searches `root` (same device only, no symlinks followed) for a file with this inode.
-fn find_inode(root: &Path, dev: u64, ino: u64) -> Result<Option<PathBuf>, Overlap> {
+/// Searches `root` (same device only, no symlinks followed) for a file with this inode, other
+/// than `except` (its protected name).
+fn find_inode(root: &Path, dev: u64, ino: u64, except: &Path) -> Result<Option<PathBuf>, Overlap> {
     let mut stack = vec![root.to_path_buf()];
     let mut visited = 0usize;
     while let Some(dir) = stack.pop() {
@@ -315,7 +354,7 @@ fn find_inode(root: &Path, dev: u64, ino: u64) -> Result<Option<PathBuf>, Overla
             if meta.dev() != dev {
                 continue;
             }
-            if meta.ino() == ino {
+            if meta.ino() == ino && entry.path() != except {
                 return Ok(Some(entry.path()));
             }
             if meta.is_dir() {
@@ -408,7 +447,7 @@ mod tests {
         std::fs::create_dir(dir.path().join("d")).unwrap();
         std::fs::write(dir.path().join("d/file"), "x").unwrap();
         let meta = std::fs::metadata(dir.path().join("d/file")).unwrap();
-        let found = find_inode(dir.path(), meta.dev(), meta.ino()).unwrap();
+        let found = find_inode(dir.path(), meta.dev(), meta.ino(), Path::new("/")).unwrap();
         assert_eq!(found, Some(dir.path().join("d/file")));
         assert_eq!(unescape("/a\\040b"), "/a b");
     }

@@ -11,7 +11,7 @@ use super::facilities::{Enforcement, Form};
 use super::plan::{FsPlan, Grant, Identities, Identity, ManagedPlan, Plan, MAX_PORTS};
 use super::policy::{self, Policy, PolicyError, Rule};
 use super::protected::{self, ProtectError};
-use super::{guard, landlock, mounts, peers, sockets, view};
+use super::{guard, landlock, mounts, peers, root_write, sockets, view};
 use crate::rpc::RpcError;
 use exec_server_protocol::process::StartParams;
 use exec_server_protocol::sandbox::{
@@ -226,14 +226,19 @@ fn prepare_policy(
     // Canonical when the file system is restricted: the helper opens it without following links.
     let cwd = policy.cwd.as_path();
     let mut leases = protected::Leases::default();
+    let mut held = Vec::new();
     let fs = match policy.rules {
         None => None,
         Some(mut rules) => {
             let guard = guard::init();
+            let root_write = root_write::narrow(&mut rules, guard)?;
             for rule in rules.iter().filter(|rule| rule.access == FsAccess::Write) {
                 guard.check_write_root(&rule.path)?;
             }
             leases = protected::protect(&mut rules)?;
+            if root_write {
+                held = root_write::carve(&mut rules, guard);
+            }
             Some(rules)
         }
     };
@@ -251,7 +256,7 @@ fn prepare_policy(
         // The fs operation's own code connects no socket: nothing to hide from it.
         fs: fs
             .as_deref()
-            .map(|rules| fs_plan(rules, cwd, network_restricted && !fs_op))
+            .map(|rules| fs_plan(rules, cwd, &held, network_restricted && !fs_op))
             .transpose()?,
     };
     let context = Arc::new(DenialContext {
@@ -280,12 +285,18 @@ fn record(identities: &mut Identities, path: &Path) -> Result<(), PrepareError> 
     Ok(())
 }
 
-/// Mounts and grants for `rules`, with the identity of each of their paths and of `cwd`, and
-/// the host's sockets to hide when `hide_sockets` (network restricted).
-fn fs_plan(rules: &[Rule], cwd: &Path, hide_sockets: bool) -> Result<FsPlan, PrepareError> {
+/// Mounts and grants for `rules` (`held`: see `view::plan`), with the identity of each of
+/// their paths and of `cwd`, and the host's sockets to hide when `hide_sockets` (network
+/// restricted).
+fn fs_plan(
+    rules: &[Rule],
+    cwd: &Path,
+    held: &[PathBuf],
+    hide_sockets: bool,
+) -> Result<FsPlan, PrepareError> {
     let mounts = match Enforcement::current().landlock_fs {
-        true => view::plan(rules),
-        false => view::plan_alone(rules, cwd),
+        true => view::plan(rules, held),
+        false => view::plan_alone(rules, cwd, held),
     };
     let mut identities = Identities::new();
     let mut grants = Vec::new();

@@ -5,15 +5,17 @@
 //! masked (keeping mount points for the binds below it), and each directory between a writable
 //! area and a mask pinned ([`pins`]).
 
-use super::landlock::DEVICES;
+use super::landlock::{DEV, DEVICES};
 use super::plan::MountOp;
 use super::policy::{effective, Rule};
 use exec_server_protocol::sandbox::FsAccess;
 use std::path::{Path, PathBuf};
 
 /// The mount operations that carve the rules out of a read-only view, in application order.
-pub(super) fn plan(rules: &[Rule]) -> Vec<MountOp> {
-    carve(rules, false)
+/// `held`: paths the helper has already mounted over (the state directory's mask), pinned in
+/// place like a mask.
+pub(super) fn plan(rules: &[Rule], held: &[PathBuf]) -> Vec<MountOp> {
+    carve(rules, false, held)
 }
 
 /// The same for the mount view alone, without Landlock (`super::facilities`): where the root
@@ -21,13 +23,13 @@ pub(super) fn plan(rules: &[Rule]) -> Vec<MountOp> {
 /// new root, with bare mount points for the grants), and the devices every Unix process uses.
 /// A `cwd` outside every rule is a bare directory of the new root (search only, as Landlock
 /// lets a process sit in a directory it cannot read).
-pub(super) fn plan_alone(rules: &[Rule], cwd: &Path) -> Vec<MountOp> {
+pub(super) fn plan_alone(rules: &[Rule], cwd: &Path, held: &[PathBuf]) -> Vec<MountOp> {
     let root = Path::new("/");
     if matches!(
         effective(rules, root),
         Some(FsAccess::Read | FsAccess::Write)
     ) {
-        return plan(rules);
+        return plan(rules, held);
     }
     let mut alone: Vec<Rule> = rules.iter().filter(|r| r.path != root).cloned().collect();
     for (device, write) in DEVICES {
@@ -47,7 +49,7 @@ pub(super) fn plan_alone(rules: &[Rule], cwd: &Path) -> Vec<MountOp> {
         path: root.to_path_buf(),
         access: FsAccess::Deny,
     });
-    let mut ops = carve(&alone, true);
+    let mut ops = carve(&alone, true, held);
     if effective(rules, cwd).is_none() {
         if let Some(MountOp::Mask { keep, .. }) = ops.first_mut() {
             keep.push(cwd.to_path_buf());
@@ -57,7 +59,7 @@ pub(super) fn plan_alone(rules: &[Rule], cwd: &Path) -> Vec<MountOp> {
 }
 
 /// `root_masked`: a deny rule on `/` masks it (the mount view alone).
-fn carve(rules: &[Rule], root_masked: bool) -> Vec<MountOp> {
+fn carve(rules: &[Rule], root_masked: bool, held: &[PathBuf]) -> Vec<MountOp> {
     let mut sorted: Vec<&Rule> = rules.iter().collect();
     sorted.sort_by_key(|rule| (rule.path.components().count(), rule.path.clone()));
     let mut ops = Vec::new();
@@ -72,6 +74,10 @@ fn carve(rules: &[Rule], root_masked: bool) -> Vec<MountOp> {
         });
         let op = match (rule.access, parent) {
             (FsAccess::Write, Some(FsAccess::Write)) => None,
+            // The host's `/dev` holds its disks and memory: a writable one is a private one.
+            (FsAccess::Write, _) if rule.path == Path::new(DEV) => Some(MountOp::Devices {
+                path: rule.path.clone(),
+            }),
             (FsAccess::Write, _) => Some(MountOp::Bind {
                 path: rule.path.clone(),
                 writable: true,
@@ -94,7 +100,7 @@ fn carve(rules: &[Rule], root_masked: bool) -> Vec<MountOp> {
         };
         ops.extend(op);
     }
-    ops.extend(pins(rules, &ops));
+    ops.extend(pins(rules, &ops, held));
     ops.sort_by(|a, b| {
         (a.path().components().count(), a.path()).cmp(&(b.path().components().count(), b.path()))
     });
@@ -105,7 +111,7 @@ fn carve(rules: &[Rule], root_masked: bool) -> Vec<MountOp> {
         .enumerate()
         .filter_map(|(index, op)| match op {
             MountOp::Bind { path, .. } => Some((index, path.clone())),
-            MountOp::Mask { .. } => None,
+            MountOp::Mask { .. } | MountOp::Devices { .. } => None,
         })
         .collect();
     for (bind_index, bind_path) in targets {
@@ -123,17 +129,24 @@ fn carve(rules: &[Rule], root_masked: bool) -> Vec<MountOp> {
     ops
 }
 
-/// Binds of each directory between a writable area and a mask onto itself (keeping its
-/// access): a mount point cannot be renamed or removed (EBUSY), so a sandboxed process cannot
-/// move a denied path away from where the next launch of the same intent looks for it (which
-/// would then skip the missing rule, or mask an empty name). The masked path itself is already
-/// a mount point.
-fn pins(rules: &[Rule], ops: &[MountOp]) -> Vec<MountOp> {
+/// Binds of each directory between a writable area and a mask or a read-only bind onto itself
+/// (keeping its access): a mount point cannot be renamed or removed (EBUSY), so a sandboxed
+/// process cannot move a denied path away from where the next launch of the same intent looks
+/// for it (which would then skip the missing rule, or mask an empty name), nor a read-only
+/// directory away to put a writable one in its place. The masked or bound path itself is
+/// already a mount point.
+fn pins(rules: &[Rule], ops: &[MountOp], held: &[PathBuf]) -> Vec<MountOp> {
     let mut pins: Vec<MountOp> = Vec::new();
-    for op in ops {
-        let MountOp::Mask { path, .. } = op else {
-            continue;
-        };
+    // What a writable area must not lose: a mask, a read-only bind in it, a held path.
+    let kept = ops.iter().filter_map(|op| match op {
+        MountOp::Mask { path, .. }
+        | MountOp::Bind {
+            path,
+            writable: false,
+        } => Some(path),
+        _ => None,
+    });
+    for path in kept.chain(held) {
         for dir in path.ancestors().skip(1) {
             let movable = dir
                 .parent()
@@ -179,7 +192,7 @@ mod tests {
             keep: vec![],
         };
         assert_eq!(
-            plan(&rules),
+            plan(&rules, &[]),
             [
                 bind("/w", true),
                 bind("/w/a", true),
@@ -198,7 +211,7 @@ mod tests {
             rule("/w", FsAccess::Write),
             rule("/w/.git", FsAccess::Read),
         ];
-        let ops = plan_alone(&rules, Path::new("/w"));
+        let ops = plan_alone(&rules, Path::new("/w"), &[]);
         let MountOp::Mask { path, keep } = &ops[0] else {
             panic!("{ops:?}")
         };
@@ -208,7 +221,10 @@ mod tests {
         }
         assert!(!keep.contains(&PathBuf::from("/w/.git")), "{keep:?}");
         let readable = vec![rule("/", FsAccess::Read), rule("/w", FsAccess::Write)];
-        assert_eq!(plan_alone(&readable, Path::new("/w")), plan(&readable));
+        assert_eq!(
+            plan_alone(&readable, Path::new("/w"), &[]),
+            plan(&readable, &[])
+        );
     }
 
     #[test]
@@ -227,7 +243,7 @@ mod tests {
             writable,
         };
         assert_eq!(
-            plan(&rules),
+            plan(&rules, &[]),
             [
                 MountOp::Mask {
                     path: "/home".into(),

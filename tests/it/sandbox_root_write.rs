@@ -1,0 +1,149 @@
+//! A write grant on `/` (issue #42): allowed, with what the daemon loads kept read-only and a
+//! private `/dev`; every attempt on the daemon's binary, a library it maps, the loader, the
+//! loader's configuration, the host's devices and the mount table is stopped, and the host's
+//! files stay as they were.
+
+use crate::common;
+use crate::sandbox_support;
+
+use common::*;
+use sandbox_support::*;
+use serde_json::Value;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+
+/// `/` writable, `deny` denied, the network restricted.
+fn root_write(ws: &Path, deny: &Path) -> Value {
+    restricted(
+        ws,
+        vec![entry(special("root"), "write"), entry(path(deny), "none")],
+        "restricted",
+    )
+}
+
+/// The canonical path of the first file mapped by process `pid` whose name contains `part`.
+fn mapped(pid: i32, part: &str) -> PathBuf {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let path = maps
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(5))
+        .find(|path| path.contains(part))
+        .unwrap_or_else(|| panic!("the daemon maps no {part}"));
+    Path::new(path).canonicalize().unwrap()
+}
+
+/// What must not change on the host: (path, device, inode, size, mtime, link target).
+fn fingerprint(paths: &[PathBuf]) -> Vec<String> {
+    paths
+        .iter()
+        .map(|path| match std::fs::symlink_metadata(path) {
+            Ok(meta) => format!(
+                "{} {}:{} {} {} {:?}",
+                path.display(),
+                meta.dev(),
+                meta.ino(),
+                meta.len(),
+                meta.mtime_nsec() + meta.mtime() * 1_000_000_000,
+                std::fs::read_link(path).ok()
+            ),
+            Err(err) => format!("{} {:?}", path.display(), err.kind()),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_root_write_cannot_touch_what_the_daemon_loads_nor_the_hosts_devices() {
+    let state = tempfile::tempdir().unwrap();
+    let state_dir = state.path().canonicalize().unwrap().join("state");
+    let daemon = Daemon::start_with(&[], &[(STATE_DIR_VAR, state_dir.to_str().unwrap())]);
+    let (client, _) = daemon.session().await;
+    let d = Dirs::new();
+    let secret = d.ws("secret");
+    std::fs::create_dir(&secret).unwrap();
+    std::fs::write(secret.join("s"), "secret").unwrap();
+    let binary = Path::new(env!("CARGO_BIN_EXE_exec-server"))
+        .canonicalize()
+        .unwrap();
+    let libc = mapped(daemon.pid(), "libc.so");
+    let lib_dir = libc.parent().unwrap().to_path_buf();
+    let interp_link = Path::new("/usr/lib64/ld-linux-x86-64.so.2");
+    let host_devices: Vec<&str> = [
+        "/dev/vda",
+        "/dev/sda",
+        "/dev/mem",
+        "/dev/kmsg",
+        "/dev/loop0",
+    ]
+    .into_iter()
+    .filter(|device| Path::new(device).exists())
+    .collect();
+    let watched: Vec<PathBuf> = [
+        binary.clone(),
+        libc.clone(),
+        lib_dir.clone(),
+        "/etc/ld.so.cache".into(),
+        "/etc/ld.so.preload".into(),
+        "/etc/ld.so.conf.d".into(),
+        "/lib64".into(),
+        interp_link.into(),
+        state_dir.clone(),
+    ]
+    .into_iter()
+    .chain(host_devices.iter().map(PathBuf::from))
+    .collect();
+    let before = fingerprint(&watched);
+    let written = d.out("written");
+    let code = format!(
+        r#"import ctypes, errno, os, stat
+{PY_ATTEMPT}
+B, L, LD = {binary:?}, {libc:?}, {lib_dir:?}
+attempt('write-outside', lambda: open({written:?}, 'w').write('x'))
+attempt('open-binary', lambda: open(B, 'r+b').close())
+attempt('unlink-binary', lambda: os.unlink(B))
+attempt('rename-binary-dir', lambda: os.rename(os.path.dirname(B), os.path.dirname(B) + '.x'))
+attempt('truncate-lib', lambda: os.truncate(L, 0))
+attempt('append-lib', lambda: open(L, 'ab').close())
+attempt('rename-lib', lambda: os.rename(L, L + '.x'))
+attempt('unlink-lib', lambda: os.unlink(L))
+attempt('link-lib', lambda: os.link(L, '/var/tmp/root-write-libc'))
+attempt('rename-lib-dir', lambda: os.rename(LD, LD + '.x'))
+attempt('rename-lib-parent', lambda: os.rename(os.path.dirname(LD), os.path.dirname(LD) + '.x'))
+attempt('write-cache', lambda: open('/etc/ld.so.cache', 'ab').close())
+attempt('create-preload', lambda: open('/etc/ld.so.preload', 'w').close())
+attempt('create-conf', lambda: open('/etc/ld.so.conf.d/zz.conf', 'w').close())
+attempt('unlink-lib64', lambda: os.unlink('/lib64'))
+attempt('rename-lib64', lambda: os.rename('/lib64', '/lib64.x'))
+attempt('unlink-interp-link', lambda: os.unlink({interp_link:?}))
+attempt('mknod', lambda: os.mknod('/var/tmp/root-write-node', 0o600 | stat.S_IFCHR, os.makedev(1, 3)))
+attempt('mount', lambda: syscall(165, b'none', b'/mnt', b'tmpfs', 0, None))
+attempt('remount', lambda: syscall(165, None, LD.encode(), None, 32 | 4096, None))
+attempt('umount', lambda: syscall(166, LD.encode(), 2))
+attempt('state-dir', lambda: os.listdir({state_dir:?}))
+attempt('rename-state-parent', lambda: os.rename({state_parent:?}, {state_parent:?} + '.x'))
+for device in {host_devices:?}:
+    attempt('device ' + device, lambda: open(device, 'rb').close())
+attempt('read-denied', lambda: open({secret_file:?}).read())
+"#,
+        PY_ATTEMPT = PY_ATTEMPT,
+        written = written.to_str().unwrap(),
+        state_parent = state_dir.parent().unwrap().to_str().unwrap(),
+        secret_file = secret.join("s").to_str().unwrap(),
+    );
+    let outcome = py(&client, "p", &d.ws, &root_write(&d.ws, &secret), &code).await;
+    assert_eq!(outcome.code, 0, "{outcome:?}");
+    let lines: Vec<&str> = outcome.output.lines().collect();
+    assert_eq!(lines[0], "write-outside OK", "{outcome:?}");
+    assert_eq!(std::fs::read_to_string(&written).unwrap(), "x");
+    assert!(lines.len() >= 24, "{outcome:?}");
+    for line in &lines[1..] {
+        assert!(line.contains(" ERR "), "not stopped: {line}\n{outcome:?}");
+    }
+    for device in &host_devices {
+        let line = format!("device {device} ERR ENOENT");
+        assert!(lines.contains(&line.as_str()), "{line}: {outcome:?}");
+    }
+    assert_eq!(fingerprint(&watched), before, "{outcome:?}");
+    for made in ["/var/tmp/root-write-libc", "/var/tmp/root-write-node"] {
+        assert!(!Path::new(made).exists(), "{made}");
+    }
+}
