@@ -32,8 +32,10 @@ pub(crate) fn capabilities() -> EnvironmentCapabilities {
         sandboxed_file_streaming: sandbox,
         shell_snapshot_v2: true,
         windows_mxc: false,
-        linux_root_write_preserves_devices: false,
-        linux_approved_root_write_preserves_restrictions: false,
+        // A write grant on `/` keeps the daemon's own files read-only and gives a private
+        // `/dev` (docs/sandbox.md, "Root write"): wherever this host can sandbox at all.
+        linux_root_write_preserves_devices: sandbox,
+        linux_approved_root_write_preserves_restrictions: sandbox,
         process_resize: true,
         process_close_stdin: true,
         process_signals: true,

@@ -27,6 +27,7 @@ pub(crate) mod network_proxy;
 mod no_follow;
 mod process;
 mod process_sandbox;
+mod root_write;
 mod shell_snapshot;
 
 use crate::common::codex_peer::CodexPeer;
