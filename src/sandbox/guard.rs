@@ -312,6 +312,15 @@ pub enum GuardError {
         protected: PathBuf,
         how: Overlap,
     },
+    #[error(
+        "sandbox write grant `/` would let a sandbox replace {what} `{}`, which the kernel runs \
+         as root outside every sandbox, and what it loads; refusing it",
+        program.display()
+    )]
+    KernelHelper {
+        what: &'static str,
+        program: PathBuf,
+    },
 }
 
 /// How a grant would overlap a protected file.

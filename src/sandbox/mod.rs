@@ -28,7 +28,7 @@ mod policy;
 pub(crate) mod prepare;
 pub(crate) mod profile;
 pub(crate) mod protected;
-mod root_write;
+pub(crate) mod root_write;
 pub(crate) mod seccomp;
 mod sock_diag;
 mod sockets;

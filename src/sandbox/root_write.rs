@@ -18,7 +18,8 @@
 //! * The state directory, which every helper masks, is pinned the same way.
 //!
 //! The sandbox gets less than it asked for there (a new file in `/etc`, a file at `/` itself),
-//! never more; the rest of the disk is written as asked.
+//! never more; the rest of the disk is written as asked. A host whose kernel runs a helper
+//! program of its own ([`kernel_helper`]) refuses the grant.
 
 use super::guard::{Guard, GuardError};
 use super::policy::{effective, Rule};
@@ -31,8 +32,68 @@ const KERNEL: &[&str] = &["/proc", "/sys", "/dev"];
 /// Hops through symbolic links followed for one name, as the kernel's limit.
 const MAX_LINKS: usize = 40;
 
+/// The kernel's own helpers, each a program it runs as root with every capability when any
+/// process, a sandboxed one included, triggers it: `modprobe` (an exec of a file of unknown
+/// format, a socket of an unloaded family), a core dump piped to a program, the uevent helper.
+/// (setting, what it names, whether it names a program only after a `|`).
+const KERNEL_HELPERS: &[(&str, &str, bool)] = &[
+    (
+        "/proc/sys/kernel/modprobe",
+        "the kernel's module loader",
+        false,
+    ),
+    (
+        "/proc/sys/kernel/core_pattern",
+        "the kernel's core dump handler",
+        true,
+    ),
+    (
+        "/proc/sys/kernel/hotplug",
+        "the kernel's uevent helper",
+        false,
+    ),
+];
+
+/// A helper's setting as read: what it names, whether piped, its text (None: no such setting).
+type Setting = (&'static str, bool, Option<String>);
+
+/// The program of each kernel helper configured on this host, from the settings' text.
+fn helper_programs(settings: &[Setting]) -> Vec<(&'static str, PathBuf)> {
+    let mut programs = Vec::new();
+    for (what, piped, text) in settings {
+        let text = text.as_deref().unwrap_or_default().trim();
+        let program = match piped {
+            true => text
+                .strip_prefix('|')
+                .and_then(|cmd| cmd.split_whitespace().next()),
+            false => Some(text).filter(|text| !text.is_empty()),
+        };
+        programs.extend(program.map(|program| (*what, PathBuf::from(program))));
+    }
+    programs
+}
+
+/// The first kernel helper this host runs, if any: a root write would let a sandbox replace
+/// it, or anything it loads (libraries, an interpreter and its modules, its configuration),
+/// and have the kernel run that outside every sandbox. Which files a helper ends up loading
+/// cannot be known, so such a host refuses the grant.
+pub(super) fn kernel_helper() -> Option<(&'static str, PathBuf)> {
+    let settings: Vec<Setting> = KERNEL_HELPERS
+        .iter()
+        .map(|(file, what, piped)| (*what, *piped, std::fs::read_to_string(file).ok()))
+        .collect();
+    helper_programs(&settings).into_iter().next()
+}
+
+/// Whether this host allows a root write at all (no [`kernel_helper`]), for
+/// `environment/info`.
+pub(crate) fn supported() -> bool {
+    kernel_helper().is_none()
+}
+
 /// Turns a write rule on `/` into a read rule, after checking that no protected file has a
-/// hard link elsewhere; true when there was one (then [`carve`] must follow).
+/// hard link elsewhere and that the kernel runs no helper; true when there was one (then
+/// [`carve`] must follow).
 pub(super) fn narrow(rules: &mut [Rule], guard: &Guard) -> Result<bool, GuardError> {
     let Some(root) = rules
         .iter_mut()
@@ -40,6 +101,9 @@ pub(super) fn narrow(rules: &mut [Rule], guard: &Guard) -> Result<bool, GuardErr
     else {
         return Ok(false);
     };
+    if let Some((what, program)) = kernel_helper() {
+        return Err(GuardError::KernelHelper { what, program });
+    }
     guard.check_root_write()?;
     root.access = FsAccess::Read;
     Ok(true)
@@ -159,6 +223,30 @@ fn link_dirs(name: &Path) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kernel_helpers_are_read_from_their_settings() {
+        let settings = |texts: [&str; 3]| {
+            let read: Vec<Setting> = KERNEL_HELPERS
+                .iter()
+                .zip(texts)
+                .map(|((_, what, piped), text)| (*what, *piped, Some(text.to_owned())))
+                .collect();
+            helper_programs(&read)
+        };
+        assert!(settings(["\n", "core\n", "\n"]).is_empty());
+        let found = settings(["/sbin/modprobe\n", "|/usr/share/apport/apport -p%p\n", ""]);
+        let programs: Vec<&Path> = found.iter().map(|(_, path)| path.as_path()).collect();
+        assert_eq!(
+            programs,
+            [
+                Path::new("/sbin/modprobe"),
+                Path::new("/usr/share/apport/apport")
+            ]
+        );
+        assert_eq!(found[1].0, "the kernel's core dump handler");
+        assert!(helper_programs(&[("x", false, None)]).is_empty());
+    }
 
     #[test]
     fn the_links_on_a_name_are_found_in_order() {

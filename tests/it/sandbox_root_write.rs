@@ -61,6 +61,16 @@ async fn a_root_write_cannot_touch_what_the_daemon_loads_nor_the_hosts_devices()
     let secret = d.ws("secret");
     std::fs::create_dir(&secret).unwrap();
     std::fs::write(secret.join("s"), "secret").unwrap();
+    if let Some(helper) = kernel_helper() {
+        // A sandbox could replace it, or what it loads, and have the kernel run that as root.
+        let start = params("p", &["true"], &d.ws, root_write(&d.ws, &secret));
+        let error = client.request("process/start", start).await.unwrap_err();
+        assert!(
+            error["message"].as_str().unwrap().contains(&helper),
+            "{error}"
+        );
+        return;
+    }
     let binary = Path::new(env!("CARGO_BIN_EXE_exec-server"))
         .canonicalize()
         .unwrap();
@@ -146,4 +156,45 @@ attempt('read-denied', lambda: open({secret_file:?}).read())
     for made in ["/var/tmp/root-write-libc", "/var/tmp/root-write-node"] {
         assert!(!Path::new(made).exists(), "{made}");
     }
+}
+
+/// Where the kernel runs a helper program (here a core dump handler, seen only by this daemon
+/// through a bind mount in a mount namespace of its own), a root write is refused: a sandbox
+/// could replace the handler or what it loads and crash a process to have it run as root.
+/// `environment/info` says so.
+#[tokio::test]
+async fn a_root_write_is_refused_where_the_kernel_runs_a_helper() {
+    let fake = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(fake.path(), "|/usr/share/apport/apport -p%p\n").unwrap();
+    let mut command = std::process::Command::new("unshare");
+    command
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg("mount --bind \"$0\" /proc/sys/kernel/core_pattern && exec \"$@\"")
+        .arg(fake.path())
+        .arg(env!("CARGO_BIN_EXE_exec-server"))
+        .args(["--listen", "ws://127.0.0.1:0"])
+        .env("EXEC_SERVER_LOG", "warn")
+        .stdout(std::process::Stdio::piped());
+    let daemon = Daemon::launch(command);
+    let (client, _) = daemon.session().await;
+    let info = client.call("environment/info", Value::Null).await;
+    let capabilities = &info["capabilities"];
+    assert_eq!(capabilities["linuxSandbox"], true, "{info}");
+    assert_eq!(capabilities["linuxRootWritePreservesDevices"], false);
+    assert_eq!(
+        capabilities["linuxApprovedRootWritePreservesRestrictions"],
+        false
+    );
+    let d = Dirs::new();
+    let marker = d.out("ran");
+    let script = format!("touch {}", marker.display());
+    let start = params("p", &["sh", "-c", &script], &d.ws, root_write(&d.ws, &d.ws));
+    let error = client.request("process/start", start).await.unwrap_err();
+    assert_eq!(error["code"], -32602, "{error}");
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("the kernel's core dump handler `/usr/share/apport/apport`"),
+        "{error}"
+    );
+    assert!(!marker.exists());
 }

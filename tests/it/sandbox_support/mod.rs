@@ -273,3 +273,19 @@ pub fn bind_refusal() -> (&'static str, &'static str) {
         false => ("EPERM", "Operation not permitted"),
     }
 }
+
+/// The kernel helper this host runs (modprobe, a piped core dump handler, a uevent helper),
+/// as the daemon reads it: a root write is refused where there is one (docs/sandbox.md, "Root
+/// write").
+pub fn kernel_helper() -> Option<String> {
+    let read = |file: &str| std::fs::read_to_string(file).unwrap_or_default();
+    let core = read("/proc/sys/kernel/core_pattern");
+    [
+        read("/proc/sys/kernel/modprobe"),
+        read("/proc/sys/kernel/hotplug"),
+    ]
+    .into_iter()
+    .map(|text| text.trim().to_owned())
+    .chain(core.trim().strip_prefix('|').map(str::to_owned))
+    .find_map(|command| command.split_whitespace().next().map(str::to_owned))
+}
