@@ -363,14 +363,16 @@ fn executable_by_mode(program: &str, path_var: Option<&str>) -> bool {
 }
 
 /// The PTY the process runs on (asked only in tty mode), which programs reopen as
-/// /dev/pts/N, and the identity of the terminal it has open.
+/// /dev/pts/N, and the identity of the terminal it has open. None when the view does not show
+/// it at that name: a private `/dev` (root write) has a `pts` of its own, as codex's has.
 fn own_terminal() -> Option<(Grant, Identity)> {
     let path = std::fs::read_link("/proc/self/fd/0").ok()?;
     if !path.starts_with("/dev/pts/") {
         return None;
     }
-    let stat = nix::sys::stat::fstat(std::io::stdin()).ok()?;
-    Some((Grant { path, write: true }, Identity::of_stat(&stat)))
+    let id = Identity::of_stat(&nix::sys::stat::fstat(std::io::stdin()).ok()?);
+    let shown = nix::sys::stat::lstat(&path).ok()?;
+    (Identity::of_stat(&shown) == id).then_some((Grant { path, write: true }, id))
 }
 
 /// The daemon took the identities of `/proc` paths on the host's procfs; the sandbox now sees

@@ -215,24 +215,24 @@ impl Guard {
     }
 
     /// A write grant on `/` keeps the protected files read-only instead of being refused
-    /// (`super::root_write`), which holds only for their names: a hard link to one elsewhere
-    /// would stay writable, so a protected file with other links refuses it, as any grant
-    /// holding one does.
+    /// (`super::root_write`), which holds only for their names: a hard link to one anywhere
+    /// else (perf's build-id cache links every library it saw under `~/.debug`) would stay
+    /// writable, and no search of a whole disk fits in a launch. So a protected file with
+    /// other links now refuses it, except the running binary where the kernel refuses writes
+    /// through every name (ETXTBSY).
     pub(super) fn check_root_write(&self) -> Result<(), GuardError> {
-        let root = Path::new("/");
-        for item in self.protected.iter().filter(|item| item.linked) {
-            if let Some((dev, ino)) = item.id {
-                let refuse = |how| GuardError::Exposes {
-                    root: root.to_path_buf(),
+        for item in &self.protected {
+            let links = std::fs::metadata(&item.path).map_or(1, |meta| match meta.is_file() {
+                true => meta.nlink(),
+                false => 1,
+            });
+            if links > 1 && !(item.what == BINARY && running_binary_is_write_protected()) {
+                return Err(GuardError::Exposes {
+                    root: PathBuf::from("/"),
                     what: item.what,
                     protected: item.path.clone(),
-                    how,
-                };
-                match find_inode(root, dev, ino, &item.path) {
-                    Ok(Some(link)) => return Err(refuse(Overlap::HardLink(link))),
-                    Ok(None) => {}
-                    Err(too_large) => return Err(refuse(too_large)),
-                }
+                    how: Overlap::Linked(links),
+                });
             }
         }
         Ok(())
@@ -281,7 +281,7 @@ impl Guard {
                     }
                 }
                 if let (true, true, Some((dev, ino))) = (item.linked, meta.is_dir(), item.id) {
-                    match find_inode(root, dev, ino, &item.path) {
+                    match find_inode(root, dev, ino) {
                         Ok(None) => {}
                         Ok(Some(link)) => return refuse(Overlap::HardLink(link)),
                         Err(too_large) => return refuse(too_large),
@@ -338,6 +338,8 @@ pub enum Overlap {
     BindMount,
     #[error("`{}` is a hard link to it", .0.display())]
     HardLink(PathBuf),
+    #[error("it has {0} hard links, which no sandbox view can keep read-only")]
+    Linked(u64),
     #[error(
         "it has other hard links and the grant has more than {MAX_LINK_SCAN} entries to search \
          for them"
@@ -345,9 +347,8 @@ pub enum Overlap {
     TooLarge,
 }
 
-/// Searches `root` (same device only, no symlinks followed) for a file with this inode, other
-/// than `except` (its protected name).
-fn find_inode(root: &Path, dev: u64, ino: u64, except: &Path) -> Result<Option<PathBuf>, Overlap> {
+/// Searches `root` (same device only, no symlinks followed) for a file with this inode.
+fn find_inode(root: &Path, dev: u64, ino: u64) -> Result<Option<PathBuf>, Overlap> {
     let mut stack = vec![root.to_path_buf()];
     let mut visited = 0usize;
     while let Some(dir) = stack.pop() {
@@ -363,7 +364,7 @@ fn find_inode(root: &Path, dev: u64, ino: u64, except: &Path) -> Result<Option<P
             if meta.dev() != dev {
                 continue;
             }
-            if meta.ino() == ino && entry.path() != except {
+            if meta.ino() == ino {
                 return Ok(Some(entry.path()));
             }
             if meta.is_dir() {
@@ -456,7 +457,7 @@ mod tests {
         std::fs::create_dir(dir.path().join("d")).unwrap();
         std::fs::write(dir.path().join("d/file"), "x").unwrap();
         let meta = std::fs::metadata(dir.path().join("d/file")).unwrap();
-        let found = find_inode(dir.path(), meta.dev(), meta.ino(), Path::new("/")).unwrap();
+        let found = find_inode(dir.path(), meta.dev(), meta.ino()).unwrap();
         assert_eq!(found, Some(dir.path().join("d/file")));
         assert_eq!(unescape("/a\\040b"), "/a b");
     }

@@ -85,14 +85,14 @@ pub(super) fn kernel_helper() -> Option<(&'static str, PathBuf)> {
     helper_programs(&settings).into_iter().next()
 }
 
-/// Whether this host allows a root write at all (no [`kernel_helper`]), for
-/// `environment/info`.
+/// Whether this host allows a root write now (no [`kernel_helper`], no protected file with
+/// other links: [`Guard::check_root_write`]), for `environment/info`.
 pub(crate) fn supported() -> bool {
-    kernel_helper().is_none()
+    kernel_helper().is_none() && super::guard::init().check_root_write().is_ok()
 }
 
-/// Turns a write rule on `/` into a read rule, after checking that no protected file has a
-/// hard link elsewhere and that the kernel runs no helper; true when there was one (then
+/// Turns a write rule on `/` into a read rule, after checking that no protected file has
+/// other hard links and that the kernel runs no helper; true when there was one (then
 /// [`carve`] must follow).
 pub(super) fn narrow(rules: &mut [Rule], guard: &Guard) -> Result<bool, GuardError> {
     let Some(root) = rules

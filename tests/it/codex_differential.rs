@@ -257,6 +257,19 @@ impl Both {
     pub fn urls(&self) -> [&str; 2] {
         [&self.ours.url, &self.codex.url]
     }
+
+    /// `ours` beside codex's server.
+    pub fn with_ours(ours: Daemon) -> Self {
+        Self {
+            ours,
+            codex: CodexPeer::start(&[]),
+        }
+    }
+
+    /// This daemon's pid.
+    pub fn ours_pid(&self) -> i32 {
+        self.ours.pid()
+    }
 }
 
 /// A client of the daemon at `url` that finished the handshake.

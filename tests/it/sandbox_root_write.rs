@@ -55,14 +55,15 @@ fn fingerprint(paths: &[PathBuf]) -> Vec<String> {
 async fn a_root_write_cannot_touch_what_the_daemon_loads_nor_the_hosts_devices() {
     let state = tempfile::tempdir().unwrap();
     let state_dir = state.path().canonicalize().unwrap().join("state");
-    let daemon = Daemon::start_with(&[], &[(STATE_DIR_VAR, state_dir.to_str().unwrap())]);
+    let (daemon, _copies) = root_write_daemon(&[(STATE_DIR_VAR, state_dir.to_str().unwrap())]);
     let (client, _) = daemon.session().await;
     let d = Dirs::new();
     let secret = d.ws("secret");
     std::fs::create_dir(&secret).unwrap();
     std::fs::write(secret.join("s"), "secret").unwrap();
-    if let Some(helper) = kernel_helper() {
-        // A sandbox could replace it, or what it loads, and have the kernel run that as root.
+    if let Some(helper) = root_write_refusal(daemon.pid()) {
+        // A sandbox could replace a kernel helper, or what it loads, and have the kernel run
+        // that as root; or write a library through its other name.
         let start = params("p", &["true"], &d.ws, root_write(&d.ws, &secret));
         let error = client.request("process/start", start).await.unwrap_err();
         assert!(
@@ -156,6 +157,19 @@ attempt('read-denied', lambda: open({secret_file:?}).read())
     for made in ["/var/tmp/root-write-libc", "/var/tmp/root-write-node"] {
         assert!(!Path::new(made).exists(), "{made}");
     }
+    // On a PTY: the host's `/dev/pts/N` is not in the private `/dev` (nor in codex's), and
+    // the terminal works through the descriptors and `/dev/tty`.
+    let script = "echo through-dev-tty > /dev/tty && stty size";
+    let mut tty = params(
+        "t",
+        &["sh", "-c", script],
+        &d.ws,
+        root_write(&d.ws, &secret),
+    );
+    tty["tty"] = serde_json::json!(true);
+    let outcome = run(&client, tty).await;
+    assert_eq!(outcome.code, 0, "{outcome:?}");
+    assert!(outcome.output.contains("through-dev-tty"), "{outcome:?}");
 }
 
 /// Where the kernel runs a helper program (here a core dump handler, seen only by this daemon
