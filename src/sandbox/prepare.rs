@@ -226,7 +226,7 @@ fn prepare_policy(
     // Canonical when the file system is restricted: the helper opens it without following links.
     let cwd = policy.cwd.as_path();
     let mut leases = protected::Leases::default();
-    let mut held = Vec::new();
+    let mut extra = view::Extra::default();
     let fs = match policy.rules {
         None => None,
         Some(mut rules) => {
@@ -237,7 +237,7 @@ fn prepare_policy(
             }
             leases = protected::protect(&mut rules)?;
             if root_write {
-                held = root_write::carve(&mut rules, guard);
+                extra = root_write::carve(&mut rules, guard);
             }
             Some(rules)
         }
@@ -256,7 +256,7 @@ fn prepare_policy(
         // The fs operation's own code connects no socket: nothing to hide from it.
         fs: fs
             .as_deref()
-            .map(|rules| fs_plan(rules, cwd, &held, network_restricted && !fs_op))
+            .map(|rules| fs_plan(rules, cwd, &extra, network_restricted && !fs_op))
             .transpose()?,
     };
     let context = Arc::new(DenialContext {
@@ -285,18 +285,18 @@ fn record(identities: &mut Identities, path: &Path) -> Result<(), PrepareError> 
     Ok(())
 }
 
-/// Mounts and grants for `rules` (`held`: see `view::plan`), with the identity of each of
+/// Mounts and grants for `rules` and `extra` (`view::Extra`), with the identity of each of
 /// their paths and of `cwd`, and the host's sockets to hide when `hide_sockets` (network
 /// restricted).
 fn fs_plan(
     rules: &[Rule],
     cwd: &Path,
-    held: &[PathBuf],
+    extra: &view::Extra,
     hide_sockets: bool,
 ) -> Result<FsPlan, PrepareError> {
     let mounts = match Enforcement::current().landlock_fs {
-        true => view::plan(rules, held),
-        false => view::plan_alone(rules, cwd, held),
+        true => view::plan(rules, extra),
+        false => view::plan_alone(rules, cwd, extra),
     };
     let mut identities = Identities::new();
     let mut grants = Vec::new();
@@ -307,9 +307,19 @@ fn fs_plan(
             write: rule.access == FsAccess::Write,
         });
     }
+    if extra.private_dev {
+        // The helper makes it, and takes its identity then (`mounts::apply`).
+        record(&mut identities, Path::new(landlock::DEV))?;
+        grants.push(Grant {
+            path: landlock::DEV.into(),
+            write: true,
+        });
+    }
     for (path, write) in landlock::DEVICES {
-        // Missing devices are not granted.
-        if let Ok(id) = Identity::stat(Path::new(path)) {
+        // Missing devices are not granted, nor denied ones (masked: the grant would find the
+        // mask, not the device, and fail the launch).
+        let denied = policy::effective(rules, Path::new(path)) == Some(FsAccess::Deny);
+        if let (Ok(id), false) = (Identity::stat(Path::new(path)), denied) {
             identities.insert(path.into(), id);
             grants.push(Grant {
                 path: path.into(),

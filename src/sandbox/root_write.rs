@@ -8,7 +8,8 @@
 //!   its other entries cannot be replaced, nor can a new entry be made there.
 //! * `/proc` and `/sys` stay read-only (the kernel's own interfaces), and `/dev` is the private
 //!   minimal one ([`super::plan::MountOp::Devices`]): the standard devices, nothing of the
-//!   host's disks or memory, new files only in the sandbox's own tmpfs.
+//!   host's disks or memory, new files only in the sandbox's own tmpfs (unless a rule of the
+//!   intent names `/dev` itself, which then decides as in any intent).
 //! * The directory of every protected file (the daemon's binary, each library it maps, the
 //!   loader, the loader's configuration, `/etc/ld.so.preload` whether present or not) is bound
 //!   read-only, and so is the directory of every symbolic link on the names the loader used
@@ -22,7 +23,9 @@
 //! program of its own ([`kernel_helper`]) refuses the grant.
 
 use super::guard::{Guard, GuardError};
+use super::landlock::DEV;
 use super::policy::{effective, Rule};
+use super::view::Extra;
 use exec_server_protocol::sandbox::FsAccess;
 use std::path::{Component, Path, PathBuf};
 
@@ -110,8 +113,9 @@ pub(super) fn narrow(rules: &mut [Rule], guard: &Guard) -> Result<bool, GuardErr
 }
 
 /// The rest of the root write's rules (module docs), added where the client's own rules say
-/// nothing narrower; returns the paths the view must hold in place (`super::view::plan`).
-pub(super) fn carve(rules: &mut Vec<Rule>, guard: &Guard) -> Vec<PathBuf> {
+/// nothing narrower, and what the view adds: the private `/dev` unless a rule names `/dev`
+/// itself (then it decides), the state directory held in place.
+pub(super) fn carve(rules: &mut Vec<Rule>, guard: &Guard) -> Extra {
     let add = |rules: &mut Vec<Rule>, path: PathBuf, access: FsAccess| {
         if !rules.iter().any(|rule| rule.path == path) {
             rules.push(Rule { path, access });
@@ -124,7 +128,6 @@ pub(super) fn carve(rules: &mut Vec<Rule>, guard: &Guard) -> Vec<PathBuf> {
             add(rules, path, FsAccess::Write);
         }
     }
-    add(rules, PathBuf::from("/dev"), FsAccess::Write);
     let mut read_only: Vec<PathBuf> = guard
         .protected_paths()
         .filter(|path| Some(*path) != guard.state_dir())
@@ -142,13 +145,15 @@ pub(super) fn carve(rules: &mut Vec<Rule>, guard: &Guard) -> Vec<PathBuf> {
             });
         }
     }
+    let private_dev = !rules.iter().any(|rule| rule.path == Path::new(DEV));
     // Masked by every helper already (`super::mounts::hide`): only kept in place.
-    guard
+    let held = guard
         .state_dir()
         .filter(|state| effective(rules, state) == Some(FsAccess::Write))
         .map(Path::to_path_buf)
         .into_iter()
-        .collect()
+        .collect();
+    Extra { held, private_dev }
 }
 
 fn in_kernel(path: &Path) -> bool {

@@ -11,11 +11,19 @@ use super::policy::{effective, Rule};
 use exec_server_protocol::sandbox::FsAccess;
 use std::path::{Path, PathBuf};
 
+/// What a root write adds to the view (`super::root_write`), beyond its rules.
+#[derive(Debug, Default)]
+pub(super) struct Extra {
+    /// Paths the helper has already mounted over (the state directory's mask), pinned in place
+    /// like a mask.
+    pub held: Vec<PathBuf>,
+    /// `/dev` is the private one (`MountOp::Devices`), under the rules inside it.
+    pub private_dev: bool,
+}
+
 /// The mount operations that carve the rules out of a read-only view, in application order.
-/// `held`: paths the helper has already mounted over (the state directory's mask), pinned in
-/// place like a mask.
-pub(super) fn plan(rules: &[Rule], held: &[PathBuf]) -> Vec<MountOp> {
-    carve(rules, false, held)
+pub(super) fn plan(rules: &[Rule], extra: &Extra) -> Vec<MountOp> {
+    carve(rules, false, extra)
 }
 
 /// The same for the mount view alone, without Landlock (`super::facilities`): where the root
@@ -23,13 +31,13 @@ pub(super) fn plan(rules: &[Rule], held: &[PathBuf]) -> Vec<MountOp> {
 /// new root, with bare mount points for the grants), and the devices every Unix process uses.
 /// A `cwd` outside every rule is a bare directory of the new root (search only, as Landlock
 /// lets a process sit in a directory it cannot read).
-pub(super) fn plan_alone(rules: &[Rule], cwd: &Path, held: &[PathBuf]) -> Vec<MountOp> {
+pub(super) fn plan_alone(rules: &[Rule], cwd: &Path, extra: &Extra) -> Vec<MountOp> {
     let root = Path::new("/");
     if matches!(
         effective(rules, root),
         Some(FsAccess::Read | FsAccess::Write)
     ) {
-        return plan(rules, held);
+        return plan(rules, extra);
     }
     let mut alone: Vec<Rule> = rules.iter().filter(|r| r.path != root).cloned().collect();
     for (device, write) in DEVICES {
@@ -49,7 +57,7 @@ pub(super) fn plan_alone(rules: &[Rule], cwd: &Path, held: &[PathBuf]) -> Vec<Mo
         path: root.to_path_buf(),
         access: FsAccess::Deny,
     });
-    let mut ops = carve(&alone, true, held);
+    let mut ops = carve(&alone, true, extra);
     if effective(rules, cwd).is_none() {
         if let Some(MountOp::Mask { keep, .. }) = ops.first_mut() {
             keep.push(cwd.to_path_buf());
@@ -59,7 +67,7 @@ pub(super) fn plan_alone(rules: &[Rule], cwd: &Path, held: &[PathBuf]) -> Vec<Mo
 }
 
 /// `root_masked`: a deny rule on `/` masks it (the mount view alone).
-fn carve(rules: &[Rule], root_masked: bool, held: &[PathBuf]) -> Vec<MountOp> {
+fn carve(rules: &[Rule], root_masked: bool, extra: &Extra) -> Vec<MountOp> {
     let mut sorted: Vec<&Rule> = rules.iter().collect();
     sorted.sort_by_key(|rule| (rule.path.components().count(), rule.path.clone()));
     let mut ops = Vec::new();
@@ -74,10 +82,6 @@ fn carve(rules: &[Rule], root_masked: bool, held: &[PathBuf]) -> Vec<MountOp> {
         });
         let op = match (rule.access, parent) {
             (FsAccess::Write, Some(FsAccess::Write)) => None,
-            // The host's `/dev` holds its disks and memory: a writable one is a private one.
-            (FsAccess::Write, _) if rule.path == Path::new(DEV) => Some(MountOp::Devices {
-                path: rule.path.clone(),
-            }),
             (FsAccess::Write, _) => Some(MountOp::Bind {
                 path: rule.path.clone(),
                 writable: true,
@@ -100,18 +104,21 @@ fn carve(rules: &[Rule], root_masked: bool, held: &[PathBuf]) -> Vec<MountOp> {
         };
         ops.extend(op);
     }
-    ops.extend(pins(rules, &ops, held));
+    if extra.private_dev {
+        ops.push(MountOp::Devices { path: DEV.into() });
+    }
+    ops.extend(pins(rules, &ops, &extra.held));
     ops.sort_by(|a, b| {
         (a.path().components().count(), a.path()).cmp(&(b.path().components().count(), b.path()))
     });
-    // A bind under a mask needs a mount point in it: the nearest mask above, with no other
-    // mount operation in between, provides one.
+    // A bind (or a private `/dev`) under a mask needs a mount point in it: the nearest mask
+    // above, with no other mount operation in between, provides one.
     let targets: Vec<(usize, PathBuf)> = ops
         .iter()
         .enumerate()
         .filter_map(|(index, op)| match op {
-            MountOp::Bind { path, .. } => Some((index, path.clone())),
-            MountOp::Mask { .. } | MountOp::Devices { .. } => None,
+            MountOp::Bind { path, .. } | MountOp::Devices { path } => Some((index, path.clone())),
+            MountOp::Mask { .. } => None,
         })
         .collect();
     for (bind_index, bind_path) in targets {
@@ -192,7 +199,7 @@ mod tests {
             keep: vec![],
         };
         assert_eq!(
-            plan(&rules, &[]),
+            plan(&rules, &Extra::default()),
             [
                 bind("/w", true),
                 bind("/w/a", true),
@@ -205,13 +212,46 @@ mod tests {
     }
 
     #[test]
+    fn a_private_dev_comes_before_the_rules_inside_it_and_held_paths_are_pinned() {
+        let rules = vec![
+            rule("/", FsAccess::Read),
+            rule("/run", FsAccess::Write),
+            rule("/dev/zero", FsAccess::Deny),
+        ];
+        let extra = Extra {
+            held: vec!["/run/a/state".into()],
+            private_dev: true,
+        };
+        assert_eq!(
+            plan(&rules, &extra),
+            [
+                MountOp::Devices {
+                    path: "/dev".into()
+                },
+                MountOp::Bind {
+                    path: "/run".into(),
+                    writable: true
+                },
+                MountOp::Mask {
+                    path: "/dev/zero".into(),
+                    keep: vec![]
+                },
+                MountOp::Bind {
+                    path: "/run/a".into(),
+                    writable: true
+                },
+            ]
+        );
+    }
+
+    #[test]
     fn alone_a_root_that_is_not_readable_becomes_a_new_root_of_the_grants() {
         let rules = vec![
             rule("/usr", FsAccess::Read),
             rule("/w", FsAccess::Write),
             rule("/w/.git", FsAccess::Read),
         ];
-        let ops = plan_alone(&rules, Path::new("/w"), &[]);
+        let ops = plan_alone(&rules, Path::new("/w"), &Extra::default());
         let MountOp::Mask { path, keep } = &ops[0] else {
             panic!("{ops:?}")
         };
@@ -222,8 +262,8 @@ mod tests {
         assert!(!keep.contains(&PathBuf::from("/w/.git")), "{keep:?}");
         let readable = vec![rule("/", FsAccess::Read), rule("/w", FsAccess::Write)];
         assert_eq!(
-            plan_alone(&readable, Path::new("/w"), &[]),
-            plan(&readable, &[])
+            plan_alone(&readable, Path::new("/w"), &Extra::default()),
+            plan(&readable, &Extra::default())
         );
     }
 
@@ -243,7 +283,7 @@ mod tests {
             writable,
         };
         assert_eq!(
-            plan(&rules, &[]),
+            plan(&rules, &Extra::default()),
             [
                 MountOp::Mask {
                     path: "/home".into(),

@@ -2,7 +2,7 @@
 //! and `linuxApprovedRootWritePreservesRestrictions`, codex 645b683a9e): on both daemons a
 //! write outside the workspace lands, the denied path and a link into it stay denied, `/dev`
 //! is the same private minimal one (its entries, `/dev/null` written, a new file in it never
-//! on the host). Stdout and exit code compared.
+//! on the host, a denied device denied). Stdout and exit code compared.
 
 use super::process::{chunks_until_closed, text};
 use super::Both;
@@ -39,7 +39,8 @@ cat {ws}/link/s 2>/dev/null && echo read-through-link || echo link-refused
 echo x 2>/dev/null > {ws}/link/new && echo wrote-through-link || echo link-write-refused
 ls -A /dev | tr '\\n' ' '; echo
 echo z > /dev/null && echo dev-null-written
-touch {dev_file} && echo dev-file-made",
+touch {dev_file} && echo dev-file-made
+head -c1 /dev/zero 2>/dev/null | wc -c",
             outside = outside.display(),
             ws = ws.display(),
         );
@@ -49,6 +50,7 @@ touch {dev_file} && echo dev-file-made",
                 "type": "restricted", "entries": [
                     entry(json!({"type": "special", "value": {"kind": "root"}}), "write"),
                     entry(json!({"type": "path", "path": format!("file://{}", secret.display())}), "none"),
+                    entry(json!({"type": "path", "path": "file:///dev/zero"}), "none"),
                 ]}},
             "cwd": format!("file://{}", ws.display()),
             "workspaceRoots": [format!("file://{}", ws.display())],
@@ -85,6 +87,7 @@ touch {dev_file} && echo dev-file-made",
             "core fd full null ptmx pts random shm stderr stdin stdout tty urandom zero ",
             "dev-null-written",
             "dev-file-made",
+            "0",
         ],
         "{stdout}"
     );
