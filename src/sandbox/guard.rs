@@ -6,7 +6,8 @@
 //! dynamic loader or its configuration (`/etc/ld.so.preload`!) would run unsandboxed at the
 //! next launch or daemon restart. Protected ([`init`], captured at startup): the binary
 //! (`/proc/self/exe`), every file mapped into the daemon (`/proc/self/maps`: the loader and
-//! the shared libraries), and [`LOADER_CONFIG`], whether it exists or not. A write root is
+//! the shared libraries), every symbolic link on the names the loader found them by
+//! (`super::loader`), and [`LOADER_CONFIG`], whether it exists or not. A write root is
 //! refused when
 //! 1. its canonical path contains a protected path, or lies inside one (a directory such as
 //!    `/etc/ld.so.conf.d`);
@@ -114,8 +115,18 @@ pub fn init() -> &'static Guard {
             .filter(|path| binary.as_ref().is_none_or(|binary| binary.path != *path))
             .filter_map(|path| protected("a file the daemon and its helpers load", &path))
             .collect();
+        // A link replaced on the way to the loader or a library swaps what the next helper
+        // loads as surely as the file itself.
+        let links = super::loader::links()
+            .into_iter()
+            .filter_map(|link| protected_link("a link on the loader's path", &link));
         Guard {
-            protected: binary.into_iter().chain(config).chain(mapped).collect(),
+            protected: binary
+                .into_iter()
+                .chain(config)
+                .chain(mapped)
+                .chain(links)
+                .collect(),
             warnings,
         }
     })
@@ -171,6 +182,24 @@ fn protected(what: &'static str, path: &Path) -> Option<Protected> {
             .ok()?
             .join(path.file_name()?),
     };
+    protected_as(what, path, meta)
+}
+
+/// The symbolic link `link` itself as protected (not what it names).
+fn protected_link(what: &'static str, link: &Path) -> Option<Protected> {
+    let meta = std::fs::symlink_metadata(link).ok();
+    let path = std::fs::canonicalize(link.parent()?)
+        .ok()?
+        .join(link.file_name()?);
+    protected_as(what, path, meta)
+}
+
+/// The canonical `path`, of metadata `meta` (None: missing), as protected.
+fn protected_as(
+    what: &'static str,
+    path: PathBuf,
+    meta: Option<std::fs::Metadata>,
+) -> Option<Protected> {
     let ancestors: Vec<(u64, u64)> = path
         .ancestors()
         .skip(1)

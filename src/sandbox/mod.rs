@@ -19,6 +19,7 @@ pub(crate) mod facilities;
 mod glob;
 pub(crate) mod guard;
 pub(crate) mod landlock;
+mod loader;
 mod mount_api;
 pub(crate) mod mounts;
 pub(crate) mod open;

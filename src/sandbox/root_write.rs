@@ -11,9 +11,9 @@
 //!   host's disks or memory, new files only in the sandbox's own tmpfs (unless a rule of the
 //!   intent names `/dev` itself, which then decides as in any intent).
 //! * The directory of every protected file (the daemon's binary, each library it maps, the
-//!   loader, the loader's configuration, `/etc/ld.so.preload` whether present or not) is bound
-//!   read-only, and so is the directory of every symbolic link on the names the loader used
-//!   (`/usr/lib64/ld-linux-x86-64.so.2` -> `/lib/...`): writes, renames, unlinks, links and new
+//!   loader, the loader's configuration, `/etc/ld.so.preload` whether present or not, every
+//!   symbolic link on the names the loader used: `/usr/lib64/ld-linux-x86-64.so.2` ->
+//!   `/lib/...`) is bound read-only: writes, renames, unlinks, links and new
 //!   names there fail with EROFS or EBUSY. The directories between a writable one and these are
 //!   pinned (`super::view`), so none can be moved away and replaced.
 //! * The state directory, which every helper masks, is pinned the same way.
@@ -27,13 +27,10 @@ use super::landlock::DEV;
 use super::policy::{effective, Rule};
 use super::view::Extra;
 use exec_server_protocol::sandbox::FsAccess;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 /// Kernel interfaces that stay read-only under a root write, and the private `/dev`.
 const KERNEL: &[&str] = &["/proc", "/sys", "/dev"];
-
-/// Hops through symbolic links followed for one name, as the kernel's limit.
-const MAX_LINKS: usize = 40;
 
 /// The kernel's own helpers, each a program it runs as root with every capability when any
 /// process, a sandboxed one included, triggers it: `modprobe` (an exec of a file of unknown
@@ -132,7 +129,6 @@ pub(super) fn carve(rules: &mut Vec<Rule>, guard: &Guard) -> Extra {
         .protected_paths()
         .filter(|path| Some(*path) != guard.state_dir())
         .filter_map(|path| path.parent().map(Path::to_path_buf))
-        .chain(loader_names().iter().flat_map(|name| link_dirs(name)))
         .collect();
     read_only.sort();
     read_only.dedup();
@@ -158,71 +154,6 @@ pub(super) fn carve(rules: &mut Vec<Rule>, guard: &Guard) -> Extra {
 
 fn in_kernel(path: &Path) -> bool {
     KERNEL.iter().any(|kernel| path.starts_with(kernel))
-}
-
-/// The names the dynamic loader opened for this process (the interpreter as the binary names
-/// it, each library as the loader's cache or search found it), which the helpers' loads
-/// resolve again.
-fn loader_names() -> Vec<PathBuf> {
-    unsafe extern "C" fn each(
-        info: *mut libc::dl_phdr_info,
-        _size: libc::size_t,
-        names: *mut libc::c_void,
-    ) -> libc::c_int {
-        // SAFETY: the loader passes a valid info, and `names` is the Vec below.
-        let (info, names) = unsafe { (&*info, &mut *(names as *mut Vec<PathBuf>)) };
-        if !info.dlpi_name.is_null() {
-            // SAFETY: a NUL-terminated string of the loader's.
-            let name = unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) };
-            use std::os::unix::ffi::OsStrExt as _;
-            let name = Path::new(std::ffi::OsStr::from_bytes(name.to_bytes()));
-            if name.is_absolute() {
-                names.push(name.to_path_buf());
-            }
-        }
-        0
-    }
-    let mut names: Vec<PathBuf> = Vec::new();
-    // SAFETY: the callback only reads the loader's entries into `names`, which outlives the call.
-    unsafe { libc::dl_iterate_phdr(Some(each), &mut names as *mut Vec<PathBuf> as *mut _) };
-    names
-}
-
-/// The directory of each symbolic link met while resolving `name`, in order.
-fn link_dirs(name: &Path) -> Vec<PathBuf> {
-    // The components still to resolve, last first; `..` stays a component of its own.
-    fn parts(path: &Path) -> impl Iterator<Item = std::ffi::OsString> + '_ {
-        path.components()
-            .rev()
-            .filter_map(|component| match component {
-                Component::Normal(part) => Some(part.to_os_string()),
-                Component::ParentDir => Some("..".into()),
-                _ => None,
-            })
-    }
-    let mut dirs = Vec::new();
-    let mut current = PathBuf::from("/");
-    let mut rest: Vec<std::ffi::OsString> = parts(name).collect();
-    let mut hops = 0;
-    while let Some(part) = rest.pop() {
-        if part == ".." {
-            current.pop();
-            continue;
-        }
-        let next = current.join(&part);
-        match std::fs::read_link(&next) {
-            Ok(target) if hops < MAX_LINKS => {
-                hops += 1;
-                dirs.push(current.clone());
-                if target.is_absolute() {
-                    current = PathBuf::from("/");
-                }
-                rest.extend(parts(&target));
-            }
-            _ => current = next,
-        }
-    }
-    dirs
 }
 
 #[cfg(test)]
@@ -251,25 +182,5 @@ mod tests {
         );
         assert_eq!(found[1].0, "the kernel's core dump handler");
         assert!(helper_programs(&[("x", false, None)]).is_empty());
-    }
-
-    #[test]
-    fn the_links_on_a_name_are_found_in_order() {
-        let dir = tempfile::tempdir().unwrap();
-        let base = dir.path().canonicalize().unwrap();
-        std::fs::create_dir_all(base.join("real/lib")).unwrap();
-        std::fs::write(base.join("real/lib/ld.so"), "").unwrap();
-        std::os::unix::fs::symlink("real", base.join("top")).unwrap();
-        std::fs::create_dir(base.join("real/lib64")).unwrap();
-        std::os::unix::fs::symlink(base.join("top/lib/ld.so"), base.join("real/lib64/ld.so"))
-            .unwrap();
-        assert_eq!(
-            link_dirs(&base.join("top/lib64/ld.so")),
-            [base.clone(), base.join("real/lib64"), base.clone()]
-        );
-        assert!(loader_names()
-            .iter()
-            .any(|name| name.ends_with("ld-linux-x86-64.so.2")
-                || name.to_string_lossy().contains("ld-")));
     }
 }

@@ -987,6 +987,18 @@ async fn write_grants_on_what_the_loader_reads_are_refused() {
         assert!(message.contains(&named), "{error}");
     }
     assert!(!preload.exists() && !probe.exists());
+    // The link through which the kernel finds the loader (PT_INTERP `/lib64/ld-linux...`, on a
+    // merged-/usr system a link in `/usr/lib64`): its directory granted, a sandbox could point
+    // it at a loader of its own for the next helper. Only tried (`true`), never replaced.
+    let interp = Path::new("/usr/lib64/ld-linux-x86-64.so.2");
+    if std::fs::symlink_metadata(interp).is_ok_and(|meta| meta.file_type().is_symlink()) {
+        let error = refused(&client, grant(interp.parent().unwrap(), "true")).await;
+        let message = error["message"].as_str().unwrap();
+        assert!(
+            message.contains("a link on the loader's path `/usr/lib64/ld-linux-x86-64.so.2`"),
+            "{error}"
+        );
+    }
     // fs/* calls under a sandbox are guarded the same way.
     let sandbox = restricted(
         &d.ws,
