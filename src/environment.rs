@@ -18,6 +18,7 @@ pub(crate) fn status() -> EnvironmentStatus {
 /// `..Default::default()`, so adding a bit to the protocol forces a decision here.
 pub(crate) fn capabilities() -> EnvironmentCapabilities {
     let sandbox = crate::sandbox::enforceable();
+    let root_write = sandbox && crate::sandbox::root_write::supported();
     EnvironmentCapabilities {
         network_proxy_launch: sandbox,
         network_proxy_review_domains: sandbox,
@@ -32,8 +33,10 @@ pub(crate) fn capabilities() -> EnvironmentCapabilities {
         sandboxed_file_streaming: sandbox,
         shell_snapshot_v2: true,
         windows_mxc: false,
-        linux_root_write_preserves_devices: false,
-        linux_approved_root_write_preserves_restrictions: false,
+        // A write grant on `/` keeps the daemon's own files read-only and gives a private
+        // `/dev` (docs/sandbox.md, "Root write"), where the kernel runs no helper of its own.
+        linux_root_write_preserves_devices: root_write,
+        linux_approved_root_write_preserves_restrictions: root_write,
         process_resize: true,
         process_close_stdin: true,
         process_signals: true,

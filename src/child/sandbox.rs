@@ -323,7 +323,7 @@ fn run(mut plan: Plan, late_filter: &seccomp::Late, setup: &ChildSetup) -> Resul
 fn enter_view(fs: &mut FsPlan, cwd: &std::path::Path, tty: bool) -> Result<(), Failure> {
     // Before the view, whose binds of `/proc` paths come from this instance.
     proc_identities_from_own_proc(&mut fs.identities);
-    mounts::apply(&fs.mounts, &fs.identities)
+    mounts::apply(&fs.mounts, &mut fs.identities)
         .and_then(|()| mounts::hide_sockets(&fs.hidden_sockets))
         .map_err(|err| Stage::Mounts.setup(err))?;
     if let Some((grant, id)) = tty.then(own_terminal).flatten() {
@@ -366,14 +366,16 @@ fn executable_by_mode(program: &str, path_var: Option<&str>) -> bool {
 }
 
 /// The PTY the process runs on (asked only in tty mode), which programs reopen as
-/// /dev/pts/N, and the identity of the terminal it has open.
+/// /dev/pts/N, and the identity of the terminal it has open. None when the view does not show
+/// it at that name: a private `/dev` (root write) has a `pts` of its own, as codex's has.
 fn own_terminal() -> Option<(Grant, Identity)> {
     let path = std::fs::read_link("/proc/self/fd/0").ok()?;
     if !path.starts_with("/dev/pts/") {
         return None;
     }
-    let stat = nix::sys::stat::fstat(std::io::stdin()).ok()?;
-    Some((Grant { path, write: true }, Identity::of_stat(&stat)))
+    let id = Identity::of_stat(&nix::sys::stat::fstat(std::io::stdin()).ok()?);
+    let shown = nix::sys::stat::lstat(&path).ok()?;
+    (Identity::of_stat(&shown) == id).then_some((Grant { path, write: true }, id))
 }
 
 /// The daemon took the identities of `/proc` paths on the host's procfs; the sandbox now sees

@@ -6,7 +6,8 @@
 //! dynamic loader or its configuration (`/etc/ld.so.preload`!) would run unsandboxed at the
 //! next launch or daemon restart. Protected ([`init`], captured at startup): the binary
 //! (`/proc/self/exe`), every file mapped into the daemon (`/proc/self/maps`: the loader and
-//! the shared libraries), and [`LOADER_CONFIG`], whether it exists or not. A write root is
+//! the shared libraries), every symbolic link on the names the loader found them by
+//! (`super::loader`), and [`LOADER_CONFIG`], whether it exists or not. A write root is
 //! refused when
 //! 1. its canonical path contains a protected path, or lies inside one (a directory such as
 //!    `/etc/ld.so.conf.d`);
@@ -114,8 +115,18 @@ pub fn init() -> &'static Guard {
             .filter(|path| binary.as_ref().is_none_or(|binary| binary.path != *path))
             .filter_map(|path| protected("a file the daemon and its helpers load", &path))
             .collect();
+        // A link replaced on the way to the loader or a library swaps what the next helper
+        // loads as surely as the file itself.
+        let links = super::loader::links()
+            .into_iter()
+            .filter_map(|link| protected_link("a link on the loader's path", &link));
         Guard {
-            protected: binary.into_iter().chain(config).chain(mapped).collect(),
+            protected: binary
+                .into_iter()
+                .chain(config)
+                .chain(mapped)
+                .chain(links)
+                .collect(),
             warnings,
         }
     })
@@ -171,6 +182,24 @@ fn protected(what: &'static str, path: &Path) -> Option<Protected> {
             .ok()?
             .join(path.file_name()?),
     };
+    protected_as(what, path, meta)
+}
+
+/// The symbolic link `link` itself as protected (not what it names).
+fn protected_link(what: &'static str, link: &Path) -> Option<Protected> {
+    let meta = std::fs::symlink_metadata(link).ok();
+    let path = std::fs::canonicalize(link.parent()?)
+        .ok()?
+        .join(link.file_name()?);
+    protected_as(what, path, meta)
+}
+
+/// The canonical `path`, of metadata `meta` (None: missing), as protected.
+fn protected_as(
+    what: &'static str,
+    path: PathBuf,
+    meta: Option<std::fs::Metadata>,
+) -> Option<Protected> {
     let ancestors: Vec<(u64, u64)> = path
         .ancestors()
         .skip(1)
@@ -198,6 +227,44 @@ impl Guard {
         for warning in &self.warnings {
             tracing::warn!("{warning}");
         }
+    }
+
+    /// The canonical path of everything protected (what the daemon loads, the loader's
+    /// configuration, whether present or not) and of the state directory.
+    pub(super) fn protected_paths(&self) -> impl Iterator<Item = &Path> {
+        self.protected
+            .iter()
+            .chain(STATE_DIR.get())
+            .map(|item| item.path.as_path())
+    }
+
+    /// The state directory, once protected.
+    pub(super) fn state_dir(&self) -> Option<&Path> {
+        STATE_DIR.get().map(|item| item.path.as_path())
+    }
+
+    /// A write grant on `/` keeps the protected files read-only instead of being refused
+    /// (`super::root_write`), which holds only for their names: a hard link to one anywhere
+    /// else (perf's build-id cache links every library it saw under `~/.debug`) would stay
+    /// writable, and no search of a whole disk fits in a launch. So a protected file with
+    /// other links now refuses it, except the running binary where the kernel refuses writes
+    /// through every name (ETXTBSY).
+    pub(super) fn check_root_write(&self) -> Result<(), GuardError> {
+        for item in &self.protected {
+            let links = std::fs::metadata(&item.path).map_or(1, |meta| match meta.is_file() {
+                true => meta.nlink(),
+                false => 1,
+            });
+            if links > 1 && !(item.what == BINARY && running_binary_is_write_protected()) {
+                return Err(GuardError::Exposes {
+                    root: PathBuf::from("/"),
+                    what: item.what,
+                    protected: item.path.clone(),
+                    how: Overlap::Linked(links),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Whether [`Guard::check_write_root`] may search a root for hard links to a protected
@@ -274,6 +341,15 @@ pub enum GuardError {
         protected: PathBuf,
         how: Overlap,
     },
+    #[error(
+        "sandbox write grant `/` would let a sandbox replace {what} `{}`, which the kernel runs \
+         as root outside every sandbox, and what it loads; refusing it",
+        program.display()
+    )]
+    KernelHelper {
+        what: &'static str,
+        program: PathBuf,
+    },
 }
 
 /// How a grant would overlap a protected file.
@@ -291,6 +367,8 @@ pub enum Overlap {
     BindMount,
     #[error("`{}` is a hard link to it", .0.display())]
     HardLink(PathBuf),
+    #[error("it has {0} hard links, which no sandbox view can keep read-only")]
+    Linked(u64),
     #[error(
         "it has other hard links and the grant has more than {MAX_LINK_SCAN} entries to search \
          for them"

@@ -20,6 +20,9 @@ use landlock::{
     RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 
+/// Where the devices are.
+pub(crate) const DEV: &str = "/dev";
+
 /// Device files always usable as in any Unix process (written: /dev/null and friends).
 pub(crate) const DEVICES: &[(&str, bool)] = &[
     ("/dev/null", true),

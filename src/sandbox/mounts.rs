@@ -20,17 +20,21 @@
 //! Bind sources are cloned (`open_tree`) from the read-only host view before anything is
 //! attached, so a grant under a mask still reaches the real directory.
 
+use super::devices;
 use super::error::SetupError;
+use super::mount_api::{
+    attach, fsmount, fsopen, is_read_only, make_dir, make_file, open_tree_at, set_attr,
+};
 use super::open::{check, is_dir, open_nofollow, open_verified};
 use super::plan::{Identities, MountOp};
 use crate::path::cstring;
 use serde::{Deserialize, Serialize};
-use std::ffi::CString;
-use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::path::{Path, PathBuf};
 
-/// Builds the view; the caller has unshared the mount namespace.
-pub(crate) fn apply(ops: &[MountOp], ids: &Identities) -> Result<(), SetupError> {
+/// Builds the view; the caller has unshared the mount namespace. A private `/dev` is made
+/// here, so its identity (for the Landlock grant on it) is taken here too.
+pub(crate) fn apply(ops: &[MountOp], ids: &mut Identities) -> Result<(), SetupError> {
     // Nothing done here may reach the host's mount table.
     propagation(libc::MS_PRIVATE).map_err(SetupError::MakePrivate)?;
     let host_read_only: Vec<bool> = ops
@@ -43,6 +47,8 @@ pub(crate) fn apply(ops: &[MountOp], ids: &Identities) -> Result<(), SetupError>
             _ => false,
         })
         .collect();
+    // Before the view is read-only: the host's own access to its shared memory.
+    let shm_host_ro = is_read_only(Path::new(devices::SHM));
     set_attr(
         libc::AT_FDCWD,
         Path::new("/"),
@@ -51,34 +57,7 @@ pub(crate) fn apply(ops: &[MountOp], ids: &Identities) -> Result<(), SetupError>
         0,
     )
     .map_err(SetupError::ReadOnlyView)?;
-    let mut sources: Vec<Option<OwnedFd>> = Vec::with_capacity(ops.len());
-    for (op, host_ro) in ops.iter().zip(host_read_only) {
-        sources.push(match op {
-            MountOp::Bind { path, writable } => {
-                let (fd, _) = open_verified(path, ids)?;
-                let tree = open_tree_at(&fd, Path::new(""), libc::AT_RECURSIVE as u32).map_err(
-                    |source| SetupError::Clone {
-                        path: path.clone(),
-                        source,
-                    },
-                )?;
-                let (set, clear) = if *writable && !host_ro {
-                    (0, libc::MOUNT_ATTR_RDONLY)
-                } else {
-                    (libc::MOUNT_ATTR_RDONLY, 0)
-                };
-                // Writable: only the top mount; read-only: everything below too.
-                set_attr(tree.as_raw_fd(), Path::new(""), !*writable, set, clear).map_err(
-                    |source| SetupError::SetAccess {
-                        path: path.clone(),
-                        source,
-                    },
-                )?;
-                Some(tree)
-            }
-            MountOp::Mask { .. } => None,
-        });
-    }
+    let sources = clone_sources(ops, ids, host_read_only)?;
     let mut kinds = std::collections::HashMap::new();
     for op in ops {
         if let MountOp::Mask { path, keep } = op {
@@ -106,10 +85,56 @@ pub(crate) fn apply(ops: &[MountOp], ids: &Identities) -> Result<(), SetupError>
                     source,
                 })?
             }
+            (MountOp::Devices { path }, _) => {
+                let id =
+                    devices::make(path, ids, shm_host_ro).map_err(|source| SetupError::Mount {
+                        path: path.clone(),
+                        source,
+                    })?;
+                ids.insert(path.clone(), id);
+            }
             (MountOp::Bind { .. }, None) => unreachable!("every bind has a source"),
         }
     }
     Ok(())
+}
+
+/// The source of each bind of `ops`, cloned from the read-only host view before anything is
+/// attached, writable where the op says and the host allows (`host_read_only`).
+fn clone_sources(
+    ops: &[MountOp],
+    ids: &Identities,
+    host_read_only: Vec<bool>,
+) -> Result<Vec<Option<OwnedFd>>, SetupError> {
+    let mut sources: Vec<Option<OwnedFd>> = Vec::with_capacity(ops.len());
+    for (op, host_ro) in ops.iter().zip(host_read_only) {
+        sources.push(match op {
+            MountOp::Bind { path, writable } => {
+                let (fd, _) = open_verified(path, ids)?;
+                let tree = open_tree_at(&fd, Path::new(""), libc::AT_RECURSIVE as u32).map_err(
+                    |source| SetupError::Clone {
+                        path: path.clone(),
+                        source,
+                    },
+                )?;
+                let (set, clear) = if *writable && !host_ro {
+                    (0, libc::MOUNT_ATTR_RDONLY)
+                } else {
+                    (libc::MOUNT_ATTR_RDONLY, 0)
+                };
+                // Writable: only the top mount; read-only: everything below too.
+                set_attr(tree.as_raw_fd(), Path::new(""), !*writable, set, clear).map_err(
+                    |source| SetupError::SetAccess {
+                        path: path.clone(),
+                        source,
+                    },
+                )?;
+                Some(tree)
+            }
+            MountOp::Mask { .. } | MountOp::Devices { .. } => None,
+        });
+    }
+    Ok(sources)
 }
 
 /// For a helper's new mount namespace (the caller has unshared it): host mounts keep
@@ -356,159 +381,4 @@ fn propagation(kind: libc::c_ulong) -> std::io::Result<()> {
         )
     };
     check(rc.into()).map(drop)
-}
-
-fn is_read_only(path: &Path) -> bool {
-    nix::sys::statvfs::statvfs(path)
-        .is_ok_and(|stat| stat.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY))
-}
-
-fn set_attr(
-    dirfd: RawFd,
-    path: &Path,
-    recursive: bool,
-    set: u64,
-    clear: u64,
-) -> std::io::Result<()> {
-    let path = cstring(path)?;
-    // SAFETY: mount_attr is plain integers, for which all zeroes is a valid value.
-    let mut attr: libc::mount_attr = unsafe { std::mem::zeroed() };
-    attr.attr_set = set;
-    attr.attr_clr = clear;
-    let mut flags = if recursive { libc::AT_RECURSIVE } else { 0 };
-    if path.as_bytes().is_empty() {
-        flags |= libc::AT_EMPTY_PATH;
-    }
-    // SAFETY: valid fd/path and a properly sized mount_attr.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            dirfd,
-            path.as_ptr(),
-            flags as libc::c_uint,
-            &attr as *const libc::mount_attr,
-            std::mem::size_of::<libc::mount_attr>(),
-        )
-    };
-    check(rc).map(drop)
-}
-
-/// Clones the mount tree at `path` below `dir` (`""`: `dir` itself).
-fn open_tree_at(dir: &OwnedFd, path: &Path, extra: libc::c_uint) -> std::io::Result<OwnedFd> {
-    let path = cstring(path)?;
-    let mut flags = libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC | extra;
-    if path.as_bytes().is_empty() {
-        flags |= libc::AT_EMPTY_PATH as libc::c_uint;
-    }
-    // SAFETY: valid fd and path.
-    let fd = check(unsafe {
-        libc::syscall(libc::SYS_open_tree, dir.as_raw_fd(), path.as_ptr(), flags)
-    })?;
-    // SAFETY: the kernel returned a new fd we now own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-}
-
-/// Mounts `tree` on `target`, resolved now (through what is already attached) and without
-/// following symbolic links.
-fn attach(tree: &OwnedFd, target: &Path) -> std::io::Result<()> {
-    let target = open_nofollow(target)?;
-    let empty = CString::default();
-    // SAFETY: valid fds and paths.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_move_mount,
-            tree.as_raw_fd(),
-            empty.as_ptr(),
-            target.as_raw_fd(),
-            empty.as_ptr(),
-            libc::MOVE_MOUNT_F_EMPTY_PATH | libc::MOVE_MOUNT_T_EMPTY_PATH,
-        )
-    };
-    check(rc).map(drop)
-}
-
-/// A new, configured instance of file system `fstype`, ready for [`fsmount`].
-fn fsopen(fstype: &str, options: &[(&str, &str)]) -> std::io::Result<OwnedFd> {
-    let name = cstring(Path::new(fstype))?;
-    // SAFETY: valid string.
-    let fd =
-        check(unsafe { libc::syscall(libc::SYS_fsopen, name.as_ptr(), libc::FSOPEN_CLOEXEC) })?;
-    // SAFETY: new fd we own.
-    let fs = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
-    for (key, value) in options {
-        let (key, value) = (cstring(Path::new(key))?, cstring(Path::new(value))?);
-        // SAFETY: valid fd and strings.
-        check(unsafe {
-            libc::syscall(
-                libc::SYS_fsconfig,
-                fs.as_raw_fd(),
-                libc::FSCONFIG_SET_STRING,
-                key.as_ptr(),
-                value.as_ptr(),
-                0,
-            )
-        })?;
-    }
-    // SAFETY: valid fd; the command takes no key or value.
-    check(unsafe {
-        libc::syscall(
-            libc::SYS_fsconfig,
-            fs.as_raw_fd(),
-            libc::FSCONFIG_CMD_CREATE,
-            std::ptr::null::<libc::c_char>(),
-            std::ptr::null::<libc::c_char>(),
-            0,
-        )
-    })?;
-    Ok(fs)
-}
-
-/// A detached mount of `fs`, never with devices, setuid or executables, plus `attrs`.
-fn fsmount(fs: &OwnedFd, attrs: u64) -> std::io::Result<OwnedFd> {
-    // SAFETY: valid fd.
-    let fd = check(unsafe {
-        libc::syscall(
-            libc::SYS_fsmount,
-            fs.as_raw_fd(),
-            libc::FSMOUNT_CLOEXEC,
-            libc::MOUNT_ATTR_NODEV | libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NOEXEC | attrs,
-        )
-    })?;
-    // SAFETY: new fd we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-}
-
-fn make_dir(dir: &OwnedFd, path: &Path, mode: libc::mode_t) -> std::io::Result<()> {
-    let path = cstring(path)?;
-    // SAFETY: valid fd and path.
-    match check(unsafe { libc::mkdirat(dir.as_raw_fd(), path.as_ptr(), mode) }.into()) {
-        Err(err) if err.raw_os_error() == Some(libc::EEXIST) => Ok(()),
-        other => other.map(drop),
-    }
-    .and_then(|()| chmod_at(dir, &path, mode))
-}
-
-fn make_file(dir: &OwnedFd, path: &Path, mode: libc::mode_t) -> std::io::Result<()> {
-    let path = cstring(path)?;
-    // SAFETY: valid fd and path.
-    let fd = check(
-        unsafe {
-            libc::openat(
-                dir.as_raw_fd(),
-                path.as_ptr(),
-                libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_CLOEXEC,
-                mode,
-            )
-        }
-        .into(),
-    )?;
-    // SAFETY: new fd we own; closing it at once.
-    drop(unsafe { OwnedFd::from_raw_fd(fd as RawFd) });
-    chmod_at(dir, &path, mode)
-}
-
-/// The umask must not widen or narrow the mask's modes.
-fn chmod_at(dir: &OwnedFd, path: &CString, mode: libc::mode_t) -> std::io::Result<()> {
-    // SAFETY: valid fd and path.
-    check(unsafe { libc::fchmodat(dir.as_raw_fd(), path.as_ptr(), mode, 0) }.into()).map(drop)
 }

@@ -100,12 +100,17 @@ pub(crate) enum MountOp {
         path: PathBuf,
         keep: Vec<PathBuf>,
     },
+    /// A writable `/dev`: a private tmpfs with the standard devices bound from the host, its
+    /// own `pts` and `shm`, and the usual links (`super::mounts::devices`).
+    Devices {
+        path: PathBuf,
+    },
 }
 
 impl MountOp {
     pub(crate) fn path(&self) -> &Path {
         match self {
-            Self::Bind { path, .. } | Self::Mask { path, .. } => path,
+            Self::Bind { path, .. } | Self::Mask { path, .. } | Self::Devices { path } => path,
         }
     }
 }

@@ -11,7 +11,7 @@ use super::facilities::{Enforcement, Form};
 use super::plan::{FsPlan, Grant, Identities, Identity, ManagedPlan, Plan, MAX_PORTS};
 use super::policy::{self, Policy, PolicyError, Rule};
 use super::protected::{self, ProtectError};
-use super::{guard, landlock, mounts, peers, sockets, view};
+use super::{guard, landlock, mounts, peers, root_write, sockets, view};
 use crate::rpc::RpcError;
 use exec_server_protocol::process::StartParams;
 use exec_server_protocol::sandbox::{
@@ -227,14 +227,19 @@ fn prepare_policy(
     // Canonical when the file system is restricted: the helper opens it without following links.
     let cwd = policy.cwd.as_path();
     let mut leases = protected::Leases::default();
+    let mut extra = view::Extra::default();
     let fs = match policy.rules {
         None => None,
         Some(mut rules) => {
             let guard = guard::init();
+            let root_write = root_write::narrow(&mut rules, guard)?;
             for rule in rules.iter().filter(|rule| rule.access == FsAccess::Write) {
                 guard.check_write_root(&rule.path)?;
             }
             leases = protected::protect(&mut rules)?;
+            if root_write {
+                extra = root_write::carve(&mut rules, guard);
+            }
             Some(rules)
         }
     };
@@ -252,7 +257,7 @@ fn prepare_policy(
         // The fs operation's own code connects no socket: nothing to hide from it.
         fs: fs
             .as_deref()
-            .map(|rules| fs_plan(rules, cwd, network_restricted && !fs_op))
+            .map(|rules| fs_plan(rules, cwd, &extra, network_restricted && !fs_op))
             .transpose()?,
     };
     let context = Arc::new(DenialContext {
@@ -281,12 +286,18 @@ fn record(identities: &mut Identities, path: &Path) -> Result<(), PrepareError> 
     Ok(())
 }
 
-/// Mounts and grants for `rules`, with the identity of each of their paths and of `cwd`, and
-/// the host's sockets to hide when `hide_sockets` (network restricted).
-fn fs_plan(rules: &[Rule], cwd: &Path, hide_sockets: bool) -> Result<FsPlan, PrepareError> {
+/// Mounts and grants for `rules` and `extra` (`view::Extra`), with the identity of each of
+/// their paths and of `cwd`, and the host's sockets to hide when `hide_sockets` (network
+/// restricted).
+fn fs_plan(
+    rules: &[Rule],
+    cwd: &Path,
+    extra: &view::Extra,
+    hide_sockets: bool,
+) -> Result<FsPlan, PrepareError> {
     let mounts = match Enforcement::current().landlock_fs {
-        true => view::plan(rules),
-        false => view::plan_alone(rules, cwd),
+        true => view::plan(rules, extra),
+        false => view::plan_alone(rules, cwd, extra),
     };
     let mut identities = Identities::new();
     let mut grants = Vec::new();
@@ -297,9 +308,19 @@ fn fs_plan(rules: &[Rule], cwd: &Path, hide_sockets: bool) -> Result<FsPlan, Pre
             write: rule.access == FsAccess::Write,
         });
     }
+    if extra.private_dev {
+        // The helper makes it, and takes its identity then (`mounts::apply`).
+        record(&mut identities, Path::new(landlock::DEV))?;
+        grants.push(Grant {
+            path: landlock::DEV.into(),
+            write: true,
+        });
+    }
     for (path, write) in landlock::DEVICES {
-        // Missing devices are not granted.
-        if let Ok(id) = Identity::stat(Path::new(path)) {
+        // Missing devices are not granted, nor denied ones (masked: the grant would find the
+        // mask, not the device, and fail the launch).
+        let denied = policy::effective(rules, Path::new(path)) == Some(FsAccess::Deny);
+        if let (Ok(id), false) = (Identity::stat(Path::new(path)), denied) {
             identities.insert(path.into(), id);
             grants.push(Grant {
                 path: path.into(),

@@ -5,15 +5,25 @@
 //! masked (keeping mount points for the binds below it), and each directory between a writable
 //! area and a mask pinned ([`pins`]).
 
-use super::landlock::DEVICES;
+use super::landlock::{DEV, DEVICES};
 use super::plan::MountOp;
 use super::policy::{effective, Rule};
 use exec_server_protocol::sandbox::FsAccess;
 use std::path::{Path, PathBuf};
 
+/// What a root write adds to the view (`super::root_write`), beyond its rules.
+#[derive(Debug, Default)]
+pub(super) struct Extra {
+    /// Paths the helper has already mounted over (the state directory's mask), pinned in place
+    /// like a mask.
+    pub held: Vec<PathBuf>,
+    /// `/dev` is the private one (`MountOp::Devices`), under the rules inside it.
+    pub private_dev: bool,
+}
+
 /// The mount operations that carve the rules out of a read-only view, in application order.
-pub(super) fn plan(rules: &[Rule]) -> Vec<MountOp> {
-    carve(rules, false)
+pub(super) fn plan(rules: &[Rule], extra: &Extra) -> Vec<MountOp> {
+    carve(rules, false, extra)
 }
 
 /// The same for the mount view alone, without Landlock (`super::facilities`): where the root
@@ -21,13 +31,13 @@ pub(super) fn plan(rules: &[Rule]) -> Vec<MountOp> {
 /// new root, with bare mount points for the grants), and the devices every Unix process uses.
 /// A `cwd` outside every rule is a bare directory of the new root (search only, as Landlock
 /// lets a process sit in a directory it cannot read).
-pub(super) fn plan_alone(rules: &[Rule], cwd: &Path) -> Vec<MountOp> {
+pub(super) fn plan_alone(rules: &[Rule], cwd: &Path, extra: &Extra) -> Vec<MountOp> {
     let root = Path::new("/");
     if matches!(
         effective(rules, root),
         Some(FsAccess::Read | FsAccess::Write)
     ) {
-        return plan(rules);
+        return plan(rules, extra);
     }
     let mut alone: Vec<Rule> = rules.iter().filter(|r| r.path != root).cloned().collect();
     for (device, write) in DEVICES {
@@ -47,7 +57,7 @@ pub(super) fn plan_alone(rules: &[Rule], cwd: &Path) -> Vec<MountOp> {
         path: root.to_path_buf(),
         access: FsAccess::Deny,
     });
-    let mut ops = carve(&alone, true);
+    let mut ops = carve(&alone, true, extra);
     if effective(rules, cwd).is_none() {
         if let Some(MountOp::Mask { keep, .. }) = ops.first_mut() {
             keep.push(cwd.to_path_buf());
@@ -57,7 +67,7 @@ pub(super) fn plan_alone(rules: &[Rule], cwd: &Path) -> Vec<MountOp> {
 }
 
 /// `root_masked`: a deny rule on `/` masks it (the mount view alone).
-fn carve(rules: &[Rule], root_masked: bool) -> Vec<MountOp> {
+fn carve(rules: &[Rule], root_masked: bool, extra: &Extra) -> Vec<MountOp> {
     let mut sorted: Vec<&Rule> = rules.iter().collect();
     sorted.sort_by_key(|rule| (rule.path.components().count(), rule.path.clone()));
     let mut ops = Vec::new();
@@ -94,17 +104,20 @@ fn carve(rules: &[Rule], root_masked: bool) -> Vec<MountOp> {
         };
         ops.extend(op);
     }
-    ops.extend(pins(rules, &ops));
+    if extra.private_dev {
+        ops.push(MountOp::Devices { path: DEV.into() });
+    }
+    ops.extend(pins(rules, &ops, &extra.held));
     ops.sort_by(|a, b| {
         (a.path().components().count(), a.path()).cmp(&(b.path().components().count(), b.path()))
     });
-    // A bind under a mask needs a mount point in it: the nearest mask above, with no other
-    // mount operation in between, provides one.
+    // A bind (or a private `/dev`) under a mask needs a mount point in it: the nearest mask
+    // above, with no other mount operation in between, provides one.
     let targets: Vec<(usize, PathBuf)> = ops
         .iter()
         .enumerate()
         .filter_map(|(index, op)| match op {
-            MountOp::Bind { path, .. } => Some((index, path.clone())),
+            MountOp::Bind { path, .. } | MountOp::Devices { path } => Some((index, path.clone())),
             MountOp::Mask { .. } => None,
         })
         .collect();
@@ -123,17 +136,24 @@ fn carve(rules: &[Rule], root_masked: bool) -> Vec<MountOp> {
     ops
 }
 
-/// Binds of each directory between a writable area and a mask onto itself (keeping its
-/// access): a mount point cannot be renamed or removed (EBUSY), so a sandboxed process cannot
-/// move a denied path away from where the next launch of the same intent looks for it (which
-/// would then skip the missing rule, or mask an empty name). The masked path itself is already
-/// a mount point.
-fn pins(rules: &[Rule], ops: &[MountOp]) -> Vec<MountOp> {
+/// Binds of each directory between a writable area and a mask or a read-only bind onto itself
+/// (keeping its access): a mount point cannot be renamed or removed (EBUSY), so a sandboxed
+/// process cannot move a denied path away from where the next launch of the same intent looks
+/// for it (which would then skip the missing rule, or mask an empty name), nor a read-only
+/// directory away to put a writable one in its place. The masked or bound path itself is
+/// already a mount point.
+fn pins(rules: &[Rule], ops: &[MountOp], held: &[PathBuf]) -> Vec<MountOp> {
     let mut pins: Vec<MountOp> = Vec::new();
-    for op in ops {
-        let MountOp::Mask { path, .. } = op else {
-            continue;
-        };
+    // What a writable area must not lose: a mask, a read-only bind in it, a held path.
+    let kept = ops.iter().filter_map(|op| match op {
+        MountOp::Mask { path, .. }
+        | MountOp::Bind {
+            path,
+            writable: false,
+        } => Some(path),
+        _ => None,
+    });
+    for path in kept.chain(held) {
         for dir in path.ancestors().skip(1) {
             let movable = dir
                 .parent()
@@ -179,7 +199,7 @@ mod tests {
             keep: vec![],
         };
         assert_eq!(
-            plan(&rules),
+            plan(&rules, &Extra::default()),
             [
                 bind("/w", true),
                 bind("/w/a", true),
@@ -192,13 +212,46 @@ mod tests {
     }
 
     #[test]
+    fn a_private_dev_comes_before_the_rules_inside_it_and_held_paths_are_pinned() {
+        let rules = vec![
+            rule("/", FsAccess::Read),
+            rule("/run", FsAccess::Write),
+            rule("/dev/zero", FsAccess::Deny),
+        ];
+        let extra = Extra {
+            held: vec!["/run/a/state".into()],
+            private_dev: true,
+        };
+        assert_eq!(
+            plan(&rules, &extra),
+            [
+                MountOp::Devices {
+                    path: "/dev".into()
+                },
+                MountOp::Bind {
+                    path: "/run".into(),
+                    writable: true
+                },
+                MountOp::Mask {
+                    path: "/dev/zero".into(),
+                    keep: vec![]
+                },
+                MountOp::Bind {
+                    path: "/run/a".into(),
+                    writable: true
+                },
+            ]
+        );
+    }
+
+    #[test]
     fn alone_a_root_that_is_not_readable_becomes_a_new_root_of_the_grants() {
         let rules = vec![
             rule("/usr", FsAccess::Read),
             rule("/w", FsAccess::Write),
             rule("/w/.git", FsAccess::Read),
         ];
-        let ops = plan_alone(&rules, Path::new("/w"));
+        let ops = plan_alone(&rules, Path::new("/w"), &Extra::default());
         let MountOp::Mask { path, keep } = &ops[0] else {
             panic!("{ops:?}")
         };
@@ -208,7 +261,10 @@ mod tests {
         }
         assert!(!keep.contains(&PathBuf::from("/w/.git")), "{keep:?}");
         let readable = vec![rule("/", FsAccess::Read), rule("/w", FsAccess::Write)];
-        assert_eq!(plan_alone(&readable, Path::new("/w")), plan(&readable));
+        assert_eq!(
+            plan_alone(&readable, Path::new("/w"), &Extra::default()),
+            plan(&readable, &Extra::default())
+        );
     }
 
     #[test]
@@ -227,7 +283,7 @@ mod tests {
             writable,
         };
         assert_eq!(
-            plan(&rules),
+            plan(&rules, &Extra::default()),
             [
                 MountOp::Mask {
                     path: "/home".into(),

@@ -27,6 +27,7 @@ pub(crate) mod network_proxy;
 mod no_follow;
 mod process;
 mod process_sandbox;
+mod root_write;
 mod shell_snapshot;
 
 use crate::common::codex_peer::CodexPeer;
@@ -255,6 +256,19 @@ impl Both {
     /// Their URLs, ours first.
     pub fn urls(&self) -> [&str; 2] {
         [&self.ours.url, &self.codex.url]
+    }
+
+    /// `ours` beside codex's server.
+    pub fn with_ours(ours: Daemon) -> Self {
+        Self {
+            ours,
+            codex: CodexPeer::start(&[]),
+        }
+    }
+
+    /// This daemon's pid.
+    pub fn ours_pid(&self) -> i32 {
+        self.ours.pid()
     }
 }
 

@@ -64,6 +64,7 @@ mod sandbox_fs;
 mod sandbox_fs_ops;
 mod sandbox_managed_net;
 mod sandbox_net;
+mod sandbox_root_write;
 mod sandbox_scale;
 mod sandboxd_grpc;
 mod sandboxd_rest;

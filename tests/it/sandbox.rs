@@ -140,7 +140,8 @@ async fn write_grants_that_expose_the_daemon_binary_are_refused() {
         )
     };
     let bin = exe_dir();
-    for target in [bin.clone(), bin.parent().unwrap().to_path_buf(), "/".into()] {
+    // `/` is not among them: a root write keeps these read-only instead (sandbox_root_write).
+    for target in [bin.clone(), bin.parent().unwrap().to_path_buf()] {
         let error = refused(&client, grant(&target)).await;
         assert!(
             error["message"]
@@ -986,6 +987,18 @@ async fn write_grants_on_what_the_loader_reads_are_refused() {
         assert!(message.contains(&named), "{error}");
     }
     assert!(!preload.exists() && !probe.exists());
+    // The link through which the kernel finds the loader (PT_INTERP `/lib64/ld-linux...`, on a
+    // merged-/usr system a link in `/usr/lib64`): its directory granted, a sandbox could point
+    // it at a loader of its own for the next helper. Only tried (`true`), never replaced.
+    let interp = Path::new("/usr/lib64/ld-linux-x86-64.so.2");
+    if std::fs::symlink_metadata(interp).is_ok_and(|meta| meta.file_type().is_symlink()) {
+        let error = refused(&client, grant(interp.parent().unwrap(), "true")).await;
+        let message = error["message"].as_str().unwrap();
+        assert!(
+            message.contains("a link on the loader's path `/usr/lib64/ld-linux-x86-64.so.2`"),
+            "{error}"
+        );
+    }
     // fs/* calls under a sandbox are guarded the same way.
     let sandbox = restricted(
         &d.ws,

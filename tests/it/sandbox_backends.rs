@@ -201,7 +201,9 @@ const SUITES: &[&str] = &[
     "sandbox_managed_net::",
     "sandbox_scale::",
     "hardening_procs::",
+    "sandbox_root_write::",
     "codex_differential::process_sandbox::",
+    "codex_differential::root_write::",
 ];
 
 fn suite_in(mode: &str, extra: &[&str]) {

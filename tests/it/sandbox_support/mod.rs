@@ -273,3 +273,104 @@ pub fn bind_refusal() -> (&'static str, &'static str) {
         false => ("EPERM", "Operation not permitted"),
     }
 }
+
+/// The kernel helper this host runs (modprobe, a piped core dump handler, a uevent helper),
+/// as the daemon reads it: a root write is refused where there is one (docs/sandbox.md, "Root
+/// write").
+pub fn kernel_helper() -> Option<String> {
+    let read = |file: &str| std::fs::read_to_string(file).unwrap_or_default();
+    let core = read("/proc/sys/kernel/core_pattern");
+    [
+        read("/proc/sys/kernel/modprobe"),
+        read("/proc/sys/kernel/hotplug"),
+    ]
+    .into_iter()
+    .map(|text| text.trim().to_owned())
+    .chain(core.trim().strip_prefix('|').map(str::to_owned))
+    .find_map(|command| command.split_whitespace().next().map(str::to_owned))
+}
+
+/// Why the daemon of pid `daemon` refuses a root write on this host, if it does: what its
+/// message says (a kernel helper, or a file it loads with other hard links, which perf's
+/// build-id cache makes).
+pub fn root_write_refusal(daemon: i32) -> Option<String> {
+    let binary = std::fs::read_link(format!("/proc/{daemon}/exe")).ok();
+    let maps = std::fs::read_to_string(format!("/proc/{daemon}/maps")).unwrap_or_default();
+    let files: Vec<PathBuf> = maps
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(5))
+        .map(PathBuf::from)
+        .filter(|path| Some(path) != binary.as_ref())
+        .collect();
+    // As the daemon sees them, in its own mount namespace.
+    let linked = !linked(&files, &format!("/proc/{daemon}/root")).is_empty();
+    kernel_helper().or_else(|| linked.then(|| "hard links".to_owned()))
+}
+
+/// Those of `files` (and the loader's configuration) with other hard links, canonical, as
+/// seen below `root`.
+fn linked(files: &[PathBuf], root: &str) -> Vec<PathBuf> {
+    use std::os::unix::fs::MetadataExt as _;
+    let config = ["/etc/ld.so.cache", "/etc/ld.so.conf"].map(PathBuf::from);
+    let mut linked: Vec<PathBuf> = files
+        .iter()
+        .chain(&config)
+        .filter_map(|path| std::fs::canonicalize(path).ok())
+        .filter(|path| {
+            let seen = format!("{root}{}", path.display());
+            std::fs::metadata(seen).is_ok_and(|meta| meta.is_file() && meta.nlink() > 1)
+        })
+        .collect();
+    linked.sort();
+    linked.dedup();
+    linked
+}
+
+/// A daemon that can take a root write on this host, if any can (no kernel helper): where a
+/// file it loads has other hard links (perf's build-id cache makes them under `~/.debug`), it
+/// runs in a mount namespace of its own with a copy of each such file bound over it, which
+/// changes nothing on the host. The directory holds the copies.
+pub fn root_write_daemon(env: &[(&str, &str)]) -> (Daemon, tempfile::TempDir) {
+    let copies = tempfile::tempdir().unwrap();
+    let binary = env!("CARGO_BIN_EXE_exec-server");
+    let ldd = std::process::Command::new("ldd")
+        .arg(binary)
+        .output()
+        .unwrap();
+    let loaded: Vec<PathBuf> = String::from_utf8_lossy(&ldd.stdout)
+        .split_whitespace()
+        .filter(|word| word.starts_with('/'))
+        .map(PathBuf::from)
+        .collect();
+    let linked = linked(&loaded, "");
+    if linked.is_empty() {
+        return (Daemon::start_with(&[], env), copies);
+    }
+    let mut script = String::new();
+    for (index, path) in linked.iter().enumerate() {
+        let copy = copies.path().join(index.to_string());
+        std::fs::copy(path, &copy).unwrap();
+        script += &format!("mount --bind '{}' '{}' && ", copy.display(), path.display());
+    }
+    script += "exec \"$@\"";
+    let mut command = std::process::Command::new("unshare");
+    command
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            &script,
+            "sh",
+            binary,
+        ])
+        .args(["--listen", "ws://127.0.0.1:0"])
+        .env("EXEC_SERVER_LOG", "warn")
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::piped());
+    if let Ok(mode) = std::env::var(LANDLOCK_MODE_VAR) {
+        in_landlock_mode(&mut command, &mode);
+    }
+    (Daemon::launch(command), copies)
+}
