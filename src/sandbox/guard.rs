@@ -492,10 +492,7 @@ fn changed(mountinfo: &std::fs::File) -> bool {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     use std::os::fd::AsFd as _;
     let mut fds = [PollFd::new(mountinfo.as_fd(), PollFlags::POLLPRI)];
-    match poll(&mut fds, PollTimeout::ZERO) {
-        Ok(0) => false,
-        _ => true,
-    }
+    !matches!(poll(&mut fds, PollTimeout::ZERO), Ok(0))
 }
 
 /// Undoes mountinfo's octal escapes (`\040` for a space...).
