@@ -126,10 +126,39 @@ pub fn init() -> &'static Guard {
                 .chain(config)
                 .chain(mapped)
                 .chain(links)
+                .chain(kernel_helpers())
                 .collect(),
             warnings,
         }
     })
+}
+
+/// The programs the kernel runs as root outside every sandbox when any process triggers them
+/// (`super::root_write::kernel_helpers`), and what the module loader reads: a write grant that
+/// reached one would let a sandbox have the kernel run its code (a replaced `modprobe`, an
+/// `install` line, a module).
+fn kernel_helpers() -> Vec<Protected> {
+    let helpers = super::root_write::kernel_helpers();
+    let module_loader = helpers
+        .iter()
+        .any(|(what, _)| *what == super::root_write::MODULE_LOADER);
+    let reads: &[&str] = match module_loader {
+        true => super::root_write::MODULE_LOADER_READS,
+        false => &[],
+    };
+    let loader_reads = reads
+        .iter()
+        .filter_map(|path| protected("what the kernel's module loader reads", Path::new(path)));
+    // The program, and the name the kernel runs it by when that is a link (`/sbin/modprobe`
+    // -> `kmod`): replacing the link swaps the program as surely.
+    let named = helpers.iter().flat_map(|(what, program)| {
+        let link = std::fs::symlink_metadata(program)
+            .is_ok_and(|meta| meta.file_type().is_symlink())
+            .then(|| protected_link(what, program))
+            .flatten();
+        protected(what, program).into_iter().chain(link)
+    });
+    named.chain(loader_reads).collect()
 }
 
 /// Whether the kernel refuses to open the running binary for writing (ETXTBSY), as every

@@ -29,6 +29,9 @@ use super::view::Extra;
 use exec_server_protocol::sandbox::FsAccess;
 use std::path::{Path, PathBuf};
 
+/// What [`KERNEL_HELPERS`] calls `modprobe`.
+pub(super) const MODULE_LOADER: &str = "the kernel's module loader";
+
 /// Kernel interfaces that stay read-only under a root write, and the private `/dev`.
 const KERNEL: &[&str] = &["/proc", "/sys", "/dev"];
 
@@ -37,11 +40,7 @@ const KERNEL: &[&str] = &["/proc", "/sys", "/dev"];
 /// format, a socket of an unloaded family), a core dump piped to a program, the uevent helper.
 /// (setting, what it names, whether it names a program only after a `|`).
 const KERNEL_HELPERS: &[(&str, &str, bool)] = &[
-    (
-        "/proc/sys/kernel/modprobe",
-        "the kernel's module loader",
-        false,
-    ),
+    ("/proc/sys/kernel/modprobe", MODULE_LOADER, false),
     (
         "/proc/sys/kernel/core_pattern",
         "the kernel's core dump handler",
@@ -78,12 +77,28 @@ fn helper_programs(settings: &[Setting]) -> Vec<(&'static str, PathBuf)> {
 /// and have the kernel run that outside every sandbox. Which files a helper ends up loading
 /// cannot be known, so such a host refuses the grant.
 pub(super) fn kernel_helper() -> Option<(&'static str, PathBuf)> {
+    kernel_helpers().into_iter().next()
+}
+
+/// Every kernel helper this host runs, as [`kernel_helper`] finds them.
+pub(super) fn kernel_helpers() -> Vec<(&'static str, PathBuf)> {
     let settings: Vec<Setting> = KERNEL_HELPERS
         .iter()
         .map(|(file, what, piped)| (*what, *piped, std::fs::read_to_string(file).ok()))
         .collect();
-    helper_programs(&settings).into_iter().next()
+    helper_programs(&settings)
 }
+
+/// What the module loader reads besides itself when the kernel runs it: its configuration
+/// (whose `install` lines are commands) and the modules it loads into the kernel.
+pub(super) const MODULE_LOADER_READS: &[&str] = &[
+    "/etc/modprobe.d",
+    "/run/modprobe.d",
+    "/lib/modprobe.d",
+    "/usr/lib/modprobe.d",
+    "/lib/modules",
+    "/usr/lib/modules",
+];
 
 /// Whether this host allows a root write now (no [`kernel_helper`], no protected file with
 /// other links: [`Guard::check_root_write`]), for `environment/info`.

@@ -172,14 +172,11 @@ attempt('read-denied', lambda: open({secret_file:?}).read())
     assert!(outcome.output.contains("through-dev-tty"), "{outcome:?}");
 }
 
-/// Where the kernel runs a helper program (here a core dump handler, seen only by this daemon
-/// through a bind mount in a mount namespace of its own), a root write is refused: a sandbox
-/// could replace the handler or what it loads and crash a process to have it run as root.
-/// `environment/info` says so.
-#[tokio::test]
-async fn a_root_write_is_refused_where_the_kernel_runs_a_helper() {
+/// A daemon that sees `core_pattern` pipe core dumps to `handler` (through a bind mount in a
+/// mount namespace of its own; the host's setting is untouched).
+fn daemon_with_core_handler(handler: &str) -> (Daemon, tempfile::NamedTempFile) {
     let fake = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(fake.path(), "|/usr/share/apport/apport -p%p\n").unwrap();
+    std::fs::write(fake.path(), format!("|{handler} -p%p\n")).unwrap();
     let mut command = std::process::Command::new("unshare");
     command
         .args(["--mount", "--propagation", "private", "sh", "-c"])
@@ -189,7 +186,49 @@ async fn a_root_write_is_refused_where_the_kernel_runs_a_helper() {
         .args(["--listen", "ws://127.0.0.1:0"])
         .env("EXEC_SERVER_LOG", "warn")
         .stdout(std::process::Stdio::piped());
-    let daemon = Daemon::launch(command);
+    (Daemon::launch(command), fake)
+}
+
+/// Any write grant that reaches a program the kernel runs as root outside every sandbox (here
+/// a core dump handler) is refused, as one on the daemon's binary is: a sandbox could replace
+/// it and crash a process to have the kernel run its code. A grant beside it is not.
+#[tokio::test]
+async fn a_write_grant_on_a_kernel_helper_is_refused() {
+    let d = Dirs::new();
+    let handlers = d.out("handlers");
+    std::fs::create_dir(&handlers).unwrap();
+    let handler = handlers.join("handler");
+    std::fs::write(&handler, "#!/bin/sh\n").unwrap();
+    let (daemon, _fake) = daemon_with_core_handler(handler.to_str().unwrap());
+    let (client, _) = daemon.session().await;
+    for grant in [&handlers, &handler] {
+        let intent = restricted(&d.ws, vec![entry(path(grant), "write")], "restricted");
+        let start = params("p", &["true"], &d.ws, intent);
+        let error = client.request("process/start", start).await.unwrap_err();
+        assert_eq!(error["code"], -32602, "{error}");
+        let message = error["message"].as_str().unwrap();
+        assert!(
+            message.contains("the kernel's core dump handler"),
+            "{error}"
+        );
+    }
+    let beside = d.out("beside");
+    std::fs::create_dir(&beside).unwrap();
+    let intent = restricted(&d.ws, vec![entry(path(&beside), "write")], "restricted");
+    let started = client
+        .request("process/start", params("q", &["true"], &d.ws, intent))
+        .await;
+    assert!(started.is_ok(), "{started:?}");
+    assert_eq!(std::fs::read(&handler).unwrap(), b"#!/bin/sh\n");
+}
+
+/// Where the kernel runs a helper program (here a core dump handler, seen only by this daemon
+/// through a bind mount in a mount namespace of its own), a root write is refused: a sandbox
+/// could replace the handler or what it loads and crash a process to have it run as root.
+/// `environment/info` says so.
+#[tokio::test]
+async fn a_root_write_is_refused_where_the_kernel_runs_a_helper() {
+    let (daemon, _fake) = daemon_with_core_handler("/usr/share/apport/apport");
     let (client, _) = daemon.session().await;
     let info = client.call("environment/info", Value::Null).await;
     let capabilities = &info["capabilities"];
