@@ -45,12 +45,14 @@ async fn info_describes_the_host_the_daemon_runs_on() {
     // Refused where the kernel runs a helper a root write could replace, or a file the daemon
     // loads has other hard links.
     let root_write = crate::sandbox_support::root_write_refusal(daemon.pid()).is_none();
+    // Where the helper can make its TUN device.
+    let tun = Path::new("/dev/net/tun").exists();
     assert_eq!(
         info["capabilities"],
         json!({
             "networkProxyLaunch": true,
             "networkProxyReviewDomains": true,
-            "networkProxyTransparentTcp": false,
+            "networkProxyTransparentTcp": tun,
             "credentialMasking": false,
             "credentialMaskingCustomProviders": false,
             "capabilityDiscoverySandbox": true,
