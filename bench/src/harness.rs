@@ -195,8 +195,16 @@ impl Workspace {
 pub(crate) async fn http_server(
     bytes: usize,
 ) -> anyhow::Result<(String, tokio::task::JoinHandle<()>)> {
+    http_server_on(std::net::Ipv4Addr::LOCALHOST.into(), bytes).await
+}
+
+/// [`http_server`], listening on `ip`.
+pub(crate) async fn http_server_on(
+    ip: std::net::IpAddr,
+    bytes: usize,
+) -> anyhow::Result<(String, tokio::task::JoinHandle<()>)> {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let listener = tokio::net::TcpListener::bind((ip, 0)).await?;
     let url = format!("http://{}/", listener.local_addr()?);
     let server = tokio::spawn(async move {
         while let Ok((mut tcp, _)) = listener.accept().await {
