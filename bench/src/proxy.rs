@@ -53,7 +53,14 @@ const TRANSPARENT: Case = Case {
 impl Case {
     /// `process/start`'s params of run `id`, fetching `url`, sandboxed.
     fn params(&self, id: &str, url: &str, workspace: &Workspace) -> Value {
-        let size_only = ["--noproxy", "*", "-o", "/dev/null", "-w", "%{size_download}"];
+        let size_only = [
+            "--noproxy",
+            "*",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{size_download}",
+        ];
         let mut argv = vec!["curl", "-sS", "--max-time", "20"];
         if self.transparent {
             argv.extend(size_only);
@@ -62,7 +69,11 @@ impl Case {
         let mut params = start_params(id, &argv);
         params["sandbox"] = workspace.sandbox.clone();
         params["enforceManagedNetwork"] = json!(true);
-        let host = url.split('/').nth(2).and_then(|a| a.rsplit_once(':')).map(|(h, _)| h);
+        let host = url
+            .split('/')
+            .nth(2)
+            .and_then(|a| a.rsplit_once(':'))
+            .map(|(h, _)| h);
         // As codex exec 0.171.0 sends it with `[features.network_proxy]` on and this allowlist
         // (tests/it/codex_agent/network.rs), its defaults included.
         params["networkProxy"] = json!({"proxy": {
@@ -104,7 +115,10 @@ pub(crate) async fn compare(ours_url: &str, size: &Size, workspace: &Workspace, 
         return;
     };
     let loopback = std::net::Ipv4Addr::LOCALHOST.into();
-    let cases = [(&THROUGH_THE_PROXY, Some(loopback)), (&TRANSPARENT, host_address())];
+    let cases = [
+        (&THROUGH_THE_PROXY, Some(loopback)),
+        (&TRANSPARENT, host_address()),
+    ];
     for (case, host) in cases {
         let measured = match host {
             Some(host) => measure(ours_url, &codex.url, host, case, size, workspace, r).await,
@@ -161,7 +175,10 @@ async fn measure(
         }
     }
     server.abort();
-    let sides = [(case.ours, &mut samples.ours), (case.codex, &mut samples.codex)];
+    let sides = [
+        (case.ours, &mut samples.ours),
+        (case.codex, &mut samples.codex),
+    ];
     for ((name, samples), failed) in sides.into_iter().zip(failed) {
         match failed {
             Some(why) => {
