@@ -172,6 +172,13 @@ attempt('read-denied', lambda: open({secret_file:?}).read())
     assert!(outcome.output.contains("through-dev-tty"), "{outcome:?}");
 }
 
+/// `start` is refused as invalid, naming `what`.
+async fn refused_naming(client: &Client, start: Value, what: &str) {
+    let error = client.request("process/start", start).await.unwrap_err();
+    assert_eq!(error["code"], -32602, "{error}");
+    assert!(error["message"].as_str().unwrap().contains(what), "{error}");
+}
+
 /// A daemon that sees `core_pattern` pipe core dumps to `handler` (through a bind mount in a
 /// mount namespace of its own; the host's setting is untouched).
 fn daemon_with_core_handler(handler: &str) -> (Daemon, tempfile::NamedTempFile) {
@@ -204,13 +211,7 @@ async fn a_write_grant_on_a_kernel_helper_is_refused() {
     for grant in [&handlers, &handler] {
         let intent = restricted(&d.ws, vec![entry(path(grant), "write")], "restricted");
         let start = params("p", &["true"], &d.ws, intent);
-        let error = client.request("process/start", start).await.unwrap_err();
-        assert_eq!(error["code"], -32602, "{error}");
-        let message = error["message"].as_str().unwrap();
-        assert!(
-            message.contains("the kernel's core dump handler"),
-            "{error}"
-        );
+        refused_naming(&client, start, "the kernel's core dump handler").await;
     }
     let beside = d.out("beside");
     std::fs::create_dir(&beside).unwrap();
@@ -242,12 +243,7 @@ async fn a_root_write_is_refused_where_the_kernel_runs_a_helper() {
     let marker = d.out("ran");
     let script = format!("touch {}", marker.display());
     let start = params("p", &["sh", "-c", &script], &d.ws, root_write(&d.ws, &d.ws));
-    let error = client.request("process/start", start).await.unwrap_err();
-    assert_eq!(error["code"], -32602, "{error}");
-    let message = error["message"].as_str().unwrap();
-    assert!(
-        message.contains("the kernel's core dump handler `/usr/share/apport/apport`"),
-        "{error}"
-    );
+    let handler = "the kernel's core dump handler `/usr/share/apport/apport`";
+    refused_naming(&client, start, handler).await;
     assert!(!marker.exists());
 }
