@@ -193,6 +193,12 @@ fn managed_proxy(session: &Session, params: &StartParams) -> Result<Option<Arc<P
             "transparent TCP requires a managed Linux sandbox",
         ));
     }
+    if proxy.transparent_tcp() && !crate::netproxy::transparent::available() {
+        return Err(RpcError::invalid_params(
+            "transparent TCP is not available on this host: it has no /dev/net/tun \
+             (networkProxyTransparentTcp is false)",
+        ));
+    }
     Ok(Some(Arc::new(proxy)))
 }
 
