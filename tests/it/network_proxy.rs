@@ -383,3 +383,32 @@ async fn a_destination_that_never_reads_holds_no_more_than_a_window() {
         most - before
     );
 }
+
+/// On a host without `/dev/net/tun` (here: a daemon that sees an empty `/dev/net`, through a
+/// mount in a namespace of its own), transparent TCP is not offered, and asked for anyway it is
+/// refused at the start, before any sandbox is set up.
+#[tokio::test]
+async fn transparent_tcp_is_refused_where_the_host_has_no_tun() {
+    let mut command = std::process::Command::new("unshare");
+    command
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg("mount -t tmpfs none /dev/net && exec \"$@\"")
+        .arg("sh")
+        .arg(env!("CARGO_BIN_EXE_exec-server"))
+        .args(["--listen", "ws://127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped());
+    let daemon = Daemon::launch(command);
+    let (client, _) = daemon.session().await;
+    let info = client.call("environment/info", Value::Null).await;
+    assert_eq!(info["capabilities"]["networkProxyLaunch"], true, "{info}");
+    assert_eq!(info["capabilities"]["networkProxyTransparentTcp"], false);
+    let root = scratch_dir();
+    let start = json!({"processId": "t", "argv": ["true"],
+        "cwd": format!("file://{}", root.path().display()), "env": {}, "tty": false,
+        "sandbox": crate::codex_differential::network_proxy::sandbox(root.path()),
+        "networkProxy": transparent(json!({"*": "allow"}))});
+    let error = client.request("process/start", start).await.unwrap_err();
+    assert_eq!(error["code"], -32602, "{error}");
+    let message = error["message"].as_str().unwrap();
+    assert!(message.contains("no /dev/net/tun"), "{error}");
+}
