@@ -84,12 +84,15 @@ async fn run(proxy: Arc<Proxy>, device: OwnedFd, permits: Arc<Semaphore>) -> io:
         let mut connections = tokio::task::JoinSet::new();
         loop {
             tokio::select! {
-                Some((stream, program, dialled)) = listener.next() => {
+                Some((mut stream, program, dialled)) = listener.next() => {
                     match permits.clone().try_acquire_owned() {
                         Ok(permit) => drop(connections.spawn(
                             proxy.clone().carry(stream, program, dialled, permit),
                         )),
-                        Err(_) => tracing::debug!("too many transparent connections; closing one"),
+                        Err(_) => {
+                            tracing::debug!("too many transparent connections; closing one");
+                            drop(connections.spawn(async move { close(&mut stream).await }));
+                        }
                     }
                 }
                 Some(_) = connections.join_next() => {}

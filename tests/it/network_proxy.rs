@@ -412,3 +412,52 @@ async fn transparent_tcp_is_refused_where_the_host_has_no_tun() {
     let message = error["message"].as_str().unwrap();
     assert!(message.contains("no /dev/net/tun"), "{error}");
 }
+
+/// One process's transparent connections are capped (64 at once, as its bridge's relays): past
+/// the cap a connection is closed at once, not left waiting; those under it are carried. Here
+/// 80 at once to a server that accepts and never answers.
+#[tokio::test]
+async fn transparent_connections_past_the_cap_are_closed_at_once() {
+    let host = host_address();
+    let silent = std::net::TcpListener::bind((host, 0)).unwrap();
+    let port = silent.local_addr().unwrap().port().to_string();
+    let holding = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        while held.len() < 64 {
+            held.push(silent.accept().unwrap().0);
+        }
+        std::thread::sleep(std::time::Duration::from_secs(8));
+    });
+    let daemon = Daemon::start();
+    let client = daemon.client().await;
+    client.initialize(None).await.unwrap();
+    let root = scratch_dir();
+    let host = host.to_string();
+    let script = "for i in $(seq 80); do ( exec 3<>/dev/tcp/$0/$1 && timeout 5 cat <&3; \
+                  echo \" rc=$?\" ) & done; wait";
+    let argv = ["bash", "-c", script, &host, &port];
+    let start = json!({"processId": "many", "argv": argv,
+        "cwd": format!("file://{}", root.path().display()),
+        "env": {"PATH": "/usr/bin:/bin"}, "tty": false,
+        "sandbox": crate::codex_differential::network_proxy::sandbox(root.path()),
+        "enforceManagedNetwork": true,
+        "networkProxy": transparent(json!({ host.as_str(): "allow" }))});
+    client.call("process/start", start).await;
+    let events = client.events_until_closed("many").await;
+    let output: String = events
+        .iter()
+        .filter(|e| e["method"] == "process/output" && e["params"]["stream"] == "stdout")
+        .map(|e| String::from_utf8_lossy(&crate::common::unb64(&e["params"]["chunk"])).into_owned())
+        .collect();
+    assert_eq!(
+        output.matches(" rc=124").count(),
+        64,
+        "carried, waiting: {output}"
+    );
+    assert_eq!(
+        output.matches(" rc=0").count(),
+        16,
+        "closed past the cap: {output}"
+    );
+    holding.join().unwrap();
+}
