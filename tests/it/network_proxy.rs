@@ -182,11 +182,7 @@ async fn an_unsandboxed_proxied_process_is_confined_to_its_proxy() {
     let started = client.call("process/start", start).await;
     assert_eq!(started["sandboxType"], "linuxSeccomp");
     let events = client.events_until_closed("bare").await;
-    let output: String = events
-        .iter()
-        .filter(|e| e["method"] == "process/output")
-        .map(|e| String::from_utf8_lossy(&crate::common::unb64(&e["params"]["chunk"])).into_owned())
-        .collect();
+    let output = output_of(&events, None);
     assert!(output.contains("target via=0"), "{output}");
     assert!(output.contains(" direct=7"), "{output}");
     assert_eq!(server.state.target_hits.load(Ordering::Relaxed), 1);
@@ -197,6 +193,25 @@ fn transparent(domains: Value) -> Value {
         domains,
         json!({"enableSocks5": true, "transparentTcp": true}),
     )
+}
+
+/// `process/start`'s params of `argv` as `id`, sandboxed over `root` with `RAW` set to
+/// [`RAW_GET`], through transparent TCP allowing `domains`.
+fn transparent_start(id: &str, argv: &[&str], root: &std::path::Path, domains: Value) -> Value {
+    json!({"processId": id, "argv": argv, "cwd": format!("file://{}", root.display()),
+        "env": {"PATH": "/usr/bin:/bin", "RAW": RAW_GET}, "tty": false,
+        "sandbox": crate::codex_differential::network_proxy::sandbox(root),
+        "enforceManagedNetwork": true, "networkProxy": transparent(domains)})
+}
+
+/// What a process wrote on `stream` (None: both), from its events.
+fn output_of(events: &[Value], stream: Option<&str>) -> String {
+    events
+        .iter()
+        .filter(|e| e["method"] == "process/output")
+        .filter(|e| stream.is_none_or(|stream| e["params"]["stream"] == stream))
+        .map(|e| String::from_utf8_lossy(&crate::common::unb64(&e["params"]["chunk"])).into_owned())
+        .collect()
 }
 
 /// Transparent TCP opens a route out of the sandbox, to the proxy and nowhere else: a raw
@@ -228,19 +243,11 @@ async fn transparent_tcp_leaves_no_other_way_out() {
          bash -c \"$RAW\" \"$0\" \"$1\"";
     let host = host.to_string();
     let argv = ["bash", "-c", script, &host, &port, &udp_port];
-    let start = json!({"processId": "out", "argv": argv,
-        "cwd": format!("file://{}", root.path().display()),
-        "env": {"PATH": "/usr/bin:/bin", "RAW": RAW_GET}, "tty": false,
-        "sandbox": crate::codex_differential::network_proxy::sandbox(root.path()),
-        "enforceManagedNetwork": true,
-        "networkProxy": transparent(json!({"example.com": "allow"}))});
+    let domains = json!({"example.com": "allow"});
+    let start = transparent_start("out", &argv, root.path(), domains);
     client.call("process/start", start).await;
     let events = client.events_until_closed("out").await;
-    let output: String = events
-        .iter()
-        .filter(|e| e["method"] == "process/output" && e["params"]["stream"] == "stdout")
-        .map(|e| String::from_utf8_lossy(&crate::common::unb64(&e["params"]["chunk"])).into_owned())
-        .collect();
+    let output = output_of(&events, Some("stdout"));
     let refusals = events
         .iter()
         .filter(|e| e["method"] == "network/policyDecision" && e["params"]["decision"] == "deny")
@@ -296,24 +303,12 @@ async fn many_transparent_processes_at_once_are_each_carried_and_leave_nothing()
             let client = daemon.client().await;
             client.initialize(None).await.unwrap();
             let argv = ["bash", "-c", script.as_str(), host.as_str(), port.as_str()];
-            let domains = json!({ host.as_str(): "allow" });
-            let mut start = json!({"processId": format!("many{index}"), "argv": argv,
-                "cwd": format!("file://{}", root.display()),
-                "env": {"PATH": "/usr/bin:/bin", "RAW": RAW_GET}, "tty": false,
-                "sandbox": crate::codex_differential::network_proxy::sandbox(root),
-                "enforceManagedNetwork": true});
-            start["networkProxy"] = transparent(domains);
+            let (id, domains) = (format!("many{index}"), json!({ host.as_str(): "allow" }));
+            let start = transparent_start(&id, &argv, root, domains);
             client.call("process/start", start).await;
-            let events = client.events_until_closed(&format!("many{index}")).await;
+            let events = client.events_until_closed(&id).await;
             client.close().await;
-            events
-                .iter()
-                .filter(|e| e["method"] == "process/output")
-                .map(|e| {
-                    String::from_utf8_lossy(&crate::common::unb64(&e["params"]["chunk"]))
-                        .into_owned()
-                })
-                .collect::<String>()
+            output_of(&events, None)
         }
     });
     let outputs = futures::future::join_all(runs).await;
@@ -359,12 +354,8 @@ async fn a_destination_that_never_reads_holds_no_more_than_a_window() {
         &host,
         &port,
     ];
-    let start = json!({"processId": "flood", "argv": argv,
-        "cwd": format!("file://{}", root.path().display()),
-        "env": {"PATH": "/usr/bin:/bin"}, "tty": false,
-        "sandbox": crate::codex_differential::network_proxy::sandbox(root.path()),
-        "enforceManagedNetwork": true,
-        "networkProxy": transparent(json!({ host.as_str(): "allow" }))});
+    let domains = json!({ host.as_str(): "allow" });
+    let start = transparent_start("flood", &argv, root.path(), domains);
     let before = rss_kib(daemon.pid());
     client.call("process/start", start).await;
     let _connection = held.join().unwrap().unwrap();
@@ -403,10 +394,7 @@ async fn transparent_tcp_is_refused_where_the_host_has_no_tun() {
     assert_eq!(info["capabilities"]["networkProxyLaunch"], true, "{info}");
     assert_eq!(info["capabilities"]["networkProxyTransparentTcp"], false);
     let root = scratch_dir();
-    let start = json!({"processId": "t", "argv": ["true"],
-        "cwd": format!("file://{}", root.path().display()), "env": {}, "tty": false,
-        "sandbox": crate::codex_differential::network_proxy::sandbox(root.path()),
-        "networkProxy": transparent(json!({"*": "allow"}))});
+    let start = transparent_start("t", &["true"], root.path(), json!({"*": "allow"}));
     let error = client.request("process/start", start).await.unwrap_err();
     assert_eq!(error["code"], -32602, "{error}");
     let message = error["message"].as_str().unwrap();
@@ -436,19 +424,11 @@ async fn transparent_connections_past_the_cap_are_closed_at_once() {
     let script = "for i in $(seq 80); do ( exec 3<>/dev/tcp/$0/$1 && timeout 5 cat <&3; \
                   echo \" rc=$?\" ) & done; wait";
     let argv = ["bash", "-c", script, &host, &port];
-    let start = json!({"processId": "many", "argv": argv,
-        "cwd": format!("file://{}", root.path().display()),
-        "env": {"PATH": "/usr/bin:/bin"}, "tty": false,
-        "sandbox": crate::codex_differential::network_proxy::sandbox(root.path()),
-        "enforceManagedNetwork": true,
-        "networkProxy": transparent(json!({ host.as_str(): "allow" }))});
+    let domains = json!({ host.as_str(): "allow" });
+    let start = transparent_start("many", &argv, root.path(), domains);
     client.call("process/start", start).await;
     let events = client.events_until_closed("many").await;
-    let output: String = events
-        .iter()
-        .filter(|e| e["method"] == "process/output" && e["params"]["stream"] == "stdout")
-        .map(|e| String::from_utf8_lossy(&crate::common::unb64(&e["params"]["chunk"])).into_owned())
-        .collect();
+    let output = output_of(&events, Some("stdout"));
     assert_eq!(
         output.matches(" rc=124").count(),
         64,
