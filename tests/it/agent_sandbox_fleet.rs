@@ -182,15 +182,6 @@ fn percentile(sorted: &[Duration], p: usize) -> Duration {
     sorted[(sorted.len() * p / 100).min(sorted.len() - 1)]
 }
 
-fn rss_kib(pid: i32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status
-        .lines()
-        .find(|line| line.starts_with("VmRSS:"))
-        .unwrap();
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn fifty_sandboxes_behind_a_router_by_sandbox_id() {
     let (fleet, mut starts) = Fleet::start();
@@ -198,7 +189,7 @@ async fn fifty_sandboxes_behind_a_router_by_sandbox_id() {
     let rss: Vec<u64> = fleet
         .daemons
         .iter()
-        .map(|daemon| rss_kib(daemon.pid()))
+        .map(|daemon| crate::common::rss_kib(daemon.pid()))
         .collect();
     eprintln!(
         "fleet: {SANDBOXES} daemons; start to ready p50 {:?} p99 {:?}; idle RSS mean {} KiB, max {} KiB",

@@ -322,16 +322,6 @@ async fn many_transparent_processes_at_once_are_each_carried_and_leave_nothing()
     crate::common::eventually("the daemon holds no TUN device", || tun_devices() == 0).await;
 }
 
-/// The daemon's resident memory, in KiB.
-fn rss_kib(pid: i32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
-
 /// A program that sends through transparent TCP faster than its destination reads (here: a
 /// server on the host that accepts and never reads) is slowed by TCP's windows, as on a real
 /// network: the daemon holds a window per connection, not what the program sent. (A stack
@@ -356,13 +346,13 @@ async fn a_destination_that_never_reads_holds_no_more_than_a_window() {
     ];
     let domains = json!({ host.as_str(): "allow" });
     let start = transparent_start("flood", &argv, root.path(), domains);
-    let before = rss_kib(daemon.pid());
+    let before = crate::common::rss_kib(daemon.pid());
     client.call("process/start", start).await;
     let _connection = held.join().unwrap().unwrap();
     let mut most = before;
     for _ in 0..30 {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        most = most.max(rss_kib(daemon.pid()));
+        most = most.max(crate::common::rss_kib(daemon.pid()));
     }
     client
         .call("process/terminate", json!({"processId": "flood"}))

@@ -59,15 +59,6 @@ impl Rng {
     }
 }
 
-fn vm_rss_kib(pid: i32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
-
 /// Live `sleep TAG` processes.
 fn detached_sleeps(tag: &str) -> usize {
     std::fs::read_dir("/proc")
@@ -330,7 +321,7 @@ async fn clients_dropping_at_random_lose_and_duplicate_nothing() {
     // The baseline includes one finished session, so first-use allocations do not count.
     let (_, warm_session) = soak_one(daemon.url.clone(), size, seed, dir.path().to_owned()).await;
     expired(warm_session).await;
-    let baseline = vm_rss_kib(pid);
+    let baseline = crate::common::rss_kib(pid);
 
     let run = async {
         let tasks: Vec<_> = (1..=size.clients as u64)
@@ -355,7 +346,7 @@ async fn clients_dropping_at_random_lose_and_duplicate_nothing() {
     let (drops, last_session) = tokio::time::timeout(size.time_limit, run)
         .await
         .expect("the soak finishes in its time limit");
-    let peak = vm_rss_kib(pid);
+    let peak = crate::common::rss_kib(pid);
     eprintln!(
         "soak: {drops} connections dropped; daemon RSS {baseline} KiB idle, {peak} KiB at the end"
     );
@@ -375,11 +366,11 @@ async fn clients_dropping_at_random_lose_and_duplicate_nothing() {
         "nothing detached outlives its session"
     );
     common::eventually("the daemon's memory to return near its baseline", || {
-        vm_rss_kib(pid) <= baseline + RSS_TOLERANCE_KIB
+        crate::common::rss_kib(pid) <= baseline + RSS_TOLERANCE_KIB
     })
     .await;
     eprintln!(
         "soak: daemon RSS {} KiB after the sessions expired",
-        vm_rss_kib(pid)
+        crate::common::rss_kib(pid)
     );
 }

@@ -731,3 +731,13 @@ pub fn inotify_instances(pid: i32) -> usize {
         .filter(|target| target == std::path::Path::new("anon_inode:inotify"))
         .count()
 }
+
+/// Process `pid`'s resident memory (`VmRSS`), in KiB.
+pub fn rss_kib(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
