@@ -347,8 +347,22 @@ async fn a_listener_beside_remote_mode_shares_its_sessions() {
         )
         .await;
     remote.close().await;
-    let local = Client::connect(banner.trim()).await;
-    assert_eq!(local.initialize(Some(&session)).await.unwrap(), session);
+    // The daemon may not have seen the rendezvous connection close yet: until it has, the
+    // session is still attached there (-32010), and the resume is asked again.
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    let local = loop {
+        let local = Client::connect(banner.trim()).await;
+        match local.initialize(Some(&session)).await {
+            Ok(resumed) => {
+                assert_eq!(resumed, session);
+                break local;
+            }
+            Err(error) if error["code"] == -32010 && std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            Err(error) => panic!("resuming on the listener: {error}"),
+        }
+    };
     let (output, _) = read_closed(&local, "p").await;
     assert_eq!(output, b"over the rendezvous\n");
     // The listener's /metrics counts remote mode's dials: the first and the one after the drop.
