@@ -126,7 +126,7 @@ pub fn init() -> &'static Guard {
                 .chain(config)
                 .chain(mapped)
                 .chain(links)
-                .chain(kernel_helpers())
+                .chain(kernel_helper_programs())
                 .collect(),
             warnings,
         }
@@ -134,16 +134,16 @@ pub fn init() -> &'static Guard {
 }
 
 /// The programs the kernel runs as root outside every sandbox when any process triggers them
-/// (`super::root_write::kernel_helpers`), and what the module loader reads: a write grant that
+/// (`super::kernel_helpers`), and what the module loader reads: a write grant that
 /// reached one would let a sandbox have the kernel run its code (a replaced `modprobe`, an
 /// `install` line, a module).
-fn kernel_helpers() -> Vec<Protected> {
-    let helpers = super::root_write::kernel_helpers();
+fn kernel_helper_programs() -> Vec<Protected> {
+    let helpers = super::kernel_helpers::all();
     let module_loader = helpers
         .iter()
-        .any(|(what, _)| *what == super::root_write::MODULE_LOADER);
+        .any(|(what, _)| *what == super::kernel_helpers::MODULE_LOADER);
     let reads: &[&str] = match module_loader {
-        true => super::root_write::MODULE_LOADER_READS,
+        true => super::kernel_helpers::MODULE_LOADER_READS,
         false => &[],
     };
     let loader_reads = reads

@@ -18,6 +18,7 @@ mod error;
 pub(crate) mod facilities;
 mod glob;
 pub(crate) mod guard;
+mod kernel_helpers;
 pub(crate) mod landlock;
 mod loader;
 mod mount_api;

@@ -20,90 +20,23 @@
 //!
 //! The sandbox gets less than it asked for there (a new file in `/etc`, a file at `/` itself),
 //! never more; the rest of the disk is written as asked. A host whose kernel runs a helper
-//! program of its own ([`kernel_helper`]) refuses the grant.
+//! program of its own ([`kernel_helpers::first`]) refuses the grant.
 
 use super::guard::{Guard, GuardError};
+use super::kernel_helpers;
 use super::landlock::DEV;
 use super::policy::{effective, Rule};
 use super::view::Extra;
 use exec_server_protocol::sandbox::FsAccess;
 use std::path::{Path, PathBuf};
 
-/// What [`KERNEL_HELPERS`] calls `modprobe`.
-pub(super) const MODULE_LOADER: &str = "the kernel's module loader";
-
 /// Kernel interfaces that stay read-only under a root write, and the private `/dev`.
 const KERNEL: &[&str] = &["/proc", "/sys", "/dev"];
 
-/// The kernel's own helpers, each a program it runs as root with every capability when any
-/// process, a sandboxed one included, triggers it: `modprobe` (an exec of a file of unknown
-/// format, a socket of an unloaded family), a core dump piped to a program, the uevent helper.
-/// (setting, what it names, whether it names a program only after a `|`).
-const KERNEL_HELPERS: &[(&str, &str, bool)] = &[
-    ("/proc/sys/kernel/modprobe", MODULE_LOADER, false),
-    (
-        "/proc/sys/kernel/core_pattern",
-        "the kernel's core dump handler",
-        true,
-    ),
-    (
-        "/proc/sys/kernel/hotplug",
-        "the kernel's uevent helper",
-        false,
-    ),
-];
-
-/// A helper's setting as read: what it names, whether piped, its text (None: no such setting).
-type Setting = (&'static str, bool, Option<String>);
-
-/// The program of each kernel helper configured on this host, from the settings' text.
-fn helper_programs(settings: &[Setting]) -> Vec<(&'static str, PathBuf)> {
-    let mut programs = Vec::new();
-    for (what, piped, text) in settings {
-        let text = text.as_deref().unwrap_or_default().trim();
-        let program = match piped {
-            true => text
-                .strip_prefix('|')
-                .and_then(|cmd| cmd.split_whitespace().next()),
-            false => Some(text).filter(|text| !text.is_empty()),
-        };
-        programs.extend(program.map(|program| (*what, PathBuf::from(program))));
-    }
-    programs
-}
-
-/// The first kernel helper this host runs, if any: a root write would let a sandbox replace
-/// it, or anything it loads (libraries, an interpreter and its modules, its configuration),
-/// and have the kernel run that outside every sandbox. Which files a helper ends up loading
-/// cannot be known, so such a host refuses the grant.
-pub(super) fn kernel_helper() -> Option<(&'static str, PathBuf)> {
-    kernel_helpers().into_iter().next()
-}
-
-/// Every kernel helper this host runs, as [`kernel_helper`] finds them.
-pub(super) fn kernel_helpers() -> Vec<(&'static str, PathBuf)> {
-    let settings: Vec<Setting> = KERNEL_HELPERS
-        .iter()
-        .map(|(file, what, piped)| (*what, *piped, std::fs::read_to_string(file).ok()))
-        .collect();
-    helper_programs(&settings)
-}
-
-/// What the module loader reads besides itself when the kernel runs it: its configuration
-/// (whose `install` lines are commands) and the modules it loads into the kernel.
-pub(super) const MODULE_LOADER_READS: &[&str] = &[
-    "/etc/modprobe.d",
-    "/run/modprobe.d",
-    "/lib/modprobe.d",
-    "/usr/lib/modprobe.d",
-    "/lib/modules",
-    "/usr/lib/modules",
-];
-
-/// Whether this host allows a root write now (no [`kernel_helper`], no protected file with
-/// other links: [`Guard::check_root_write`]), for `environment/info`.
+/// Whether this host allows a root write now (no [`kernel_helpers::first`], no protected file
+/// with other links: [`Guard::check_root_write`]), for `environment/info`.
 pub(crate) fn supported() -> bool {
-    kernel_helper().is_none() && super::guard::init().check_root_write().is_ok()
+    kernel_helpers::first().is_none() && super::guard::init().check_root_write().is_ok()
 }
 
 /// Turns a write rule on `/` into a read rule, after checking that no protected file has
@@ -116,7 +49,7 @@ pub(super) fn narrow(rules: &mut [Rule], guard: &Guard) -> Result<bool, GuardErr
     else {
         return Ok(false);
     };
-    if let Some((what, program)) = kernel_helper() {
+    if let Some((what, program)) = kernel_helpers::first() {
         return Err(GuardError::KernelHelper { what, program });
     }
     guard.check_root_write()?;
@@ -169,33 +102,4 @@ pub(super) fn carve(rules: &mut Vec<Rule>, guard: &Guard) -> Extra {
 
 fn in_kernel(path: &Path) -> bool {
     KERNEL.iter().any(|kernel| path.starts_with(kernel))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn kernel_helpers_are_read_from_their_settings() {
-        let settings = |texts: [&str; 3]| {
-            let read: Vec<Setting> = KERNEL_HELPERS
-                .iter()
-                .zip(texts)
-                .map(|((_, what, piped), text)| (*what, *piped, Some(text.to_owned())))
-                .collect();
-            helper_programs(&read)
-        };
-        assert!(settings(["\n", "core\n", "\n"]).is_empty());
-        let found = settings(["/sbin/modprobe\n", "|/usr/share/apport/apport -p%p\n", ""]);
-        let programs: Vec<&Path> = found.iter().map(|(_, path)| path.as_path()).collect();
-        assert_eq!(
-            programs,
-            [
-                Path::new("/sbin/modprobe"),
-                Path::new("/usr/share/apport/apport")
-            ]
-        );
-        assert_eq!(found[1].0, "the kernel's core dump handler");
-        assert!(helper_programs(&[("x", false, None)]).is_empty());
-    }
 }
