@@ -4,10 +4,11 @@
 
 use crate::ipc::channel;
 use crate::ipc::message::Answer;
-use crate::sandbox::plan::{ManagedPlan, TUN_MTU};
+use crate::sandbox::plan::{ManagedPlan, TUN_DEVICE, TUN_MTU};
+use nix::sys::socket::{AddressFamily, SockFlag};
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr};
-use std::os::fd::{AsFd as _, AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
+use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 
 /// The TUN device's name, and its addresses (documentation ranges, as codex's), in the
@@ -20,7 +21,7 @@ const TUN_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1);
 /// listener on 127.0.0.1 at each of the plan's ports, then its TUN device (last), all sent to
 /// the daemon on `control` (then closed here, so the program never holds them).
 pub(crate) fn open(control: &UnixStream, managed: &ManagedPlan) -> io::Result<()> {
-    let socket = inet_socket(libc::AF_INET)?;
+    let socket = inet_socket(AddressFamily::Inet)?;
     set_up(&socket, "lo")?;
     let mut fds: Vec<OwnedFd> = managed
         .ports
@@ -37,14 +38,14 @@ pub(crate) fn open(control: &UnixStream, managed: &ManagedPlan) -> io::Result<()
 
 /// A TCP socket of `family`, to configure interfaces with: the only inet kind the managed
 /// seccomp filter lets the helper make.
-fn inet_socket(family: libc::c_int) -> io::Result<OwnedFd> {
-    // SAFETY: socket takes integers only.
-    let fd = unsafe { libc::socket(family, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a descriptor we just made and own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+fn inet_socket(family: AddressFamily) -> io::Result<OwnedFd> {
+    let stream = nix::sys::socket::SockType::Stream;
+    Ok(nix::sys::socket::socket(
+        family,
+        stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )?)
 }
 
 /// An ifreq naming `name` (which fits with its NUL: the names here are short).
@@ -97,15 +98,13 @@ fn sockaddr_v4(ip: Ipv4Addr) -> libc::sockaddr {
 /// families (loopback's routes stay more specific, so the proxy's ports are still reached
 /// directly). Non-blocking, for the daemon's reactor.
 fn tun(socket: &OwnedFd) -> io::Result<OwnedFd> {
-    let path = c"/dev/net/tun";
-    let flags = libc::O_RDWR | libc::O_CLOEXEC | libc::O_NONBLOCK;
-    // SAFETY: a NUL-terminated path.
-    let fd = unsafe { libc::open(path.as_ptr(), flags) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a descriptor we just made and own.
-    let device = unsafe { OwnedFd::from_raw_fd(fd) };
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let device: OwnedFd = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(TUN_DEVICE)?
+        .into();
     let mut create = request(TUN_NAME);
     create.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
     let mut address = request(TUN_NAME);
@@ -161,7 +160,7 @@ struct In6Rtmsg {
 
 /// The TUN device's IPv6 address, and the IPv6 default route through it.
 fn route_v6() -> io::Result<()> {
-    let socket = inet_socket(libc::AF_INET6)?;
+    let socket = inet_socket(AddressFamily::Inet6)?;
     let mut index = request(TUN_NAME);
     // SAFETY: SIOCGIFINDEX writes the index into the ifreq we pass.
     unsafe { ioctl(&socket, libc::SIOCGIFINDEX, &mut index)? };

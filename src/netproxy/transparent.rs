@@ -9,7 +9,7 @@
 //! by TCP, as on a real network, and the daemon holds at most a window per connection.
 
 use super::{connect, Proxy, Request};
-use crate::sandbox::plan::TUN_MTU;
+use crate::sandbox::plan::{TUN_DEVICE, TUN_MTU};
 use exec_server_protocol::network::NetworkProtocol;
 use futures::{SinkExt as _, StreamExt as _};
 use netstack_smoltcp::{StackBuilder, TcpStream};
@@ -40,7 +40,7 @@ pub(crate) fn available() -> bool {
     static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *AVAILABLE.get_or_init(|| {
         use std::os::unix::fs::FileTypeExt as _;
-        std::fs::metadata("/dev/net/tun").is_ok_and(|meta| meta.file_type().is_char_device())
+        std::fs::metadata(TUN_DEVICE).is_ok_and(|meta| meta.file_type().is_char_device())
     })
 }
 

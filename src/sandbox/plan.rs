@@ -77,6 +77,9 @@ pub(crate) struct ManagedPlan {
     pub transparent_tcp: bool,
 }
 
+/// Where a transparent-TCP launch's helper makes its TUN device.
+pub(crate) const TUN_DEVICE: &str = "/dev/net/tun";
+
 /// The MTU of a transparent-TCP launch's TUN device, whose packets the daemon reads whole.
 pub(crate) const TUN_MTU: u16 = 1500;
 

@@ -194,10 +194,11 @@ fn managed_proxy(session: &Session, params: &StartParams) -> Result<Option<Arc<P
         ));
     }
     if proxy.transparent_tcp() && !crate::netproxy::transparent::available() {
-        return Err(RpcError::invalid_params(
-            "transparent TCP is not available on this host: it has no /dev/net/tun \
+        return Err(RpcError::invalid_params(format!(
+            "transparent TCP is not available on this host: it has no {} \
              (networkProxyTransparentTcp is false)",
-        ));
+            crate::sandbox::plan::TUN_DEVICE
+        )));
     }
     Ok(Some(Arc::new(proxy)))
 }
