@@ -51,8 +51,8 @@ const TRANSPARENT: Case = Case {
 };
 
 impl Case {
-    /// `process/start`'s params of run `id`, fetching `url`, sandboxed.
-    fn params(&self, id: &str, url: &str, workspace: &Workspace) -> Value {
+    /// `process/start`'s params of run `id`, fetching `url` from `host`, sandboxed.
+    fn params(&self, id: &str, url: &str, host: IpAddr, workspace: &Workspace) -> Value {
         let size_only = [
             "--noproxy",
             "*",
@@ -69,17 +69,12 @@ impl Case {
         let mut params = start_params(id, &argv);
         params["sandbox"] = workspace.sandbox.clone();
         params["enforceManagedNetwork"] = json!(true);
-        let host = url
-            .split('/')
-            .nth(2)
-            .and_then(|a| a.rsplit_once(':'))
-            .map(|(h, _)| h);
         // As codex exec 0.171.0 sends it with `[features.network_proxy]` on and this allowlist
         // (tests/it/codex_agent/network.rs), its defaults included.
         params["networkProxy"] = json!({"proxy": {
             "enabled": true, "enableSocks5": true, "enableSocks5Udp": true,
             "allowUpstreamProxy": true, "dangerouslyAllowAllUnixSockets": false, "mode": "full",
-            "domains": {host.unwrap_or_default(): "allow"}, "unixSockets": null,
+            "domains": {host.to_string(): "allow"}, "unixSockets": null,
             "allowLocalBinding": false, "transparentTcp": self.transparent}});
         params
     }
@@ -167,7 +162,7 @@ async fn measure(
                 continue;
             }
             let id = format!("{}{run}", case.ours);
-            match once(client, &id, case.params(&id, &url, workspace), case).await {
+            match once(client, &id, case.params(&id, &url, host, workspace), case).await {
                 Ok(sample) if run >= runs / 10 => samples.push(side, sample),
                 Ok(_) => {}
                 Err(err) => failed[side] = Some(format!("failed: {err:#}")),
